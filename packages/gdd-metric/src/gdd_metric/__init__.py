@@ -1,0 +1,1 @@
+"""gdd-metric package."""

@@ -1,0 +1,18 @@
+"""Gymnasium environments with evolving graph topology from "Beyond Static Graph World Models".
+
+Importing this package registers the env ids in the ``graphenv`` namespace::
+
+    import gymnasium as gym
+    import graph_envs  # noqa: F401  (registers graphenv/*)
+
+    env = gym.make("graphenv/SAR-v0", num_nodes=20)
+
+or, without an explicit import, ``gym.make("graph_envs:graphenv/SAR-v0")``.
+"""
+
+from graph_envs.core import EnvSnapshot, FeatureSchema, GraphEnv
+from graph_envs.registration import ENV_IDS, register_envs
+
+register_envs()
+
+__all__ = ["ENV_IDS", "EnvSnapshot", "FeatureSchema", "GraphEnv", "register_envs"]

@@ -1,0 +1,68 @@
+"""Gymnasium observation space of the data contract.
+
+Every env's observation is a ``spaces.Dict`` with exactly these keys and shapes for N nodes:
+
+========================  ====================================  ==========
+key                       space                                 dtype
+========================  ====================================  ==========
+``adjacency``             ``MultiBinary((N, N))``               int8
+``node_continuous``       ``Box((N, Fnc))`` with feature ranges float32
+``node_categorical``      ``Box((N, Fnk))``, ``[0, card-1]``    int64
+``graph_continuous``      ``Box((Fgc,))`` with feature ranges   float32
+``graph_categorical``     ``MultiDiscrete(cards)``              int64
+``action_mask``           ``MultiBinary(N)``                    int8
+========================  ====================================  ==========
+
+Node categorical features use an integer ``Box`` rather than a 2-D ``MultiDiscrete``: SB3's
+``check_env`` accepts a 2-D ``MultiDiscrete`` but its policies then fail to build, while an
+integer ``Box`` trains. A feature type an env lacks is a zero-width ``Box`` ((N, 0) or (0,)),
+which both checkers and SB3's ``MultiInputPolicy`` accept.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from gymnasium import spaces
+
+from graph_envs.core.schema import FeatureSchema
+
+
+def _continuous_box(schema: FeatureSchema, names: tuple[str, ...], shape: tuple[int, ...]):
+    lows = np.array([schema.range_of(n)[0] for n in names], dtype=np.float32)
+    highs = np.array([schema.range_of(n)[1] for n in names], dtype=np.float32)
+    return spaces.Box(
+        low=np.broadcast_to(lows, shape).copy(),
+        high=np.broadcast_to(highs, shape).copy(),
+        shape=shape,
+        dtype=np.float32,
+    )
+
+
+def _categorical_box(cards: list[int], shape: tuple[int, ...]) -> spaces.Box:
+    high = np.broadcast_to(np.array(cards, dtype=np.int64) - 1, shape).copy()
+    return spaces.Box(low=0, high=high, shape=shape, dtype=np.int64)
+
+
+def build_observation_space(schema: FeatureSchema, num_nodes: int) -> spaces.Dict:
+    """The ``spaces.Dict`` observation space for ``schema`` on a graph of ``num_nodes`` nodes."""
+    n = num_nodes
+    node_cards = [c for _, c in schema.node_categorical]
+    graph_cards = [c for _, c in schema.graph_categorical]
+    if graph_cards:
+        graph_cat: spaces.Space = spaces.MultiDiscrete(np.array(graph_cards), dtype=np.int64)
+    else:
+        graph_cat = spaces.Box(low=0, high=0, shape=(0,), dtype=np.int64)
+    return spaces.Dict(
+        {
+            "adjacency": spaces.MultiBinary((n, n)),
+            "node_continuous": _continuous_box(
+                schema, schema.node_continuous, (n, len(schema.node_continuous))
+            ),
+            "node_categorical": _categorical_box(node_cards, (n, len(node_cards))),
+            "graph_continuous": _continuous_box(
+                schema, schema.graph_continuous, (len(schema.graph_continuous),)
+            ),
+            "graph_categorical": graph_cat,
+            "action_mask": spaces.MultiBinary(n),
+        }
+    )

@@ -1,0 +1,1 @@
+"""graphwm: integration layer."""
