@@ -1,0 +1,264 @@
+"""The ``WorldModel`` interface shared by the GDM and every baseline.
+
+Contract for implementers (GDM, Vanilla GWM, EA-GWM, G-RSSM, ...)
+----------------------------------------------------------------
+Subclass :class:`WorldModel` and
+
+* call ``super().__init__(schema, scaler, config)`` where ``config`` is a ``@dataclass``
+  instance holding *every* constructor hyperparameter (JSON-able scalars/strings/bools);
+  the model must be reconstructible as ``factory(schema, scaler, **dataclasses.asdict(config))``;
+* register a factory with :func:`gdm_models.registry.register_model` (baselines do that in
+  ``gdm_models/baselines/__init__.py``; the registry imports that package lazily);
+* implement
+
+  - ``observe(obs_sequence, actions, generator=None) -> latent``: condition on a trajectory of
+    T+1 observations (stacked dict with a leading time axis, or a list of observation dicts)
+    and the T actions between them ((T, N) int8 node indicators; T may be 0). Returns an
+    opaque latent for the *last* observation (posterior for latent models; state-space models
+    may simply return the last observation);
+  - ``imagine_multi(latent, action_sequence, num_samples, generator=None) -> list[dict]``: roll
+    ``num_samples`` independent samples forward over K actions ((K, N) or (K, S, N)); returns
+    K prediction dicts, each with the six observation keys with a leading sample axis and the
+    environment's dtypes (``adjacency`` (S,N,N) int8 symmetric zero-diagonal,
+    ``node_continuous`` (S,N,Fnc) float32 in environment units, ``node_categorical`` (S,N,Fnk)
+    int64, ``graph_continuous`` (S,Fgc) float32, ``graph_categorical`` (S,Fgk) int64,
+    ``action_mask`` (S,N) int8) plus ``reward`` (S,) float32 and ``continuation`` (S,) int64.
+    Categorical/binary outputs are *sampled* from their predicted distributions (use
+    :func:`predictions_to_numpy` for the final conversion). ``imagine`` (one step) is derived;
+  - ``loss(batch, generator=None) -> (total, terms)``: ``batch`` is a :class:`~gdm_models.data.Batch`
+    (padded, with ``node_mask``/``step_mask``) already on the model's device; ``total`` is a
+    differentiable scalar tensor; ``terms`` a dict of python floats (logged per step by the
+    trainer, e.g. ``{"pred": ..., "kl_adj": ...}``; keep the key set fixed for a model).
+
+* draw all randomness from the ``generator`` argument (a ``torch.Generator`` on the model's
+  device; :meth:`WorldModel.make_generator` turns ``None``/an int seed into one);
+* never assume a GPU: use ``self.device`` for new tensors.
+
+Saving and loading go through :mod:`gdm_models.checkpoint` (``model.save(path)``,
+``WorldModel.load(path)`` / :func:`gdm_models.checkpoint.load_checkpoint`).
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from .data import (
+    OBS_KEYS,
+    DataError,
+    Batch,
+    observation_to_tensors,
+    stack_observations,
+    validate_action_nodes,
+    validate_observation_sequence,
+)
+from .scaling import FeatureScaler
+from .schema import Schema
+
+__all__ = ["WorldModel", "predictions_to_numpy", "PREDICTION_KEYS"]
+
+PREDICTION_KEYS: tuple[str, ...] = OBS_KEYS + ("reward", "continuation")
+
+_NP_DTYPES = {
+    "adjacency": np.int8,
+    "node_continuous": np.float32,
+    "node_categorical": np.int64,
+    "graph_continuous": np.float32,
+    "graph_categorical": np.int64,
+    "action_mask": np.int8,
+    "reward": np.float32,
+    "continuation": np.int64,
+}
+
+
+def predictions_to_numpy(pred: Mapping[str, torch.Tensor]) -> dict[str, np.ndarray]:
+    """Convert a dict of predicted tensors to numpy arrays with the environment's dtypes."""
+    missing = [k for k in PREDICTION_KEYS if k not in pred]
+    if missing:
+        raise KeyError(f"prediction is missing keys {missing}")
+    out = {}
+    for k in PREDICTION_KEYS:
+        a = pred[k].detach().cpu()
+        if _NP_DTYPES[k] in (np.int8, np.int64):
+            a = a.round() if a.is_floating_point() else a
+        out[k] = np.ascontiguousarray(a.numpy().astype(_NP_DTYPES[k]))
+    return out
+
+
+class WorldModel(nn.Module, abc.ABC):
+    """Abstract base class of all world models (see the module docstring for the contract).
+
+    Args:
+        schema: feature schema (dict or :class:`Schema`).
+        scaler: fitted :class:`FeatureScaler` (``None`` -> identity scaling).
+        config: a dataclass instance with all hyperparameters.
+    """
+
+    #: registry name (e.g. ``"gdm"``, ``"gdm:no-h-plus"``, ``"g-rssm"``); set by the registry.
+    model_name: str = ""
+
+    def __init__(
+        self,
+        schema: Mapping[str, Any] | Schema,
+        scaler: FeatureScaler | None,
+        config: Any,
+    ) -> None:
+        super().__init__()
+        if not dataclasses.is_dataclass(config) or isinstance(config, type):
+            raise TypeError("config must be a dataclass instance")
+        self.schema = Schema.from_dict(schema)
+        self.scaler = FeatureScaler.identity(self.schema) if scaler is None else scaler
+        self.scaler.check_schema(self.schema)
+        self.config = config
+
+    # ------------------------------------------------------------------ abstract API
+    @abc.abstractmethod
+    def observe(
+        self,
+        obs_sequence: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+        actions: Any,
+        generator: torch.Generator | int | None = None,
+    ) -> Any:
+        """Condition on T+1 observations and T actions; return the latent of the last step."""
+
+    @abc.abstractmethod
+    def imagine_multi(
+        self,
+        latent: Any,
+        action_sequence: Any,
+        num_samples: int,
+        generator: torch.Generator | int | None = None,
+    ) -> list[dict[str, np.ndarray]]:
+        """Sample ``num_samples`` rollouts over K actions; return K prediction dicts."""
+
+    @abc.abstractmethod
+    def loss(
+        self, batch: Batch, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """Training loss on a padded batch: ``(total, per-term floats)``."""
+
+    # ------------------------------------------------------------------ derived API
+    def imagine(
+        self,
+        latent: Any,
+        action_nodes: Any,
+        num_samples: int,
+        generator: torch.Generator | int | None = None,
+    ) -> dict[str, np.ndarray]:
+        """One-step imagination: ``num_samples`` samples of the next observation.
+
+        ``action_nodes`` is (N,) (same action for all samples) or (S, N).
+        """
+        a = np.asarray(action_nodes)
+        return self.imagine_multi(latent, a[None], num_samples, generator)[0]
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def device(self) -> torch.device:
+        """Device of the model's parameters (CPU if it has none)."""
+        for p in self.parameters():
+            return p.device
+        for b in self.buffers():
+            return b.device
+        return torch.device("cpu")
+
+    def make_generator(self, generator: torch.Generator | int | None) -> torch.Generator:
+        """Return ``generator`` or a new ``torch.Generator`` on ``self.device``.
+
+        ``None`` draws a seed from numpy's OS entropy (non-deterministic); an int seeds it.
+        """
+        if isinstance(generator, torch.Generator):
+            if generator.device.type != self.device.type:
+                raise ValueError(
+                    f"generator is on {generator.device}, model is on {self.device}"
+                )
+            return generator
+        g = torch.Generator(device=self.device)
+        if generator is None:
+            seed = int(np.random.SeedSequence().generate_state(1, dtype=np.uint64)[0] >> 1)
+        else:
+            seed = int(generator)
+        g.manual_seed(seed)
+        return g
+
+    def prepare_sequence(
+        self,
+        obs_sequence: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+        actions: Any,
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """Validate a trajectory and convert it to tensors on ``self.device``.
+
+        Returns ``(obs, actions)`` with ``obs[k]`` of shape (T+1, ...) and actions (T, N) float.
+        A single observation dict (no time axis) is accepted as T = 0.
+        """
+        if isinstance(obs_sequence, Mapping):
+            adj = np.asarray(obs_sequence["adjacency"])
+            if adj.ndim == 2:
+                obs_sequence = {k: np.asarray(obs_sequence[k])[None] for k in OBS_KEYS}
+        else:
+            obs_sequence = stack_observations(list(obs_sequence))
+        n = validate_observation_sequence(obs_sequence, self.schema, lead=1)
+        t1 = np.asarray(obs_sequence["adjacency"]).shape[0]
+        if t1 < 1:
+            raise DataError("observe needs at least one observation")
+        if actions is None:
+            actions = np.zeros((0, n), np.int8)
+        a = np.asarray(actions)
+        if a.size == 0 and t1 == 1:
+            a = np.zeros((0, n), np.int8)
+        a = validate_action_nodes(a, n, lead=1)
+        if a.shape[0] != t1 - 1:
+            raise DataError(
+                f"got {t1} observations and {a.shape[0]} actions; expected {t1 - 1} actions"
+            )
+        obs_t = observation_to_tensors(obs_sequence, self.device)
+        return obs_t, torch.as_tensor(a, dtype=torch.float32, device=self.device)
+
+    def prepare_actions(self, action_sequence: Any, n: int, num_samples: int) -> torch.Tensor:
+        """Validate actions (K,N) or (K,S,N) and return a (K,S,N) float tensor."""
+        a = np.asarray(action_sequence)
+        if a.ndim == 2:
+            a = validate_action_nodes(a, n, lead=1)
+            a = np.broadcast_to(a[:, None], (a.shape[0], num_samples, n))
+        elif a.ndim == 3:
+            a = validate_action_nodes(a, n, lead=2)
+            if a.shape[1] != num_samples:
+                raise DataError(f"action_sequence has {a.shape[1]} samples, expected {num_samples}")
+        else:
+            raise DataError(f"action_sequence must be (K,N) or (K,S,N), got shape {a.shape}")
+        if a.shape[0] < 1:
+            raise DataError("action_sequence must contain at least one action")
+        return torch.as_tensor(np.ascontiguousarray(a), dtype=torch.float32, device=self.device)
+
+    def config_dict(self) -> dict[str, Any]:
+        """The config as a plain dict."""
+        return dataclasses.asdict(self.config)
+
+    def save(self, path: str | Path) -> Path:
+        """Save weights, config, schema and scaler (see :mod:`gdm_models.checkpoint`)."""
+        from .checkpoint import save_checkpoint
+
+        return save_checkpoint(self, path)
+
+    @classmethod
+    def load(
+        cls,
+        path: str | Path,
+        *,
+        schema: Mapping[str, Any] | Schema | None = None,
+        device: torch.device | str = "cpu",
+    ) -> WorldModel:
+        """Load a checkpoint written by :meth:`save`; optionally require a given schema."""
+        from .checkpoint import load_checkpoint
+
+        model = load_checkpoint(path, schema=schema, device=device)
+        if cls is not WorldModel and not isinstance(model, cls):
+            raise TypeError(f"checkpoint holds a {type(model).__name__}, not a {cls.__name__}")
+        return model

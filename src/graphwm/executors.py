@@ -1,0 +1,111 @@
+"""Executors: run a list of job configs through a job function, locally or on Ray.
+
+A job function is a module-level callable ``fn(config) -> result dict`` (so it pickles for a
+process pool or Ray). Finished jobs (present in the result store) are skipped, results are
+stored as each job finishes, and a failing job does not lose the others' results.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from graphwm.jobs import ResultStore, log_job
+
+JobFn = Callable[[Mapping[str, Any]], dict[str, Any]]
+
+
+def _run_and_store(fn: JobFn, config: Mapping[str, Any], store_root: str, run_dir: str) -> dict:
+    started = time.time()
+    try:
+        result = fn(config)
+    except BaseException:
+        log_job(Path(run_dir), config, started, "failed")
+        raise
+    ResultStore(Path(store_root)).save(config, result)
+    log_job(Path(run_dir), config, started, "done")
+    return result
+
+
+def default_workers() -> int:
+    """Local pool size: one worker per core."""
+    return max(1, os.cpu_count() or 1)
+
+
+def run_jobs(
+    fn: JobFn,
+    configs: Sequence[Mapping[str, Any]],
+    store: ResultStore,
+    run_dir: Path,
+    *,
+    executor: str = "local",
+    max_workers: int | None = None,
+    num_gpus_per_job: float = 0.0,
+    desc: str = "jobs",
+    progress: bool = True,
+) -> list[dict[str, Any]]:
+    """Run every unfinished config; return all results in the order of ``configs``.
+
+    Args:
+        executor: ``"local"`` (a process pool; ``max_workers=1`` runs in this process) or
+            ``"ray"`` (Ray tasks; connects to ``RAY_ADDRESS`` if set, else starts a local Ray).
+        num_gpus_per_job: GPUs requested per Ray task (1 for ``--device cuda`` training).
+    """
+    todo = [c for c in configs if not store.has(c)]
+    if todo:
+        if executor == "local":
+            _run_local(fn, todo, store, run_dir, max_workers or default_workers(), desc, progress)
+        elif executor == "ray":
+            _run_ray(fn, todo, store, run_dir, num_gpus_per_job, desc, progress)
+        else:
+            raise ValueError(f"unknown executor {executor!r}; choose 'local' or 'ray'")
+    return [store.load(c) for c in configs]
+
+
+def _run_local(fn, todo, store, run_dir, workers, desc, progress) -> None:
+    bar = tqdm(total=len(todo), desc=desc, disable=not progress)
+    if workers <= 1 or len(todo) == 1:
+        for config in todo:
+            _run_and_store(fn, config, str(store.root), str(run_dir))
+            bar.update()
+    else:
+        import multiprocessing as mp
+
+        ctx = mp.get_context("spawn")  # torch and fork do not mix
+        with ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=ctx) as pool:
+            futures = [
+                pool.submit(_run_and_store, fn, c, str(store.root), str(run_dir)) for c in todo
+            ]
+            for future in as_completed(futures):
+                future.result()
+                bar.update()
+    bar.close()
+
+
+def _run_ray(fn, todo, store, run_dir, num_gpus, desc, progress) -> None:
+    try:
+        import ray
+    except ImportError as err:  # pragma: no cover - ray is in the dev group
+        raise RuntimeError("the ray executor needs `pip install graphwm[ray]`") from err
+    if not ray.is_initialized():
+        ray.init(
+            address=os.environ.get("RAY_ADDRESS"),
+            ignore_reinit_error=True,
+            log_to_driver=False,
+            include_dashboard=False,
+        )
+    remote = ray.remote(num_gpus=num_gpus, max_retries=0)(_run_and_store)
+    refs = [remote.remote(fn, c, str(store.root), str(run_dir)) for c in todo]
+    bar = tqdm(total=len(refs), desc=desc, disable=not progress)
+    pending = list(refs)
+    while pending:
+        done, pending = ray.wait(pending, num_returns=1)
+        ray.get(done)
+        bar.update(len(done))
+    bar.close()

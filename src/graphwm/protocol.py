@@ -1,0 +1,170 @@
+"""The GDD evaluation protocol (paper appendix "Evaluation Details", ARCHITECTURE 4-6).
+
+For a reference episode (a random-policy rollout replayed from its seed and actions):
+
+* 20 reference transitions, evenly spaced, first and last included (:func:`reference_indices`);
+* environment samples: restore the reference state with a fresh seed and step the reference
+  action, kappa times (:func:`env_samples`);
+* model samples: the model's own kappa predictions for the same state and action
+  (see :mod:`graphwm.evaluate`);
+* the transition GDD between the two sample sets of metric graphs (:func:`transition_gdd`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from graphwm.envs import make_env
+from graphwm.metric_graph import (
+    extend_schema,
+    metric_graph,
+    stack_graphs,
+    terminal_schema,
+    terminal_view,
+)
+
+# Independent sample streams of one reference transition (seeded via SeedSequence).
+STREAM_ENV = 0
+STREAM_SELF = 1
+STREAM_MODEL = 2
+
+
+def reference_indices(num_transitions: int, count: int = 20) -> np.ndarray:
+    """Evenly spaced transition indices, first and last included (fewer if T < count)."""
+    if num_transitions <= 0:
+        raise ValueError("an episode needs at least one transition")
+    count = min(count, num_transitions)
+    return np.unique(np.round(np.linspace(0, num_transitions - 1, count)).astype(int))
+
+
+def sample_seeds(episode_seed: int, t: int, stream: int, num: int) -> list[int]:
+    """``num`` reproducible, independent seeds for one reference transition and stream."""
+    return [int(s) for s in np.random.SeedSequence([episode_seed, t, stream]).generate_state(num)]
+
+
+@dataclass
+class ReplayedEpisode:
+    """A reference episode replayed in the env: snapshots before the chosen steps."""
+
+    env_name: str
+    num_nodes: int
+    seed: int
+    actions: np.ndarray
+    action_nodes: np.ndarray
+    reward: np.ndarray
+    terminated: np.ndarray
+    snapshots: dict[int, Any] = field(default_factory=dict)
+    observations: list[dict[str, np.ndarray]] | None = None
+
+
+def replay_episode(
+    env_name: str,
+    num_nodes: int,
+    seed: int,
+    actions: np.ndarray,
+    capture: Sequence[int],
+    keep_observations: bool = False,
+    check: Mapping[str, np.ndarray] | None = None,
+) -> ReplayedEpisode:
+    """Replay a recorded episode exactly and snapshot the state before each step in ``capture``.
+
+    ``check`` (the recorded ``reward`` array) verifies the replay reproduces the recording.
+    """
+    env = make_env(env_name, num_nodes)
+    obs, _ = env.reset(seed=seed)
+    observations = [obs] if keep_observations else None
+    capture_set = set(int(t) for t in capture)
+    snaps, nodes, rewards, terms = {}, [], [], []
+    for t, action in enumerate(actions):
+        if t in capture_set:
+            snaps[t] = env.clone_state()
+        act = _as_env_action(env, action)
+        nodes.append(env.action_to_nodes(act))
+        obs, reward, terminated, truncated, _ = env.step(act)
+        rewards.append(reward)
+        terms.append(terminated)
+        if observations is not None:
+            observations.append(obs)
+    rewards_arr = np.asarray(rewards, dtype=np.float32)
+    if check is not None and not np.allclose(rewards_arr, check["reward"], atol=1e-6):
+        raise RuntimeError(f"replay of {env_name} seed {seed} does not match its recording")
+    return ReplayedEpisode(
+        env_name,
+        num_nodes,
+        seed,
+        np.asarray(actions),
+        np.stack(nodes).astype(np.int8),
+        rewards_arr,
+        np.asarray(terms, dtype=bool),
+        snaps,
+        observations,
+    )
+
+
+def _as_env_action(env, action: np.ndarray):
+    if env.action_space.shape == ():
+        return int(np.atleast_1d(action)[0])
+    return np.asarray(action, dtype=np.int64)
+
+
+def env_samples(
+    env_name: str,
+    num_nodes: int,
+    snapshot: Any,
+    actions: np.ndarray,
+    seeds: Sequence[int],
+) -> tuple[list[list[dict]], np.ndarray]:
+    """Environment rollouts from ``snapshot`` along ``actions`` (one per seed).
+
+    Returns ``(graphs, invalid)``: ``graphs[h][i]`` is sample i's metric graph after step h+1,
+    ``invalid`` (H, S) bool says whether step h of sample i was an invalid-action noop. After a
+    sample terminates it stays in its terminal state: later steps repeat its terminal metric
+    graph with reward 0.
+    """
+    env = make_env(env_name, num_nodes)
+    horizon = len(actions)
+    graphs: list[list[dict]] = [[] for _ in range(horizon)]
+    invalid = np.zeros((horizon, len(seeds)), dtype=bool)
+    for i, seed in enumerate(seeds):
+        env.restore_state(snapshot, seed=int(seed))
+        done_graph = None
+        for h, action in enumerate(actions):
+            if done_graph is not None:
+                graphs[h].append(done_graph)
+                continue
+            obs, reward, terminated, truncated, info = env.step(_as_env_action(env, action))
+            invalid[h, i] = info["invalid_action"]
+            graph = metric_graph(obs, reward, terminated)
+            graphs[h].append(graph)
+            if terminated or truncated:
+                done_graph = {**graph, "graph_continuous": graph["graph_continuous"].copy()}
+                done_graph["graph_continuous"][-1] = 0.0
+    return graphs, invalid
+
+
+def transition_gdd(
+    model_set: Mapping[str, np.ndarray],
+    env_set: Mapping[str, np.ndarray],
+    schema: Mapping[str, Any],
+    bandwidths: Any,
+    terminal: bool,
+):
+    """GDD between model and environment metric sample sets of one transition.
+
+    ``schema`` is the env schema; it is extended with reward/continuation/action mask here. A
+    terminal reference transition is scored on reward and continuation only.
+    """
+    from gdd_metric import gdd
+
+    if terminal:
+        return gdd(terminal_view(model_set), terminal_view(env_set), terminal_schema(), bandwidths)
+    return gdd(model_set, env_set, extend_schema(schema), bandwidths)
+
+
+def stack_env_graphs(graphs: Sequence[dict]) -> dict[str, np.ndarray]:
+    """Stack the per-sample metric graphs of one step."""
+    return stack_graphs(graphs)
