@@ -328,9 +328,7 @@ def _model_size_table(
     for env in order_envs(r["env"] for r in records):
         env_rows = []
         for model in models_of_env(env):
-            cells = [
-                Cell(agg[(env, model, n)]) if (env, model, n) in agg else None for n in sizes
-            ]
+            cells = [Cell(agg[(env, model, n)]) if (env, model, n) in agg else None for n in sizes]
             if any(c is not None for c in cells):
                 env_rows.append(Row(["", model_display(model)], cells))
         if not env_rows:

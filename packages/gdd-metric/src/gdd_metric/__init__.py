@@ -1,1 +1,48 @@
-"""gdd-metric package."""
+"""gdd-metric: the Graph Distribution Distance (GDD) between distributions of attributed graphs.
+
+GDD is the MMD under a characteristic factorised graph kernel (paper "Beyond Static Graph World
+Models", section "Graph Distribution Distance"). numpy is the only required dependency.
+
+Public API:
+    gdd, gdd_many, GDDResult        -- the metric (single transition / many at once)
+    fit_bandwidths, Bandwidths      -- median-heuristic bandwidths, JSON round trip
+    permutation_test                -- two-sample test with a caller-supplied Generator
+    normalise_schema, validate_samples, select_features -- input handling
+"""
+
+from .bandwidths import MIN_BANDWIDTH, Bandwidths, fit_bandwidths
+from .kernels import ComponentGrams
+from .mmd import (
+    DEFAULT_EPSILON,
+    DEFAULT_MULTIPLIERS,
+    DEFAULT_WEIGHTS,
+    GDDResult,
+    gdd,
+    gdd_many,
+    gram_matrices,
+    mmd2_from_gram,
+)
+from .schema import Schema, normalise_schema, select_features, validate_samples
+from .testing import permutation_test
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Bandwidths",
+    "ComponentGrams",
+    "DEFAULT_EPSILON",
+    "DEFAULT_MULTIPLIERS",
+    "DEFAULT_WEIGHTS",
+    "GDDResult",
+    "MIN_BANDWIDTH",
+    "Schema",
+    "fit_bandwidths",
+    "gdd",
+    "gdd_many",
+    "gram_matrices",
+    "mmd2_from_gram",
+    "normalise_schema",
+    "permutation_test",
+    "select_features",
+    "validate_samples",
+]

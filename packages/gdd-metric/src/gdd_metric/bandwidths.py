@@ -77,7 +77,12 @@ class Bandwidths:
 
     def to_dict(self) -> dict:
         """A JSON-able dict ``{"format", "version", "sigma", "lambda"}``."""
-        return {"format": _FORMAT, "version": 1, "sigma": dict(self.sigma), "lambda": dict(self.lam)}
+        return {
+            "format": _FORMAT,
+            "version": 1,
+            "sigma": dict(self.sigma),
+            "lambda": dict(self.lam),
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping) -> Bandwidths:
@@ -130,7 +135,9 @@ def _split(obs: Mapping, key: str, width: int, node: bool, lead: tuple[int, ...]
         raise KeyError(f"transition observation lacks the key {key!r} required by the schema")
     arr = np.asarray(obs[key])
     if arr.shape != shape:
-        raise ValueError(f"transition observation[{key!r}] must have shape {shape}, got {arr.shape}")
+        raise ValueError(
+            f"transition observation[{key!r}] must have shape {shape}, got {arr.shape}"
+        )
     if np.issubdtype(arr.dtype, np.floating) and not np.all(np.isfinite(arr)):
         raise ValueError(f"transition observation[{key!r}] contains NaN or inf")
     return arr

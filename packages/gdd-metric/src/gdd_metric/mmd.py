@@ -17,7 +17,7 @@ import numpy as np
 
 from .bandwidths import Bandwidths, as_bandwidths
 from .kernels import ComponentGrams, component_grams, jaccard_gram
-from .schema import Schema, SampleSet, check_same_nodes, normalise_schema, validate_samples
+from .schema import SampleSet, Schema, check_same_nodes, normalise_schema, validate_samples
 
 __all__ = [
     "GDDResult",
@@ -109,13 +109,19 @@ def _params(schema, bandwidths, weights, epsilon, multipliers, estimator) -> _Pa
     except TypeError:
         raise TypeError(f"weights must be a triple (w_n, w_g, w_e), got {weights!r}") from None
     if len(w) != 3 or not all(math.isfinite(x) and x >= 0 for x in w):
-        raise ValueError(f"weights must be three finite numbers >= 0 (w_n, w_g, w_e), got {weights!r}")
+        raise ValueError(
+            f"weights must be three finite numbers >= 0 (w_n, w_g, w_e), got {weights!r}"
+        )
     eps = float(epsilon)
     if not math.isfinite(eps) or eps < 0:
-        raise ValueError(f"epsilon must be finite and >= 0 (the paper requires > 0), got {epsilon!r}")
+        raise ValueError(
+            f"epsilon must be finite and >= 0 (the paper requires > 0), got {epsilon!r}"
+        )
     mult = np.asarray(multipliers, dtype=np.float64).ravel()
     if mult.size == 0 or not np.all(np.isfinite(mult) & (mult > 0)):
-        raise ValueError(f"multipliers must be a non-empty set of finite r > 0, got {multipliers!r}")
+        raise ValueError(
+            f"multipliers must be a non-empty set of finite r > 0, got {multipliers!r}"
+        )
     if estimator not in ESTIMATORS:
         raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
     return _Params(sch, bw, w, eps, mult, estimator)
@@ -194,10 +200,7 @@ def _pooled_grams(pairs: Sequence[tuple[SampleSet, SampleSet]], params: _Params)
         for key in ("node_continuous", "node_categorical", "graph_continuous", "graph_categorical")
     }
     edge = np.stack(
-        [
-            jaccard_gram([p.adjacency, t.adjacency], [p.support, t.support])
-            for p, t in pairs
-        ]
+        [jaccard_gram([p.adjacency, t.adjacency], [p.support, t.support]) for p, t in pairs]
     )
     return component_grams(
         pooled["node_continuous"],
@@ -266,9 +269,7 @@ def gdd_many(
         one :class:`GDDResult` per pair, in input order.
     """
     params = _params(schema, bandwidths, weights, epsilon, multipliers, estimator)
-    validated = [
-        _validate_pair(p, t, params.schema, estimator) for p, t in _as_pairs(pairs)
-    ]
+    validated = [_validate_pair(p, t, params.schema, estimator) for p, t in _as_pairs(pairs)]
     groups: dict[tuple[int, int, int], list[int]] = {}
     for k, (p, t) in enumerate(validated):
         groups.setdefault((p.num_samples, t.num_samples, p.num_nodes), []).append(k)

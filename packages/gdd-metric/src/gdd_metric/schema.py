@@ -117,9 +117,7 @@ def normalise_schema(schema: Mapping | Schema) -> Schema:
         node_continuous=_names(schema.get("node_continuous", []), "node_continuous"),
         node_categorical=_cardinalities(schema.get("node_categorical", {}), "node_categorical"),
         graph_continuous=_names(schema.get("graph_continuous", []), "graph_continuous"),
-        graph_categorical=_cardinalities(
-            schema.get("graph_categorical", {}), "graph_categorical"
-        ),
+        graph_categorical=_cardinalities(schema.get("graph_categorical", {}), "graph_categorical"),
     )
     seen: set[str] = set()
     for name in result.continuous_names + result.categorical_names:
@@ -232,7 +230,9 @@ def _check_categories(arr: np.ndarray, specs, key: str, name: str) -> None:
             )
 
 
-def validate_samples(samples: Mapping, schema: Mapping | Schema, name: str = "samples") -> SampleSet:
+def validate_samples(
+    samples: Mapping, schema: Mapping | Schema, name: str = "samples"
+) -> SampleSet:
     """Validate one sample set against ``schema``; return a :class:`SampleSet`.
 
     Raises:

@@ -1,0 +1,224 @@
+"""Recurrent adjacency: edge-update logits, Hard Concrete gates, XOR update
+(paper, "Adjacency Prediction and Message Passing").
+
+Symmetry (undirected graphs; ARCHITECTURE.md contract 8): the edge MLP is evaluated on both
+ordered pairs and the logits are symmetrised, l_ij = (f(i, j) + f(j, i)) / 2; one uniform is
+drawn per unordered pair (u_ji = u_ij), so gates, toggles and the sampled adjacency are
+symmetric. The diagonal (and any padded node) never gets a gate (c = 0), so A_t keeps a zero
+diagonal.
+
+Cost: the first layer of MLP_adj is affine in its concatenated input, so
+W [h_i, h_j, h_g, z_g, A] + b = P_i + Q_j + (W_g [h_g, z_g] + b) + w_A A_ij with per-node
+projections P = h W_i, Q = h W_j. :meth:`EdgeUpdateMLP.forward_dense` uses this by
+broadcasting; :meth:`EdgeUpdateMLP.forward_chunked` (no autograd; for imagination on large
+graphs) additionally walks over blocks of rows and adds w_A only on existing edges;
+:meth:`EdgeUpdateMLP.forward_naive` concatenates all pairs (the reference implementation).
+All three compute the same function.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = [
+    "HC_BETA",
+    "HC_GAMMA",
+    "HC_ZETA",
+    "EdgeUpdateMLP",
+    "symmetric_uniform",
+    "hard_concrete_gate",
+    "hard_concrete_prob_open",
+    "xor_update",
+    "bernoulli_gate",
+    "next_edge_signed_logit",
+]
+
+HC_BETA = 2.0 / 3.0
+HC_GAMMA = -0.1
+HC_ZETA = 1.1
+_EPS = 1e-6
+
+
+def symmetric_uniform(
+    shape: tuple[int, ...], generator: torch.Generator | None, device: torch.device | str
+) -> torch.Tensor:
+    """Uniforms (..., N, N) with one draw per unordered pair (u_ij = u_ji); diagonal 0.5."""
+    u = torch.rand(shape, generator=generator, device=device)
+    n = shape[-1]
+    upper = torch.triu(u, diagonal=1)
+    eye = torch.eye(n, device=u.device, dtype=u.dtype)
+    return upper + upper.transpose(-1, -2) + 0.5 * eye
+
+
+def hard_concrete_gate(
+    logits: torch.Tensor,
+    u: torch.Tensor,
+    beta: float = HC_BETA,
+    gamma: float = HC_GAMMA,
+    zeta: float = HC_ZETA,
+) -> torch.Tensor:
+    """Hard Concrete gate c in [0, 1] (Louizos et al. 2018) for edge-update logits l.
+
+    l~ = l + beta log(-gamma / zeta);  s = sigmoid((log u - log(1 - u) + l~) / beta);
+    c = clip_[0,1](s (zeta - gamma) + gamma).  With the shift, P(c > 0) = sigmoid(l).
+    """
+    u = u.clamp(_EPS, 1.0 - _EPS)
+    l_tilde = logits + beta * math.log(-gamma / zeta)  # paper: shifted logit
+    s = torch.sigmoid((torch.log(u) - torch.log1p(-u) + l_tilde) / beta)
+    return torch.clamp(s * (zeta - gamma) + gamma, 0.0, 1.0)
+
+
+def hard_concrete_prob_open(
+    logits: torch.Tensor,
+    beta: float = HC_BETA,
+    gamma: float = HC_GAMMA,
+    zeta: float = HC_ZETA,
+    shifted: bool = False,
+) -> torch.Tensor:
+    """Closed-form P(c > 0).
+
+    For the shifted logit l~ it is sigmoid(l~ - beta log(-gamma / zeta)); for the raw
+    edge-update logit l (``shifted=False``) this equals sigmoid(l).
+    """
+    l_tilde = logits if shifted else logits + beta * math.log(-gamma / zeta)
+    return torch.sigmoid(l_tilde - beta * math.log(-gamma / zeta))
+
+
+def bernoulli_gate(logits: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Ablation "bernoulli-adj": straight-through Bernoulli gate.
+
+    Forward: 1[u < sigmoid(l)] (so P(gate > 0) = sigmoid(l), as for Hard Concrete);
+    backward: the gradient of sigmoid(l).
+    """
+    p = torch.sigmoid(logits)
+    hard = (u < p).to(p.dtype)
+    return hard + p - p.detach()
+
+
+def xor_update(
+    a_prev: torch.Tensor, gate: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """XOR update and straight-through next-edge weights.
+
+    A_t = A_{t-1} xor 1[c > 0];  b = (1 - A_{t-1}) c + A_{t-1} (1 - c);
+    b_bar = b + sg(A_t - b)  (forward = A_t, gradient = that of b).
+    Returns ``(A_t, b_bar)`` as float tensors.
+    """
+    toggle = (gate > 0).to(gate.dtype)
+    a_t = a_prev + toggle - 2.0 * a_prev * toggle  # xor on {0, 1}
+    b = (1.0 - a_prev) * gate + a_prev * (1.0 - gate)
+    b_bar = b + (a_t - b).detach()
+    return a_t, b_bar
+
+
+def next_edge_signed_logit(logits: torch.Tensor, a_prev: torch.Tensor) -> torch.Tensor:
+    """lambda with sigmoid(lambda) = p_ij = P(A_t(i,j) = 1) (paper, adjacency KL).
+
+    p_ij = sigmoid(l) if A_{t-1}(i,j) = 0, else 1 - sigmoid(l) = sigmoid(-l).
+    """
+    return logits * (1.0 - 2.0 * a_prev)
+
+
+class EdgeUpdateMLP(nn.Module):
+    """MLP_adj(h_i, h_j, h_g, z_g, A_{t-1}(i,j)): Linear -> SiLU -> Linear (one hidden layer).
+
+    Args:
+        node_dim: dim(h) of the node states. graph_dim: dim([h_g, z_g]) (0 = no graph state).
+        hidden: width of the hidden layer.
+    """
+
+    def __init__(self, node_dim: int, graph_dim: int, hidden: int) -> None:
+        super().__init__()
+        self.node_dim, self.graph_dim, self.hidden = node_dim, graph_dim, hidden
+        self.w_i = nn.Linear(node_dim, hidden, bias=False)
+        self.w_j = nn.Linear(node_dim, hidden, bias=False)
+        self.w_g = nn.Linear(graph_dim, hidden, bias=True)  # carries the first-layer bias
+        self.w_a = nn.Parameter(torch.randn(hidden) / math.sqrt(hidden))
+        self.out = nn.Linear(hidden, 1)
+
+    # ---------------------------------------------------------------- shared parts
+    def _graph_term(self, g: torch.Tensor, batch: int, ref: torch.Tensor) -> torch.Tensor:
+        if self.graph_dim == 0:
+            return self.w_g.bias.expand(batch, self.hidden)
+        return self.w_g(g)
+
+    @staticmethod
+    def symmetrise(f: torch.Tensor) -> torch.Tensor:
+        """l_ij = (f_ij + f_ji) / 2."""
+        return 0.5 * (f + f.transpose(-1, -2))
+
+    # ---------------------------------------------------------------- implementations
+    def forward_dense(
+        self, h: torch.Tensor, g: torch.Tensor, a_prev: torch.Tensor
+    ) -> torch.Tensor:
+        """Symmetric logits (B, N, N) by broadcasting per-node projections (differentiable).
+
+        h: (B, N, node_dim); g: (B, graph_dim); a_prev: (B, N, N) float.
+        """
+        p, q = self.w_i(h), self.w_j(h)
+        c = self._graph_term(g, h.shape[0], h)
+        pre = p[:, :, None, :] + q[:, None, :, :] + c[:, None, None, :]
+        pre = pre + a_prev[..., None] * self.w_a
+        f = self.out(F.silu(pre)).squeeze(-1)
+        return self.symmetrise(f)
+
+    @torch.no_grad()
+    def forward_chunked(
+        self,
+        h: torch.Tensor,
+        g: torch.Tensor,
+        a_prev: torch.Tensor,
+        chunk_elems: int = 1 << 21,
+    ) -> torch.Tensor:
+        """Same function as :meth:`forward_dense`, without autograd, in row blocks.
+
+        Peak extra memory is about ``chunk_elems`` floats plus the (B, N, N) output.
+        """
+        b, n, _ = h.shape
+        p, q = self.w_i(h), self.w_j(h)
+        c = self._graph_term(g, b, h)
+        pc = p + c[:, None, :]  # fold the graph term and bias into P
+        w2 = self.out.weight.reshape(-1)
+        b2 = self.out.bias
+        f = h.new_empty(b, n, n)
+        rows = max(1, chunk_elems // max(1, n * self.hidden))
+        for s in range(b):
+            qs = q[s]
+            for r0 in range(0, n, rows):
+                r1 = min(n, r0 + rows)
+                pre = pc[s, r0:r1, None, :] + qs[None, :, :]  # (r, N, hidden)
+                ii, jj = torch.nonzero(a_prev[s, r0:r1], as_tuple=True)
+                if ii.numel():
+                    pre[ii, jj] += self.w_a
+                F.silu(pre, inplace=True)
+                f[s, r0:r1] = torch.matmul(pre, w2) + b2
+        return self.symmetrise(f)
+
+    def forward_naive(
+        self, h: torch.Tensor, g: torch.Tensor, a_prev: torch.Tensor
+    ) -> torch.Tensor:
+        """Reference: concatenate [h_i, h_j, h_g, z_g, A_ij] for every ordered pair."""
+        b, n, d = h.shape
+        hi = h[:, :, None, :].expand(b, n, n, d)
+        hj = h[:, None, :, :].expand(b, n, n, d)
+        gg = g[:, None, None, :].expand(b, n, n, self.graph_dim)
+        x = torch.cat([hi, hj, gg, a_prev[..., None]], dim=-1)
+        w1 = torch.cat(
+            [self.w_i.weight, self.w_j.weight, self.w_g.weight, self.w_a[:, None]], dim=1
+        )
+        f = self.out(F.silu(F.linear(x, w1, self.w_g.bias))).squeeze(-1)
+        return self.symmetrise(f)
+
+    def forward(
+        self, h: torch.Tensor, g: torch.Tensor, a_prev: torch.Tensor, chunk_elems: int = 1 << 21
+    ) -> torch.Tensor:
+        """Dense (autograd) when gradients are needed, chunked otherwise."""
+        if torch.is_grad_enabled() and (h.requires_grad or any(
+            p.requires_grad for p in self.parameters()
+        )):
+            return self.forward_dense(h, g, a_prev)
+        return self.forward_chunked(h, g, a_prev, chunk_elems)

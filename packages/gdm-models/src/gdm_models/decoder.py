@@ -1,0 +1,80 @@
+"""Decoder D(h^-, z) = theta(h^-) + I(h^-, z - E_p[z]) and the feature heads (paper, "Decoder").
+
+The deterministic prior state h^- is always used, so the decoder cannot bypass the stochastic
+state through the observation-informed h^+. The shared decoder state feeds linear heads; since
+the heads are linear, every head output splits the same way into a deterministic mean
+head(theta(h^-)) plus a stochastic innovation head(I(...)).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .rssm import MLP
+from .schema import Schema
+
+__all__ = ["InnovationDecoder", "NodeHeads", "GraphHeads", "PairDotAdjacencyHead"]
+
+
+class InnovationDecoder(nn.Module):
+    """D(h, z) = theta(h) + I(h, z - E_p[z])."""
+
+    def __init__(self, h_dim: int, z_dim: int, hidden: int, out_dim: int) -> None:
+        super().__init__()
+        self.theta = MLP(h_dim, hidden, out_dim)
+        self.innovation = MLP(h_dim + z_dim, hidden, out_dim)
+
+    def forward(self, h: torch.Tensor, z: torch.Tensor, z_mean: torch.Tensor) -> torch.Tensor:
+        return self.theta(h) + self.innovation(torch.cat([h, z - z_mean], dim=-1))
+
+
+class NodeHeads(nn.Module):
+    """Per-node heads: continuous features (standardised), categorical logits, action mask."""
+
+    def __init__(self, schema: Schema, dim: int) -> None:
+        super().__init__()
+        self.cont = nn.Linear(dim, schema.num_node_continuous)
+        self.cat = nn.ModuleList([nn.Linear(dim, k) for k in schema.node_cardinalities])
+        self.action_mask = nn.Linear(dim, 1)
+
+    def forward(self, d: torch.Tensor) -> dict[str, object]:
+        return {
+            "node_continuous": self.cont(d),
+            "node_categorical": [head(d) for head in self.cat],
+            "action_mask": self.action_mask(d).squeeze(-1),
+        }
+
+
+class GraphHeads(nn.Module):
+    """Graph heads: continuous (standardised), categorical logits, reward, continuation."""
+
+    def __init__(self, schema: Schema, dim: int) -> None:
+        super().__init__()
+        self.cont = nn.Linear(dim, schema.num_graph_continuous)
+        self.cat = nn.ModuleList([nn.Linear(dim, k) for k in schema.graph_cardinalities])
+        self.reward = nn.Linear(dim, 1)
+        self.continuation = nn.Linear(dim, 1)
+
+    def forward(self, d: torch.Tensor) -> dict[str, object]:
+        return {
+            "graph_continuous": self.cont(d),
+            "graph_categorical": [head(d) for head in self.cat],
+            "reward": self.reward(d).squeeze(-1),
+            "continuation": self.continuation(d).squeeze(-1),
+        }
+
+
+class PairDotAdjacencyHead(nn.Module):
+    """Ablation "no-recurrent-adj": adjacency logits from the node decoder states only,
+    l_uv = (W_adj d_u)^T (W_adj d_v) + c (as G-RSSM's size-independent decoder, plus a
+    learned scalar bias c so that sparse graphs are representable at any N)."""
+
+    def __init__(self, dim: int, proj: int) -> None:
+        super().__init__()
+        self.proj = nn.Linear(dim, proj, bias=False)
+        self.bias = nn.Parameter(torch.zeros(()))
+
+    def forward(self, d: torch.Tensor) -> torch.Tensor:
+        x = self.proj(d)
+        return torch.matmul(x, x.transpose(-1, -2)) + self.bias
