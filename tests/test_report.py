@@ -44,6 +44,9 @@ def _single(env: str, model: str, size: int, seed: int) -> dict:
     features = {"stability": 0.01 * (seed + 1), "reward": 0.1, "continuation": 0.02}
     if env == "OD":
         features = {"opinion": 0.03 * (seed + 1), "reward": 0.2}
+    components = {"node": 0.1 * seed, "graph": 0.2, "edge": 0.3 + size, "joint": 0.01}
+    if env == "OD" and model == "g-rssm" and size == 20 and seed == 1:
+        components["node"] = math.nan
     return {
         "kind": "single_step",
         "env": env,
@@ -52,7 +55,7 @@ def _single(env: str, model: str, size: int, seed: int) -> dict:
         "size": size,
         "gdd": gdd,
         "gdd_episodes": [gdd, gdd],
-        "components": {"node": 0.1 * seed, "graph": 0.2, "edge": 0.3 + size, "joint": 0.01},
+        "components": components,
         "factor_metrics": {"adjacency_bce": 0.05 + seed, "features": features},
         "num_transitions": 40,
         "some_future_key": {"ignored": True},
@@ -93,16 +96,20 @@ def _write_log(run: Path, env: str, model: str, seed: int, terms: list[str], n: 
     (folder / "log.csv").write_text("\n".join(lines) + "\n")
 
 
-def make_run(run: Path, *, kinds: tuple[str, ...] = ("single", "multi", "self", "ablation")):
+def make_run(run: Path, envs: tuple[str, ...] = ("SAR", "OD", "RGC")) -> Path:
     """A synthetic run: envs SAR/OD/RGC, 3 models, sizes 20/30/50 (RGC 20/30), 3 seeds."""
+    kinds = ("single", "multi", "self", "ablation")
     models = ("gdm", "g-rssm", "ea-gwm")
     sizes = {"SAR": (20, 30, 50), "OD": (20, 30, 50), "RGC": (20, 30)}
-    for env, env_sizes in sizes.items():
+    for env in envs:
+        env_sizes = sizes[env]
         for seed in range(3):
             for size in env_sizes:
                 if "single" in kinds:
                     for model in models:
-                        _write(run, f"ss-{env}-{model}-{size}-{seed}", _single(env, model, size, seed))
+                        _write(
+                            run, f"ss-{env}-{model}-{size}-{seed}", _single(env, model, size, seed)
+                        )
                 if "ablation" in kinds and size in (20, 50) and env != "RGC":
                     rec = _single(env, "gdm:no-h-plus", size, seed)
                     _write(run, f"ab-{env}-{size}-{seed}", rec)
@@ -158,10 +165,24 @@ def test_mean_ci_hand_computed():
 # ---------------------------------------------------------------------------------------------
 def test_every_table_and_figure_is_written(full_run):
     run, paths = full_run
-    tables = {"gdd_single_step", "self_gdd", "ablations", "multi_step", "gdd_components",
-              "factor_metrics"}
-    figures = {"gdd_vs_size", "ablation_gdd_vs_size", "multi_step", "multi_step_components",
-               "gdd_components", "factor_metrics", "training_curves", "ablation_training_curves"}
+    tables = {
+        "gdd_single_step",
+        "self_gdd",
+        "ablations",
+        "multi_step",
+        "gdd_components",
+        "factor_metrics",
+    }
+    figures = {
+        "gdd_vs_size",
+        "ablation_gdd_vs_size",
+        "multi_step",
+        "multi_step_components",
+        "gdd_components",
+        "factor_metrics",
+        "training_curves",
+        "ablation_training_curves",
+    }
     assert set(paths.tables_md) == tables and set(paths.tables_tex) == tables
     assert set(paths.figures) == figures
     for path in paths.files():
@@ -236,6 +257,7 @@ def test_latex_is_booktabs_and_bolds_best(full_run):
 def test_self_ablation_multi_step_and_components_tables(full_run):
     _, paths = full_run
     self_md = paths.tables_md["self_gdd"].read_text()
+    assert "**" not in self_md and "in bold" not in self_md
     assert _row(self_md, "RGC")[1:3] == ["0 ± 0", "0 ± 0"]
     assert _row(self_md, "SAR")[1] == f"2.00e-04 ± {T_975_2 * 1e-4 / math.sqrt(3):.2e}"
 
@@ -255,10 +277,15 @@ def test_self_ablation_multi_step_and_components_tables(full_run):
     comp = paths.tables_md["gdd_components"].read_text()
     row = _row(comp, "GDM", "SAR")
     assert row[1] == "20"  # the smallest size
+    # GDD, then node (0.1 * seed), graph, edge, joint; equal components tie, and ties all bold
     assert row[3:] == [
-        f"0.100 ± {T_975_2 * 0.1 / math.sqrt(3):.3f}", "0.200 ± 0.000", "20.300 ± 0.000",
-        "0.010 ± 0.000",
+        "2.000 ± 2.484",
+        f"**0.100 ± {T_975_2 * 0.1 / math.sqrt(3):.3f}**",
+        "**0.200 ± 0.000**",
+        "**20.300 ± 0.000**",
+        "**0.010 ± 0.000**",
     ]
+    assert _row(comp, "G-RSSM", "OD")[4] == "nan ± nan"  # a NaN component of one seed
     fm = paths.tables_md["factor_metrics"].read_text()
     assert "opinion" in fm and "adjacency_bce" in fm
 
@@ -272,7 +299,7 @@ def test_rebuild_is_idempotent(full_run):
 
 
 def test_missing_kinds_are_skipped_and_stale_files_removed(tmp_path):
-    run = make_run(tmp_path / "run")
+    run = make_run(tmp_path / "run", envs=("SAR",))
     build_report(run)
     assert (run / "report" / "multi_step.png").exists()
     for f in (run / "results").glob("ms-*.json"):
@@ -373,8 +400,9 @@ def test_training_logs_and_curves(tmp_path):
     np.testing.assert_array_equal(log.step, [0, 10, 20, 30])
     np.testing.assert_allclose(log.total, [13.0, 8.0, 10 / 3 + 3, 5.5])
 
-    np.testing.assert_allclose(smooth(np.arange(1.0, 13.0)), [1, 1.5, 2, 2.5, 3, 3.5, 4, 4.5,
-                                                              5, 5.5, 6.5, 7.5])
+    np.testing.assert_allclose(
+        smooth(np.arange(1.0, 13.0)), [1, 1.5, 2, 2.5, 3, 3.5, 4, 4.5, 5, 5.5, 6.5, 7.5]
+    )
     np.testing.assert_allclose(smooth(np.array([1.0, np.nan, 3.0]), window=2), [1.0, 1.0, 3.0])
 
     short = type(log)("SAR", "gdm", 0, np.array([0, 10]), np.array([1.0, 3.0]), Path("a"))

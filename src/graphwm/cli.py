@@ -104,8 +104,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _print_report(paths) -> None:
-    for path in getattr(paths, "markdown", []) or []:
-        print(Path(path).read_text())
+    print(paths.main_table or "(no single-step results yet)")
+    print(f"\nall tables and figures: {paths.index}")
 
 
 if __name__ == "__main__":

@@ -225,7 +225,7 @@ def load_results(run_dir: Path | str) -> list[dict]:
 # ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class TrainingLog:
-    """The ``step`` and ``total`` loss columns of one training job's ``log.csv``."""
+    """The ``step`` and total-loss (``loss`` or ``total``) columns of one job's ``log.csv``."""
 
     env: str
     model: str
@@ -238,8 +238,9 @@ class TrainingLog:
 def _read_log(path: Path, env: str, model: str, seed: int) -> TrainingLog:
     with path.open(newline="", encoding="utf-8") as fh:
         rows = list(csv.reader(fh))
-    if not rows or rows[0][:2] != ["step", "total"]:
-        raise ResultsFormatError(f"{path}: header must start with 'step,total'")
+    # gdm_models' trainer names the total loss "loss"; "total" is accepted as well
+    if not rows or rows[0][:2] not in (["step", "total"], ["step", "loss"]):
+        raise ResultsFormatError(f"{path}: header must start with 'step,loss' (or 'step,total')")
     steps, totals = [], []
     for line, row in enumerate(rows[1:], start=2):
         if not row:

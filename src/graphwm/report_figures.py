@@ -109,6 +109,22 @@ def _line_with_band(
     ci = _finite([s.ci for s in series])
     ax.plot(x, mean, marker="o", markersize=3, label=label, color=color)
     ax.fill_between(x, mean - ci, mean + ci, color=color, alpha=0.2, linewidth=0)
+    _mark_non_finite(ax, x, [s.mean for s in series], color)
+
+
+def _mark_non_finite(ax: Axes, x: Sequence[float], values: Sequence[float], color) -> None:
+    """Draw an ``x`` at the bottom of the panel wherever a mean is NaN or inf (not a gap only)."""
+    bad = [xi for xi, v in zip(x, values, strict=True) if not np.isfinite(v)]
+    if bad:
+        ax.plot(
+            bad,
+            [0.03] * len(bad),
+            linestyle="none",
+            marker="x",
+            color=color,
+            transform=ax.get_xaxis_transform(),
+            clip_on=False,
+        )
 
 
 def _per_horizon(records: list[dict], field: str, sub: str | None = None) -> dict[int, SeedStats]:
@@ -222,15 +238,29 @@ def components_figure(records: list[dict], path: Path, colors: dict[str, tuple])
             rs = [r for r in mine if r["model"] == model]
             series = [mean_ci(r["gdd"] for r in rs)]
             series += [mean_ci(r["components"][c] for r in rs) for c in COMPONENTS]
+            xs = x + (i - (len(models) - 1) / 2) * width
+            means = np.array([s.mean for s in series])
             ax.bar(
-                x + (i - (len(models) - 1) / 2) * width,
-                np.nan_to_num(_finite([s.mean for s in series]), nan=0.0),
+                xs,
+                np.nan_to_num(_finite(means), nan=0.0),
                 width,
                 yerr=np.nan_to_num(_finite([s.ci for s in series]), nan=0.0),
                 label=model_display(model),
                 color=colors[model],
                 capsize=2,
             )
+            for xi, v in zip(xs, means, strict=True):
+                if not np.isfinite(v):  # a NaN/inf bar is labelled, not drawn as 0
+                    ax.text(
+                        xi,
+                        0,
+                        f" {v}",
+                        rotation=90,
+                        ha="center",
+                        va="bottom",
+                        fontsize="x-small",
+                        color=colors[model],
+                    )
         ax.set_xticks(x, groups)
         ax.set_title(f"{env} (N={size})")
     return _save(fig, path)

@@ -195,6 +195,7 @@ class Table:
     rows: list[Row] = field(default_factory=list)
     digits: int = 3
     scientific: bool = False
+    bold_best: bool = True
 
     def seed_counts(self) -> list[int]:
         """Number of seeds of every present cell."""
@@ -233,7 +234,8 @@ def _seed_note(table: Table) -> str:
         return ""
     lo, hi = min(counts), max(counts)
     seeds = f"{lo} seeds" if lo == hi else f"{lo}-{hi} seeds (varies per cell)"
-    return f"Mean ± 95% CI (Student t) over {seeds}; lowest mean in bold."
+    note = f"Mean ± 95% CI (Student t) over {seeds}"
+    return note + ("; lowest mean in bold." if table.bold_best else ".")
 
 
 def _md_escape(text: str) -> str:
@@ -402,6 +404,7 @@ def self_gdd_table(records: list[dict]) -> Table | None:
         [f"N={n}" for n in sizes],
         digits=3,
         scientific=True,
+        bold_best=False,
     )
     for env in order_envs(r["env"] for r in selfs):
         cells = [Cell(agg[(env, n)]) if (env, n) in agg else None for n in sizes]

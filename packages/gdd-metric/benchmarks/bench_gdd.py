@@ -16,11 +16,11 @@ Run:  uv run python packages/gdd-metric/benchmarks/bench_gdd.py [--quick]
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 import tracemalloc
 
 import numpy as np
-
 from gdd_metric import Bandwidths, gdd, gdd_many, normalise_schema, validate_samples
 from gdd_metric.reference import graph_at, pair_kernels, reference_gdd
 
@@ -145,12 +145,13 @@ def main() -> None:
         bw = bandwidths_for(schema)
         for n_nodes in sizes:
             pred, true = make_sets(schema, n_nodes, s, rng)
-            fast = best_time(lambda pred=pred, true=true: gdd(pred, true, schema, bw), 3)
+            run = functools.partial(gdd, pred, true, schema, bw)
+            fast = best_time(run, 3)
             budget = 4000 if n_nodes <= 100 else 60
             ref, extrapolated = reference_time(pred, true, schema, bw, budget, rng)
-            peak = peak_memory(lambda pred=pred, true=true: gdd(pred, true, schema, bw))
+            peak = peak_memory(run)
             batch = [(pred, true)] * (20 if n_nodes <= 100 else 4)
-            many = best_time(lambda b=batch: gdd_many(b, schema, bw), 2) / len(batch)
+            many = best_time(functools.partial(gdd_many, batch, schema, bw), 2) / len(batch)
             ratio = ref / fast
             note = "reference extrapolated from a pair subset" if extrapolated else ""
             print(

@@ -238,7 +238,7 @@ def fit_bandwidths(transitions: Iterable, schema: Mapping | Schema) -> Bandwidth
                 continue
             changed = (x0 != x1).astype(np.float64)
             # rho_{t,f}: the fraction of entries that change, one value per transition
-            rates[f].append(changed.mean(axis=-1) if node else np.atleast_1d(changed))
+            rates[f].append(np.atleast_1d(changed.mean(axis=-1) if node else changed))
     if count == 0:
         raise ValueError("fit_bandwidths needs at least one transition")
 

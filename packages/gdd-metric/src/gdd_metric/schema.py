@@ -166,7 +166,7 @@ def _check_adjacency(adj: object, name: str) -> tuple[np.ndarray, np.ndarray]:
         return adj, np.zeros((0, 0), dtype=bool)
     # Every entry outside the union support is 0, so value and symmetry checks only need the
     # support (one cheap reduction over the samples instead of a full transpose).
-    support = np.logical_or.reduce(adj != 0, axis=0) if adj.dtype != np.bool_ else adj.any(0)
+    support = adj.any(axis=0)  # non-zero (or NaN) anywhere in the set
     flat = np.flatnonzero(support)
     if flat.size:
         rows, cols = np.divmod(flat, n)

@@ -136,15 +136,16 @@ class EdgeUpdateMLP(nn.Module):
         self.node_dim, self.graph_dim, self.hidden = node_dim, graph_dim, hidden
         self.w_i = nn.Linear(node_dim, hidden, bias=False)
         self.w_j = nn.Linear(node_dim, hidden, bias=False)
-        self.w_g = nn.Linear(graph_dim, hidden, bias=True)  # carries the first-layer bias
+        self.w_g = nn.Linear(graph_dim, hidden, bias=False) if graph_dim else None
+        self.b1 = nn.Parameter(torch.zeros(hidden))  # first-layer bias
         self.w_a = nn.Parameter(torch.randn(hidden) / math.sqrt(hidden))
         self.out = nn.Linear(hidden, 1)
 
     # ---------------------------------------------------------------- shared parts
     def _graph_term(self, g: torch.Tensor, batch: int, ref: torch.Tensor) -> torch.Tensor:
-        if self.graph_dim == 0:
-            return self.w_g.bias.expand(batch, self.hidden)
-        return self.w_g(g)
+        if self.w_g is None:
+            return self.b1.expand(batch, self.hidden)
+        return self.w_g(g) + self.b1
 
     @staticmethod
     def symmetrise(f: torch.Tensor) -> torch.Tensor:
@@ -207,18 +208,26 @@ class EdgeUpdateMLP(nn.Module):
         hj = h[:, None, :, :].expand(b, n, n, d)
         gg = g[:, None, None, :].expand(b, n, n, self.graph_dim)
         x = torch.cat([hi, hj, gg, a_prev[..., None]], dim=-1)
-        w1 = torch.cat(
-            [self.w_i.weight, self.w_j.weight, self.w_g.weight, self.w_a[:, None]], dim=1
-        )
-        f = self.out(F.silu(F.linear(x, w1, self.w_g.bias))).squeeze(-1)
+        wg = [self.w_g.weight] if self.w_g is not None else []
+        w1 = torch.cat([self.w_i.weight, self.w_j.weight, *wg, self.w_a[:, None]], dim=1)
+        f = self.out(F.silu(F.linear(x, w1, self.b1))).squeeze(-1)
         return self.symmetrise(f)
+
+    #: implementation used by :meth:`forward`: "auto" (dense with autograd, else chunked),
+    #: "dense", "chunked" or "naive" (benchmarks/tests)
+    impl: str = "auto"
 
     def forward(
         self, h: torch.Tensor, g: torch.Tensor, a_prev: torch.Tensor, chunk_elems: int = 1 << 21
     ) -> torch.Tensor:
-        """Dense (autograd) when gradients are needed, chunked otherwise."""
-        if torch.is_grad_enabled() and (h.requires_grad or any(
-            p.requires_grad for p in self.parameters()
-        )):
+        """Symmetric edge-update logits (B, N, N); see :attr:`impl`."""
+        impl = self.impl
+        if impl == "auto":
+            impl = "dense" if torch.is_grad_enabled() else "chunked"
+        if impl == "dense":
             return self.forward_dense(h, g, a_prev)
-        return self.forward_chunked(h, g, a_prev, chunk_elems)
+        if impl == "chunked":
+            return self.forward_chunked(h, g, a_prev, chunk_elems)
+        if impl == "naive":
+            return self.forward_naive(h, g, a_prev)
+        raise ValueError(f"unknown EdgeUpdateMLP.impl {impl!r}")

@@ -34,13 +34,14 @@ class NodeHeads(nn.Module):
 
     def __init__(self, schema: Schema, dim: int) -> None:
         super().__init__()
-        self.cont = nn.Linear(dim, schema.num_node_continuous)
+        self.num_cont = schema.num_node_continuous
+        self.cont = nn.Linear(dim, self.num_cont) if self.num_cont else None
         self.cat = nn.ModuleList([nn.Linear(dim, k) for k in schema.node_cardinalities])
         self.action_mask = nn.Linear(dim, 1)
 
     def forward(self, d: torch.Tensor) -> dict[str, object]:
         return {
-            "node_continuous": self.cont(d),
+            "node_continuous": self.cont(d) if self.cont is not None else d[..., :0],
             "node_categorical": [head(d) for head in self.cat],
             "action_mask": self.action_mask(d).squeeze(-1),
         }
@@ -51,14 +52,15 @@ class GraphHeads(nn.Module):
 
     def __init__(self, schema: Schema, dim: int) -> None:
         super().__init__()
-        self.cont = nn.Linear(dim, schema.num_graph_continuous)
+        self.num_cont = schema.num_graph_continuous
+        self.cont = nn.Linear(dim, self.num_cont) if self.num_cont else None
         self.cat = nn.ModuleList([nn.Linear(dim, k) for k in schema.graph_cardinalities])
         self.reward = nn.Linear(dim, 1)
         self.continuation = nn.Linear(dim, 1)
 
     def forward(self, d: torch.Tensor) -> dict[str, object]:
         return {
-            "graph_continuous": self.cont(d),
+            "graph_continuous": self.cont(d) if self.cont is not None else d[..., :0],
             "graph_categorical": [head(d) for head in self.cat],
             "reward": self.reward(d).squeeze(-1),
             "continuation": self.continuation(d).squeeze(-1),

@@ -1,0 +1,374 @@
+"""Building blocks shared by the baselines (Vanilla GWM, EA-GWM, G-RSSM).
+
+* :class:`GraphState` - a (possibly soft) graph observation in model units: continuous features
+  standardised with the :class:`~gdm_models.scaling.FeatureScaler` (paper, appendix "Feature
+  Scaling"), categorical/binary factors as probability vectors (one-hot for observations), the
+  adjacency as edge probabilities (0/1 for observations).
+* :class:`Prediction` - the heads' outputs for one step (standardised scalars, logits).
+* :class:`FeatureSetEncoder` - feature-specific linear encoders averaged into one embedding;
+  categorical inputs are probability vectors so that differentiable rollouts can feed
+  predicted probabilities back (paper, appendix "Baseline Implementations").
+* :class:`FeatureHeads` - feature-specific prediction heads.
+* :func:`prediction_losses` - the per-item prediction loss terms (MSE in standardised units for
+  scalars, CE for categorical factors, BCE for adjacency / action mask / continuation).
+* Sampling helpers; every random draw takes a ``torch.Generator``. Undirected graphs: one
+  Bernoulli draw per *unordered* pair (upper triangle, mirrored), zero diagonal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..scaling import FeatureScaler
+from ..schema import Schema
+
+__all__ = [
+    "GraphState",
+    "Prediction",
+    "FeatureSetEncoder",
+    "FeatureHeads",
+    "pair_mask_of",
+    "masked_node_mean",
+    "state_from_observation",
+    "prediction_losses",
+    "LOSS_KEYS",
+    "sample_symmetric_bernoulli",
+    "sample_bernoulli",
+    "sample_categorical",
+    "sampled_state",
+    "soft_state",
+    "SampledOutputs",
+]
+
+
+# ---------------------------------------------------------------------------- containers
+@dataclass
+class GraphState:
+    """A batch of graph states in model units (B graphs padded to N nodes).
+
+    Attributes:
+        adjacency: (B,N,N) edge probabilities (0/1 when observed), symmetric, zero diagonal.
+        node_continuous: (B,N,Fnc) standardised continuous node features.
+        node_categorical: list over categorical node features of (B,N,K_f) probabilities.
+        graph_continuous: (B,Fgc) standardised continuous graph features.
+        graph_categorical: list of (B,K_f) probabilities.
+        action_mask: (B,N) probability that the node is a valid action.
+        node_mask: (B,N) bool, real (non-padded) nodes.
+    """
+
+    adjacency: torch.Tensor
+    node_continuous: torch.Tensor
+    node_categorical: list[torch.Tensor]
+    graph_continuous: torch.Tensor
+    graph_categorical: list[torch.Tensor]
+    action_mask: torch.Tensor
+    node_mask: torch.Tensor
+
+    def expand(self, num_samples: int) -> GraphState:
+        """Repeat a single state (B = 1) ``num_samples`` times along the batch axis."""
+
+        def rep(t: torch.Tensor) -> torch.Tensor:
+            return t.expand(num_samples, *t.shape[1:]).contiguous()
+
+        return GraphState(
+            rep(self.adjacency),
+            rep(self.node_continuous),
+            [rep(t) for t in self.node_categorical],
+            rep(self.graph_continuous),
+            [rep(t) for t in self.graph_categorical],
+            rep(self.action_mask),
+            rep(self.node_mask),
+        )
+
+
+@dataclass
+class Prediction:
+    """Heads' outputs for one step (B graphs, N nodes).
+
+    ``node_continuous``/``graph_continuous``/``reward`` are in standardised units; the rest are
+    logits. ``adjacency_logit`` is symmetric.
+    """
+
+    node_continuous: torch.Tensor  # (B,N,Fnc)
+    node_categorical: list[torch.Tensor]  # (B,N,K_f) logits
+    action_mask_logit: torch.Tensor  # (B,N)
+    adjacency_logit: torch.Tensor  # (B,N,N)
+    graph_continuous: torch.Tensor  # (B,Fgc)
+    graph_categorical: list[torch.Tensor]  # (B,K_f) logits
+    reward: torch.Tensor  # (B,)
+    continuation_logit: torch.Tensor  # (B,)
+
+
+# ---------------------------------------------------------------------------- masks
+def pair_mask_of(node_mask: torch.Tensor) -> torch.Tensor:
+    """(B,N,N) bool mask of real, off-diagonal node pairs."""
+    n = node_mask.shape[-1]
+    m = node_mask[..., :, None] & node_mask[..., None, :]
+    return m & ~torch.eye(n, dtype=torch.bool, device=node_mask.device)
+
+
+def masked_node_mean(x: torch.Tensor, node_mask: torch.Tensor) -> torch.Tensor:
+    """Mean of (B,N,D) ``x`` over real nodes -> (B,D) (Pool = mean, paper appendix)."""
+    m = node_mask.to(x.dtype)[..., None]
+    return (x * m).sum(-2) / m.sum(-2).clamp_min(1.0)
+
+
+# ---------------------------------------------------------------------------- encoders / heads
+class FeatureSetEncoder(nn.Module):
+    """Mean of feature-specific linear embeddings.
+
+    Continuous (standardised) feature f: ``x_f w_f + b_f``; categorical feature f given as a
+    probability vector p (one-hot for observations): ``W_f p + b_f``; binary extras (e.g. the
+    action mask) as a probability q: ``q w + b``. With no features at all the embedding is a
+    learned constant (e.g. the graph embedding in RGC, which has no graph features).
+    """
+
+    def __init__(self, num_cont: int, cards: tuple[int, ...], num_binary: int, dim: int) -> None:
+        super().__init__()
+        self.num_cont, self.cards, self.num_binary, self.dim = num_cont, tuple(cards), num_binary, dim
+        n_scalar = num_cont + num_binary
+        self.scalar_weight = nn.Parameter(torch.randn(n_scalar, dim) * 0.5)
+        self.scalar_bias = nn.Parameter(torch.zeros(n_scalar, dim))
+        self.cat = nn.ModuleList([nn.Linear(k, dim) for k in self.cards])
+        self.count = n_scalar + len(self.cards)
+        self.empty = nn.Parameter(torch.zeros(dim))
+
+    def forward(
+        self,
+        cont: torch.Tensor,
+        cat: list[torch.Tensor],
+        binary: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """cont (...,Fc), cat list of (...,K_f), binary (...,Fb) -> (...,dim)."""
+        lead = cont.shape[:-1]
+        if self.count == 0:
+            return self.empty.expand(*lead, self.dim)
+        scal = cont if binary is None else torch.cat([cont, binary.to(cont.dtype)], dim=-1)
+        if scal.shape[-1] != self.num_cont + self.num_binary:
+            raise ValueError(
+                f"encoder expects {self.num_cont} continuous and {self.num_binary} binary inputs, "
+                f"got {scal.shape[-1]} columns"
+            )
+        total = (scal[..., :, None] * self.scalar_weight + self.scalar_bias).sum(-2)
+        for lin, p in zip(self.cat, cat, strict=True):
+            total = total + lin(p)
+        return total / self.count
+
+
+class FeatureHeads(nn.Module):
+    """Feature-specific linear heads: continuous outputs (standardised) and categorical logits."""
+
+    def __init__(self, dim: int, num_cont: int, cards: tuple[int, ...]) -> None:
+        super().__init__()
+        self.cont = nn.Linear(dim, num_cont)
+        self.cat = nn.ModuleList([nn.Linear(dim, k) for k in cards])
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        return self.cont(x), [h(x) for h in self.cat]
+
+
+# ---------------------------------------------------------------------------- observations
+def state_from_observation(
+    obs: Mapping[str, torch.Tensor],
+    node_mask: torch.Tensor,
+    schema: Schema,
+    scaler: FeatureScaler,
+) -> GraphState:
+    """Observation tensors (as from :func:`gdm_models.data.observation_to_tensors`, batch axis
+    first) -> :class:`GraphState` with standardised scalars and one-hot categorical factors."""
+    m = node_mask.to(obs["adjacency"].dtype)
+    adj = obs["adjacency"].to(m.dtype) * pair_mask_of(node_mask).to(m.dtype)
+    nk = obs["node_categorical"]
+    gk = obs["graph_categorical"]
+    node_cat = [
+        F.one_hot(nk[..., i], k).to(m.dtype) * m[..., None]
+        for i, k in enumerate(schema.node_cardinalities)
+    ]
+    graph_cat = [F.one_hot(gk[..., i], k).to(m.dtype) for i, k in enumerate(schema.graph_cardinalities)]
+    return GraphState(
+        adjacency=adj,
+        node_continuous=scaler.scale_node(obs["node_continuous"].to(m.dtype)) * m[..., None],
+        node_categorical=node_cat,
+        graph_continuous=scaler.scale_graph(obs["graph_continuous"].to(m.dtype)),
+        graph_categorical=graph_cat,
+        action_mask=obs["action_mask"].to(m.dtype) * m,
+        node_mask=node_mask,
+    )
+
+
+# ---------------------------------------------------------------------------- losses
+#: keys of :func:`prediction_losses`' result (per-item tensors) besides ``node_per_node``.
+LOSS_KEYS: tuple[str, ...] = ("node", "graph", "adjacency", "action_mask", "reward", "continuation")
+
+
+def prediction_losses(
+    pred: Prediction,
+    target: Mapping[str, torch.Tensor],
+    node_mask: torch.Tensor,
+    schema: Schema,
+    scaler: FeatureScaler,
+) -> dict[str, torch.Tensor]:
+    """Per-graph prediction loss terms (paper, "Training": L_pred and appendix "Feature Scaling").
+
+    ``target`` holds observation tensors of the next step (environment units, categorical as
+    integers) plus ``reward`` (B,) and ``continuation`` (B,) in {0,1}. Returns (B,) tensors:
+
+    * ``node``: 1/(N |F_n|) sum_v sum_f l_f (MSE in standardised units / CE), 0 if |F_n| = 0;
+    * ``node_per_node``: (B,N) per-node mean over node features (for critical-node weighting);
+    * ``graph``: 1/|F_g| sum_f l_f; ``adjacency``: BCE mean over real off-diagonal pairs;
+    * ``action_mask``: BCE mean over real nodes; ``reward``: MSE (standardised);
+      ``continuation``: BCE.
+    """
+    dt = pred.reward.dtype
+    m = node_mask.to(dt)
+    n_real = m.sum(-1).clamp_min(1.0)
+    # node features: sum_f l_f(v)
+    per_node = torch.zeros_like(m)
+    fn = schema.num_node_features
+    if schema.num_node_continuous:
+        z = scaler.scale_node(target["node_continuous"].to(dt))
+        per_node = per_node + (pred.node_continuous - z).pow(2).sum(-1)
+    for i, logits in enumerate(pred.node_categorical):
+        tgt = target["node_categorical"][..., i]
+        ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), reduction="none")
+        per_node = per_node + ce.reshape(tgt.shape)
+    per_node = per_node * m / max(fn, 1)
+    node = per_node.sum(-1) / n_real
+    # graph features
+    graph = torch.zeros_like(pred.reward)
+    if schema.num_graph_continuous:
+        z = scaler.scale_graph(target["graph_continuous"].to(dt))
+        graph = graph + (pred.graph_continuous - z).pow(2).sum(-1)
+    for i, logits in enumerate(pred.graph_categorical):
+        graph = graph + F.cross_entropy(logits, target["graph_categorical"][..., i], reduction="none")
+    graph = graph / max(schema.num_graph_features, 1)
+    # adjacency BCE over real off-diagonal (ordered) pairs == over unordered pairs (symmetric)
+    pm = pair_mask_of(node_mask).to(dt)
+    bce = F.binary_cross_entropy_with_logits(
+        pred.adjacency_logit, target["adjacency"].to(dt), reduction="none"
+    )
+    adjacency = (bce * pm).sum((-1, -2)) / pm.sum((-1, -2)).clamp_min(1.0)
+    am = F.binary_cross_entropy_with_logits(
+        pred.action_mask_logit, target["action_mask"].to(dt), reduction="none"
+    )
+    action_mask = (am * m).sum(-1) / n_real
+    reward = (pred.reward - scaler.scale_reward(target["reward"].to(dt))).pow(2)
+    continuation = F.binary_cross_entropy_with_logits(
+        pred.continuation_logit, target["continuation"].to(dt), reduction="none"
+    )
+    return {
+        "node": node,
+        "node_per_node": per_node,
+        "graph": graph,
+        "adjacency": adjacency,
+        "action_mask": action_mask,
+        "reward": reward,
+        "continuation": continuation,
+    }
+
+
+# ---------------------------------------------------------------------------- sampling
+def sample_bernoulli(logits: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """0/1 float sample of Bernoulli(sigmoid(logits))."""
+    u = torch.rand(logits.shape, generator=generator, device=logits.device, dtype=logits.dtype)
+    return (u < torch.sigmoid(logits)).to(logits.dtype)
+
+
+def sample_symmetric_bernoulli(
+    logits: torch.Tensor, node_mask: torch.Tensor, generator: torch.Generator
+) -> torch.Tensor:
+    """Symmetric 0/1 adjacency (B,N,N) with zero diagonal: one Bernoulli(sigmoid(logit_ij))
+    draw per unordered pair i < j (upper-triangle logits), mirrored to (j, i)."""
+    n = logits.shape[-1]
+    u = torch.rand(logits.shape, generator=generator, device=logits.device, dtype=logits.dtype)
+    upper = torch.triu(torch.ones(n, n, dtype=torch.bool, device=logits.device), diagonal=1)
+    draw = (u < torch.sigmoid(logits)) & upper & pair_mask_of(node_mask)
+    return (draw | draw.transpose(-1, -2)).to(logits.dtype)
+
+
+def sample_categorical(logits: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """Integer sample (...,) from softmax(logits) over the last axis (inverse-CDF)."""
+    probs = torch.softmax(logits, dim=-1)
+    u = torch.rand(probs.shape[:-1] + (1,), generator=generator, device=probs.device, dtype=probs.dtype)
+    idx = (probs.cumsum(-1) < u).sum(-1)
+    return idx.clamp_max(probs.shape[-1] - 1)
+
+
+def soft_state(pred: Prediction, node_mask: torch.Tensor) -> GraphState:
+    """Differentiable next state: predicted scalars and *probabilities* of every categorical /
+    binary factor (paper, appendix "Baseline Implementations"); adjacency sigmoid(logits)."""
+    m = node_mask.to(pred.reward.dtype)
+    return GraphState(
+        adjacency=torch.sigmoid(pred.adjacency_logit) * pair_mask_of(node_mask).to(m.dtype),
+        node_continuous=pred.node_continuous * m[..., None],
+        node_categorical=[torch.softmax(x, -1) * m[..., None] for x in pred.node_categorical],
+        graph_continuous=pred.graph_continuous,
+        graph_categorical=[torch.softmax(x, -1) for x in pred.graph_categorical],
+        action_mask=torch.sigmoid(pred.action_mask_logit) * m,
+        node_mask=node_mask,
+    )
+
+
+@dataclass
+class SampledOutputs:
+    """A sampled next observation in environment units (tensors, batch axis first)."""
+
+    obs: dict[str, torch.Tensor]
+    state: GraphState
+
+
+def sampled_state(
+    pred: Prediction,
+    node_mask: torch.Tensor,
+    schema: Schema,
+    scaler: FeatureScaler,
+    generator: torch.Generator,
+) -> SampledOutputs:
+    """Sample every categorical/binary factor from its predicted distribution (adjacency one
+    draw per unordered pair); continuous features and reward are the predicted means. Returns
+    both the environment-unit prediction dict (see :data:`gdm_models.api.PREDICTION_KEYS`) and
+    the hard :class:`GraphState` to continue a rollout from."""
+    m = node_mask.to(pred.reward.dtype)
+    adj = sample_symmetric_bernoulli(pred.adjacency_logit, node_mask, generator)
+    nk = [sample_categorical(x, generator) for x in pred.node_categorical]
+    gk = [sample_categorical(x, generator) for x in pred.graph_categorical]
+    am = sample_bernoulli(pred.action_mask_logit, generator) * m
+    cont = sample_bernoulli(pred.continuation_logit, generator)
+    lead_n = pred.node_continuous.shape[:-1]
+    lead_g = pred.graph_continuous.shape[:-1]
+    dev = pred.reward.device
+    obs = {
+        "adjacency": adj,
+        "node_continuous": scaler.unscale_node(pred.node_continuous) * m[..., None],
+        "node_categorical": (
+            torch.stack(nk, -1) * node_mask[..., None]
+            if nk
+            else torch.zeros(*lead_n, 0, dtype=torch.long, device=dev)
+        ),
+        "graph_continuous": scaler.unscale_graph(pred.graph_continuous),
+        "graph_categorical": (
+            torch.stack(gk, -1) if gk else torch.zeros(*lead_g, 0, dtype=torch.long, device=dev)
+        ),
+        "action_mask": am,
+        "reward": scaler.unscale_reward(pred.reward),
+        "continuation": cont,
+    }
+    soft = soft_state(pred, node_mask)
+    hard = replace(
+        soft,
+        adjacency=adj,
+        node_categorical=[
+            F.one_hot(x, k).to(m.dtype) * m[..., None]
+            for x, k in zip(nk, schema.node_cardinalities, strict=True)
+        ],
+        graph_categorical=[
+            F.one_hot(x, k).to(m.dtype) for x, k in zip(gk, schema.graph_cardinalities, strict=True)
+        ],
+        action_mask=am,
+    )
+    return SampledOutputs(obs=obs, state=hard)

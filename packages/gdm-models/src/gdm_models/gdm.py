@@ -1,0 +1,756 @@
+"""The Graph Dynamics Model (paper, section "Graph Dynamics Model").
+
+Per node v: deterministic state h(v) (LayerNorm-GRU) and categorical stochastic state z(v);
+for the graph: h_g, z_g; plus the recurrent adjacency A_t. One time step (prior ``-``,
+posterior ``+``):
+
+1. h_t^-(v) = LN(GRU_n([z_{t-1}(v), a_t(v)] | h_{t-1}(v))),
+   h_g,t^- = LN(GRU_g([z_g,t-1, Pool_v a_t(v)] | h_g,t-1))          (Pool = mean)
+2. posterior only: h^+ = h^- + sigmoid(g) * dh, [dh || g] = MLP+_n(h^-, e_v, e_g) (graph:
+   MLP+_g(h_g^-, e_g, Pool e_v))
+3. z_g^- ~ p_g(. | h_g^-, Pool h^-);  z_g^+ ~ q_g(. | h_g^+, Pool h^+, e_g)
+4. prior: l_ij = MLP_adj(h_i^-, h_j^-, h_g^-, z_g^-, A_{t-1}(i,j)); Hard Concrete gate c_ij;
+   A_t = A_{t-1} xor 1[c > 0]; straight-through weights b_bar. Posterior: A_t and b teacher-
+   forced to the observed adjacency.
+5. m^(L) = SparseGAT-style message passing on A_t with [h_g, z_g] injected (m^(0) = h)
+6. z^-(v) ~ p_n(. | m^(L)-(v), z_g^-);  z^+(v) ~ q_n(. | m^(L)+(v), z_g^+, e_v)
+7. decoder D(h^-, z - E_p[z]) -> heads; adjacency passed through.
+
+In training (``loss``) the recurrence runs on the posterior path (h^+, z^+, observed A), and
+the prior quantities of every step are computed from the previous posterior latent. In
+imagination the prior path is iterated. Time step 0 of a window (or of ``observe``) starts
+from a zero latent, a zero action and an empty previous adjacency and only computes the
+posterior; the losses are taken on the L transitions 1..L.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from .adjacency import (
+    EdgeUpdateMLP,
+    bernoulli_gate,
+    hard_concrete_gate,
+    next_edge_signed_logit,
+    symmetric_uniform,
+    xor_update,
+)
+from .api import WorldModel, predictions_to_numpy
+from .data import Batch
+from .decoder import GraphHeads, InnovationDecoder, NodeHeads, PairDotAdjacencyHead
+from .encoder import ActionEmbedding, FeatureEncoder
+from .losses import (
+    adjacency_kl,
+    bce_with_logits,
+    cross_entropy,
+    free_bits,
+    h_alignment,
+    kl_dyn_rep,
+    masked_mean,
+    mse,
+)
+from .message_passing import GraphMessagePassing
+from .rssm import MLP, CategoricalHead, LayerNormGRU, gumbel_from_uniform, sample_onehot_st
+from .scaling import FeatureScaler
+from .schema import Schema
+
+__all__ = [
+    "ABLATIONS",
+    "GDMConfig",
+    "GDMLatent",
+    "GDM",
+    "Noise",
+    "build_gdm",
+    "permute_noise",
+]
+
+#: ablation name -> config overrides (names usable as "gdm:<name>", combinable with "+").
+ABLATIONS: dict[str, dict[str, Any]] = {
+    "no-graph-state": {"graph_state": False},
+    "no-beta-h": {"beta_h": 0.0},
+    "no-h-plus": {"h_plus": False},
+    "bernoulli-adj": {"adjacency_sampler": "bernoulli"},
+    "all-pairs-mp": {"message_passing": "all_pairs"},
+    "no-recurrent-adj": {"recurrent_adjacency": False},
+}
+
+
+@dataclass
+class GDMConfig:
+    """GDM hyperparameters (defaults: the paper's OD/SAR/CF column).
+
+    Ablation switches: ``graph_state`` (False: no h_g/z_g), ``h_plus`` (False: no posterior
+    correction, h^+ = h^-), ``adjacency_sampler`` ("hard_concrete" | "bernoulli"),
+    ``message_passing`` ("sparse_gat" | "all_pairs": all pairs weighted by the next-edge
+    probabilities), ``recurrent_adjacency`` (False: no adjacency in the state, uniform
+    all-pairs message passing, adjacency from a decoder head as in G-RSSM); ``beta_h = 0``.
+    """
+
+    embed_dim: int = 128  # dim(e), also the action embedding size
+    hidden_dim: int = 128  # dim(h)
+    mlp_hidden: int = 0  # hidden width of every MLP; 0 -> hidden_dim
+    node_latent_groups: int = 16
+    node_latent_classes: int = 16
+    graph_latent_groups: int = 8
+    graph_latent_classes: int = 8
+    mp_layers: int = 1  # L
+    unimix: float = 0.01
+    beta_pred: float = 1.0
+    beta_dyn: float = 1.0
+    beta_rep: float = 0.1
+    beta_n: float = 1.0
+    beta_g: float = 1.0
+    beta_adj: float = 1.0
+    beta_h: float = 1.0
+    free_bits: float = 0.01
+    hc_beta: float = 2.0 / 3.0
+    hc_gamma: float = -0.1
+    hc_zeta: float = 1.1
+    graph_state: bool = True
+    h_plus: bool = True
+    adjacency_sampler: str = "hard_concrete"
+    message_passing: str = "sparse_gat"
+    recurrent_adjacency: bool = True
+    edge_chunk_elems: int = 1 << 21  # chunk size of the no-grad pairwise edge MLP
+
+    def __post_init__(self) -> None:
+        for name in (
+            "embed_dim",
+            "hidden_dim",
+            "node_latent_groups",
+            "node_latent_classes",
+            "graph_latent_groups",
+            "graph_latent_classes",
+            "edge_chunk_elems",
+        ):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"GDMConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.node_latent_classes < 2 or self.graph_latent_classes < 2:
+            raise ValueError("latent class counts must be >= 2")
+        if self.mp_layers < 0 or self.mlp_hidden < 0:
+            raise ValueError("mp_layers and mlp_hidden must be >= 0")
+        if not 0.0 <= self.unimix < 1.0:
+            raise ValueError(f"unimix must be in [0, 1), got {self.unimix}")
+        for name in (
+            "beta_pred", "beta_dyn", "beta_rep", "beta_n", "beta_g", "beta_adj", "beta_h",
+            "free_bits",
+        ):  # fmt: skip
+            v = float(getattr(self, name))
+            if not np.isfinite(v) or v < 0:
+                raise ValueError(f"GDMConfig.{name} must be finite and >= 0, got {v}")
+        if not (self.hc_beta > 0 and self.hc_gamma < 0 and self.hc_zeta > 1):
+            raise ValueError("Hard Concrete needs beta > 0, gamma < 0, zeta > 1")
+        if self.adjacency_sampler not in ("hard_concrete", "bernoulli"):
+            raise ValueError(f"unknown adjacency_sampler {self.adjacency_sampler!r}")
+        if self.message_passing not in ("sparse_gat", "all_pairs"):
+            raise ValueError(f"unknown message_passing {self.message_passing!r}")
+
+    @property
+    def mlp_width(self) -> int:
+        """Hidden width of the MLPs."""
+        return self.mlp_hidden or self.hidden_dim
+
+
+@dataclass
+class GDMLatent:
+    """Latent state of B graphs with N nodes (B = 1 after ``observe``, S in imagination).
+
+    ``h_n`` (B,N,H), ``z_n`` (B,N,Gn*Cn) one-hot, ``h_g`` (B,H) and ``z_g`` (B,Gg*Cg) (zero
+    width without graph state), ``adjacency`` (B,N,N) float 0/1 (A_t).
+    """
+
+    h_n: torch.Tensor
+    z_n: torch.Tensor
+    h_g: torch.Tensor
+    z_g: torch.Tensor
+    adjacency: torch.Tensor
+
+    @property
+    def batch_size(self) -> int:
+        """B."""
+        return self.h_n.shape[0]
+
+    @property
+    def num_nodes(self) -> int:
+        """N."""
+        return self.h_n.shape[1]
+
+    def expand(self, s: int) -> GDMLatent:
+        """Repeat a B = 1 latent S times."""
+        if self.batch_size == s:
+            return self
+        if self.batch_size != 1:
+            raise ValueError(f"cannot expand a latent with batch {self.batch_size} to {s}")
+        return GDMLatent(
+            *(t.expand(s, *t.shape[1:]).contiguous() for t in dataclasses.astuple(self))
+        )
+
+    def detach(self) -> GDMLatent:
+        """Detached copy."""
+        return GDMLatent(*(t.detach() for t in dataclasses.astuple(self)))
+
+
+class Noise:
+    """Source of all uniforms of a forward pass, keyed by name (``"<t>/<what>"``).
+
+    Draws from ``generator``; records every draw in ``record``; a ``replay`` dict supplies
+    given tensors instead (used to test permutation equivariance with fixed randomness).
+    """
+
+    def __init__(
+        self,
+        generator: torch.Generator | None,
+        device: torch.device,
+        replay: Mapping[str, torch.Tensor] | None = None,
+    ) -> None:
+        self.generator, self.device = generator, device
+        self.replay = dict(replay or {})
+        self.record: dict[str, torch.Tensor] = {}
+
+    def uniform(self, key: str, shape: tuple[int, ...], symmetric: bool = False) -> torch.Tensor:
+        """Uniforms of ``shape`` ((..., N, N) with one draw per unordered pair if symmetric)."""
+        if key in self.replay:
+            u = self.replay[key]
+            if tuple(u.shape) != tuple(shape):
+                raise ValueError(f"replayed noise {key!r} has shape {tuple(u.shape)} != {shape}")
+        elif symmetric:
+            u = symmetric_uniform(shape, self.generator, self.device)
+        else:
+            u = torch.rand(shape, generator=self.generator, device=self.device)
+        self.record[key] = u
+        return u
+
+
+_NODE_AXIS_NOISE = ("zn_prior", "zn_post", "out_node_cat", "out_action_mask")
+
+
+def permute_noise(record: Mapping[str, torch.Tensor], perm: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Permute the node axes of recorded noise: new node k takes old node ``perm[k]``."""
+    out = {}
+    for key, u in record.items():
+        name = key.split("/", 1)[1]
+        if name == "adj":
+            out[key] = u[:, perm][:, :, perm]
+        elif name.startswith(_NODE_AXIS_NOISE):
+            out[key] = u[:, perm]
+        else:
+            out[key] = u
+    return out
+
+
+def _pool(x: torch.Tensor, node_mask: torch.Tensor) -> torch.Tensor:
+    """Pool = mean over the real nodes: (B, N, D) -> (B, D)."""
+    m = node_mask.to(x.dtype)[..., None]
+    return (x * m).sum(1) / m.sum(1).clamp_min(1.0)
+
+
+def _flat(z: torch.Tensor) -> torch.Tensor:
+    return z.reshape(*z.shape[:-2], -1)
+
+
+def _bcast(g: torch.Tensor, n: int) -> torch.Tensor:
+    return g[:, None, :].expand(-1, n, -1)
+
+
+class GDM(WorldModel):
+    """Graph Dynamics Model. Build with ``make_model("gdm", schema, scaler, **overrides)``
+    or ``GDM(schema, scaler, GDMConfig(...))``."""
+
+    def __init__(
+        self,
+        schema: Mapping[str, Any] | Schema,
+        scaler: FeatureScaler | None = None,
+        config: GDMConfig | None = None,
+    ) -> None:
+        config = GDMConfig() if config is None else config
+        super().__init__(schema, scaler, config)
+        c = config
+        H, E, M = c.hidden_dim, c.embed_dim, c.mlp_width
+        self.zn_dim = c.node_latent_groups * c.node_latent_classes
+        self.zg_dim = c.graph_latent_groups * c.graph_latent_classes if c.graph_state else 0
+        self.hg_dim = H if c.graph_state else 0
+        g_dim = self.hg_dim + self.zg_dim  # dim([h_g, z_g])
+
+        self.encoder = FeatureEncoder(self.schema, self.scaler, E)
+        self.action_embed = ActionEmbedding(E)
+        self.gru_n = LayerNormGRU(self.zn_dim + E, H)
+        if c.h_plus:
+            self.post_h_n = MLP(H + 2 * E, M, 2 * H)
+        if c.graph_state:
+            self.gru_g = LayerNormGRU(self.zg_dim + E, H)
+            if c.h_plus:
+                self.post_h_g = MLP(H + 2 * E, M, 2 * H)
+            gg, gc = c.graph_latent_groups, c.graph_latent_classes
+            self.prior_g = CategoricalHead(2 * H, M, gg, gc, c.unimix)
+            self.post_g = CategoricalHead(2 * H + E, M, gg, gc, c.unimix)
+        if c.recurrent_adjacency:
+            self.edge_mlp = EdgeUpdateMLP(H, g_dim, M)
+        else:
+            self.adj_head = PairDotAdjacencyHead(H, H)
+        self.mp = GraphMessagePassing(H, g_dim, c.mp_layers)
+        ng, nc = c.node_latent_groups, c.node_latent_classes
+        self.prior_n = CategoricalHead(H + self.zg_dim, M, ng, nc, c.unimix)
+        self.post_n = CategoricalHead(H + self.zg_dim + E, M, ng, nc, c.unimix)
+        self.dec_n = InnovationDecoder(H, self.zn_dim, M, H)
+        if c.graph_state:
+            self.dec_g = InnovationDecoder(H, self.zg_dim, M, H)
+        self.node_heads = NodeHeads(self.schema, H)
+        self.graph_heads = GraphHeads(self.schema, H)
+
+    # ================================================================== building blocks
+    def initial_latent(self, b: int, n: int) -> GDMLatent:
+        """Zero latent (before the first observation) for B graphs of N nodes."""
+        dev, H = self.device, self.config.hidden_dim
+        return GDMLatent(
+            torch.zeros(b, n, H, device=dev),
+            torch.zeros(b, n, self.zn_dim, device=dev),
+            torch.zeros(b, self.hg_dim, device=dev),
+            torch.zeros(b, self.zg_dim, device=dev),
+            torch.zeros(b, n, n, device=dev),
+        )
+
+    def _transition(
+        self, prev: GDMLatent, action: torch.Tensor, node_mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Deterministic prior states h^-, h_g^- (paper, recurrent dynamics)."""
+        a = self.action_embed(action)
+        h_n = self.gru_n(torch.cat([prev.z_n, a], -1), prev.h_n)
+        if self.config.graph_state:
+            h_g = self.gru_g(torch.cat([prev.z_g, _pool(a, node_mask)], -1), prev.h_g)
+        else:
+            h_g = prev.h_g
+        return h_n, h_g
+
+    def _h_plus(
+        self,
+        h_n: torch.Tensor,
+        h_g: torch.Tensor,
+        e_v: torch.Tensor,
+        e_g: torch.Tensor,
+        node_mask: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Posterior-informed deterministic states h^+ = h^- + sigmoid(g) * dh."""
+        if not self.config.h_plus:
+            return h_n, h_g
+        n = h_n.shape[1]
+        dh, g = self.post_h_n(torch.cat([h_n, e_v, _bcast(e_g, n)], -1)).chunk(2, -1)
+        h_n_p = h_n + torch.sigmoid(g) * dh
+        if self.config.graph_state:
+            dhg, gg = self.post_h_g(torch.cat([h_g, e_g, _pool(e_v, node_mask)], -1)).chunk(2, -1)
+            h_g_p = h_g + torch.sigmoid(gg) * dhg
+        else:
+            h_g_p = h_g
+        return h_n_p, h_g_p
+
+    def _graph_latent(
+        self, head: str, inputs: list[torch.Tensor], noise: Noise, key: str
+    ) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """(probs (B,Gg,Cg), one-hot sample (B,Gg*Cg)); (None, zero-width) without graph state."""
+        b = inputs[0].shape[0]
+        if not self.config.graph_state:
+            return None, inputs[0].new_zeros(b, 0)
+        probs = getattr(self, head)(torch.cat(inputs, -1))
+        z = sample_onehot_st(probs, noise.uniform(key, tuple(probs.shape)))
+        return probs, _flat(z)
+
+    def _node_latent(
+        self, head: str, inputs: list[torch.Tensor], noise: Noise, key: str
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        probs = getattr(self, head)(torch.cat(inputs, -1))
+        z = sample_onehot_st(probs, noise.uniform(key, tuple(probs.shape)))
+        return probs, _flat(z)
+
+    def _sample_adjacency(
+        self,
+        logits: torch.Tensor,
+        a_prev: torch.Tensor,
+        pair_mask: torch.Tensor,
+        noise: Noise,
+        key: str,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Gate, XOR update, straight-through weights: (A_t, b_bar)."""
+        c = self.config
+        u = noise.uniform(key, tuple(logits.shape), symmetric=True)
+        if c.adjacency_sampler == "hard_concrete":
+            gate = hard_concrete_gate(logits, u, c.hc_beta, c.hc_gamma, c.hc_zeta)
+        else:
+            gate = bernoulli_gate(logits, u)
+        gate = gate * pair_mask.to(gate.dtype)  # no gate on the diagonal / padding
+        return xor_update(a_prev, gate)
+
+    def _message_passing(
+        self,
+        h_n: torch.Tensor,
+        g: torch.Tensor,
+        *,
+        hard: torch.Tensor | None,
+        weights: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """Sparse PyG path for a constant hard adjacency, dense path otherwise."""
+        if hard is not None and (weights is None or not weights.requires_grad):
+            return self.mp.forward_sparse(h_n, g, hard)
+        if weights is None:
+            raise ValueError("message passing needs a hard adjacency or weights")
+        return self.mp.forward_dense(h_n, g, weights)
+
+    def _decode(
+        self,
+        h_n_m: torch.Tensor,
+        z_n: torch.Tensor,
+        p_n: torch.Tensor,
+        h_g_m: torch.Tensor,
+        z_g: torch.Tensor,
+        p_g: torch.Tensor | None,
+        node_mask: torch.Tensor,
+    ) -> tuple[dict[str, Any], dict[str, Any], torch.Tensor]:
+        """Decoder (paper eq. decoder) + heads; returns (node_out, graph_out, node states)."""
+        d_n = self.dec_n(h_n_m, z_n, _flat(p_n))  # E_p[z] = the prior probabilities
+        if self.config.graph_state:
+            d_g = self.dec_g(h_g_m, z_g, _flat(p_g))
+        else:
+            d_g = _pool(d_n, node_mask)
+        return self.node_heads(d_n), self.graph_heads(d_g), d_n
+
+    # ================================================================== one step
+    def _prior_branch(
+        self,
+        prev: GDMLatent,
+        h_n_m: torch.Tensor,
+        h_g_m: torch.Tensor,
+        node_mask: torch.Tensor,
+        pair_mask: torch.Tensor,
+        noise: Noise,
+        t: int,
+    ) -> dict[str, Any]:
+        """Prior quantities given h^- (paper: p_g, edge logits, sampled A_t, m^-, p_n)."""
+        c = self.config
+        p_g, z_g_m = self._graph_latent(
+            "prior_g", [h_g_m, _pool(h_n_m, node_mask)], noise, f"{t}/zg_prior"
+        )
+        g = torch.cat([h_g_m, z_g_m], -1)
+        out: dict[str, Any] = {"p_g": p_g, "z_g_m": z_g_m, "logits": None, "a_m": None}
+        if c.recurrent_adjacency:
+            logits = self.edge_mlp(h_n_m, g, prev.adjacency, c.edge_chunk_elems)
+            a_m, b_bar = self._sample_adjacency(logits, prev.adjacency, pair_mask, noise, f"{t}/adj")
+            pm = pair_mask.to(logits.dtype)
+            if c.message_passing == "all_pairs":
+                # ablation: all pairs weighted by the next-edge probabilities p_ij
+                w = torch.sigmoid(next_edge_signed_logit(logits, prev.adjacency)) * pm
+                m = self._message_passing(h_n_m, g, hard=None, weights=w)
+            else:
+                need_grad = torch.is_grad_enabled() and b_bar.requires_grad
+                m = self._message_passing(
+                    h_n_m, g, hard=a_m, weights=b_bar * pm if need_grad else None
+                )
+            out.update(logits=logits, a_m=a_m)
+        else:
+            w = pair_mask.to(h_n_m.dtype).expand(h_n_m.shape[0], -1, -1)
+            m = self._message_passing(h_n_m, g, hard=None, weights=w)
+        p_n, z_n_m = self._node_latent(
+            "prior_n", [m, _bcast(z_g_m, m.shape[1])], noise, f"{t}/zn_prior"
+        )
+        out.update(p_n=p_n, z_n_m=z_n_m)
+        return out
+
+    def _posterior_step(
+        self,
+        prev: GDMLatent,
+        action: torch.Tensor,
+        obs: Mapping[str, torch.Tensor],
+        node_mask: torch.Tensor,
+        pair_mask: torch.Tensor,
+        noise: Noise,
+        t: int,
+        need_prior: bool,
+    ) -> tuple[GDMLatent, dict[str, Any]]:
+        """Posterior update with teacher-forced adjacency (+ the prior branch if requested)."""
+        c = self.config
+        n = action.shape[-1]
+        h_n_m, h_g_m = self._transition(prev, action, node_mask)
+        e_v, e_g = self.encoder(obs)
+        h_n_p, h_g_p = self._h_plus(h_n_m, h_g_m, e_v, e_g, node_mask)
+        q_g, z_g_p = self._graph_latent(
+            "post_g", [h_g_p, _pool(h_n_p, node_mask), e_g], noise, f"{t}/zg_post"
+        )
+        g_p = torch.cat([h_g_p, z_g_p], -1)
+        a_obs = obs["adjacency"]  # teacher forcing: A_t = observed adjacency, b = A_t
+        if c.recurrent_adjacency:
+            m_p = self._message_passing(h_n_p, g_p, hard=a_obs, weights=None)
+        else:
+            w = pair_mask.to(h_n_p.dtype).expand(h_n_p.shape[0], -1, -1)
+            m_p = self._message_passing(h_n_p, g_p, hard=None, weights=w)
+        q_n, z_n_p = self._node_latent(
+            "post_n", [m_p, _bcast(z_g_p, n), e_v], noise, f"{t}/zn_post"
+        )
+        out: dict[str, Any] = {
+            "h_n_m": h_n_m,
+            "h_g_m": h_g_m,
+            "h_n_p": h_n_p,
+            "h_g_p": h_g_p,
+            "q_g": q_g,
+            "z_g_p": z_g_p,
+            "q_n": q_n,
+            "z_n_p": z_n_p,
+        }
+        if need_prior:
+            out.update(self._prior_branch(prev, h_n_m, h_g_m, node_mask, pair_mask, noise, t))
+        return GDMLatent(h_n_p, z_n_p, h_g_p, z_g_p, a_obs), out
+
+    # ================================================================== training
+    def loss(
+        self, batch: Batch, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """Loss of paper eq. (loss) averaged over the L transitions of each window.
+
+        Terms (logged): ``pred`` and its parts ``pred_node``, ``pred_graph``, ``pred_adj``,
+        ``pred_action``, ``pred_reward``, ``pred_cont``; ``kl_n_dyn``, ``kl_n_rep``,
+        ``kl_g_dyn``, ``kl_g_rep`` (after free bits), ``kl_adj``, ``h`` (L_h) and ``total``.
+        """
+        losses, terms = self.loss_terms(batch, Noise(generator, self.device))
+        return losses, terms
+
+    def loss_terms(self, batch: Batch, noise: Noise) -> tuple[torch.Tensor, dict[str, float]]:
+        """:meth:`loss` with an explicit :class:`Noise` source."""
+        c, s = self.config, self.schema
+        B, L, N = batch.batch_size, batch.seq_len, batch.num_nodes
+        nm, pm = batch.node_mask, batch.pair_mask
+        n_real = nm.sum(1)
+        latent = self.initial_latent(B, N)
+        zero_action = torch.zeros(B, N, device=self.device)
+        per_step: list[dict[str, torch.Tensor]] = []
+        for t in range(L + 1):
+            obs = batch.observation(t)
+            action = zero_action if t == 0 else batch.action_nodes[:, t - 1]
+            prev = latent
+            latent, o = self._posterior_step(prev, action, obs, nm, pm, noise, t, t > 0)
+            if t == 0:
+                continue
+            per_step.append(self._step_terms(batch, t, obs, prev, o, nm, pm, n_real))
+        # stack (B, L), average over the real transitions
+        stacked = {k: torch.stack([d[k] for d in per_step], 1) for k in per_step[0]}
+        sm = batch.step_mask
+        mean = {k: masked_mean(v, sm, (0, 1)) for k, v in stacked.items()}
+        pred = (
+            mean["pred_node"]
+            + mean["pred_graph"]
+            + mean["pred_adj"]
+            + mean["pred_action"]
+            + mean["pred_reward"]
+            + mean["pred_cont"]
+        )
+        kl_n = c.beta_dyn * mean["kl_n_dyn"] + c.beta_rep * mean["kl_n_rep"]
+        kl_g = c.beta_dyn * mean["kl_g_dyn"] + c.beta_rep * mean["kl_g_rep"]
+        l_kl = c.beta_n * kl_n + c.beta_g * kl_g + c.beta_adj * mean["kl_adj"]
+        total = c.beta_pred * pred + l_kl + c.beta_h * mean["h"]
+        terms = {k: float(v.detach()) for k, v in mean.items()}
+        terms["pred"] = float(pred.detach())
+        terms["total"] = float(total.detach())
+        return total, terms
+
+    def _step_terms(
+        self,
+        batch: Batch,
+        t: int,
+        obs: Mapping[str, torch.Tensor],
+        prev: GDMLatent,
+        o: Mapping[str, Any],
+        nm: torch.Tensor,
+        pm: torch.Tensor,
+        n_real: torch.Tensor,
+    ) -> dict[str, torch.Tensor]:
+        """Per-graph loss terms (B,) of window step t (transition t-1 -> t)."""
+        c, s, sc = self.config, self.schema, self.scaler
+        B = nm.shape[0]
+        zeros = torch.zeros(B, device=self.device)
+        node_out, graph_out, d_n = self._decode(
+            o["h_n_m"], o["z_n_p"], o["p_n"], o["h_g_m"], o["z_g_p"], o["p_g"], nm
+        )
+        # ---- prediction loss (paper L_pred; MSE in standardised units, appendix)
+        node_f = []
+        if s.num_node_continuous:
+            target = sc.scale_node(obs["node_continuous"])
+            node_f.append(mse(node_out["node_continuous"], target).sum(-1))
+        for k, logit in enumerate(node_out["node_categorical"]):
+            node_f.append(cross_entropy(logit, obs["node_categorical"][..., k]))
+        if node_f:
+            pred_node = masked_mean(sum(node_f) / s.num_node_features, nm, 1)
+        else:
+            pred_node = zeros
+        graph_f = []
+        if s.num_graph_continuous:
+            target = sc.scale_graph(obs["graph_continuous"])
+            graph_f.append(mse(graph_out["graph_continuous"], target).sum(-1))
+        for k, logit in enumerate(graph_out["graph_categorical"]):
+            graph_f.append(cross_entropy(logit, obs["graph_categorical"][..., k]))
+        pred_graph = sum(graph_f) / s.num_graph_features if graph_f else zeros
+        pred_action = masked_mean(bce_with_logits(node_out["action_mask"], obs["action_mask"]), nm, 1)
+        pred_reward = mse(graph_out["reward"], sc.scale_reward(batch.reward[:, t - 1]))
+        pred_cont = bce_with_logits(graph_out["continuation"], batch.continuation[:, t - 1])
+        a_obs = obs["adjacency"]
+        if c.recurrent_adjacency:
+            # the decoder passes the (teacher-forced) adjacency through: BCE(A_t, A_t) = 0;
+            # topology is learned through the adjacency KL below
+            pred_adj = zeros
+            kl_adj = adjacency_kl(
+                a_obs, next_edge_signed_logit(o["logits"], prev.adjacency), pm, n_real
+            )
+        else:
+            logits = self.adj_head(d_n)
+            bce = torch.where(pm, bce_with_logits(logits, a_obs), torch.zeros_like(logits))
+            pred_adj = bce.sum((-1, -2)) / n_real.to(bce.dtype) ** 2
+            kl_adj = zeros
+        # ---- KL with dynamics/representation split and free bits
+        dyn_n, rep_n = kl_dyn_rep(o["q_n"], o["p_n"])
+        kl_n_dyn = free_bits(masked_mean(dyn_n, nm, 1), c.free_bits)
+        kl_n_rep = free_bits(masked_mean(rep_n, nm, 1), c.free_bits)
+        if c.graph_state:
+            dyn_g, rep_g = kl_dyn_rep(o["q_g"], o["p_g"])
+            kl_g_dyn, kl_g_rep = free_bits(dyn_g, c.free_bits), free_bits(rep_g, c.free_bits)
+        else:
+            kl_g_dyn = kl_g_rep = zeros
+        # ---- h alignment L_h
+        h = masked_mean(h_alignment(o["h_n_m"], o["h_n_p"]), nm, 1)
+        if c.graph_state:
+            h = h + h_alignment(o["h_g_m"], o["h_g_p"])
+        return {
+            "pred_node": pred_node,
+            "pred_graph": pred_graph,
+            "pred_adj": pred_adj,
+            "pred_action": pred_action,
+            "pred_reward": pred_reward,
+            "pred_cont": pred_cont,
+            "kl_n_dyn": kl_n_dyn,
+            "kl_n_rep": kl_n_rep,
+            "kl_g_dyn": kl_g_dyn,
+            "kl_g_rep": kl_g_rep,
+            "kl_adj": kl_adj,
+            "h": h,
+        }
+
+    # ================================================================== inference API
+    @torch.no_grad()
+    def observe_tensors(
+        self, obs: Mapping[str, torch.Tensor], actions: torch.Tensor, noise: Noise
+    ) -> GDMLatent:
+        """Posterior over a trajectory given tensors (T+1 obs, T actions; no batch axis)."""
+        t1, n = obs["adjacency"].shape[0], obs["adjacency"].shape[-1]
+        nm = torch.ones(1, n, dtype=torch.bool, device=self.device)
+        pm = ~torch.eye(n, dtype=torch.bool, device=self.device)[None]
+        latent = self.initial_latent(1, n)
+        for t in range(t1):
+            o = {k: v[t][None] for k, v in obs.items()}
+            a = torch.zeros(1, n, device=self.device) if t == 0 else actions[t - 1][None]
+            latent, _ = self._posterior_step(latent, a, o, nm, pm, noise, t, need_prior=False)
+        return latent
+
+    def observe(
+        self,
+        obs_sequence: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+        actions: Any,
+        generator: torch.Generator | int | None = None,
+    ) -> GDMLatent:
+        """Posterior latent after observing T+1 observations and the T actions between them."""
+        obs, act = self.prepare_sequence(obs_sequence, actions)
+        return self.observe_tensors(obs, act, Noise(self.make_generator(generator), self.device))
+
+    @torch.no_grad()
+    def imagine_tensors(
+        self, latent: GDMLatent, actions: torch.Tensor, noise: Noise
+    ) -> tuple[list[dict[str, torch.Tensor]], GDMLatent]:
+        """Prior rollout of S samples over K actions ((K, S, N) float); tensors per step."""
+        c, s, sc = self.config, self.schema, self.scaler
+        K, S, N = actions.shape
+        latent = latent.expand(S)
+        dev = self.device
+        nm = torch.ones(S, N, dtype=torch.bool, device=dev)
+        pm = ~torch.eye(N, dtype=torch.bool, device=dev)[None]
+        preds = []
+        for k in range(K):
+            t = f"i{k}"
+            h_n_m, h_g_m = self._transition(latent, actions[k], nm)
+            o = self._prior_branch(latent, h_n_m, h_g_m, nm, pm, noise, t)
+            node_out, graph_out, d_n = self._decode(
+                h_n_m, o["z_n_m"], o["p_n"], h_g_m, o["z_g_m"], o["p_g"], nm
+            )
+            if c.recurrent_adjacency:
+                adj = o["a_m"]  # pass-through of the sampled recurrent adjacency
+            else:
+                logits = self.adj_head(d_n)
+                u = noise.uniform(f"{t}/adj", (S, N, N), symmetric=True)
+                adj = ((u < torch.sigmoid(logits)) & pm).to(logits.dtype)
+            pred: dict[str, torch.Tensor] = {"adjacency": adj}
+            pred["node_continuous"] = sc.unscale_node(node_out["node_continuous"])
+            pred["node_categorical"] = self._sample_categoricals(
+                node_out["node_categorical"], (S, N), noise, f"{t}/out_node_cat"
+            )
+            u = noise.uniform(f"{t}/out_action_mask", (S, N))
+            pred["action_mask"] = (u < torch.sigmoid(node_out["action_mask"])).long()
+            pred["graph_continuous"] = sc.unscale_graph(graph_out["graph_continuous"])
+            pred["graph_categorical"] = self._sample_categoricals(
+                graph_out["graph_categorical"], (S,), noise, f"{t}/out_graph_cat"
+            )
+            pred["reward"] = sc.unscale_reward(graph_out["reward"])
+            u = noise.uniform(f"{t}/out_cont", (S,))
+            pred["continuation"] = (u < torch.sigmoid(graph_out["continuation"])).long()
+            preds.append(pred)
+            latent = GDMLatent(h_n_m, o["z_n_m"], h_g_m, o["z_g_m"], adj)
+        return preds, latent
+
+    def _sample_categoricals(
+        self, logits: list[torch.Tensor], lead: tuple[int, ...], noise: Noise, key: str
+    ) -> torch.Tensor:
+        cols = []
+        for i, lg in enumerate(logits):
+            u = noise.uniform(f"{key}{i}", tuple(lg.shape))
+            cols.append((torch.log_softmax(lg, -1) + gumbel_from_uniform(u)).argmax(-1))
+        if not cols:
+            return torch.zeros(*lead, 0, dtype=torch.long, device=self.device)
+        return torch.stack(cols, -1)
+
+    def imagine_multi(
+        self,
+        latent: GDMLatent,
+        action_sequence: Any,
+        num_samples: int,
+        generator: torch.Generator | int | None = None,
+    ) -> list[dict[str, np.ndarray]]:
+        """Sample ``num_samples`` rollouts over K actions ((K, N) or (K, S, N))."""
+        if not isinstance(latent, GDMLatent):
+            raise TypeError("latent must be a GDMLatent returned by GDM.observe")
+        if num_samples < 1:
+            raise ValueError("num_samples must be >= 1")
+        actions = self.prepare_actions(action_sequence, latent.num_nodes, num_samples)
+        noise = Noise(self.make_generator(generator), self.device)
+        preds, _ = self.imagine_tensors(latent, actions, noise)
+        return [predictions_to_numpy(p) for p in preds]
+
+
+def build_gdm(
+    schema: Mapping[str, Any] | Schema,
+    scaler: FeatureScaler | None = None,
+    *,
+    variant: str | None = None,
+    **overrides: Any,
+) -> GDM:
+    """Registry factory for ``"gdm"`` and ``"gdm:<ablation>[+<ablation>...]"``.
+
+    Ablation settings take precedence over ``overrides`` (so a preset with ``beta_h=1`` does
+    not undo ``gdm:no-beta-h``).
+    """
+    flags: dict[str, Any] = {}
+    if variant:
+        for name in variant.split("+"):
+            if name not in ABLATIONS:
+                raise KeyError(f"unknown GDM ablation {name!r}; known: {sorted(ABLATIONS)}")
+            flags.update(ABLATIONS[name])
+    known = {f.name for f in dataclasses.fields(GDMConfig)}
+    bad = set(overrides) - known
+    if bad:
+        raise TypeError(f"unknown GDM config fields {sorted(bad)}")
+    return GDM(schema, scaler, GDMConfig(**{**overrides, **flags}))

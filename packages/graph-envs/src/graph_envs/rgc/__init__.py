@@ -1,0 +1,7 @@
+"""Robust Graph Construction (paper appendix "Environment Descriptions", RGC)."""
+
+from graph_envs.rgc.env import RGCEnv
+from graph_envs.rgc.robustness import targeted_robustness
+from graph_envs.rgc.types import RGCState
+
+__all__ = ["RGCEnv", "RGCState", "targeted_robustness"]
