@@ -32,6 +32,8 @@ __all__ = [
     "graph_continuous_terms",
     "graph_categorical_terms",
     "jaccard_gram",
+    "jaccard_from_counts",
+    "upper_support",
     "component_grams",
 ]
 
@@ -203,25 +205,32 @@ def jaccard_gram(adjacencies: Sequence[np.ndarray], supports: Sequence[np.ndarra
     n = adjacencies[0].shape[1]
     if n == 0:
         return np.ones((t, t))
-    support = np.logical_or.reduce([np.asarray(s) for s in supports])
-    flat = np.flatnonzero(support)
-    rows, cols = np.divmod(flat, n)
-    flat = flat[rows < cols]  # strict upper triangle: each undirected edge once
-    # float32 products of 0/1 are exact while counts stay below 2**24
-    dtype = np.float32 if flat.size < 2**24 else np.float64
+    flat = upper_support(supports, n)
     inter = np.zeros((t, t))
     sizes = np.zeros(t)
-    step = max(1, (64 * 2**20) // (4 * t))
+    # Column chunks of < 2**24 edges: float32 products of 0/1 then count exactly.
+    step = min(2**24 - 1, max(1, (64 * 2**20) // (4 * t)))
     for start in range(0, flat.size, step):
         cols_c = flat[start : start + step]
         z = np.concatenate([a.reshape(a.shape[0], n * n)[:, cols_c] for a in adjacencies])
-        z = z.astype(dtype)
+        z = z.astype(np.float32)
         inter += (z @ z.T).astype(np.float64)  # |E ∩ E'|
         sizes += z.sum(axis=1, dtype=np.float64)  # |E|
+    return jaccard_from_counts(inter, sizes)
+
+
+def jaccard_from_counts(inter: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """K_J from intersection counts (T, T) and edge counts (T,); unions |E| + |E'| - |E ∩ E'|."""
     union = sizes[:, None] + sizes[None, :] - inter  # |E ∪ E'|
-    with np.errstate(invalid="ignore", divide="ignore"):
-        k = np.where(union > 0, inter / np.where(union > 0, union, 1.0), 1.0)
-    return k
+    # union = 0 only for two empty edge sets: K_J(empty, empty) = 1
+    return np.where(union > 0, inter / np.where(union > 0, union, 1.0), 1.0)
+
+
+def upper_support(supports: Sequence[np.ndarray], n: int) -> np.ndarray:
+    """Flat indices i * N + j, i < j, of the union of the edge supports."""
+    flat = np.flatnonzero(np.logical_or.reduce([np.asarray(s) for s in supports]))
+    rows, cols = np.divmod(flat, n)
+    return flat[rows < cols]  # strict upper triangle: each undirected edge once
 
 
 def component_grams(
@@ -237,6 +246,7 @@ def component_grams(
     lam_graph: np.ndarray,
     cards_node: Sequence[int],
     multipliers: np.ndarray,
+    ops=None,
 ) -> ComponentGrams:
     """All four component Gram matrices of a pooled batch.
 
@@ -244,14 +254,18 @@ def component_grams(
         node_continuous: (B, T, N, Fnc); node_categorical: (B, T, N, Fnk);
         graph_continuous: (B, T, Fgc); graph_categorical: (B, T, Fgk);
         edge: (B, T, T) Jaccard Gram matrices from :func:`jaccard_gram`;
-        the remaining arguments are the per-column bandwidths, weights and cardinalities.
+        the remaining arguments are the per-column bandwidths, weights and cardinalities;
+        ops: an object providing ``node_continuous_terms`` and ``node_categorical_terms``
+            (the heavy per-node work), e.g. the torch backend; numpy when ``None``.
     """
+    nct = node_continuous_terms if ops is None else ops.node_continuous_terms
+    nkt = node_categorical_terms if ops is None else ops.node_categorical_terms
     b, t, n, f_nc = node_continuous.shape
     f_nk = node_categorical.shape[-1]
     f_gc = graph_continuous.shape[-1]
     f_gk = graph_categorical.shape[-1]
-    add_nc, dist_nc = node_continuous_terms(node_continuous, sigma_node, multipliers)
-    add_nk, dist_nk = node_categorical_terms(node_categorical, cards_node, lam_node)
+    add_nc, dist_nc = nct(node_continuous, sigma_node, multipliers)
+    add_nk, dist_nk = nkt(node_categorical, cards_node, lam_node)
     add_gc, dist_gc = graph_continuous_terms(graph_continuous, sigma_graph, multipliers)
     add_gk, dist_gk = graph_categorical_terms(graph_categorical, lam_graph)
 

@@ -24,7 +24,8 @@ def render_graph(
     dpi = 96
     fig = Figure(figsize=(size_px / dpi, size_px / dpi), dpi=dpi)
     canvas = FigureCanvasAgg(fig)
-    ax = fig.add_axes((0.02, 0.02, 0.96, 0.9))
+    ax = fig.add_axes((0.02, 0.02, 0.78, 0.9))
+    cax = fig.add_axes((0.84, 0.1, 0.03, 0.74))
     rows, cols = np.nonzero(np.triu(adjacency, k=1))
     segments = np.stack([positions[rows], positions[cols]], axis=1)
     ax.add_collection(LineCollection(segments, colors="0.6", linewidths=0.8, zorder=1))
@@ -40,7 +41,7 @@ def render_graph(
         edgecolors="k",
         linewidths=0.3,
     )
-    fig.colorbar(sc, ax=ax, fraction=0.04, pad=0.01, label=label)
+    fig.colorbar(sc, cax=cax, label=label)
     ax.set_title(title, fontsize=8)
     ax.set_aspect("equal")
     ax.autoscale_view()

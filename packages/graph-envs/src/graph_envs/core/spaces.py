@@ -15,7 +15,8 @@ key                       space                                 dtype
 
 Node categorical features use an integer ``Box`` rather than a 2-D ``MultiDiscrete``: SB3's
 ``check_env`` accepts a 2-D ``MultiDiscrete`` but its policies then fail to build, while an
-integer ``Box`` trains. A feature type an env lacks is a zero-width ``Box`` ((N, 0) or (0,)),
+integer ``Box`` trains. A constant continuous feature's upper bound is widened by one float32
+ulp (Gymnasium warns about a Box whose low equals its high). A feature type an env lacks is a zero-width ``Box`` ((N, 0) or (0,)),
 which both checkers and SB3's ``MultiInputPolicy`` accept.
 """
 
@@ -30,6 +31,9 @@ from graph_envs.core.schema import FeatureSchema
 def _continuous_box(schema: FeatureSchema, names: tuple[str, ...], shape: tuple[int, ...]):
     lows = np.array([schema.range_of(n)[0] for n in names], dtype=np.float32)
     highs = np.array([schema.range_of(n)[1] for n in names], dtype=np.float32)
+    # A constant feature (e.g. k) has low == high; Gymnasium's checker flags such a degenerate
+    # Box, so its upper bound is widened by one float32 ulp (the schema keeps the exact range).
+    highs = np.where(lows == highs, np.nextafter(highs, np.float32(np.inf)), highs)
     return spaces.Box(
         low=np.broadcast_to(lows, shape).copy(),
         high=np.broadcast_to(highs, shape).copy(),

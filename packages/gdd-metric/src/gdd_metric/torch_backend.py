@@ -1,0 +1,110 @@
+"""Optional PyTorch backend (e.g. for a GPU): the heavy per-node and Jaccard work in torch.
+
+Selected with ``gdd(..., backend="torch", device="cuda")``. Needs ``pip install
+'gdd-metric[torch]'``; torch is imported only here and only when this backend is used.
+Computations run in float64 (the same formulas as :mod:`gdd_metric.kernels`), results come
+back as numpy arrays, and the cheap (T, T) graph-level terms and the estimators stay in numpy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from .kernels import jaccard_from_counts, pair_indices, upper_support
+
+__all__ = ["TorchOps", "load_torch"]
+
+
+def load_torch():
+    """Import torch or raise an ImportError that says how to install it."""
+    try:
+        import torch
+    except ImportError as err:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "backend='torch' needs PyTorch; install it with pip install 'gdd-metric[torch]'"
+        ) from err
+    return torch
+
+
+class TorchOps:
+    """Torch versions of the node-level terms and the Jaccard kernel on ``device``."""
+
+    def __init__(self, device: str | None = None, chunk_bytes: int = 64 * 2**20):
+        self.torch = load_torch()
+        self.device = self.torch.device(device or "cpu")
+        self.chunk_bytes = chunk_bytes
+
+    def _t(self, a: np.ndarray, dtype=None):
+        return self.torch.as_tensor(np.ascontiguousarray(a), device=self.device, dtype=dtype)
+
+    def node_continuous_terms(self, x: np.ndarray, sigma: np.ndarray, multipliers: np.ndarray):
+        """See :func:`gdd_metric.kernels.node_continuous_terms`."""
+        torch = self.torch
+        b, t, n, f_count = x.shape
+        if f_count == 0 or n == 0:
+            z = np.zeros((b, t, t))
+            return z, z
+        i_all, j_all = (self._t(ix, torch.long) for ix in pair_indices(t))
+        p = i_all.numel()
+        xt = self._t(np.moveaxis(x, 3, 1), torch.float64)  # (B, F, T, N)
+        add = torch.zeros((b, p), dtype=torch.float64, device=self.device)
+        dist = torch.zeros((b, p), dtype=torch.float64, device=self.device)
+        step = max(1, self.chunk_bytes // (8 * b * n))
+        for f in range(f_count):
+            xf = xt[:, f]
+            inv_var = 1.0 / float(sigma[f]) ** 2
+            for start in range(0, p, step):
+                sl = slice(start, start + step)
+                u = (xf[:, i_all[sl]] - xf[:, j_all[sl]]) ** 2 * inv_var
+                dist[:, sl] += u.sum(-1)
+                acc = sum(torch.exp(u * (-0.5 / float(r) ** 2)).sum(-1) for r in multipliers)
+                add[:, sl] += acc / len(multipliers)
+        return (
+            _symmetric(add.cpu().numpy(), t, float(n * f_count)),
+            _symmetric(dist.cpu().numpy() / f_count, t, 0.0),
+        )
+
+    def node_categorical_terms(self, x: np.ndarray, cardinalities: Sequence[int], lam):
+        """See :func:`gdd_metric.kernels.node_categorical_terms` (one-hot products)."""
+        torch = self.torch
+        b, t, n, f_count = x.shape
+        add = torch.zeros((b, t, t), dtype=torch.float64, device=self.device)
+        dist = torch.zeros((b, t, t), dtype=torch.float64, device=self.device)
+        if f_count == 0 or n == 0:
+            return add.cpu().numpy(), dist.cpu().numpy()
+        codes = self._t(x, torch.long)
+        for f in range(f_count):
+            oh = torch.nn.functional.one_hot(codes[..., f], int(cardinalities[f]))
+            oh = oh.to(torch.float64).reshape(b, t, -1)
+            matches = oh @ oh.transpose(1, 2)
+            mismatches = n - matches
+            add += matches + mismatches * float(np.exp(-float(lam[f])))
+            dist += float(lam[f]) * mismatches
+        return add.cpu().numpy(), dist.cpu().numpy() / f_count
+
+    def jaccard_gram(self, adjacencies: Sequence[np.ndarray], supports: Sequence[np.ndarray]):
+        """See :func:`gdd_metric.kernels.jaccard_gram`."""
+        torch = self.torch
+        t = sum(a.shape[0] for a in adjacencies)
+        n = adjacencies[0].shape[1]
+        if n == 0:
+            return np.ones((t, t))
+        flat = upper_support(supports, n)
+        inter = np.zeros((t, t))
+        sizes = np.zeros(t)
+        step = min(2**24 - 1, max(1, self.chunk_bytes // (4 * t)))
+        for start in range(0, flat.size, step):
+            cols = flat[start : start + step]
+            z = np.concatenate([a.reshape(a.shape[0], n * n)[:, cols] for a in adjacencies])
+            zt = self._t(z, torch.float32)
+            inter += (zt @ zt.T).double().cpu().numpy()
+            sizes += zt.sum(1, dtype=torch.float64).cpu().numpy()
+        return jaccard_from_counts(inter, sizes)
+
+
+def _symmetric(values: np.ndarray, t: int, diagonal: float) -> np.ndarray:
+    from .kernels import _symmetric as sym
+
+    return sym(values, t, diagonal)
