@@ -89,13 +89,18 @@ def _run_local(fn, todo, store, run_dir, workers, desc, progress) -> None:
 
 
 def _run_ray(fn, todo, store, run_dir, num_gpus, desc, progress) -> None:
+    address = os.environ.get("RAY_ADDRESS")
+    if address is None:
+        # A local Ray shares this machine's environment; Ray's `uv run` integration would
+        # otherwise package the working tree and rebuild the venv for every worker.
+        os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
     try:
         import ray
     except ImportError as err:  # pragma: no cover - ray is in the dev group
         raise RuntimeError("the ray executor needs `pip install graphwm[ray]`") from err
     if not ray.is_initialized():
         ray.init(
-            address=os.environ.get("RAY_ADDRESS"),
+            address=address,
             ignore_reinit_error=True,
             log_to_driver=False,
             include_dashboard=False,

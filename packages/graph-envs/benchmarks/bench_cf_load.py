@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 
+import graph_envs  # noqa: F401  (registers the ids)
 import gymnasium as gym
 import networkx as nx
 import numpy as np
-
-import graph_envs  # noqa: F401  (registers the ids)
 from graph_envs.cf.loads import betweenness_load, pair_count
 from graph_envs.cf.shk import shk_graph
 
@@ -77,10 +77,13 @@ def _verdict(ok: bool) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the three measurements; returns 0 if every target is met, else 1."""
+    """Run the three measurements; returns 0 if every target is met, else 1.
+
+    ``argv`` defaults to no arguments (not ``sys.argv``), so other scripts can call ``main()``.
+    """
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=15.0, help="time per env run")
-    args = parser.parse_args(argv)
+    args = parser.parse_args([] if argv is None else argv)
 
     fast_s, nx_s, diff = load_ratio()
     ratio = nx_s / fast_s
@@ -105,4 +108,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(sys.argv[1:]))

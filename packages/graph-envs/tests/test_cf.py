@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 
+import graph_envs  # noqa: F401  (registers the ids)
 import gymnasium as gym
 import numpy as np
 import pytest
-
-import graph_envs  # noqa: F401  (registers the ids)
 from graph_envs.cf.dynamics import failure_probability
 from graph_envs.cf.env import CFEnv
 from graph_envs.cf.loads import betweenness_load
@@ -64,7 +63,9 @@ def test_load_exactly_at_threshold_never_fails() -> None:
     state.capacity[2] = 0.31
     state.load[2] = state.xi * state.capacity[2]  # load == xi * capacity exactly
     for seed in range(200):
-        _restore(env, dataclasses.replace(state, adjacency=PATH5.copy(), load=state.load.copy()), seed)
+        _restore(
+            env, dataclasses.replace(state, adjacency=PATH5.copy(), load=state.load.copy()), seed
+        )
         obs, *_ = env.step(0)
         assert obs["adjacency"][2].sum() == 2  # node 2 kept both edges
 
@@ -239,6 +240,7 @@ def test_invariants_over_random_episodes() -> None:
             assert not adj[prob >= 1.0].any(), "p = 1 nodes always fail"
             assert not adj[action].any()
             np.testing.assert_allclose(env.state.load, betweenness_load(adj), atol=1e-12)
+            assert (env.state.load[env.state.capacity == 0] == 0).all(), "zero stays zero"
             np.testing.assert_array_equal(obs["action_mask"], adj.any(axis=1))
             assert not truncated
             assert terminated == (t + 1 == h or not adj.any())

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 
+import graph_envs  # noqa: F401  (registers the ids)
 import gymnasium as gym
 import numpy as np
 import pytest
-
-import graph_envs  # noqa: F401  (registers the ids)
 from graph_envs.core.graph_ops import is_connected
 from graph_envs.core.validation import validate_observation
 from graph_envs.od.dynamics import (
@@ -95,17 +94,20 @@ def test_softmax_sample_frequencies_and_stability() -> None:
     rng = np.random.default_rng(0)
     logits = np.array([0.0, 1.0, 2.0])
     probs = np.exp(logits) / np.exp(logits).sum()
-    draws = np.array([softmax_sample(logits, rng) for _ in range(4000)])
+    draws = np.array([softmax_sample(logits, rng.random()) for _ in range(4000)])
     for i, p in enumerate(probs):
         assert _binomial_ok(int((draws == i).sum()), 4000, p)
+    two = np.log(np.array([1.0, 3.0]))  # probabilities 1/4, 3/4
+    assert [softmax_sample(two, u) for u in (0.0, 0.24, 0.26, 0.99)] == [0, 0, 1, 1]
     huge = np.array([-1e4, 1e4, 1e4 - 1.0])  # would overflow without subtracting the max
-    assert {softmax_sample(huge, rng) for _ in range(200)} <= {1, 2}
+    assert {softmax_sample(huge, rng.random()) for _ in range(200)} <= {1, 2}
+    assert softmax_sample(huge, 0.0) == 1 and softmax_sample(huge, 1.0 - 1e-16) == 2
 
 
 def test_rewire_hand_checked() -> None:
     # node 0 - node 1 only; opinions 0:A 1:B 2:A 3:B -> drop 1, new partner 2 (the only one)
     state = _state(_graph(4, [(0, 1), (1, 3)]), [2, 4, 2, 4], [0.0, 0.5, -0.5, 0.9])
-    assert rewire(state, 0, 0.1, np.random.default_rng(0))
+    assert rewire(state, 0, 0.1, 0.5, 0.5)
     assert np.array_equal(state.adjacency, _graph(4, [(0, 2), (1, 3)]))
     np.testing.assert_array_equal(state.opinion, [2, 4, 2, 4])
 
@@ -122,7 +124,7 @@ def test_rewire_probabilities() -> None:
     trials, drop2, new3 = 3000, 0, 0
     for _ in range(trials):
         state = _state(adj, [1, 3, 3, 1, 1], [0.0, 0.1, 0.3, 0.0, 0.2])
-        assert rewire(state, 0, 0.1, rng)
+        assert rewire(state, 0, 0.1, rng.random(), rng.random())
         drop2 += not state.adjacency[0, 2]
         new3 += bool(state.adjacency[0, 3])
         assert state.adjacency.sum() == adj.sum()  # one edge out, one in
@@ -134,17 +136,16 @@ def test_rewire_impossible_cases_change_nothing() -> None:
     # node 0 isolated; node 1 has a neighbour but no same-opinion non-neighbour
     state = _state(_graph(4, [(1, 2), (2, 3)]), [0, 1, 2, 3], [0.0, 0.1, 0.2, 0.3])
     before = state.adjacency.copy()
-    rng = np.random.default_rng(0)
-    assert not rewire(state, 0, 0.1, rng)
-    assert not rewire(state, 1, 0.1, rng)
+    assert not rewire(state, 0, 0.1, 0.5, 0.5)
+    assert not rewire(state, 1, 0.1, 0.5, 0.5)
     assert np.array_equal(state.adjacency, before)
 
 
 def test_copy_opinion_hand_checked() -> None:
     state = _state(_graph(4, [(0, 1)]), [2, 3, 4, 1], [0.0] * 4)
-    assert copy_opinion(state, 0, np.random.default_rng(0))
+    assert copy_opinion(state, 0, 0.99)
     assert state.opinion.tolist() == [3, 3, 4, 1]
-    assert not copy_opinion(state, 2, np.random.default_rng(0))  # isolated: no change
+    assert not copy_opinion(state, 2, 0.5)  # isolated: no change
     assert state.opinion.tolist() == [3, 3, 4, 1]
 
 

@@ -7,7 +7,6 @@ import math
 import networkx as nx
 import numpy as np
 import pytest
-
 from graph_envs.cf.shk import SHKParams, _initial_phase, shk_graph
 from graph_envs.core.graph_ops import is_connected
 
@@ -51,8 +50,8 @@ def _reference_shk(n: int, rng: np.random.Generator, prm: SHKParams) -> nx.Graph
 
     for i in range(n0, n):
         if rng.random() < prm.s and g.number_of_edges() > 0:
-            # same edge indexing as the implementation is not reproducible in networkx, so the
-            # reference is only used with s = 0
+            # the implementation picks the split link by rustworkx edge index, which networkx
+            # cannot mirror: the reference covers s = 0; splits are tested separately
             raise AssertionError("reference supports s = 0 only")
         pos[i] = rng.random(2)
         nearest = min(range(i), key=lambda j: d(i, j))

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import importlib
 
+import graph_envs
 import gymnasium as gym
 import numpy as np
 import pytest
-
-import graph_envs
 from graph_envs.core.validation import validate_observation
 from graph_envs.registration import _ENTRY_POINTS
 

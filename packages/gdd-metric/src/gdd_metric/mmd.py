@@ -87,6 +87,7 @@ class _Params:
     epsilon: float
     multipliers: np.ndarray
     estimator: str
+    ops: object = None  # None: numpy; else a backend such as TorchOps
 
     def kernel_arrays(self) -> dict:
         s, bw = self.schema, self.bandwidths
@@ -100,7 +101,9 @@ class _Params:
         }
 
 
-def _params(schema, bandwidths, weights, epsilon, multipliers, estimator) -> _Params:
+def _params(
+    schema, bandwidths, weights, epsilon, multipliers, estimator, backend="numpy", device=None
+) -> _Params:
     sch = normalise_schema(schema)
     bw = as_bandwidths(bandwidths)
     bw.check(sch)
@@ -124,7 +127,19 @@ def _params(schema, bandwidths, weights, epsilon, multipliers, estimator) -> _Pa
         )
     if estimator not in ESTIMATORS:
         raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
-    return _Params(sch, bw, w, eps, mult, estimator)
+    return _Params(sch, bw, w, eps, mult, estimator, _backend_ops(backend, device))
+
+
+def _backend_ops(backend: str, device: str | None):
+    if backend == "numpy":
+        if device not in (None, "cpu"):
+            raise ValueError(f"the numpy backend runs on the CPU; got device={device!r}")
+        return None
+    if backend == "torch":
+        from .torch_backend import TorchOps  # torch is imported only here
+
+        return TorchOps(device)
+    raise ValueError(f"backend must be 'numpy' or 'torch', got {backend!r}")
 
 
 def _validate_pair(pred, true, schema: Schema, estimator: str) -> tuple[SampleSet, SampleSet]:
@@ -208,6 +223,7 @@ def _pooled_grams(pairs: Sequence[tuple[SampleSet, SampleSet]], params: _Params)
         pooled["graph_continuous"],
         pooled["graph_categorical"],
         edge,
+        ops=params.ops,
         **params.kernel_arrays(),
     )
 
@@ -222,6 +238,8 @@ def gdd(
     epsilon: float = DEFAULT_EPSILON,
     multipliers: Sequence[float] = DEFAULT_MULTIPLIERS,
     estimator: str = "biased",
+    backend: str = "numpy",
+    device: str | None = None,
 ) -> GDDResult:
     """Graph Distribution Distance between two sample sets of attributed graphs.
 
@@ -239,11 +257,13 @@ def gdd(
         multipliers: the bandwidth multiplier set M.
         estimator: "biased" (paper default, V-statistic) or "unbiased" (U-statistic, needs
             >= 2 samples per set).
+        backend: "numpy" (default) or "torch" (optional extra; the heavy kernel work runs on
+            ``device``, e.g. "cuda"); device: the torch device (numpy: None / "cpu").
 
     Returns:
         :class:`GDDResult` with the GDD, MMD^2 and the four squared components.
     """
-    params = _params(schema, bandwidths, weights, epsilon, multipliers, estimator)
+    params = _params(schema, bandwidths, weights, epsilon, multipliers, estimator, backend, device)
     p, t = _validate_pair(pred, true, params.schema, estimator)
     return _results(_pooled_grams([(p, t)], params), p.num_samples, t.num_samples, params)[0]
 
@@ -257,6 +277,8 @@ def gdd_many(
     epsilon: float = DEFAULT_EPSILON,
     multipliers: Sequence[float] = DEFAULT_MULTIPLIERS,
     estimator: str = "biased",
+    backend: str = "numpy",
+    device: str | None = None,
 ) -> list[GDDResult]:
     """GDD of many transitions at once: ``[gdd(pred, true, ...) for pred, true in pairs]``.
 
@@ -268,7 +290,7 @@ def gdd_many(
     Returns:
         one :class:`GDDResult` per pair, in input order.
     """
-    params = _params(schema, bandwidths, weights, epsilon, multipliers, estimator)
+    params = _params(schema, bandwidths, weights, epsilon, multipliers, estimator, backend, device)
     validated = [_validate_pair(p, t, params.schema, estimator) for p, t in _as_pairs(pairs)]
     groups: dict[tuple[int, int, int], list[int]] = {}
     for k, (p, t) in enumerate(validated):
@@ -277,9 +299,11 @@ def gdd_many(
     s = params.schema
     for (n, m, nodes), idx in groups.items():
         t_count = n + m
-        width = len(s.node_continuous) + len(s.node_categorical) + 1
-        per_item = 8 * (t_count * nodes * width + t_count * t_count * 16)
-        per_item += 8 * (t_count * (t_count - 1) // 2) * max(nodes, 1) * 4
+        # bytes per stacked item: node arrays, one one-hot block, ~16 (T, T) float matrices
+        # (the per-pair temporaries of the continuous node terms are chunked separately)
+        max_card = max((c for _, c in s.node_categorical), default=0)
+        width = len(s.node_continuous) + len(s.node_categorical) + max_card
+        per_item = 8 * (t_count * nodes * width + 16 * t_count * t_count)
         chunk = max(1, _BATCH_BYTES // per_item)
         for start in range(0, len(idx), chunk):
             sub = idx[start : start + chunk]
@@ -307,9 +331,13 @@ def gram_matrices(
     bandwidths: Bandwidths | Mapping,
     *,
     multipliers: Sequence[float] = DEFAULT_MULTIPLIERS,
+    backend: str = "numpy",
+    device: str | None = None,
 ) -> ComponentGrams:
     """The four component Gram matrices over the pooled samples [pred; true], each (T, T)."""
-    params = _params(schema, bandwidths, DEFAULT_WEIGHTS, 1.0, multipliers, "biased")
+    params = _params(
+        schema, bandwidths, DEFAULT_WEIGHTS, 1.0, multipliers, "biased", backend, device
+    )
     p, t = _validate_pair(pred, true, params.schema, "biased")
     g = _pooled_grams([(p, t)], params)
     return ComponentGrams(node=g.node[0], graph=g.graph[0], edge=g.edge[0], joint=g.joint[0])

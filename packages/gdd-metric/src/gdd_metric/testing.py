@@ -56,6 +56,8 @@ def permutation_test(
     epsilon: float = DEFAULT_EPSILON,
     multipliers: Sequence[float] = DEFAULT_MULTIPLIERS,
     estimator: str = "biased",
+    backend: str = "numpy",
+    device: str | None = None,
 ) -> tuple[float, float]:
     """Permutation test of H0: pred and true come from the same distribution.
 
@@ -64,8 +66,8 @@ def permutation_test(
     estimate from it.
 
     Args:
-        pred, true, schema, bandwidths, weights, epsilon, multipliers, estimator: as in
-            :func:`gdd_metric.gdd`.
+        pred, true, schema, bandwidths, weights, epsilon, multipliers, estimator, backend,
+            device: as in :func:`gdd_metric.gdd`.
         num_permutations: number of random relabelings (>= 1).
         rng: the caller's ``numpy.random.Generator``; the only source of randomness.
 
@@ -80,7 +82,7 @@ def permutation_test(
         raise TypeError(f"num_permutations must be an int, got {num_permutations!r}")
     if num_permutations < 1:
         raise ValueError(f"num_permutations must be >= 1, got {num_permutations}")
-    params = _params(schema, bandwidths, weights, epsilon, multipliers, estimator)
+    params = _params(schema, bandwidths, weights, epsilon, multipliers, estimator, backend, device)
     p, t = _validate_pair(pred, true, params.schema, estimator)
     n, m = p.num_samples, t.num_samples
     gram = _pooled_grams([(p, t)], params).total(params.weights, params.epsilon)[0]

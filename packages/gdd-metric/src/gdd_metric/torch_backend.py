@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .kernels import jaccard_from_counts, pair_indices, upper_support
+from .kernels import _symmetric, jaccard_from_counts, pair_indices, upper_support
 
 __all__ = ["TorchOps", "load_torch"]
 
@@ -102,9 +102,3 @@ class TorchOps:
             inter += (zt @ zt.T).double().cpu().numpy()
             sizes += zt.sum(1, dtype=torch.float64).cpu().numpy()
         return jaccard_from_counts(inter, sizes)
-
-
-def _symmetric(values: np.ndarray, t: int, diagonal: float) -> np.ndarray:
-    from .kernels import _symmetric as sym
-
-    return sym(values, t, diagonal)

@@ -22,6 +22,12 @@ from .schema import Schema
 __all__ = ["FeatureScaler"]
 
 
+def _rows(values: Any, width: int) -> np.ndarray:
+    """Flatten stored feature values to (M, width) rows; works for zero-width features too."""
+    a = np.asarray(values, np.float64)
+    return a.reshape(-1, width) if width else np.zeros((0, 0))
+
+
 def _mean_std(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Column mean and population std of a (M, F) float64 array; std=1 for constant columns."""
     if values.shape[0] == 0:
@@ -90,11 +96,11 @@ class FeatureScaler:
         if len(episodes) == 0:
             raise ValueError("FeatureScaler.fit needs at least one episode")
         node = [
-            np.asarray(ep["node_continuous"], np.float64).reshape(-1, s.num_node_continuous)
+            _rows(ep["node_continuous"], s.num_node_continuous)
             for ep in episodes
         ]
         graph = [
-            np.asarray(ep["graph_continuous"], np.float64).reshape(-1, s.num_graph_continuous)
+            _rows(ep["graph_continuous"], s.num_graph_continuous)
             for ep in episodes
         ]
         reward = np.concatenate([np.asarray(ep["reward"], np.float64).reshape(-1) for ep in episodes])

@@ -165,11 +165,12 @@ class FeatureHeads(nn.Module):
 
     def __init__(self, dim: int, num_cont: int, cards: tuple[int, ...]) -> None:
         super().__init__()
-        self.cont = nn.Linear(dim, num_cont)
+        self.cont = nn.Linear(dim, num_cont) if num_cont else None
         self.cat = nn.ModuleList([nn.Linear(dim, k) for k in cards])
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        return self.cont(x), [h(x) for h in self.cat]
+        cont = self.cont(x) if self.cont is not None else x.new_zeros(*x.shape[:-1], 0)
+        return cont, [h(x) for h in self.cat]
 
 
 # ---------------------------------------------------------------------------- observations

@@ -316,7 +316,9 @@ class GWM(WorldModel):
             crit = critical_node_loss(parts["node_per_node"], c, node_mask)
             critical = self._vmean(crit, valid)
             total = total + cfg.critical_weight * critical
-        terms.update(rollout=float(rollout), spectral=float(spectral), critical=float(critical))
+        terms.update(
+            rollout=rollout.item(), spectral=spectral.item(), critical=critical.item()
+        )
         return total, {k: terms[k] for k in GWM_TERM_KEYS}
 
     # ------------------------------------------------------------------ inference API

@@ -11,11 +11,12 @@ import numpy as np
 from graph_envs.od.types import ODParams, ODState
 
 
-def softmax_sample(logits: np.ndarray, rng: np.random.Generator) -> int:
-    """Index drawn with ``P(i) proportional to exp(logits[i])`` (stable: max subtracted)."""
+def softmax_sample(logits: np.ndarray, u: float) -> int:
+    """Index drawn with ``P(i) proportional to exp(logits[i])`` by inverting the CDF at the
+    uniform ``u`` in [0, 1) (stable softmax: the max is subtracted before ``exp``)."""
     weights = np.exp(logits - logits.max())
-    cumulative = np.cumsum(weights)
-    idx = int(np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right"))
+    cumulative = weights.cumsum()
+    idx = int(cumulative.searchsorted(u * cumulative[-1], side="right"))
     return min(idx, len(weights) - 1)
 
 
@@ -26,42 +27,43 @@ def rewire_candidates(state: ODState, node: int) -> tuple[np.ndarray, np.ndarray
     computed before the drop (so the dropped neighbour is never re-chosen).
     """
     row = state.adjacency[node]
-    neighbours = np.flatnonzero(row)
+    neighbours = row.nonzero()[0]
     same = state.opinion == state.opinion[node]
     same &= ~row
     same[node] = False
-    return neighbours, np.flatnonzero(same)
+    return neighbours, same.nonzero()[0]
 
 
-def rewire(state: ODState, node: int, temperature: float, rng: np.random.Generator) -> bool:
+def rewire(state: ODState, node: int, temperature: float, u_drop: float, u_new: float) -> bool:
     """Replace one edge of ``node``; returns whether the graph changed.
 
-    The neighbour ``v`` to drop is drawn with ``P(v) propto exp(+d(node, v) / T)``; the new
-    partner ``w`` among same-opinion non-neighbours with ``P(w) propto exp(-d(node, w) / T)``,
+    The neighbour ``v`` to drop is drawn (with the uniform ``u_drop``) with
+    ``P(v) propto exp(+d(node, v) / T)``; the new partner ``w`` (with ``u_new``) among the
+    same-opinion non-neighbours with ``P(w) propto exp(-d(node, w) / T)``,
     ``d = |zeta(node) - zeta(.)|`` (paper appendix "Opinion Dynamics"). If ``node`` has no
-    neighbour or no candidate partner, nothing happens and nothing is drawn.
+    neighbour or no candidate partner, nothing happens.
     """
     neighbours, partners = rewire_candidates(state, node)
     if neighbours.size == 0 or partners.size == 0:
         return False
     zeta = state.vibe
-    drop = neighbours[softmax_sample(np.abs(zeta[neighbours] - zeta[node]) / temperature, rng)]
-    new = partners[softmax_sample(-np.abs(zeta[partners] - zeta[node]) / temperature, rng)]
+    z = zeta[node]
+    drop = neighbours[softmax_sample(np.abs(zeta[neighbours] - z) / temperature, u_drop)]
+    new = partners[softmax_sample(-np.abs(zeta[partners] - z) / temperature, u_new)]
     adj = state.adjacency
     adj[node, drop] = adj[drop, node] = False
     adj[node, new] = adj[new, node] = True
     return True
 
 
-def copy_opinion(state: ODState, node: int, rng: np.random.Generator) -> bool:
-    """``node`` adopts the opinion of a uniformly drawn neighbour; no neighbour: no change.
-
-    Returns whether a neighbour was drawn.
-    """
-    neighbours = np.flatnonzero(state.adjacency[node])
+def copy_opinion(state: ODState, node: int, u: float) -> bool:
+    """``node`` adopts the opinion of a uniformly drawn neighbour (index ``floor(u * degree)``);
+    no neighbour: no change. Returns whether a neighbour was drawn."""
+    neighbours = state.adjacency[node].nonzero()[0]
     if neighbours.size == 0:
         return False
-    state.opinion[node] = state.opinion[neighbours[rng.integers(neighbours.size)]]
+    pick = min(int(u * neighbours.size), neighbours.size - 1)
+    state.opinion[node] = state.opinion[neighbours[pick]]
     return True
 
 
@@ -70,15 +72,20 @@ def environment_moves(state: ODState, params: ODParams, rng: np.random.Generator
 
     ``k_env = ceil(k_frac_env N)`` nodes drawn uniformly without replacement, processed in
     draw order (each sees the changes of the previous ones): with probability ``phi`` rewire,
-    otherwise copy a neighbour's opinion.
+    otherwise copy a neighbour's opinion. Randomness: the node draw, then three uniforms per
+    selected node (the rewire coin, then the drop/neighbour choice, then the new partner), so
+    the number of draws does not depend on the state.
     """
     n = len(state.opinion)
+    k_env = params.k_env(n)
+    nodes = rng.choice(n, size=k_env, replace=False).tolist()
+    uniforms = rng.random((k_env, 3)).tolist()
     rewired = 0
-    for node in rng.choice(n, size=params.k_env(n), replace=False):
-        if rng.random() < params.phi:
-            rewired += rewire(state, int(node), params.temperature, rng)
+    for node, (coin, u_a, u_b) in zip(nodes, uniforms, strict=True):
+        if coin < params.phi:
+            rewired += rewire(state, node, params.temperature, u_a, u_b)
         else:
-            copy_opinion(state, int(node), rng)
+            copy_opinion(state, node, u_a)
     return rewired
 
 

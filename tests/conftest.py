@@ -1,0 +1,27 @@
+"""Shared fixtures of the cross-package tests: a tiny collected-and-fitted data set."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from graphwm.pipeline import RunPaths, load_preset, stage_collect, stage_fit
+
+
+def tiny_preset(**overrides) -> dict:
+    """The tiny preset (two envs, two models) with overrides."""
+    preset = load_preset("tiny")
+    preset.update(overrides)
+    return preset
+
+
+@pytest.fixture(scope="session")
+def all_envs_run(tmp_path_factory) -> tuple[dict, RunPaths]:
+    """Collected and fitted data of all four envs at tiny sizes (shared by several tests)."""
+    preset = tiny_preset(envs=["RGC", "OD", "SAR", "CF"])
+    preset["collect"] = {**preset["collect"], "test_sizes": [8, 20], "test_episodes": 2}
+    paths = RunPaths(Path(tmp_path_factory.mktemp("all_envs")))
+    stage_collect(preset, paths, progress=False)
+    stage_fit(preset, paths)
+    return preset, paths
