@@ -23,9 +23,14 @@ from graphwm.protocol import (
 
 def _self_config(paths, env, size=8):
     return {
-        "kind": "self_gdd", "env": env, "size": size, "seed": 0,
-        "data_dir": str(paths.data), "fit_dir": str(paths.fit(env)),
-        "num_samples": 16, "reference_transitions": 5,
+        "kind": "self_gdd",
+        "env": env,
+        "size": size,
+        "seed": 0,
+        "data_dir": str(paths.data),
+        "fit_dir": str(paths.fit(env)),
+        "num_samples": 16,
+        "reference_transitions": 5,
     }
 
 
@@ -49,8 +54,12 @@ def test_collect_files_roundtrip_and_disjoint_seeds(all_envs_run):
             assert not seen & set(seeds.tolist())
             seen |= set(seeds.tolist())
             for ep, seed in zip(episodes, seeds, strict=True):
-                again = record_episode("SAR", ep["action_nodes"].shape[1], int(seed),
-                                       store_observations=split != "test")
+                again = record_episode(
+                    "SAR",
+                    ep["action_nodes"].shape[1],
+                    int(seed),
+                    store_observations=split != "test",
+                )
                 for key in again:
                     np.testing.assert_array_equal(again[key], ep[key])
 
@@ -83,8 +92,13 @@ def test_env_samples_differ_from_a_shifted_transition(all_envs_run):
     t0, t1 = int(refs[0]), int(refs[-1])
     sets = []
     for t in (t0, t1):
-        graphs, _ = env_samples(schema_env, 8, replay.snapshots[t], ep["actions"][t : t + 1],
-                                sample_seeds(seed, t, STREAM_ENV, 16))
+        graphs, _ = env_samples(
+            schema_env,
+            8,
+            replay.snapshots[t],
+            ep["actions"][t : t + 1],
+            sample_seeds(seed, t, STREAM_ENV, 16),
+        )
         sets.append(stack_graphs(graphs[0]))
     far = transition_gdd(sets[0], sets[1], env_schema(schema_env), bandwidths, terminal=False)
     near = self_gdd_job(_self_config(paths, schema_env))
@@ -94,10 +108,23 @@ def test_env_samples_differ_from_a_shifted_transition(all_envs_run):
 def test_ray_executor_matches_local(all_envs_run, tmp_path):
     _, paths = all_envs_run
     configs = [_self_config(paths, env) for env in ("RGC", "SAR")]
-    local = run_jobs(self_gdd_job, configs, ResultStore(tmp_path / "local"), tmp_path,
-                     executor="local", max_workers=1, progress=False)
-    ray_results = run_jobs(self_gdd_job, configs, ResultStore(tmp_path / "ray"), tmp_path,
-                           executor="ray", progress=False)
+    local = run_jobs(
+        self_gdd_job,
+        configs,
+        ResultStore(tmp_path / "local"),
+        tmp_path,
+        executor="local",
+        max_workers=1,
+        progress=False,
+    )
+    ray_results = run_jobs(
+        self_gdd_job,
+        configs,
+        ResultStore(tmp_path / "ray"),
+        tmp_path,
+        executor="ray",
+        progress=False,
+    )
     for a, b in zip(local, ray_results, strict=True):
         assert a["gdd"] == b["gdd"]
         assert a["gdd_episodes"] == b["gdd_episodes"]

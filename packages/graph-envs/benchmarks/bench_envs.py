@@ -24,10 +24,9 @@ import time
 import warnings
 from pathlib import Path
 
+import graph_envs
 import gymnasium as gym
 import numpy as np
-
-import graph_envs
 
 SIZES = (20, 100, 1000)
 SIZES_BY_ENV = {"graphenv/RGC-v0": (20, 100, 200)}

@@ -15,14 +15,13 @@ import subprocess
 import sys
 import warnings
 
+import graph_envs
 import gymnasium as gym
 import numpy as np
 import pytest
-from gymnasium import spaces
-
-import graph_envs
 from graph_envs.core.base import EnvSnapshot
 from graph_envs.core.validation import validate_observation
+from gymnasium import spaces
 
 
 def _available_ids() -> list[str]:
@@ -163,9 +162,7 @@ def test_reset_is_deterministic_in_seed(env_id):
         _assert_obs_equal(a.reset(seed=seed)[0], b.reset(seed=seed)[0])
     # different seeds give different graphs
     obs0 = a.reset(seed=0)[0]["adjacency"]
-    assert any(
-        not np.array_equal(obs0, a.reset(seed=s)[0]["adjacency"]) for s in range(1, 5)
-    )
+    assert any(not np.array_equal(obs0, a.reset(seed=s)[0]["adjacency"]) for s in range(1, 5))
     # a same-seed rollout with the same actions is identical
     rng_a, rng_b = np.random.default_rng(7), np.random.default_rng(7)
     a.reset(seed=9)
@@ -203,7 +200,9 @@ def test_clone_restore_replays_exactly(env_id):
         snap = env.clone_state()
         # mix valid actions and arbitrary in-space actions (invalid ones are noops)
         actions = [
-            env.sample_valid_action(rng) if rng.random() < 0.8 else _random_in_space_action(env, rng)
+            env.sample_valid_action(rng)
+            if rng.random() < 0.8
+            else _random_in_space_action(env, rng)
             for _ in range(25)
         ]
         first = _rollout(env, actions)

@@ -7,12 +7,11 @@ import math
 import subprocess
 import sys
 
+import graph_envs  # noqa: F401
 import gymnasium as gym
 import networkx as nx
 import numpy as np
 import pytest
-
-import graph_envs  # noqa: F401
 from graph_envs.rgc.env import edge_budget, num_pairs
 from graph_envs.rgc.generator import connected_erdos_renyi
 from graph_envs.rgc.robustness import (
@@ -192,7 +191,7 @@ def test_robustness_rejects_bad_sample_counts():
 
 
 def test_default_number_of_samples():
-    assert [default_num_samples(n) for n in (5, 20, 50, 100, 200, 1000)] == [32, 32, 32, 16, 8, 8]
+    assert [default_num_samples(n) for n in (5, 20, 50, 100, 200, 1000)] == [32, 32, 16, 8, 4, 4]
 
 
 # ------------------------------------------------------------------------ generator

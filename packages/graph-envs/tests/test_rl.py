@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import warnings
 
+import graph_envs  # noqa: F401
 import gymnasium as gym
 import numpy as np
 import pytest
-
-import graph_envs  # noqa: F401
 
 pytest.importorskip("sb3_contrib")
 
@@ -58,7 +57,9 @@ def test_ppo_multi_input_policy_on_rgc():
     assert model.num_timesteps >= 64
     obs, _ = env.reset(seed=0)
     with torch.no_grad():
-        actions, values, _ = model.policy(obs_as_tensor({k: v[None] for k, v in obs.items()}, "cpu"))
+        actions, values, _ = model.policy(
+            obs_as_tensor({k: v[None] for k, v in obs.items()}, "cpu")
+        )
     assert actions.shape == (1, 2) and torch.isfinite(values).all()
     assert env.action_space.contains(actions[0].numpy().astype(np.int64))
 

@@ -3,16 +3,15 @@ observability and the stochastic transition's frequencies."""
 
 from __future__ import annotations
 
+import graph_envs  # noqa: F401
 import gymnasium as gym
 import numpy as np
 import pytest
-from scipy.spatial import Delaunay
-
-import graph_envs  # noqa: F401
 from graph_envs.core.graph_ops import within_hops
 from graph_envs.sar.dynamics import visible_nodes
 from graph_envs.sar.generator import num_survivors, reverse_index
 from graph_envs.sar.types import SARState
+from scipy.spatial import Delaunay
 
 SCHEMA = {
     "node_continuous": ["stability"],
@@ -234,9 +233,7 @@ def test_visible_nodes_matches_reference_within_hops():
         env.reset(seed=seed)
         for _ in range(30):
             s = env.state
-            np.testing.assert_array_equal(
-                visible_nodes(s), within_hops(s.adjacency, s.location, 2)
-            )
+            np.testing.assert_array_equal(visible_nodes(s), within_hops(s.adjacency, s.location, 2))
             _, _, term, trunc, _ = env.step(env.sample_valid_action(rng))
             if term or trunc:
                 break
@@ -387,7 +384,9 @@ def test_invalid_action_is_a_noop_that_costs_one():
     for name in ("adjacency", "stability", "survivors", "edge_alive"):
         np.testing.assert_array_equal(getattr(after, name), getattr(before.state, name))
     assert after.location == 1 and env.elapsed_steps == before.steps + 1
-    raising = env_with(hand_state(PATH, [1, 0.9, 0.9, 0.9, 0.9], location=1), invalid_action="raise")
+    raising = env_with(
+        hand_state(PATH, [1, 0.9, 0.9, 0.9, 0.9], location=1), invalid_action="raise"
+    )
     with pytest.raises(ValueError, match="mask"):
         raising.step(3)
 

@@ -106,7 +106,7 @@ class GRSSMConfig:
     beta_pred: float = 1.0
     free_bits: float = 0.01
     unimix: float = 0.01
-    adj_bias: bool = False
+    adj_bias: bool = True
     attn_chunk: int = 256
 
     def __post_init__(self) -> None:

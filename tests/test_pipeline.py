@@ -1,0 +1,129 @@
+"""End-to-end: the tiny preset through every stage, resumption after SIGKILL, the smoke preset."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from graphwm.pipeline import RunPaths, load_preset, reproduce, stage_collect, stage_fit
+from graphwm.report import build_report, load_results
+
+
+def _finite_numbers_in(text: str) -> list[float]:
+    import re
+
+    return [float(x) for x in re.findall(r"-?\d+\.\d+(?:e-?\d+)?", text)]
+
+
+def test_tiny_preset_end_to_end(tmp_path):
+    preset = load_preset("tiny")
+    report_dir = reproduce(preset, tmp_path, progress=False)
+    results = load_results(tmp_path)
+    kinds = {r["kind"] for r in results}
+    assert kinds == {"single_step", "multi_step", "self_gdd"}
+    single = [r for r in results if r["kind"] == "single_step"]
+    # 2 envs x 2 models + 1 ablation on SAR, one test size, one seed
+    assert {(r["env"], r["model"]) for r in single} == {
+        ("SAR", "gdm"),
+        ("SAR", "vanilla-gwm"),
+        ("RGC", "gdm"),
+        ("RGC", "vanilla-gwm"),
+        ("SAR", "gdm:no-h-plus"),
+    }
+    for r in results:
+        values = r["gdd"] if isinstance(r["gdd"], list) else [r["gdd"]]
+        assert all(math.isfinite(v) and v >= 0 for v in values), r
+    assert [r for r in results if r["kind"] == "self_gdd" and r["env"] == "RGC"][0]["gdd"] == 0
+    paths = build_report(tmp_path)
+    assert paths.report_dir == report_dir
+    for path in paths.files():
+        assert path.exists() and path.stat().st_size > 0, path
+    main_table = (report_dir / "gdd_single_step.md").read_text()
+    numbers = _finite_numbers_in(main_table)
+    assert numbers and all(math.isfinite(x) for x in numbers)
+    assert "nan" not in main_table.lower()
+    # rerunning is idempotent: every job is found finished, nothing changes
+    before = {p.name: p.read_text() for p in (tmp_path / "results").glob("*.json")}
+    reproduce(preset, tmp_path, progress=False)
+    after = {p.name: p.read_text() for p in (tmp_path / "results").glob("*.json")}
+    assert before == after
+
+
+RESUME_SCRIPT = """
+import json, sys
+from graphwm.pipeline import RunPaths, stage_train
+preset = json.loads(open(sys.argv[1]).read())
+for r in stage_train(preset, RunPaths(sys.argv[2]), progress=False):
+    print(r["checkpoint"])
+"""
+
+
+def _resume_preset(tmp_path: Path) -> tuple[dict, Path]:
+    preset = load_preset("tiny")
+    preset.update(envs=["SAR"], models=["gdm"], ablations=[])
+    preset["train"] = {**preset["train"], "steps": 120, "checkpoint_every": 10}
+    path = tmp_path / "preset.json"
+    path.write_text(json.dumps(preset))
+    return preset, path
+
+
+def _copy_data(src: RunPaths, dst: Path) -> RunPaths:
+    shutil.copytree(src.data, dst / "data")
+    shutil.copytree(src.root / "fit", dst / "fit")
+    return RunPaths(dst)
+
+
+def test_sigkilled_training_resumes_to_identical_result(tmp_path):
+    preset, preset_file = _resume_preset(tmp_path)
+    base = RunPaths(tmp_path / "base")
+    stage_collect(preset, base, progress=False)
+    stage_fit(preset, base)
+    killed = _copy_data(base, tmp_path / "killed")
+    clean = _copy_data(base, tmp_path / "clean")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-c", RESUME_SCRIPT, str(preset_file)]
+    proc = subprocess.Popen([*cmd, str(killed.root)], env=env, start_new_session=True)
+    latest = killed.root / "train" / "SAR" / "gdm" / "seed0" / "ckpt" / "latest"
+    deadline = time.time() + 240
+    while not (latest / "trainer_state.json").exists():
+        assert proc.poll() is None, "training finished or died before its first checkpoint"
+        assert time.time() < deadline
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    final = killed.root / "train" / "SAR" / "gdm" / "seed0" / "ckpt" / "final"
+    assert not final.exists(), "killed too late: the run had already finished"
+    resumed = subprocess.run([*cmd, str(killed.root)], env=env, capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    uninterrupted = subprocess.run([*cmd, str(clean.root)], env=env, capture_output=True, text=True)
+    assert uninterrupted.returncode == 0, uninterrupted.stderr
+    jobs = [json.loads(p.read_text()) for p in (killed.root / "jobs").glob("*.json")]
+    assert jobs[0]["resumed_from"] > 0
+    manifests = [
+        json.loads((r.root / "train/SAR/gdm/seed0/ckpt/final/manifest.json").read_text())
+        for r in (killed, clean)
+    ]
+    assert manifests[0]["weights_sha256"] == manifests[1]["weights_sha256"]
+    logs = [(r.root / "train/SAR/gdm/seed0/log.csv").read_text() for r in (killed, clean)]
+    assert logs[0] == logs[1]
+
+
+@pytest.mark.slow
+def test_full_smoke_preset(tmp_path):
+    preset = load_preset("smoke")
+    reproduce(preset, tmp_path, progress=False)
+    results = load_results(tmp_path)
+    single = [r for r in results if r["kind"] == "single_step"]
+    assert {r["env"] for r in single} == {"RGC", "OD", "SAR", "CF"}
+    assert {r["model"] for r in single} >= {"gdm", "vanilla-gwm", "ea-gwm", "g-rssm"}
+    assert all(np.isfinite(r["gdd"]) for r in single)
