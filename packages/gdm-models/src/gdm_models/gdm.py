@@ -117,7 +117,7 @@ class GDMConfig:
     adjacency_sampler: str = "hard_concrete"
     message_passing: str = "sparse_gat"
     recurrent_adjacency: bool = True
-    edge_chunk_elems: int = 1 << 21  # chunk size of the no-grad pairwise edge MLP
+    edge_chunk_elems: int = 1 << 17  # chunk size of the no-grad pairwise edge MLP
 
     def __post_init__(self) -> None:
         for name in (
@@ -226,6 +226,9 @@ class Noise:
         self.record[key] = u
         return u
 
+
+#: largest edge density for which message passing uses the sparse (PyG) backend
+SPARSE_MAX_DENSITY = 0.05
 
 _NODE_AXIS_NOISE = ("zn_prior", "zn_post", "out_node_cat", "out_action_mask")
 
@@ -394,7 +397,11 @@ class GDM(WorldModel):
     ) -> torch.Tensor:
         """Sparse PyG path for a constant hard adjacency, dense path otherwise."""
         if hard is not None and (weights is None or not weights.requires_grad):
-            return self.mp.forward_sparse(h_n, g, hard)
+            # sparse PyG path for sparse graphs; a batched dense product is cheaper (and far
+            # smaller than per-edge messages) once the graph is dense
+            if float(hard.sum()) <= SPARSE_MAX_DENSITY * hard.numel():
+                return self.mp.forward_sparse(h_n, g, hard)
+            return self.mp.forward_dense(h_n, g, hard)
         if weights is None:
             raise ValueError("message passing needs a hard adjacency or weights")
         return self.mp.forward_dense(h_n, g, weights)

@@ -35,12 +35,17 @@ def reachable_from(adjacency: np.ndarray, source: int) -> np.ndarray:
 
 
 def within_hops(adjacency: np.ndarray, source: int, hops: int) -> np.ndarray:
-    """Boolean (N,) mask of the nodes at most ``hops`` edges from ``source``."""
-    adj = adjacency.astype(bool)
-    mask = np.zeros(adj.shape[0], dtype=bool)
+    """Boolean (N,) mask of the nodes at most ``hops`` edges from ``source``.
+
+    Touches only the rows of the frontier nodes (O(frontier * N) per hop, not O(N^2)).
+    """
+    mask = np.zeros(adjacency.shape[0], dtype=bool)
     mask[source] = True
-    frontier = mask.copy()
+    frontier = np.array([source])
     for _ in range(hops):
-        frontier = adj[frontier].any(axis=0) & ~mask
-        mask |= frontier
+        if frontier.size == 0:
+            break
+        reached = np.any(adjacency[frontier] != 0, axis=0) & ~mask
+        mask |= reached
+        frontier = np.flatnonzero(reached)
     return mask

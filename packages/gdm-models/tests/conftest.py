@@ -1,0 +1,58 @@
+"""Shared fixtures for the gdm-models tests (tiny models, synthetic episodes)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from gdm_models import EpisodeDataset, FeatureScaler, make_model
+from gdm_models.synthetic import SYNTHETIC_SCHEMA, random_episode
+
+# small ops are much slower with several threads on a busy 2-core machine
+torch.set_num_threads(1)
+
+TINY = {
+    "embed_dim": 8,
+    "hidden_dim": 16,
+    "node_latent_groups": 3,
+    "node_latent_classes": 4,
+    "graph_latent_groups": 2,
+    "graph_latent_classes": 3,
+}
+
+
+@pytest.fixture
+def tiny() -> dict:
+    """Tiny GDM config overrides."""
+    return dict(TINY)
+
+
+@pytest.fixture(scope="session")
+def episodes() -> list[dict[str, np.ndarray]]:
+    """Synthetic episodes with 5-9 nodes, one of them short and terminated."""
+    rng = np.random.default_rng(0)
+    eps = [random_episode(int(rng.integers(5, 10)), 12, rng) for _ in range(6)]
+    eps.append(random_episode(6, 3, rng, terminate=True))
+    return eps
+
+
+@pytest.fixture(scope="session")
+def scaler(episodes) -> FeatureScaler:
+    return FeatureScaler.fit(episodes, SYNTHETIC_SCHEMA)
+
+
+@pytest.fixture(scope="session")
+def dataset(episodes) -> EpisodeDataset:
+    return EpisodeDataset(episodes, SYNTHETIC_SCHEMA, seq_len=5)
+
+
+@pytest.fixture
+def make_tiny(scaler):
+    """Factory: make_tiny(name="gdm", seed=0, **overrides) -> tiny model."""
+
+    def _make(name: str = "gdm", seed: int = 0, **overrides):
+        torch.manual_seed(seed)
+        return make_model(name, SYNTHETIC_SCHEMA, scaler, **{**TINY, **overrides})
+
+    return _make
