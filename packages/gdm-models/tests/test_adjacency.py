@@ -1,0 +1,137 @@
+"""Hard Concrete gates, XOR update, straight-through weights, edge MLP implementations."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from gdm_models.adjacency import (
+    HC_BETA,
+    HC_GAMMA,
+    HC_ZETA,
+    EdgeUpdateMLP,
+    bernoulli_gate,
+    hard_concrete_gate,
+    hard_concrete_prob_open,
+    next_edge_signed_logit,
+    symmetric_uniform,
+    xor_update,
+)
+
+
+def test_hard_concrete_range_and_exact_zeros_and_ones():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.linspace(-3, 3, 13).repeat(2000)
+    c = hard_concrete_gate(logits, torch.rand(logits.shape, generator=g))
+    assert c.min() >= 0 and c.max() <= 1
+    assert (c == 0).any() and (c == 1).any()
+    assert ((c > 0) & (c < 1)).any()
+
+
+@pytest.mark.parametrize("logit", [-2.0, -0.5, 0.0, 1.0, 2.5])
+def test_hard_concrete_open_probability_matches_closed_form(logit):
+    g = torch.Generator().manual_seed(int(10 * logit) + 100)
+    n = 200_000
+    c = hard_concrete_gate(torch.full((n,), logit), torch.rand(n, generator=g))
+    emp = (c > 0).double().mean().item()
+    # closed form with the shifted logit l~ = l + beta log(-gamma/zeta)
+    l_tilde = logit + HC_BETA * math.log(-HC_GAMMA / HC_ZETA)
+    closed = 1 / (1 + math.exp(-(l_tilde - HC_BETA * math.log(-HC_GAMMA / HC_ZETA))))
+    assert closed == pytest.approx(1 / (1 + math.exp(-logit)))  # = sigmoid(l)
+    assert hard_concrete_prob_open(torch.tensor(logit)).item() == pytest.approx(closed, rel=1e-6)
+    assert hard_concrete_prob_open(torch.tensor(l_tilde), shifted=True).item() == pytest.approx(
+        closed, rel=1e-6
+    )
+    se = math.sqrt(closed * (1 - closed) / n)
+    assert abs(emp - closed) < 5 * se
+
+
+def test_hard_concrete_gate_formula_by_hand():
+    u, logit = 0.3, 0.7
+    l_tilde = logit + HC_BETA * math.log(-HC_GAMMA / HC_ZETA)
+    s = 1 / (1 + math.exp(-(math.log(u) - math.log(1 - u) + l_tilde) / HC_BETA))
+    want = min(1.0, max(0.0, s * (HC_ZETA - HC_GAMMA) + HC_GAMMA))
+    got = hard_concrete_gate(torch.tensor([logit]), torch.tensor([u])).item()
+    assert got == pytest.approx(want, rel=1e-6)
+
+
+def test_xor_update_truth_table_and_straight_through():
+    a_prev = torch.tensor([0.0, 0.0, 1.0, 1.0])
+    logits = torch.tensor([-1.0, 2.0, -1.0, 2.0], requires_grad=True)
+    u = torch.tensor([0.05, 0.3, 0.05, 0.3])
+    c = hard_concrete_gate(logits, u)
+    assert c[0] == 0 and c[2] == 0 and c[1] > 0 and c[3] > 0
+    a_t, b_bar = xor_update(a_prev, c)
+    assert a_t.tolist() == [0.0, 1.0, 1.0, 0.0]
+    torch.testing.assert_close(b_bar.detach(), a_t)  # forward equals the hard adjacency
+    b = (1 - a_prev) * c + a_prev * (1 - c)
+    torch.testing.assert_close(b_bar - b, (a_t - b).detach())
+    (b_bar * torch.tensor([1.0, 2.0, 3.0, 4.0])).sum().backward()
+    # gradient reaches the logits wherever the gate is strictly inside (0, 1)
+    inside = (c > 0) & (c < 1)
+    assert inside.any()
+    assert (logits.grad[inside] != 0).all()
+    # toggling off an existing edge: d b / d c = -1 -> opposite sign to adding an edge
+    assert inside[1] and inside[3]
+    assert torch.sign(logits.grad[1]) == -torch.sign(logits.grad[3])
+
+
+def test_bernoulli_gate_probability_and_gradient():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.full((100_000,), 0.4, requires_grad=True)
+    gate = bernoulli_gate(logits, torch.rand(logits.shape, generator=g))
+    assert set(gate.detach().unique().tolist()) <= {0.0, 1.0}
+    assert gate.detach().mean().item() == pytest.approx(1 / (1 + math.exp(-0.4)), abs=0.01)
+    gate.sum().backward()
+    assert (logits.grad > 0).all()
+
+
+def test_symmetric_uniform_one_draw_per_pair():
+    u = symmetric_uniform((3, 6, 6), torch.Generator().manual_seed(0), "cpu")
+    torch.testing.assert_close(u, u.transpose(-1, -2))
+    assert len(torch.unique(u[0][torch.triu(torch.ones(6, 6, dtype=torch.bool), 1)])) == 15
+
+
+def test_signed_logit_next_edge_probability():
+    logits = torch.tensor([1.5, 1.5])
+    p = torch.sigmoid(next_edge_signed_logit(logits, torch.tensor([0.0, 1.0])))
+    s = 1 / (1 + math.exp(-1.5))
+    assert p.tolist() == pytest.approx([s, 1 - s])
+
+
+@pytest.mark.parametrize("graph_dim", [0, 5])
+def test_edge_mlp_dense_chunked_naive_agree(graph_dim):
+    torch.manual_seed(0)
+    m = EdgeUpdateMLP(6, graph_dim, 7)
+    h, g = torch.randn(3, 9, 6), torch.randn(3, graph_dim)
+    a = (torch.rand(3, 9, 9) < 0.3).float()
+    a = torch.triu(a, 1)
+    a = a + a.transpose(1, 2)
+    dense = m.forward_dense(h, g, a)
+    naive = m.forward_naive(h, g, a)
+    chunked = m.forward_chunked(h, g, a, chunk_elems=7 * 9 * 2)  # 2 rows per chunk
+    torch.testing.assert_close(dense, naive)
+    torch.testing.assert_close(chunked, naive)
+    torch.testing.assert_close(dense, dense.transpose(1, 2))
+    # slow reference: the MLP applied to each ordered pair's concatenated input
+    i, j, b = 2, 5, 1
+    x = torch.cat([h[b, i], h[b, j], g[b], a[b, i, j : j + 1]])
+    w1 = torch.cat([m.w_i.weight, m.w_j.weight, *([m.w_g.weight] if graph_dim else [])], 1)
+    w1 = torch.cat([w1, m.w_a[:, None]], 1)
+
+    def f(x):
+        return m.out(torch.nn.functional.silu(w1 @ x + m.b1))
+
+    xr = torch.cat([h[b, j], h[b, i], g[b], a[b, j, i : i + 1]])
+    want = 0.5 * (f(x) + f(xr))
+    torch.testing.assert_close(dense[b, i, j : j + 1], want)
+
+
+def test_edge_mlp_init_is_sparse_update():
+    m = EdgeUpdateMLP(4, 0, 8)
+    logits = m.forward_dense(torch.zeros(1, 3, 4), torch.zeros(1, 0), torch.zeros(1, 3, 3))
+    p = torch.sigmoid(logits)
+    assert np.allclose(p.detach().numpy(), p[0, 0, 1].item()) and p.max() < 0.1
