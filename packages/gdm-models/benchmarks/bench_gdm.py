@@ -18,7 +18,6 @@ import time
 
 import numpy as np
 import torch
-
 from gdm_models import EpisodeDataset, FeatureScaler, get_preset, make_model
 from gdm_models.synthetic import SYNTHETIC_SCHEMA, random_episode, random_graph
 
@@ -35,8 +34,17 @@ def _rss_gib() -> float:
 def _observation(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     ep = random_episode(n, 1, rng)
     ep["adjacency"][0] = random_graph(n, 4.0 / n, rng)  # sparse, mean degree ~4
-    return {k: ep[k][:1] for k in ("adjacency", "node_continuous", "node_categorical",
-                                   "graph_continuous", "graph_categorical", "action_mask")}
+    return {
+        k: ep[k][:1]
+        for k in (
+            "adjacency",
+            "node_continuous",
+            "node_categorical",
+            "graph_continuous",
+            "graph_categorical",
+            "action_mask",
+        )
+    }
 
 
 def _imagine_time(model, n: int, samples: int, seed: int, repeats: int = 1) -> float:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
 from gdm_models import EpisodeDataset, FeatureScaler, make_model
 from gdm_models.synthetic import SYNTHETIC_SCHEMA, random_episode
 

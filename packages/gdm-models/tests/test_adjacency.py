@@ -7,7 +7,6 @@ import math
 import numpy as np
 import pytest
 import torch
-
 from gdm_models.adjacency import (
     HC_BETA,
     HC_GAMMA,

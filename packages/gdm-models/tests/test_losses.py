@@ -6,7 +6,6 @@ import math
 
 import pytest
 import torch
-
 from gdm_models.losses import adjacency_kl, free_bits, h_alignment, kl_dyn_rep, masked_mean
 from gdm_models.rssm import categorical_kl, sample_onehot_st, unimix_probs
 
@@ -19,7 +18,9 @@ def test_categorical_kl_by_hand_and_dyn_rep_gradients():
     )
     assert categorical_kl(q, p).item() == pytest.approx(want, rel=1e-6)
     dyn, rep = kl_dyn_rep(q, p)
-    assert dyn.item() == pytest.approx(want, rel=1e-6) and rep.item() == pytest.approx(want, rel=1e-6)
+    assert dyn.item() == pytest.approx(want, rel=1e-6) and rep.item() == pytest.approx(
+        want, rel=1e-6
+    )
     (dq,) = torch.autograd.grad(dyn.sum(), q, retain_graph=True, allow_unused=True)
     assert dq is None  # sg(q) in the dynamics KL
     (dp,) = torch.autograd.grad(rep.sum(), p, allow_unused=True)

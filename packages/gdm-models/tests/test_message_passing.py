@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import torch
-
 from gdm_models.message_passing import GraphMessagePassing, dense_to_edges, normalise_weights
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
 from gdm_models import DataError, EpisodeDataset, EpochSampler, FeatureScaler, Schema, SchemaError
 from gdm_models.data import OBS_KEYS, observation_to_tensors, validate_episode, validate_observation
 from gdm_models.synthetic import SYNTHETIC_SCHEMA, random_episode
@@ -92,8 +91,12 @@ def test_batch_padding_and_masks(episodes):
     assert b.adjacency.shape == (2, 6, n_max, n_max)
     assert b.node_mask[0].sum() == n0 and b.node_mask[1].sum() == ns
     assert b.step_mask[0].all() and b.step_mask[1].tolist() == [True] * 3 + [False] * 2
-    np.testing.assert_array_equal(b.adjacency[0, :, :n0, :n0].numpy(), episodes[0]["adjacency"][2:8])
-    np.testing.assert_array_equal(b.action_nodes[0, :, :n0].numpy(), episodes[0]["action_nodes"][2:7])
+    np.testing.assert_array_equal(
+        b.adjacency[0, :, :n0, :n0].numpy(), episodes[0]["adjacency"][2:8]
+    )
+    np.testing.assert_array_equal(
+        b.action_nodes[0, :, :n0].numpy(), episodes[0]["action_nodes"][2:7]
+    )
     # padded nodes carry nothing; the terminated last step has continuation 0
     assert b.adjacency[1, :, ns:].sum() == 0 and b.action_mask[1, :, ns:].sum() == 0
     assert b.continuation[1, 2] == 0 and b.continuation[1, :2].tolist() == [1, 1]
@@ -126,7 +129,9 @@ def test_scaler_fit_hand_computed():
     ep = random_episode(4, 3, np.random.default_rng(0))
     ep2 = random_episode(6, 2, np.random.default_rng(1))
     sc = FeatureScaler.fit([ep, ep2], SYNTHETIC_SCHEMA)
-    x = np.concatenate([ep["node_continuous"][..., 0].ravel(), ep2["node_continuous"][..., 0].ravel()])
+    x = np.concatenate(
+        [ep["node_continuous"][..., 0].ravel(), ep2["node_continuous"][..., 0].ravel()]
+    )
     assert sc.node_mean[0] == pytest.approx(x.mean()) and sc.node_std[0] == pytest.approx(x.std())
     # "y" is constant 5 -> sigma = 1
     assert sc.node_mean[1] == pytest.approx(5.0) and sc.node_std[1] == 1.0

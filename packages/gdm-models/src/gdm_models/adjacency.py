@@ -100,9 +100,7 @@ def bernoulli_gate(logits: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     return hard + p - p.detach()
 
 
-def xor_update(
-    a_prev: torch.Tensor, gate: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
+def xor_update(a_prev: torch.Tensor, gate: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """XOR update and straight-through next-edge weights.
 
     A_t = A_{t-1} xor 1[c > 0];  b = (1 - A_{t-1}) c + A_{t-1} (1 - c);
@@ -157,9 +155,7 @@ class EdgeUpdateMLP(nn.Module):
         return 0.5 * (f + f.transpose(-1, -2))
 
     # ---------------------------------------------------------------- implementations
-    def forward_dense(
-        self, h: torch.Tensor, g: torch.Tensor, a_prev: torch.Tensor
-    ) -> torch.Tensor:
+    def forward_dense(self, h: torch.Tensor, g: torch.Tensor, a_prev: torch.Tensor) -> torch.Tensor:
         """Symmetric logits (B, N, N) by broadcasting per-node projections (differentiable).
 
         h: (B, N, node_dim); g: (B, graph_dim); a_prev: (B, N, N) float.
@@ -203,9 +199,7 @@ class EdgeUpdateMLP(nn.Module):
                 f[s, r0:r1] = torch.matmul(pre, w2) + b2
         return self.symmetrise(f)
 
-    def forward_naive(
-        self, h: torch.Tensor, g: torch.Tensor, a_prev: torch.Tensor
-    ) -> torch.Tensor:
+    def forward_naive(self, h: torch.Tensor, g: torch.Tensor, a_prev: torch.Tensor) -> torch.Tensor:
         """Reference: concatenate [h_i, h_j, h_g, z_g, A_ij] for every ordered pair."""
         b, n, d = h.shape
         hi = h[:, :, None, :].expand(b, n, n, d)

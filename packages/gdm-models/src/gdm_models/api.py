@@ -25,7 +25,8 @@ Subclass :class:`WorldModel` and
     ``action_mask`` (S,N) int8) plus ``reward`` (S,) float32 and ``continuation`` (S,) int64.
     Categorical/binary outputs are *sampled* from their predicted distributions (use
     :func:`predictions_to_numpy` for the final conversion). ``imagine`` (one step) is derived;
-  - ``loss(batch, generator=None) -> (total, terms)``: ``batch`` is a :class:`~gdm_models.data.Batch`
+  - ``loss(batch, generator=None) -> (total, terms)``: ``batch`` is a
+    :class:`~gdm_models.data.Batch`
     (padded, with ``node_mask``/``step_mask``) already on the model's device; ``total`` is a
     differentiable scalar tensor; ``terms`` a dict of python floats (logged per step by the
     trainer, e.g. ``{"pred": ..., "kl_adj": ...}``; keep the key set fixed for a model).
@@ -52,8 +53,8 @@ from torch import nn
 
 from .data import (
     OBS_KEYS,
-    DataError,
     Batch,
+    DataError,
     observation_to_tensors,
     stack_observations,
     validate_action_nodes,
@@ -176,9 +177,7 @@ class WorldModel(nn.Module, abc.ABC):
         """
         if isinstance(generator, torch.Generator):
             if generator.device.type != self.device.type:
-                raise ValueError(
-                    f"generator is on {generator.device}, model is on {self.device}"
-                )
+                raise ValueError(f"generator is on {generator.device}, model is on {self.device}")
             return generator
         g = torch.Generator(device=self.device)
         if generator is None:

@@ -77,7 +77,8 @@ def save_checkpoint(model: WorldModel, path: str | Path) -> Path:
         "scaler": model.scaler.to_dict(),
         "weights_sha256": _sha256(path / WEIGHTS_FILE),
     }
-    _atomic_write_text(path / MANIFEST_FILE, json.dumps(manifest, indent=2, sort_keys=True))
+    # no sort_keys: the order of the schema's names is the order of the columns
+    _atomic_write_text(path / MANIFEST_FILE, json.dumps(manifest, indent=2))
     return path
 
 

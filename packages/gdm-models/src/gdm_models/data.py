@@ -97,7 +97,9 @@ def validate_observation_sequence(obs: Mapping[str, Any], schema: Schema, *, lea
     arr = {k: np.asarray(obs[k]) for k in OBS_KEYS}
     adj = arr["adjacency"]
     if adj.ndim != lead + 2 or adj.shape[-1] != adj.shape[-2]:
-        raise DataError(f"adjacency must have shape (...,N,N) with {lead} leading axes, got {adj.shape}")
+        raise DataError(
+            f"adjacency must have shape (...,N,N) with {lead} leading axes, got {adj.shape}"
+        )
     n = adj.shape[-1]
     lead_shape = adj.shape[:lead]
     expected = {
@@ -155,7 +157,9 @@ def validate_episode(ep: Mapping[str, Any], schema: Schema) -> tuple[int, int]:
         raise DataError("episode must contain at least one transition (T+1 >= 2 observations)")
     validate_action_nodes(ep["action_nodes"], n, lead=1)
     if np.asarray(ep["action_nodes"]).shape[0] != t:
-        raise DataError(f"action_nodes has {np.asarray(ep['action_nodes']).shape[0]} steps, expected T={t}")
+        raise DataError(
+            f"action_nodes has {np.asarray(ep['action_nodes']).shape[0]} steps, expected T={t}"
+        )
     for k in ("reward", "terminated", "truncated"):
         a = np.asarray(ep[k])
         if a.shape != (t,):

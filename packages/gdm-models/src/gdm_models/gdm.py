@@ -233,7 +233,9 @@ SPARSE_MAX_DENSITY = 0.05
 _NODE_AXIS_NOISE = ("zn_prior", "zn_post", "out_node_cat", "out_action_mask")
 
 
-def permute_noise(record: Mapping[str, torch.Tensor], perm: torch.Tensor) -> dict[str, torch.Tensor]:
+def permute_noise(
+    record: Mapping[str, torch.Tensor], perm: torch.Tensor
+) -> dict[str, torch.Tensor]:
     """Permute the node axes of recorded noise: new node k takes old node ``perm[k]``."""
     out = {}
     for key, u in record.items():
@@ -444,7 +446,9 @@ class GDM(WorldModel):
         out: dict[str, Any] = {"p_g": p_g, "z_g_m": z_g_m, "logits": None, "a_m": None}
         if c.recurrent_adjacency:
             logits = self.edge_mlp(h_n_m, g, prev.adjacency, c.edge_chunk_elems)
-            a_m, b_bar = self._sample_adjacency(logits, prev.adjacency, pair_mask, noise, f"{t}/adj")
+            a_m, b_bar = self._sample_adjacency(
+                logits, prev.adjacency, pair_mask, noise, f"{t}/adj"
+            )
             pm = pair_mask.to(logits.dtype)
             if c.message_passing == "all_pairs":
                 # ablation: all pairs weighted by the next-edge probabilities p_ij
@@ -524,7 +528,7 @@ class GDM(WorldModel):
 
     def loss_terms(self, batch: Batch, noise: Noise) -> tuple[torch.Tensor, dict[str, float]]:
         """:meth:`loss` with an explicit :class:`Noise` source."""
-        c, s = self.config, self.schema
+        c = self.config
         B, L, N = batch.batch_size, batch.seq_len, batch.num_nodes
         nm, pm = batch.node_mask, batch.pair_mask
         n_real = nm.sum(1)
@@ -596,7 +600,9 @@ class GDM(WorldModel):
         for k, logit in enumerate(graph_out["graph_categorical"]):
             graph_f.append(cross_entropy(logit, obs["graph_categorical"][..., k]))
         pred_graph = sum(graph_f) / s.num_graph_features if graph_f else zeros
-        pred_action = masked_mean(bce_with_logits(node_out["action_mask"], obs["action_mask"]), nm, 1)
+        pred_action = masked_mean(
+            bce_with_logits(node_out["action_mask"], obs["action_mask"]), nm, 1
+        )
         pred_reward = mse(graph_out["reward"], sc.scale_reward(batch.reward[:, t - 1]))
         pred_cont = bce_with_logits(graph_out["continuation"], batch.continuation[:, t - 1])
         a_obs = obs["adjacency"]
@@ -671,7 +677,7 @@ class GDM(WorldModel):
         self, latent: GDMLatent, actions: torch.Tensor, noise: Noise
     ) -> tuple[list[dict[str, torch.Tensor]], GDMLatent]:
         """Prior rollout of S samples over K actions ((K, S, N) float); tensors per step."""
-        c, s, sc = self.config, self.schema, self.scaler
+        c, sc = self.config, self.scaler
         K, S, N = actions.shape
         latent = latent.expand(S)
         dev = self.device

@@ -57,9 +57,7 @@ def adjacency_kl(
 
 def h_alignment(h_minus: torch.Tensor, h_plus: torch.Tensor) -> torch.Tensor:
     """Per state: 1/2 (||h^- - sg(h^+)||^2 + ||h^+ - h^-||^2) (paper, 2 L_h = ...)."""
-    return 0.5 * (
-        (h_minus - h_plus.detach()).pow(2).sum(-1) + (h_plus - h_minus).pow(2).sum(-1)
-    )
+    return 0.5 * ((h_minus - h_plus.detach()).pow(2).sum(-1) + (h_plus - h_minus).pow(2).sum(-1))
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | tuple[int, ...]) -> torch.Tensor:

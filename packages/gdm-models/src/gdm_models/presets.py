@@ -81,5 +81,7 @@ def get_preset(model: str, env_id: str) -> dict[str, Any]:
     if base not in PRESETS:
         raise KeyError(f"no presets for model {model!r}; known: {sorted(PRESETS)}")
     if env_id not in PRESETS[base]:
-        raise KeyError(f"no {base!r} preset for environment {env_id!r}; known: {sorted(PRESETS[base])}")
+        raise KeyError(
+            f"no {base!r} preset for environment {env_id!r}; known: {sorted(PRESETS[base])}"
+        )
     return copy.deepcopy(PRESETS[base][env_id])

@@ -95,15 +95,11 @@ class FeatureScaler:
         s = Schema.from_dict(schema)
         if len(episodes) == 0:
             raise ValueError("FeatureScaler.fit needs at least one episode")
-        node = [
-            _rows(ep["node_continuous"], s.num_node_continuous)
-            for ep in episodes
-        ]
-        graph = [
-            _rows(ep["graph_continuous"], s.num_graph_continuous)
-            for ep in episodes
-        ]
-        reward = np.concatenate([np.asarray(ep["reward"], np.float64).reshape(-1) for ep in episodes])
+        node = [_rows(ep["node_continuous"], s.num_node_continuous) for ep in episodes]
+        graph = [_rows(ep["graph_continuous"], s.num_graph_continuous) for ep in episodes]
+        reward = np.concatenate(
+            [np.asarray(ep["reward"], np.float64).reshape(-1) for ep in episodes]
+        )
         nm, ns = _mean_std(np.concatenate(node, axis=0))
         gm, gs = _mean_std(np.concatenate(graph, axis=0))
         rm, rs = _mean_std(reward[:, None])

@@ -58,7 +58,9 @@ class Schema:
             raise SchemaError(f"schema must be a dict, got {type(d).__name__}")
         unknown = set(d) - _KNOWN_KEYS
         if unknown:
-            raise SchemaError(f"unknown schema keys {sorted(unknown)}; allowed: {sorted(_KNOWN_KEYS)}")
+            raise SchemaError(
+                f"unknown schema keys {sorted(unknown)}; allowed: {sorted(_KNOWN_KEYS)}"
+            )
         lists = {}
         for key in _LIST_KEYS:
             names = d.get(key, [])
@@ -74,7 +76,9 @@ class Schema:
         for key in _DICT_KEYS:
             cats = d.get(key, {})
             if not isinstance(cats, Mapping):
-                raise SchemaError(f"schema[{key!r}] must be a dict name -> cardinality, got {cats!r}")
+                raise SchemaError(
+                    f"schema[{key!r}] must be a dict name -> cardinality, got {cats!r}"
+                )
             pairs = []
             for n, k in cats.items():
                 if not isinstance(n, str) or not n:

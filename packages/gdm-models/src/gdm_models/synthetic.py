@@ -9,7 +9,7 @@ import numpy as np
 
 __all__ = [
     "SYNTHETIC_SCHEMA",
-    "TOGGLE_SCHEMA",
+    "toggle_schema",
     "random_graph",
     "random_episode",
     "toggle_edge_episodes",
@@ -84,19 +84,22 @@ def random_episode(
     }
 
 
-TOGGLE_SCHEMA: dict[str, Any] = {
-    "node_continuous": [],
-    "node_categorical": {},
-    "graph_continuous": [],
-    "graph_categorical": {},
-}
+def toggle_schema(n: int) -> dict[str, Any]:
+    """Schema of :func:`toggle_edge_episodes`: one categorical node feature, the node id."""
+    return {
+        "node_continuous": [],
+        "node_categorical": {"node_id": n},
+        "graph_continuous": [],
+        "graph_categorical": {},
+    }
 
 
 def toggle_edge_episodes(
     num_episodes: int, t: int, n: int, p: float, rng: np.random.Generator
 ) -> list[dict[str, np.ndarray]]:
     """Episodes on a fixed path graph 1-2-...-(N-1) where edge (0, 1) toggles independently
-    with probability ``p`` at each step (schema :data:`TOGGLE_SCHEMA`, no features)."""
+    with probability ``p`` at each step (schema :func:`toggle_schema`; the only feature is
+    the node id, so the model can tell the toggling pair apart)."""
     eps = []
     base = np.zeros((n, n), np.int8)
     for i in range(1, n - 1):
@@ -114,7 +117,9 @@ def toggle_edge_episodes(
             {
                 "adjacency": adj,
                 "node_continuous": np.zeros((t + 1, n, 0), np.float32),
-                "node_categorical": np.zeros((t + 1, n, 0), np.int64),
+                "node_categorical": np.broadcast_to(
+                    np.arange(n, dtype=np.int64)[None, :, None], (t + 1, n, 1)
+                ).copy(),
                 "graph_continuous": np.zeros((t + 1, 0), np.float32),
                 "graph_categorical": np.zeros((t + 1, 0), np.int64),
                 "action_mask": np.ones((t + 1, n), np.int8),

@@ -130,7 +130,12 @@ class FeatureSetEncoder(nn.Module):
 
     def __init__(self, num_cont: int, cards: tuple[int, ...], num_binary: int, dim: int) -> None:
         super().__init__()
-        self.num_cont, self.cards, self.num_binary, self.dim = num_cont, tuple(cards), num_binary, dim
+        self.num_cont, self.cards, self.num_binary, self.dim = (
+            num_cont,
+            tuple(cards),
+            num_binary,
+            dim,
+        )
         n_scalar = num_cont + num_binary
         self.scalar_weight = nn.Parameter(torch.randn(n_scalar, dim) * 0.5)
         self.scalar_bias = nn.Parameter(torch.zeros(n_scalar, dim))
@@ -190,7 +195,9 @@ def state_from_observation(
         F.one_hot(nk[..., i], k).to(m.dtype) * m[..., None]
         for i, k in enumerate(schema.node_cardinalities)
     ]
-    graph_cat = [F.one_hot(gk[..., i], k).to(m.dtype) for i, k in enumerate(schema.graph_cardinalities)]
+    graph_cat = [
+        F.one_hot(gk[..., i], k).to(m.dtype) for i, k in enumerate(schema.graph_cardinalities)
+    ]
     return GraphState(
         adjacency=adj,
         node_continuous=scaler.scale_node(obs["node_continuous"].to(m.dtype)) * m[..., None],
@@ -236,7 +243,9 @@ def prediction_losses(
         per_node = per_node + (pred.node_continuous - z).pow(2).sum(-1)
     for i, logits in enumerate(pred.node_categorical):
         tgt = target["node_categorical"][..., i]
-        ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), reduction="none")
+        ce = F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), reduction="none"
+        )
         per_node = per_node + ce.reshape(tgt.shape)
     per_node = per_node * m / max(fn, 1)
     node = per_node.sum(-1) / n_real
@@ -246,7 +255,9 @@ def prediction_losses(
         z = scaler.scale_graph(target["graph_continuous"].to(dt))
         graph = graph + (pred.graph_continuous - z).pow(2).sum(-1)
     for i, logits in enumerate(pred.graph_categorical):
-        graph = graph + F.cross_entropy(logits, target["graph_categorical"][..., i], reduction="none")
+        graph = graph + F.cross_entropy(
+            logits, target["graph_categorical"][..., i], reduction="none"
+        )
     graph = graph / max(schema.num_graph_features, 1)
     # adjacency BCE over real off-diagonal (ordered) pairs == over unordered pairs (symmetric)
     pm = pair_mask_of(node_mask).to(dt)
@@ -295,7 +306,9 @@ def sample_symmetric_bernoulli(
 def sample_categorical(logits: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """Integer sample (...,) from softmax(logits) over the last axis (inverse-CDF)."""
     probs = torch.softmax(logits, dim=-1)
-    u = torch.rand(probs.shape[:-1] + (1,), generator=generator, device=probs.device, dtype=probs.dtype)
+    u = torch.rand(
+        probs.shape[:-1] + (1,), generator=generator, device=probs.device, dtype=probs.dtype
+    )
     idx = (probs.cumsum(-1) < u).sum(-1)
     return idx.clamp_max(probs.shape[-1] - 1)
 

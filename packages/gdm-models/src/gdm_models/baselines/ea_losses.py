@@ -111,7 +111,9 @@ def critical_node_weights(
         elif mode == "normalized":
             raw = normalized_adjacency(adjacency, node_mask, self_loops).sum(-1)
         else:
-            raise ValueError(f"unknown critical-node weighting {mode!r}; use 'degree' or 'normalized'")
+            raise ValueError(
+                f"unknown critical-node weighting {mode!r}; use 'degree' or 'normalized'"
+            )
         raw = raw * m
         mean = raw.sum(-1, keepdim=True) / m.sum(-1, keepdim=True).clamp_min(1.0)
         c = torch.where(mean > 0, raw / mean.clamp_min(1e-12), torch.ones_like(raw))

@@ -20,12 +20,17 @@ LayerNorm) on the observed adjacency.
 Decoder: emb(v) = f_dec(h(v), z(v)) (shared MLP); node heads on emb(v); graph heads, reward and
 continuation on Pool_v emb(v) (Pool = mean); the size-independent adjacency decoder
 ``logit(u, v) = (W_adj emb(u))^T (W_adj emb(v))`` (symmetric by construction; one Bernoulli
-draw per unordered pair at imagination time). ``adj_bias=True`` adds a learned scalar to that
-logit (not in the paper: without it the Gram-matrix logits average to >= -mean||W emb||^2/(N-1)
-over the pairs of a graph, which limits how sparse large graphs can be). Scalar heads predict
+draw per unordered pair at imagination time). ``adj_bias=True`` (default; not in the paper)
+adds a learned scalar to that logit: the Gram-matrix logit alone is positive semi-definite, so
+two nodes with equal embeddings (structurally identical nodes) always get an edge probability
+>= 0.5, and the mean logit over the pairs of a graph is >= -mean ||W emb||^2 / (N - 1), which
+rules out sparse large graphs. ``adj_bias=False`` is the paper's exact form. Scalar heads predict
 in standardised units (appendix "Feature Scaling").
 
-Loss (standard RSSM): beta_pred L_pred + beta_dyn [KL(sg(q) || p)]_FB + beta_rep [KL(q || sg(p))]_FB,
+Loss (standard RSSM)::
+
+    beta_pred L_pred + beta_dyn [KL(sg(q) || p)]_FB + beta_rep [KL(q || sg(p))]_FB
+
 with L_pred the reconstruction of every observation of the window from the posterior latents
 (node and graph features, beta_adj x adjacency BCE, action mask) plus reward / continuation of
 each transition; the node KL is averaged over the real nodes of a graph before the free-bits
@@ -149,7 +154,9 @@ class GRSSMLatent:
 
 
 def _mlp(i: int, hidden: int, o: int) -> nn.Sequential:
-    return nn.Sequential(nn.Linear(i, hidden), nn.LayerNorm(hidden), nn.SiLU(), nn.Linear(hidden, o))
+    return nn.Sequential(
+        nn.Linear(i, hidden), nn.LayerNorm(hidden), nn.SiLU(), nn.Linear(hidden, o)
+    )
 
 
 class AllPairsAttention(nn.Module):
@@ -250,11 +257,14 @@ class GRSSM(WorldModel):
         def bcast(t: torch.Tensor) -> torch.Tensor:  # graph features -> every node
             return t[..., None, :].expand(*t.shape[:-1], n, t.shape[-1])
 
-        e = self.obs_embed(
-            torch.cat([st.node_continuous, bcast(st.graph_continuous)], dim=-1),
-            st.node_categorical + [bcast(g) for g in st.graph_categorical],
-            st.action_mask[..., None],
-        ) * m[..., None]
+        e = (
+            self.obs_embed(
+                torch.cat([st.node_continuous, bcast(st.graph_continuous)], dim=-1),
+                st.node_categorical + [bcast(g) for g in st.graph_categorical],
+                st.action_mask[..., None],
+            )
+            * m[..., None]
+        )
         for layer in self.encoder_gnn:
             e = layer(e, st.adjacency) * m[..., None]
         return e
@@ -273,7 +283,9 @@ class GRSSM(WorldModel):
 
     def _probs(self, logits: torch.Tensor) -> torch.Tensor:
         c = self.config
-        return unimix_probs(logits.reshape(*logits.shape[:-1], c.latent_groups, c.latent_classes), c.unimix)
+        return unimix_probs(
+            logits.reshape(*logits.shape[:-1], c.latent_groups, c.latent_classes), c.unimix
+        )
 
     def prior(self, h: torch.Tensor) -> torch.Tensor:
         """p(z | h) probabilities (..., groups, classes)."""
@@ -353,7 +365,8 @@ class GRSSM(WorldModel):
     def loss(
         self, batch: Batch, generator: torch.Generator | None = None
     ) -> tuple[torch.Tensor, dict[str, float]]:
-        """RSSM loss on a padded batch (see the module docstring)."""
+        """RSSM loss on a padded batch (see the module docstring); ``generator`` drives the
+        latent samples (``None`` = a generator seeded with 0)."""
         c = self.config
         gen = self.make_generator(generator if generator is not None else 0)
         B, L, N = batch.batch_size, batch.seq_len, batch.num_nodes
@@ -380,7 +393,9 @@ class GRSSM(WorldModel):
             v = valid.to(x.dtype)
             return (x * v).sum() / v.sum().clamp_min(1.0)
 
-        means = {k: vmean(parts[k], obs_valid) for k in ("node", "graph", "adjacency", "action_mask")}
+        means = {
+            k: vmean(parts[k], obs_valid) for k in ("node", "graph", "adjacency", "action_mask")
+        }
         means.update({k: vmean(parts[k], trans_valid) for k in ("reward", "continuation")})
         l_pred = (
             means["node"]
@@ -404,7 +419,10 @@ class GRSSM(WorldModel):
         total = c.beta_pred * l_pred + c.beta_dyn * dyn + c.beta_rep * rep
         terms = {k: v.item() for k, v in means.items()}
         terms.update(
-            pred=l_pred.item(), kl=vmean(kl_dyn, obs_valid).item(), kl_dyn=dyn.item(), kl_rep=rep.item()
+            pred=l_pred.item(),
+            kl=vmean(kl_dyn, obs_valid).item(),
+            kl_dyn=dyn.item(),
+            kl_rep=rep.item(),
         )
         return total, {k: terms[k] for k in GRSSM_TERM_KEYS}
 
@@ -451,7 +469,9 @@ class GRSSM(WorldModel):
             h = self.transition(h, z, actions[k], mask)
             z = self.sample_z(self.prior(h), gen)
             pred = self.decode(h, z, mask)
-            out.append(predictions_to_numpy(sampled_state(pred, mask, self.schema, self.scaler, gen).obs))
+            out.append(
+                predictions_to_numpy(sampled_state(pred, mask, self.schema, self.scaler, gen).obs)
+            )
         return out
 
 

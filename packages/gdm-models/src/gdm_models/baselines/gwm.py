@@ -142,7 +142,8 @@ class GWMConfig:
                 raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
         if self.critical_weighting not in ("degree", "normalized"):
             raise ValueError(
-                f"critical_weighting must be 'degree' or 'normalized', got {self.critical_weighting!r}"
+                "critical_weighting must be 'degree' or 'normalized', "
+                f"got {self.critical_weighting!r}"
             )
 
 
@@ -259,7 +260,7 @@ class GWM(WorldModel):
         deterministic; ``generator`` is unused.
         """
         cfg = self.config
-        B, L, N = batch.batch_size, batch.seq_len, batch.num_nodes
+        B, L = batch.batch_size, batch.seq_len
         dev = batch.adjacency.device
         b_idx = torch.arange(B, device=dev).repeat_interleave(L)
         t_idx = torch.arange(L, device=dev).repeat(B)
@@ -292,7 +293,9 @@ class GWM(WorldModel):
             def loss_fn(p: Prediction, j: int) -> tuple[torch.Tensor, torch.Tensor]:
                 t_act = t_idx + j - 1
                 ok = (t_act < L) & batch.step_mask[b_idx, t_act.clamp_max(L - 1)]
-                tgt, _ = self._gather(batch, b_idx, (t_act + 1).clamp_max(L), t_act.clamp_max(L - 1))
+                tgt, _ = self._gather(
+                    batch, b_idx, (t_act + 1).clamp_max(L), t_act.clamp_max(L - 1)
+                )
                 lp = prediction_losses(p, tgt, node_mask, self.schema, self.scaler)
                 return self._combine(lp), ok
 
@@ -316,9 +319,7 @@ class GWM(WorldModel):
             crit = critical_node_loss(parts["node_per_node"], c, node_mask)
             critical = self._vmean(crit, valid)
             total = total + cfg.critical_weight * critical
-        terms.update(
-            rollout=rollout.item(), spectral=spectral.item(), critical=critical.item()
-        )
+        terms.update(rollout=rollout.item(), spectral=spectral.item(), critical=critical.item())
         return total, {k: terms[k] for k in GWM_TERM_KEYS}
 
     # ------------------------------------------------------------------ inference API
@@ -388,7 +389,9 @@ def build_gwm(
         cfg = GWMConfig(**{**EA_DEFAULTS, **overrides})
     else:
         cfg = GWMConfig(**overrides)
-        bad = [k for k in ("rollout_weight", "spectral_weight", "critical_weight") if getattr(cfg, k)]
+        bad = [
+            k for k in ("rollout_weight", "spectral_weight", "critical_weight") if getattr(cfg, k)
+        ]
         if bad:
             raise ValueError(f"vanilla-gwm trains without the EA losses; use 'ea-gwm' to set {bad}")
     return GWM(schema, scaler, cfg)

@@ -1,0 +1,109 @@
+"""Checkpoint round trip and refusal, registry names, presets."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from gdm_models import (
+    OBS_KEYS,
+    CheckpointError,
+    WorldModel,
+    get_preset,
+    load_checkpoint,
+    make_model,
+    register_model,
+)
+from gdm_models.gdm import GDM
+from gdm_models.registry import UnknownModelError
+from gdm_models.synthetic import SYNTHETIC_SCHEMA, random_episode
+
+
+def _predict(model, seed=3):
+    ep = random_episode(7, 3, np.random.default_rng(0))
+    lat = model.observe({k: ep[k][:3] for k in OBS_KEYS}, ep["action_nodes"][:2], generator=1)
+    return model.imagine(lat, ep["action_nodes"][2], 10, generator=seed)
+
+
+@pytest.mark.parametrize("name", ["gdm", "gdm:no-graph-state+no-recurrent-adj"])
+def test_round_trip_identical_predictions(make_tiny, tmp_path, name):
+    m = make_tiny(name, seed=4)
+    path = m.save(tmp_path / "ck")
+    m2 = WorldModel.load(path, schema=SYNTHETIC_SCHEMA)
+    assert isinstance(m2, GDM) and m2.model_name == name and m2.config == m.config
+    assert m2.scaler.to_dict() == m.scaler.to_dict()
+    a, b = _predict(m), _predict(m2)
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k])
+
+
+def test_tampered_weights_refused(make_tiny, tmp_path):
+    path = make_tiny().save(tmp_path / "ck")
+    wf = path / "weights.safetensors"
+    data = bytearray(wf.read_bytes())
+    data[-5] ^= 0xFF
+    wf.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="SHA-256"):
+        load_checkpoint(path)
+
+
+def test_wrong_schema_refused(make_tiny, tmp_path):
+    path = make_tiny().save(tmp_path / "ck")
+    other = dict(SYNTHETIC_SCHEMA, node_continuous=["x"])
+    with pytest.raises(CheckpointError, match="schema"):
+        load_checkpoint(path, schema=other)
+
+
+def test_manifest_edits_refused(make_tiny, tmp_path):
+    path = make_tiny().save(tmp_path / "ck")
+    mf = path / "checkpoint.json"
+    manifest = json.loads(mf.read_text())
+    manifest["config"]["hidden_dim"] = 32
+    mf.write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError, match="shape"):
+        load_checkpoint(path)
+    mf.write_text("{not json")
+    with pytest.raises(CheckpointError, match="JSON"):
+        load_checkpoint(path)
+    with pytest.raises(CheckpointError, match="manifest"):
+        load_checkpoint(tmp_path / "missing")
+
+
+def test_registry_names_and_hook(scaler):
+    with pytest.raises(UnknownModelError):
+        make_model("nope", SYNTHETIC_SCHEMA)
+
+    def factory(schema, scaler, **kw):
+        return GDM(schema, scaler, make_model("gdm", schema, scaler, hidden_dim=8).config)
+
+    register_model("test-alias", factory, overwrite=True)
+    m = make_model("test-alias", SYNTHETIC_SCHEMA, scaler)
+    assert m.model_name == "test-alias" and m.config.hidden_dim == 8
+    with pytest.raises(ValueError, match="already"):
+        register_model("test-alias", lambda *a, **k: None)
+    with pytest.raises(TypeError, match="unknown GDM config"):
+        make_model("gdm", SYNTHETIC_SCHEMA, hidden=3)
+
+
+def test_presets_follow_the_paper_table():
+    od = get_preset("gdm", "OD")
+    assert od["train"]["lr"] == 5e-4 and od["model"]["hidden_dim"] == 128
+    assert (od["model"]["node_latent_groups"], od["model"]["node_latent_classes"]) == (16, 16)
+    assert od["model"]["beta_rep"] == 0.05 and od["model"]["free_bits"] == 0.01
+    rgc = get_preset("gdm", "RGC")
+    assert rgc["train"]["lr"] == 1e-4 and rgc["model"]["embed_dim"] == 64
+    assert rgc["model"]["node_latent_groups"] == 32 and rgc["model"]["free_bits"] == 0.0
+    for env in ("SAR", "CF"):
+        p = get_preset("gdm:no-h-plus", env)
+        assert p["model"]["beta_rep"] == 0.1 and p["model"]["mp_layers"] == 1
+        assert p["model"]["hc_beta"] == pytest.approx(2 / 3)
+    rgc["model"]["hidden_dim"] = 1  # a copy
+    assert get_preset("gdm", "RGC")["model"]["hidden_dim"] == 64
+    with pytest.raises(KeyError):
+        get_preset("gdm", "XYZ")
+    m = make_model("gdm:no-beta-h", SYNTHETIC_SCHEMA, **get_preset("gdm", "CF")["model"])
+    assert m.config.beta_h == 0.0 and m.config.hidden_dim == 128
+    assert sum(p.numel() for p in m.parameters()) > 0
+    assert torch.is_tensor(next(m.parameters()))

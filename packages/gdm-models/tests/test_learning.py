@@ -1,0 +1,42 @@
+"""Learning test: one edge toggling with a known probability (issue 5, Tests)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from gdm_models import OBS_KEYS, EpisodeDataset, make_model, train
+from gdm_models.synthetic import toggle_edge_episodes, toggle_schema
+
+P_TOGGLE = 0.3
+
+
+def test_toggle_edge_probability_is_learned(tiny):
+    rng = np.random.default_rng(0)
+    eps = toggle_edge_episodes(24, 16, 4, P_TOGGLE, rng)
+    ds = EpisodeDataset(eps, toggle_schema(4), seq_len=6)
+    torch.manual_seed(0)
+    model = make_model("gdm", toggle_schema(4), None, **tiny)
+    res = train(
+        model, ds, steps=300, batch_size=8, seq_len=6, lr=1e-2, seed=0, device="cpu",
+        progress=False, keep_history=True,
+    )  # fmt: skip
+    first = np.mean([r["kl_adj"] for r in res.history[:10]])
+    last = np.mean([r["kl_adj"] for r in res.history[-20:]])
+    assert last < 0.7 * first
+    first_total = np.mean([r["loss"] for r in res.history[:10]])
+    assert np.mean([r["loss"] for r in res.history[-20:]]) < first_total
+
+    test = toggle_edge_episodes(8, 6, 4, P_TOGGLE, np.random.default_rng(1))
+    model.eval()
+    freqs = []
+    for k, ep in enumerate(test):
+        lat = model.observe({key: ep[key] for key in OBS_KEYS}, ep["action_nodes"], generator=k)
+        out = model.imagine(lat, np.zeros(4, np.int8), 500, generator=k)
+        prev = ep["adjacency"][-1]
+        toggled = (out["adjacency"][:, 0, 1] != prev[0, 1]).mean()
+        assert abs(toggled - P_TOGGLE) < 0.15, (k, toggled)
+        freqs.append(toggled)
+        # the static path edges and non-edges stay (almost) unchanged
+        static = out["adjacency"][:, 1:, 1:] == prev[None, 1:, 1:]
+        assert static.mean() > 0.95
+    assert abs(np.mean(freqs) - P_TOGGLE) < 0.1
