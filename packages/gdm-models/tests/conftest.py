@@ -8,8 +8,15 @@ import torch
 from gdm_models import EpisodeDataset, FeatureScaler, make_model
 from gdm_models.synthetic import SYNTHETIC_SCHEMA, random_episode
 
-# small ops are much slower with several threads on a busy 2-core machine
-torch.set_num_threads(1)
+
+@pytest.fixture(autouse=True)
+def _single_thread():
+    """Tiny models: small ops are much slower with several threads on a busy 2-core machine."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
 
 TINY = {
     "embed_dim": 8,

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import csv
 
+import numpy as np
 import pytest
 import torch
-from gdm_models import load_checkpoint, train
+from gdm_models import OBS_KEYS, load_checkpoint, train
 
 
 def _weights(m):
@@ -63,3 +64,13 @@ def test_epochs_and_argument_errors(make_tiny, dataset):
     assert res.steps == -(-len(dataset) // 4)
     with pytest.raises(ValueError, match="exactly one"):
         train(m, dataset, steps=1, epochs=1, progress=False)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_train_and_imagine(make_tiny, dataset):
+    m = make_tiny()
+    train(m, dataset, steps=2, batch_size=2, seq_len=3, device="cuda", progress=False)
+    ep = dataset.episodes[0]
+    lat = m.observe({k: ep[k][:2] for k in OBS_KEYS}, ep["action_nodes"][:1], generator=0)
+    out = m.imagine(lat, ep["action_nodes"][1], 4, generator=1)
+    assert out["adjacency"].shape[0] == 4 and isinstance(out["reward"], np.ndarray)
