@@ -71,7 +71,7 @@ for r in stage_train(preset, RunPaths(sys.argv[2]), progress=False):
 def _resume_preset(tmp_path: Path) -> tuple[dict, Path]:
     preset = load_preset("tiny")
     preset.update(envs=["SAR"], models=["gdm"], ablations=[])
-    preset["train"] = {**preset["train"], "steps": 120, "checkpoint_every": 10}
+    preset["train"] = {**preset["train"], "steps": 40, "checkpoint_every": 5}
     path = tmp_path / "preset.json"
     path.write_text(json.dumps(preset))
     return preset, path
@@ -110,7 +110,7 @@ def test_sigkilled_training_resumes_to_identical_result(tmp_path):
     jobs = [json.loads(p.read_text()) for p in (killed.root / "jobs").glob("*.json")]
     assert jobs[0]["resumed_from"] > 0
     manifests = [
-        json.loads((r.root / "train/SAR/gdm/seed0/ckpt/final/manifest.json").read_text())
+        json.loads((r.root / "train/SAR/gdm/seed0/ckpt/final/checkpoint.json").read_text())
         for r in (killed, clean)
     ]
     assert manifests[0]["weights_sha256"] == manifests[1]["weights_sha256"]

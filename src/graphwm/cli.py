@@ -40,6 +40,14 @@ def _build_parser() -> argparse.ArgumentParser:
         ("search", "hyperparameter grid search selected by mean validation GDD"),
     ):
         _add_run_args(sub.add_parser(name, help=help_text))
+    cost = sub.add_parser(
+        "estimate-cost", help="measure per-job times here and estimate a preset's device-hours"
+    )
+    cost.add_argument("--preset", default="paper", help="preset name or TOML path")
+    cost.add_argument("--device", default="cpu", help="device to measure on (cpu, cuda)")
+    cost.add_argument("--steps", type=int, default=5, help="timed training steps per model")
+    cost.add_argument("--envs", nargs="+", help="restrict to these envs")
+    cost.add_argument("--models", nargs="+", help="restrict to these models")
     report = sub.add_parser("report", help="rebuild tables and figures from stored results")
     report.add_argument("run_dir", type=Path, help="run directory")
     return parser
@@ -73,6 +81,16 @@ def main(argv: list[str] | None = None) -> int:
 
         paths = build_report(args.run_dir)
         _print_report(paths)
+        return 0
+
+    if args.command == "estimate-cost":
+        from graphwm.cost import estimate, format_estimate
+        from graphwm.pipeline import load_preset
+
+        preset = load_preset(args.preset, {"envs": args.envs, "models": args.models})
+        if args.models:
+            preset["ablations"] = [a for a in preset.get("ablations", []) if a in args.models]
+        print(format_estimate(estimate(preset, args.device, args.steps), args.device))
         return 0
 
     from graphwm import pipeline

@@ -48,6 +48,9 @@ class RunPaths:
 
     root: Path
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root))
+
     @property
     def data(self) -> Path:
         return self.root / "data"

@@ -18,9 +18,15 @@ sparse graphs).
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch import nn
-from torch_geometric.nn import MessagePassing
+
+with warnings.catch_warnings():
+    # torch_geometric's import calls the deprecated torch.jit.script; not actionable here
+    warnings.filterwarnings("ignore", message=".*torch.jit.script.*", category=FutureWarning)
+    from torch_geometric.nn import MessagePassing
 
 __all__ = ["normalise_weights", "SparseGATLayer", "GraphMessagePassing", "dense_to_edges"]
 
