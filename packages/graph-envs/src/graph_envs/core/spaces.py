@@ -16,8 +16,8 @@ key                       space                                 dtype
 Node categorical features use an integer ``Box`` rather than a 2-D ``MultiDiscrete``: SB3's
 ``check_env`` accepts a 2-D ``MultiDiscrete`` but its policies then fail to build, while an
 integer ``Box`` trains. A constant continuous feature's upper bound is widened by one float32
-ulp (Gymnasium warns about a Box whose low equals its high). A feature type an env lacks is a zero-width ``Box`` ((N, 0) or (0,)),
-which both checkers and SB3's ``MultiInputPolicy`` accept.
+ulp (Gymnasium warns about a Box whose low equals its high). A feature type an env lacks is a
+zero-width ``Box`` ((N, 0) or (0,)), which both checkers and SB3's ``MultiInputPolicy`` accept.
 """
 
 from __future__ import annotations
