@@ -10,7 +10,8 @@ deterministic.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from graphwm.protocol import (
     STREAM_ENV,
     STREAM_MODEL,
     STREAM_SELF,
+    ReplayedEpisode,
     env_samples,
     reference_indices,
     replay_episode,
@@ -77,46 +79,99 @@ def _summarise(gdds: list[list[float]], comps: list[list[dict]]) -> dict[str, An
     }
 
 
+@dataclass
+class ReferencePoint:
+    """One reference transition: its episode, step, and env samples along the next actions."""
+
+    episode_index: int
+    seed: int
+    t: int
+    replay: ReplayedEpisode
+    env_sets: list[dict[str, np.ndarray]]  # stacked metric sets after each step 1..K
+    env_invalid: np.ndarray  # (K, S) invalid-action flags of the env samples
+    terminal: list[bool]  # whether the reference step t + h - 1 terminated, h = 1..K
+
+
+def reference_points(
+    config: Mapping[str, Any], horizon: int, keep_observations: bool, stream: int = STREAM_ENV
+) -> Iterator[ReferencePoint]:
+    """Replay every test episode and yield its reference points with kappa env samples each.
+
+    Only actions that exist in the reference episode are followed, so the last reference
+    points get fewer than ``horizon`` steps.
+    """
+    kappa = int(config["num_samples"])
+    for index, (episode, seed) in enumerate(zip(*_test_episodes(config), strict=True)):
+        seed = int(seed)
+        length = len(episode["reward"])
+        refs = reference_indices(length, int(config["reference_transitions"]))
+        replay = replay_episode(
+            config["env"],
+            config["size"],
+            seed,
+            episode["actions"],
+            refs,
+            keep_observations=keep_observations,
+            check=episode,
+        )
+        for t in map(int, refs):
+            steps = min(horizon, length - t)
+            graphs, invalid = env_samples(
+                config["env"],
+                config["size"],
+                replay.snapshots[t],
+                episode["actions"][t : t + steps],
+                sample_seeds(seed, t, stream, kappa),
+            )
+            yield ReferencePoint(
+                index,
+                seed,
+                t,
+                replay,
+                [stack_graphs(g) for g in graphs],
+                invalid,
+                [bool(x) for x in replay.terminated[t : t + steps]],
+            )
+
+
+def _model_sets(model, point: ReferencePoint, num: int) -> list[dict[str, np.ndarray]]:
+    """The model's ``num`` rollouts from ``point`` along the same reference actions."""
+    seed = sample_seeds(point.seed, point.t, STREAM_MODEL, 1)[0]
+    actions = point.replay.action_nodes[point.t : point.t + len(point.env_sets)]
+    return _model_set(model, point.replay, point.t, actions, num, seed)
+
+
+def _per_episode(points: Iterator[ReferencePoint], score) -> tuple[list, list]:
+    """Group ``score(point) -> (gdd, components)`` by episode."""
+    gdds: dict[int, list[float]] = {}
+    comps: dict[int, list[dict]] = {}
+    for point in points:
+        gdd, comp = score(point)
+        gdds.setdefault(point.episode_index, []).append(gdd)
+        comps.setdefault(point.episode_index, []).append(comp)
+    return list(gdds.values()), list(comps.values())
+
+
+def _components(result) -> dict[str, float]:
+    return {k: getattr(result, k) for k in COMPONENTS}
+
+
 def single_step_job(config: Mapping[str, Any]) -> dict[str, Any]:
     """Single-step GDD of one trained model on one test size (paper section 6.1)."""
     schema = env_schema(config["env"])
     bandwidths, _ = load_fitted(Path(config["fit_dir"]))
     model = _load_model(config)
-    kappa = int(config["num_samples"])
     ext = extend_schema(schema)
-    gdds, comps, factors = [], [], []
-    for episode, seed in zip(*_test_episodes(config), strict=True):
-        refs = reference_indices(len(episode["reward"]), int(config["reference_transitions"]))
-        replay = replay_episode(
-            config["env"],
-            config["size"],
-            int(seed),
-            episode["actions"],
-            refs,
-            keep_observations=True,
-            check=episode,
-        )
-        ep_gdd, ep_comp = [], []
-        for t in refs:
-            env_graphs, _ = env_samples(
-                config["env"],
-                config["size"],
-                replay.snapshots[t],
-                episode["actions"][t : t + 1],
-                sample_seeds(int(seed), int(t), STREAM_ENV, kappa),
-            )
-            env_set = stack_graphs(env_graphs[0])
-            seed_m = sample_seeds(int(seed), int(t), STREAM_MODEL, 1)[0]
-            model_set = _model_set(
-                model, replay, int(t), replay.action_nodes[t : t + 1], kappa, seed_m
-            )[0]
-            terminal = bool(replay.terminated[t])
-            result = transition_gdd(model_set, env_set, schema, bandwidths, terminal)
-            ep_gdd.append(result.gdd)
-            ep_comp.append({k: getattr(result, k) for k in COMPONENTS})
-            factors.append(factor_metrics(model_set, env_set, ext, terminal))
-        gdds.append(ep_gdd)
-        comps.append(ep_comp)
+    factors = []
+
+    def score(point: ReferencePoint):
+        model_set = _model_sets(model, point, int(config["num_samples"]))[0]
+        env_set, terminal = point.env_sets[0], point.terminal[0]
+        result = transition_gdd(model_set, env_set, schema, bandwidths, terminal)
+        factors.append(factor_metrics(model_set, env_set, ext, terminal))
+        return result.gdd, _components(result)
+
+    gdds, comps = _per_episode(reference_points(config, 1, keep_observations=True), score)
     out = {
         "kind": config.get("result_kind", "single_step"),
         "env": config["env"],
@@ -130,35 +185,25 @@ def single_step_job(config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def self_gdd_job(config: Mapping[str, Any]) -> dict[str, Any]:
-    """GDD of the environment against itself under the same protocol (paper's sanity table)."""
+    """GDD of the environment against itself under the same protocol (paper's sanity table).
+
+    The second sample set comes from an independent seed stream of the same reference states.
+    """
     schema = env_schema(config["env"])
     bandwidths, _ = load_fitted(Path(config["fit_dir"]))
     kappa = int(config["num_samples"])
-    gdds, comps = [], []
-    for episode, seed in zip(*_test_episodes(config), strict=True):
-        refs = reference_indices(len(episode["reward"]), int(config["reference_transitions"]))
-        replay = replay_episode(
-            config["env"], config["size"], int(seed), episode["actions"], refs, check=episode
+
+    def score(point: ReferencePoint):
+        snapshot = point.replay.snapshots[point.t]
+        action = point.replay.actions[point.t : point.t + 1]
+        seeds = sample_seeds(point.seed, point.t, STREAM_SELF, kappa)
+        graphs, _ = env_samples(config["env"], config["size"], snapshot, action, seeds)
+        result = transition_gdd(
+            stack_graphs(graphs[0]), point.env_sets[0], schema, bandwidths, point.terminal[0]
         )
-        ep_gdd, ep_comp = [], []
-        for t in refs:
-            sets = []
-            for stream in (STREAM_ENV, STREAM_SELF):
-                graphs, _ = env_samples(
-                    config["env"],
-                    config["size"],
-                    replay.snapshots[t],
-                    episode["actions"][t : t + 1],
-                    sample_seeds(int(seed), int(t), stream, kappa),
-                )
-                sets.append(stack_graphs(graphs[0]))
-            result = transition_gdd(
-                sets[1], sets[0], schema, bandwidths, bool(replay.terminated[t])
-            )
-            ep_gdd.append(result.gdd)
-            ep_comp.append({k: getattr(result, k) for k in COMPONENTS})
-        gdds.append(ep_gdd)
-        comps.append(ep_comp)
+        return result.gdd, _components(result)
+
+    gdds, comps = _per_episode(reference_points(config, 1, keep_observations=False), score)
     out = {"kind": "self_gdd", "env": config["env"], "seed": config["seed"], "size": config["size"]}
     out.update(_summarise(gdds, comps))
     return out
@@ -185,52 +230,29 @@ def multi_step_job(config: Mapping[str, Any]) -> dict[str, Any]:
     schema = env_schema(config["env"])
     bandwidths, _ = load_fitted(Path(config["fit_dir"]))
     model = _load_model(config)
-    kappa, horizon = int(config["num_samples"]), int(config["horizon"])
+    horizon = int(config["horizon"])
     per_h: dict[int, dict[str, list]] = {
         h: {"gdd": [], **{k: [] for k in COMPONENTS}, "inv_m": [], "inv_e": []}
         for h in range(1, horizon + 1)
     }
-    for episode, seed in zip(*_test_episodes(config), strict=True):
-        length = len(episode["reward"])
-        refs = reference_indices(length, int(config["reference_transitions"]))
-        replay = replay_episode(
-            config["env"],
-            config["size"],
-            int(seed),
-            episode["actions"],
-            refs,
-            keep_observations=True,
-            check=episode,
-        )
-        for t in refs:
-            steps = min(horizon, length - int(t))
-            actions = episode["actions"][t : t + steps]
-            nodes = replay.action_nodes[t : t + steps]
-            env_graphs, invalid = env_samples(
-                config["env"],
-                config["size"],
-                replay.snapshots[t],
-                actions,
-                sample_seeds(int(seed), int(t), STREAM_ENV, kappa),
+    for point in reference_points(config, horizon, keep_observations=True):
+        model_sets = _model_sets(model, point, int(config["num_samples"]))
+        nodes = point.replay.action_nodes[point.t : point.t + len(model_sets)]
+        inv_m = _invalid_rate_model(model_sets, nodes)
+        for h in range(1, len(point.env_sets) + 1):
+            result = transition_gdd(
+                model_sets[h - 1],
+                point.env_sets[h - 1],
+                schema,
+                bandwidths,
+                point.terminal[h - 1],
             )
-            seed_m = sample_seeds(int(seed), int(t), STREAM_MODEL, 1)[0]
-            model_sets = _model_set(model, replay, int(t), nodes, kappa, seed_m)
-            inv_m = _invalid_rate_model(model_sets, nodes)
-            for h in range(1, steps + 1):
-                terminal = bool(replay.terminated[t + h - 1])
-                result = transition_gdd(
-                    model_sets[h - 1],
-                    stack_graphs(env_graphs[h - 1]),
-                    schema,
-                    bandwidths,
-                    terminal,
-                )
-                acc = per_h[h]
-                acc["gdd"].append(result.gdd)
-                for k in COMPONENTS:
-                    acc[k].append(getattr(result, k))
-                acc["inv_m"].append(inv_m[h - 1])
-                acc["inv_e"].append(float(invalid[h - 1].mean()))
+            acc = per_h[h]
+            acc["gdd"].append(result.gdd)
+            for k in COMPONENTS:
+                acc[k].append(getattr(result, k))
+            acc["inv_m"].append(inv_m[h - 1])
+            acc["inv_e"].append(float(point.env_invalid[h - 1].mean()))
 
     def mean(values):
         return float(np.mean(values)) if values else float("nan")

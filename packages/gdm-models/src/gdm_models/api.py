@@ -63,11 +63,11 @@ from .data import (
 from .scaling import FeatureScaler
 from .schema import Schema
 
-__all__ = ["WorldModel", "predictions_to_numpy", "PREDICTION_KEYS"]
+__all__ = ["WorldModel", "predictions_to_numpy", "PREDICTION_KEYS", "NP_DTYPES"]
 
 PREDICTION_KEYS: tuple[str, ...] = OBS_KEYS + ("reward", "continuation")
 
-_NP_DTYPES = {
+NP_DTYPES = {
     "adjacency": np.int8,
     "node_continuous": np.float32,
     "node_categorical": np.int64,
@@ -87,9 +87,9 @@ def predictions_to_numpy(pred: Mapping[str, torch.Tensor]) -> dict[str, np.ndarr
     out = {}
     for k in PREDICTION_KEYS:
         a = pred[k].detach().cpu()
-        if _NP_DTYPES[k] in (np.int8, np.int64):
+        if NP_DTYPES[k] in (np.int8, np.int64):
             a = a.round() if a.is_floating_point() else a
-        out[k] = np.ascontiguousarray(a.numpy().astype(_NP_DTYPES[k]))
+        out[k] = np.ascontiguousarray(a.numpy().astype(NP_DTYPES[k]))
     return out
 
 

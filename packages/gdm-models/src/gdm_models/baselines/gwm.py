@@ -41,7 +41,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..api import WorldModel, predictions_to_numpy
+from ..api import NP_DTYPES, WorldModel, predictions_to_numpy
 from ..data import OBS_KEYS, Batch, DataError, observation_to_tensors, validate_observation
 from ..scaling import FeatureScaler
 from ..schema import Schema
@@ -88,15 +88,6 @@ GWM_TERM_KEYS: tuple[str, ...] = (
     "spectral",
     "critical",
 )
-
-_NP_OBS_DTYPES = {
-    "adjacency": np.int8,
-    "node_continuous": np.float32,
-    "node_categorical": np.int64,
-    "graph_continuous": np.float32,
-    "graph_categorical": np.int64,
-    "action_mask": np.int8,
-}
 
 
 @dataclass
@@ -332,8 +323,7 @@ class GWM(WorldModel):
         """Validate the trajectory and return its last observation (the GWM's state)."""
         obs, _ = self.prepare_sequence(obs_sequence, actions)
         return {
-            k: np.ascontiguousarray(obs[k][-1].cpu().numpy().astype(_NP_OBS_DTYPES[k]))
-            for k in OBS_KEYS
+            k: np.ascontiguousarray(obs[k][-1].cpu().numpy().astype(NP_DTYPES[k])) for k in OBS_KEYS
         }
 
     @torch.no_grad()
