@@ -25,7 +25,7 @@ def _finite_numbers_in(text: str) -> list[float]:
     return [float(x) for x in re.findall(r"-?\d+\.\d+(?:e-?\d+)?", text)]
 
 
-def test_tiny_preset_end_to_end(tmp_path):
+def test_tiny_preset_end_to_end(tmp_path, capsys):
     preset = load_preset("tiny")
     report_dir = reproduce(preset, tmp_path, progress=False)
     results = load_results(tmp_path)
@@ -52,6 +52,12 @@ def test_tiny_preset_end_to_end(tmp_path):
     numbers = _finite_numbers_in(main_table)
     assert numbers and all(math.isfinite(x) for x in numbers)
     assert "nan" not in main_table.lower()
+    # `graphwm report RUN_DIR` rebuilds from stored results and prints the main table
+    from graphwm.cli import main
+
+    capsys.readouterr()
+    assert main(["report", str(tmp_path)]) == 0
+    assert main_table.strip() in capsys.readouterr().out
     # rerunning is idempotent: every job is found finished, nothing changes
     before = {p.name: p.read_text() for p in (tmp_path / "results").glob("*.json")}
     reproduce(preset, tmp_path, progress=False)

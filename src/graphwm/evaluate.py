@@ -61,10 +61,13 @@ def _test_episodes(config: Mapping[str, Any]):
 
 def _model_set(model, replay, t: int, actions: np.ndarray, num: int, seed: int) -> list[dict]:
     """``num`` model rollouts from reference step ``t`` along ``actions`` (K, N)."""
-    latent = model.observe(
-        _stack_obs(replay.observations, t), replay.action_nodes[:t], generator=seed
-    )
-    preds = model.imagine_multi(latent, actions, num, generator=seed + 1)
+    import torch
+
+    with torch.no_grad():  # evaluation only: no autograd graph over the posterior
+        latent = model.observe(
+            _stack_obs(replay.observations, t), replay.action_nodes[:t], generator=seed
+        )
+        preds = model.imagine_multi(latent, actions, num, generator=seed + 1)
     return [model_samples_to_metric(p) for p in preds]
 
 

@@ -1,0 +1,46 @@
+"""The `graphwm` command line: demo, report and search on tiny settings."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from graphwm.cli import main
+from graphwm.demo import run_episode
+from graphwm.pipeline import RunPaths, load_preset
+from graphwm.search import run_search
+
+
+def test_demo_prints_statistics_and_writes_renders(tmp_path, capsys):
+    assert main(["demo", "--out", str(tmp_path), "--seeds", "1", "--num-nodes", "6"]) == 0
+    out = capsys.readouterr().out
+    for name in ("RGC", "OD", "SAR", "CF"):
+        assert f"graphenv/{name}-v0" in out
+        for end in ("start", "end"):
+            png = tmp_path / f"{name}_seed0_{end}.png"
+            assert png.stat().st_size > 1000
+
+
+def test_demo_episode_statistics_are_consistent():
+    stats = run_episode("graphenv/SAR-v0", seed=3, num_nodes=8)
+    assert stats.edges_added == 0  # SAR edges only ever collapse
+    assert stats.length >= 1
+    # every SAR step costs -1; bonuses are integers, so the return is an integer
+    assert float(stats.episode_return).is_integer()
+    rgc = run_episode("graphenv/RGC-v0", seed=3, num_nodes=8)
+    assert rgc.edges_removed == 0  # RGC only adds edges
+    budget = int(np.ceil(0.05 * 8 * 7 / 2))
+    assert rgc.edges_added <= budget
+
+
+def test_search_selects_the_lowest_mean_validation_gdd(tmp_path):
+    preset = load_preset("tiny")
+    preset.update(envs=["SAR"], models=["gdm"], ablations=[])
+    best = run_search(preset, RunPaths(tmp_path), progress=False)
+    summary = json.loads((tmp_path / "search" / "all.json").read_text())
+    assert len(summary) == 2  # lr in {1e-3, 1e-4}
+    winner = min(summary, key=lambda row: row["val_gdd"])
+    assert best["SAR/gdm"]["point"] == winner["point"]
+    assert best["SAR/gdm"]["val_gdd"] == winner["val_gdd"]
+    assert json.loads((tmp_path / "search" / "best.json").read_text()) == best
