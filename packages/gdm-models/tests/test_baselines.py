@@ -27,6 +27,7 @@ from gdm_models.baselines.common import (
     sample_symmetric_bernoulli,
     state_from_observation,
 )
+from gdm_models.baselines.ea_losses import normalized_adjacency
 from gdm_models.data import OBS_KEYS, observation_to_tensors
 
 BASELINES = ("vanilla-gwm", "ea-gwm", "g-rssm")
@@ -447,3 +448,101 @@ def test_learns_the_toggling_edge_probability(name):
             others[0, 1] = others[1, 0] = 0
             assert others.max() < 0.1
         assert abs(np.mean(probs) - p) < 0.1, probs
+
+
+# ------------------------------------------------------------------------------ GWM formulas
+# normalised adjacency, GNN layer with the action term, h_i^T Q h_j, Q of norm 1 (paper,
+# "Related Work" and appendix "Baseline Implementations"), against slow references
+
+
+def _ref_norm_adj(a: np.ndarray, self_loops: bool) -> np.ndarray:
+    """D^-1/2 A D^-1/2 (or D~^-1/2 (A + I) D~^-1/2) by loops; zero-degree rows stay zero."""
+    n = a.shape[0]
+    a = a + np.eye(n) if self_loops else a.copy()
+    deg = a.sum(1)
+    out = np.zeros_like(a, dtype=np.float64)
+    for i in range(n):
+        for j in range(n):
+            if deg[i] > 0 and deg[j] > 0:
+                out[i, j] = a[i, j] / np.sqrt(deg[i] * deg[j])
+    return out
+
+
+@pytest.mark.parametrize("self_loops", [False, True])
+def test_normalized_adjacency_matches_the_formula(self_loops):
+    rng = np.random.default_rng(0)
+    n = 7
+    up = np.triu(rng.random((n, n)) < 0.4, 1)
+    a = (up | up.T).astype(np.float64)
+    a[3, :] = a[:, 3] = 0  # an isolated node
+    got = normalized_adjacency(
+        torch.tensor(a, dtype=torch.float64)[None], torch.ones(1, n, dtype=torch.bool), self_loops
+    )[0]
+    np.testing.assert_allclose(got.numpy(), _ref_norm_adj(a, self_loops), rtol=1e-12)
+    # padding: a padded node is invisible to the real ones
+    pad = np.zeros((n + 2, n + 2))
+    pad[:n, :n] = a
+    pad[n, 0] = pad[0, n] = 1.0  # an edge to a padded node must be ignored
+    mask = torch.tensor([True] * n + [False, False])[None]
+    got_pad = normalized_adjacency(torch.tensor(pad)[None], mask, self_loops)[0]
+    np.testing.assert_allclose(got_pad[:n, :n].numpy(), _ref_norm_adj(a, self_loops), rtol=1e-12)
+    assert not got_pad[n:].any() and not got_pad[:, n:].any()
+
+
+@pytest.mark.parametrize("self_loops", [False, True])
+@torch.no_grad()
+def test_gwm_step_follows_the_formula(self_loops):
+    """h <- h + ReLU(A~ h W_1 + u a(v) + b) per layer; continuous outputs are residuals;
+    adjacency logit h_i^T Q_s h_j."""
+    rng = np.random.default_rng(0)
+    eps = [make_episode(FULL, 6, 3, rng) for _ in range(2)]
+    sc = FeatureScaler.fit(eps, FULL)
+    torch.manual_seed(0)
+    m = make_model("vanilla-gwm", FULL, sc, hidden_dim=8, mp_layers=2, self_loops=self_loops)
+    ep = eps[0]
+    ep["adjacency"][0, 2, :] = ep["adjacency"][0, :, 2] = 0  # isolated node
+    ep["adjacency"][0, 3, 4] = ep["adjacency"][0, 4, 3] = 1
+    obs = {k: v[None] for k, v in observation_to_tensors({k: ep[k][0] for k in OBS_KEYS}).items()}
+    mask = torch.ones(1, 6, dtype=torch.bool)
+    st = state_from_observation(obs, mask, m.schema, m.scaler)
+    act = torch.as_tensor(ep["action_nodes"][0], dtype=torch.float32)[None]
+    pred, h_out = m.step(st, act)
+    # reference
+    e_g = m.graph_encoder(st.graph_continuous, st.graph_categorical)
+    e_n = m.node_encoder(st.node_continuous, st.node_categorical, st.action_mask[..., None])
+    h = e_n + m.graph_to_node(e_g)[:, None]
+    a_t = torch.tensor(_ref_norm_adj(ep["adjacency"][0].astype(np.float64), self_loops)).float()
+    for i, w1 in enumerate(m.mp_weights):
+        h = h + torch.relu(
+            a_t @ (h @ w1.weight.T) + act[..., None] * m.action_weight[i] + m.mp_bias[i]
+        )
+    torch.testing.assert_close(h_out, h, atol=1e-5, rtol=1e-5)
+    q = m.Q
+    logit = torch.einsum("bid,de,bje->bij", h, q, h)
+    sym = 0.5 * (logit + logit.transpose(-1, -2))  # = h_i^T Q_s h_j
+    torch.testing.assert_close(pred.adjacency_logit, sym, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        pred.node_continuous, st.node_continuous + m.node_heads.cont(h), atol=1e-5, rtol=1e-5
+    )
+
+
+def test_gwm_q_norm_regularises_the_matrix_of_the_logit():
+    """The regulariser acts on the Q of sigmoid(h_i^T Q h_j) (Q_s): an antisymmetric part of the
+    raw parameter, which never enters the logit, must not count towards its norm."""
+    rng = np.random.default_rng(0)
+    eps = [make_episode(FULL, 5, 3, rng)]
+    ds = EpisodeDataset(eps, FULL, seq_len=2)
+    m = make_model("vanilla-gwm", FULL, None, hidden_dim=4)
+    q0 = m.Q.detach()
+    assert torch.allclose(q0, q0.T) and float(q0.norm()) == pytest.approx(1.0, rel=1e-5)
+    s = torch.eye(4) / 2.0  # ||S||_F = 1
+    k = torch.zeros(4, 4)
+    k[0, 1], k[1, 0] = 3.0, -3.0  # antisymmetric
+    with torch.no_grad():
+        m.Q.copy_(s + k)
+    _, terms = m.loss(ds.make_batch([(0, 0)]))
+    assert terms["q_norm"] == pytest.approx(0.0, abs=1e-10)
+    with torch.no_grad():
+        m.Q.copy_(3.0 * s + k)
+    _, terms = m.loss(ds.make_batch([(0, 0)]))
+    assert terms["q_norm"] == pytest.approx(4.0, rel=1e-5)  # (3 - 1)^2

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from gdm_models import OBS_KEYS, make_model
+from gdm_models import OBS_KEYS, EpisodeDataset, make_model
 from gdm_models.gdm import ABLATIONS, GDM, GDMConfig, Noise, permute_noise
 from gdm_models.synthetic import SYNTHETIC_SCHEMA, random_episode
 
@@ -242,11 +242,15 @@ def test_ablations_train_step_and_imagine(make_tiny, dataset, ablation):
     assert np.array_equal(adj, adj.transpose(0, 2, 1)) and not adj[:, range(7), range(7)].any()
 
 
-def test_model_trained_small_runs_large(make_tiny, dataset):
+def test_model_trained_small_runs_large(make_tiny):
+    # trained at N = 20 (issue 5: "a model trained at N = 20 runs at N = 300")
+    rng = np.random.default_rng(5)
+    train_eps = [random_episode(n, 4, rng) for n in (18, 20, 20, 22)]
+    ds20 = EpisodeDataset(train_eps, SYNTHETIC_SCHEMA, seq_len=3)
     m = make_tiny()
     opt = torch.optim.Adam(m.parameters(), 1e-3)
     for i in range(3):
-        b = dataset.sample_batch(2, np.random.default_rng(i), seq_len=3)
+        b = ds20.sample_batch(2, np.random.default_rng(i), seq_len=3)
         loss, _ = m.loss(b, torch.Generator().manual_seed(i))
         opt.zero_grad()
         loss.backward()
@@ -274,3 +278,24 @@ def test_bad_inputs_raise(make_tiny):
     with pytest.raises(KeyError, match="ablation"):
         make_model("gdm:no-such-thing", SYNTHETIC_SCHEMA)
     assert isinstance(m, GDM)
+
+
+def test_imagined_scalars_come_back_in_environment_units(make_tiny, scaler):
+    """Scalar heads predict standardised z; imagination returns sigma z + mu (appendix
+    "Feature Scaling")."""
+    m = make_tiny()
+    assert not np.allclose(scaler.node_std, 1.0) and not np.allclose(scaler.node_mean, 0.0)
+    with torch.no_grad():
+        for head in (m.node_heads.cont, m.graph_heads.cont, m.graph_heads.reward):
+            head.weight.zero_()
+            head.bias.fill_(0.5)
+    ep = random_episode(5, 2, np.random.default_rng(0))
+    out = m.imagine(m.observe(*_traj(ep, 1), generator=0), ep["action_nodes"][1], 3, generator=0)
+    want_n = (0.5 * scaler.node_std + scaler.node_mean).astype(np.float32)
+    np.testing.assert_allclose(
+        out["node_continuous"], np.broadcast_to(want_n, (3, 5, 2)), rtol=1e-5
+    )
+    want_g = (0.5 * scaler.graph_std + scaler.graph_mean).astype(np.float32)
+    np.testing.assert_allclose(out["graph_continuous"], np.broadcast_to(want_g, (3, 1)), rtol=1e-5)
+    want_r = np.float32(0.5 * scaler.reward_std + scaler.reward_mean)
+    np.testing.assert_allclose(out["reward"], np.full(3, want_r), rtol=1e-5)

@@ -1,8 +1,9 @@
 """Speed of the CF load and of CF / OD at N = 1000 (issue targets; prints PASS/FAIL).
 
 * CF steps/s at N = 1000 with random valid actions, resets included (target >= 20);
-* the fast load (rustworkx, :func:`graph_envs.cf.loads.betweenness_load`) against a networkx
+* the fast load (igraph, :func:`graph_envs.cf.loads.betweenness_load`) against a networkx
   betweenness reference on the same SHK graph, measured in this run (target ratio >= 20);
+  single-threaded rustworkx (the previous implementation) is timed alongside for comparison;
 * OD steps/s at N = 1000 with random valid actions, resets included (target >= 200).
 
 Run: ``uv run python packages/graph-envs/benchmarks/bench_cf_load.py [--seconds S]``.
@@ -19,6 +20,7 @@ import graph_envs  # noqa: F401  (registers the ids)
 import gymnasium as gym
 import networkx as nx
 import numpy as np
+import rustworkx as rx
 from graph_envs.cf.loads import betweenness_load, pair_count
 from graph_envs.cf.shk import shk_graph
 
@@ -33,6 +35,19 @@ def networkx_load(adjacency: np.ndarray) -> np.ndarray:
     graph = nx.from_numpy_array(adjacency.astype(np.int8))
     raw = nx.betweenness_centrality(graph, normalized=False)
     return np.array([raw[i] for i in range(len(adjacency))]) / pair_count(len(adjacency))
+
+
+def rustworkx_load(adjacency: np.ndarray) -> np.ndarray:
+    """Single-threaded rustworkx betweenness divided by P (for comparison only)."""
+    n = len(adjacency)
+    rows, cols = np.nonzero(np.triu(adjacency, k=1))
+    graph = rx.PyGraph(multigraph=False)
+    graph.add_nodes_from(range(n))
+    graph.add_edges_from_no_data(list(zip(rows.tolist(), cols.tolist(), strict=True)))
+    raw = rx.betweenness_centrality(
+        graph, normalized=False, endpoints=False, parallel_threshold=2**62
+    )
+    return np.fromiter((raw[i] for i in range(n)), dtype=np.float64, count=n) / pair_count(n)
 
 
 def steps_per_second(env_id: str, seconds: float) -> tuple[float, float, int]:
@@ -58,36 +73,40 @@ def steps_per_second(env_id: str, seconds: float) -> tuple[float, float, int]:
     return steps / elapsed, statistics.mean(reset_times), episode
 
 
-def load_ratio(pairs: int = 3, fast_repeats: int = 3) -> tuple[float, float, float, float]:
+def load_ratio(pairs: int = 3, fast_repeats: int = 3) -> dict[str, float]:
     """One load pass at N = 1000, fast vs networkx, measured in interleaved pairs.
 
-    Each pair times the fast load (median of ``fast_repeats``) right next to one networkx
-    pass, so a change in machine load affects both sides of a pair alike.
+    Each pair times the fast load and the rustworkx load (medians of ``fast_repeats``) right
+    next to one networkx pass, so a change in machine load affects both sides of a pair alike.
 
     Returns:
-        (median fast seconds, median networkx seconds, median per-pair ratio, max |diff|).
+        medians of the fast, rustworkx and networkx seconds and of the per-pair ratios
+        networkx / fast and networkx / rustworkx, and the max |fast - networkx| over all passes.
     """
     adjacency = shk_graph(N, np.random.default_rng(0)).adjacency
-    fast_times, nx_times, ratios = [], [], []
+    times: dict[str, list[float]] = {"fast": [], "rustworkx": [], "networkx": []}
+    ratios: dict[str, list[float]] = {"fast": [], "rustworkx": []}
     diff = 0.0
     for _ in range(pairs):
-        runs = []
-        for _ in range(fast_repeats):
-            t0 = time.perf_counter()
-            fast = betweenness_load(adjacency)
-            runs.append(time.perf_counter() - t0)
+        for name, fn in (("fast", betweenness_load), ("rustworkx", rustworkx_load)):
+            runs = []
+            for _ in range(fast_repeats):
+                t0 = time.perf_counter()
+                fast = fn(adjacency)
+                runs.append(time.perf_counter() - t0)
+            times[name].append(statistics.median(runs))
+            if name == "fast":
+                fast_result = fast
         t0 = time.perf_counter()
         reference = networkx_load(adjacency)
-        nx_times.append(time.perf_counter() - t0)
-        fast_times.append(statistics.median(runs))
-        ratios.append(nx_times[-1] / fast_times[-1])
-        diff = max(diff, float(np.abs(fast - reference).max()))
-    return (
-        statistics.median(fast_times),
-        statistics.median(nx_times),
-        statistics.median(ratios),
-        diff,
-    )
+        times["networkx"].append(time.perf_counter() - t0)
+        for name in ratios:
+            ratios[name].append(times["networkx"][-1] / times[name][-1])
+        diff = max(diff, float(np.abs(fast_result - reference).max()))
+    out = {f"{name}_s": statistics.median(t) for name, t in times.items()}
+    out.update({f"{name}_ratio": statistics.median(r) for name, r in ratios.items()})
+    out["max_diff"] = diff
+    return out
 
 
 def _verdict(ok: bool) -> str:
@@ -103,11 +122,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=15.0, help="time per env run")
     args = parser.parse_args([] if argv is None else argv)
 
-    fast_s, nx_s, ratio, diff = load_ratio()
+    r = load_ratio()
+    ratio, diff = r["fast_ratio"], r["max_diff"]
     print(
-        f"load pass N={N}: rustworkx {fast_s * 1e3:.1f} ms, networkx {nx_s * 1e3:.0f} ms, "
-        f"ratio {ratio:.1f}x (target >= {RATIO_TARGET:.0f}x), max |diff| {diff:.2e}  "
-        f"{_verdict(ratio >= RATIO_TARGET and diff < 1e-9)}"
+        f"load pass N={N}: igraph {r['fast_s'] * 1e3:.1f} ms, networkx "
+        f"{r['networkx_s'] * 1e3:.0f} ms, ratio {ratio:.1f}x (target >= {RATIO_TARGET:.0f}x), "
+        f"max |diff| {diff:.2e}  {_verdict(ratio >= RATIO_TARGET and diff < 1e-9)}"
+    )
+    print(
+        f"  (for comparison: single-threaded rustworkx {r['rustworkx_s'] * 1e3:.1f} ms, "
+        f"ratio {r['rustworkx_ratio']:.1f}x against networkx)"
     )
     cf_rate, cf_reset, cf_eps = steps_per_second("graphenv/CF-v0", args.seconds)
     print(

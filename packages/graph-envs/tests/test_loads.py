@@ -99,5 +99,33 @@ def test_update_leaves_untouched_components_alone() -> None:
 def test_bad_input_raises() -> None:
     with pytest.raises(ValueError, match="square"):
         betweenness_load(np.zeros((3, 4)))
+    directed = np.zeros((4, 4), dtype=bool)
+    directed[0, 1] = True  # a one-way edge is not an undirected graph
+    with pytest.raises(ValueError, match="symmetric"):
+        betweenness_load(directed)
+    with pytest.raises(ValueError, match="diagonal"):
+        betweenness_load(np.eye(4, dtype=np.int8))
+    with pytest.raises(ValueError, match="0/1"):
+        betweenness_load(np.full((4, 4), 2) - 2 * np.eye(4, dtype=int))
+    with pytest.raises(ValueError, match="symmetric"):
+        update_loads(directed, np.zeros(4), np.array([0]))
     with pytest.raises(ValueError, match="loads has shape"):
         update_loads(np.zeros((5, 5), dtype=bool), np.zeros(4), np.array([0]))
+
+
+def test_degenerate_graphs() -> None:
+    # no edges at all, a single edge, and the smallest graph with a path through a node
+    assert betweenness_load(np.zeros((7, 7), dtype=bool)).tolist() == [0.0] * 7
+    one = np.zeros((7, 7), dtype=np.int8)
+    one[2, 5] = one[5, 2] = 1
+    assert betweenness_load(one).tolist() == [0.0] * 7
+    path3 = np.array([[0, 1, 0], [1, 0, 1], [0, 1, 0]], dtype=np.int8)
+    np.testing.assert_allclose(betweenness_load(path3), [0, 1 / 3, 0], atol=1e-15)
+
+
+def test_loads_are_bit_for_bit_deterministic() -> None:
+    """Replays need identical loads: repeated passes and the incremental update agree exactly."""
+    adj = shk_graph(300, np.random.default_rng(11)).adjacency
+    first = betweenness_load(adj)
+    assert all(np.array_equal(first, betweenness_load(adj.copy())) for _ in range(3))
+    np.testing.assert_array_equal(first, update_loads(adj, np.zeros(300), np.arange(300)))

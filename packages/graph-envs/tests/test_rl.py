@@ -72,3 +72,40 @@ def test_ppo_multi_input_policy_on_rgc():
     obs, _ = filtered.reset(seed=0)
     action, _ = model.predict(obs)
     assert filtered.action_space.contains(action)
+
+
+def test_maskable_ppo_multidiscrete_mask_on_rgc():
+    """MaskablePPO accepts RGC's (2N,) ``action_masks()`` and never picks a masked node."""
+    import networkx as nx
+    import torch
+    from graph_envs.rgc.env import edge_budget
+    from graph_envs.rgc.types import RGCState
+    from sb3_contrib import MaskablePPO
+    from stable_baselines3.common.utils import obs_as_tensor
+
+    torch.set_num_threads(1)
+    env = gym.make("graphenv/RGC-v0", num_nodes=8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = MaskablePPO(
+            "MultiInputPolicy", env, n_steps=32, batch_size=32, n_epochs=1, seed=0, device="cpu"
+        )
+        model.learn(total_timesteps=32)
+    assert model.num_timesteps >= 32
+    rgc = env.unwrapped
+    rgc.reset(seed=0)
+    star = nx.to_numpy_array(nx.star_graph(7), dtype=np.int8)  # hub 0 has full degree
+    rgc._state = RGCState(
+        adjacency=star,
+        degrees=star.sum(axis=1, dtype=np.int64),
+        budget=edge_budget(8),
+        edges_added=0,
+        robustness=rgc.robustness(star),
+    )
+    masks = rgc.action_masks()
+    assert masks.shape == (16,) and not masks[0] and not masks[8] and masks[1:8].all()
+    obs = obs_as_tensor({k: v[None] for k, v in rgc._observation().items()}, "cpu")
+    torch.manual_seed(0)
+    with torch.no_grad():
+        actions = torch.cat([model.policy(obs, action_masks=masks[None])[0] for _ in range(100)])
+    assert actions.shape == (100, 2) and not (actions == 0).any()

@@ -83,7 +83,7 @@ ABLATIONS: dict[str, dict[str, Any]] = {
 
 @dataclass
 class GDMConfig:
-    """GDM hyperparameters (defaults: the paper's OD/SAR/CF column).
+    """GDM hyperparameters (defaults: the paper's SAR/CF column; OD differs in beta_rep = 0.05).
 
     Ablation switches: ``graph_state`` (False: no h_g/z_g), ``h_plus`` (False: no posterior
     correction, h^+ = h^-), ``adjacency_sampler`` ("hard_concrete" | "bernoulli"),

@@ -8,14 +8,17 @@ normalised adjacency with the action term of the GWM formula
 
     h^(l) = h^(l-1) + ReLU(A~ h^(l-1) W_1^(l) + u^(l) a(v) + b^(l)),   A~ = D^-1/2 A D^-1/2
 
-with the per-node action indicator a(v) (node-set actions) and, by default, the self-loop
-renormalisation of a GCN (``self_loops``). Feature-specific linear heads (W_2) predict
+with the per-node action indicator a(v) (node-set actions), exactly the paper's normalised
+adjacency by default (``self_loops=True`` gives the GCN renormalisation D~^-1/2 (A + I) D~^-1/2
+of Song and Cai's public code). Feature-specific linear heads (W_2) predict
 
 * continuous node / graph features as *residual changes* of their current standardised values,
 * categorical node / graph features and the action mask as logits,
 * the next adjacency as ``sigmoid(h_i^T Q h_j)`` with Q symmetrised, ``Q_s = (Q + Q^T) / 2``
   (undirected graphs: symmetric edge probabilities; one Bernoulli draw per unordered pair at
-  imagination time) and regularised towards Frobenius norm 1 by ``beta_q (||Q||_F - 1)^2``,
+  imagination time). Q_s is the matrix of the paper's formula, so *it* is regularised towards
+  Frobenius norm 1 by ``beta_q (||Q_s||_F - 1)^2`` (regularising the raw Q would let its
+  antisymmetric part, which never enters the logit, carry the norm),
 * reward and continuation from a graph state ``g = MLP([e_g, Pool_v h(v), Pool_v a(v)])``.
 
 Vanilla GWM trains on the one-step losses (next state, adjacency, reward, continuation and
@@ -98,7 +101,7 @@ class GWMConfig:
         hidden_dim: dim(h), width of node embeddings and GNN layers.
         mp_layers: L, number of GNN layers.
         beta_adj: weight of the adjacency BCE in the prediction loss.
-        beta_q: weight of the norm regulariser (||Q||_F - 1)^2.
+        beta_q: weight of the norm regulariser (||Q_s||_F - 1)^2, Q_s = (Q + Q^T) / 2.
         self_loops: use D~^-1/2 (A + I) D~^-1/2 (GCN renormalisation) instead of D^-1/2 A D^-1/2.
         rollout_weight: lambda of the k-step rollout-consistency loss (0 = off).
         rollout_steps: k.
@@ -113,7 +116,7 @@ class GWMConfig:
     mp_layers: int = 2
     beta_adj: float = 1.0
     beta_q: float = 1.0
-    self_loops: bool = True
+    self_loops: bool = False  # paper's A~ = D^-1/2 A D^-1/2; True = the public code's A + I
     rollout_weight: float = 0.0
     rollout_steps: int = 4
     spectral_weight: float = 0.0
@@ -169,7 +172,8 @@ class GWM(WorldModel):
         self.reward_head = nn.Linear(d, 1)
         self.continuation_head = nn.Linear(d, 1)
         q = torch.randn(d, d)
-        self.Q = nn.Parameter(q / q.norm())  # starts at ||Q||_F = 1
+        q = 0.5 * (q + q.T)
+        self.Q = nn.Parameter(q / q.norm())  # starts symmetric with ||Q||_F = ||Q_s||_F = 1
         # warm-start vectors of the spectral power iteration (deterministic init, no RNG use,
         # persistent so that a resumed EA-GWM run continues exactly)
         for i in range(L):
@@ -264,7 +268,8 @@ class GWM(WorldModel):
         parts = prediction_losses(pred, target, node_mask, self.schema, self.scaler)
         per_item = self._combine(parts)
         one_step = self._vmean(per_item, valid)
-        q_norm = (self.Q.norm() - 1.0) ** 2  # Q regularised towards norm 1 (paper appendix)
+        # the logit's matrix Q_s regularised towards norm 1 (paper, appendix "Adjacency Sampling")
+        q_norm = (self.symmetric_q().norm() - 1.0) ** 2
         total = one_step + cfg.beta_q * q_norm
         terms = {"pred": one_step.item(), "q_norm": q_norm.item()}
         for k in ("node", "graph", "adjacency", "action_mask", "reward", "continuation"):
