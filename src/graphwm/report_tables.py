@@ -233,7 +233,9 @@ def _seed_note(table: Table) -> str:
     if not counts:
         return ""
     lo, hi = min(counts), max(counts)
-    seeds = f"{lo} seeds" if lo == hi else f"{lo}-{hi} seeds (varies per cell)"
+    seeds = (
+        f"{lo} seed{'' if lo == 1 else 's'}" if lo == hi else f"{lo}-{hi} seeds (varies per cell)"
+    )
     note = f"Mean ± 95% CI (Student t) over {seeds}"
     return note + ("; lowest mean in bold." if table.bold_best else ".")
 
