@@ -44,3 +44,24 @@ def test_search_selects_the_lowest_mean_validation_gdd(tmp_path):
     assert best["SAR/gdm"]["point"] == winner["point"]
     assert best["SAR/gdm"]["val_gdd"] == winner["val_gdd"]
     assert json.loads((tmp_path / "search" / "best.json").read_text()) == best
+
+
+def test_cost_estimate_scales_measured_unit_costs_by_job_counts():
+    from graphwm.cost import estimate, format_estimate
+
+    preset = load_preset("tiny")
+    preset.update(envs=["RGC"], models=["vanilla-gwm"], ablations=[], seeds=[0, 1, 2])
+    (line,) = estimate(preset, "cpu", steps=1, probe_sizes=(8, 12))
+    assert (line.env, line.model, line.train_jobs, line.steps_per_job) == (
+        "RGC",
+        "vanilla-gwm",
+        3,
+        preset["train"]["steps"],
+    )
+    assert line.sec_per_step > 0
+    assert line.train_hours == line.sec_per_step * preset["train"]["steps"] * 3 / 3600
+    # transitions per size = reference transitions x test episodes x jobs
+    per = preset["evaluate"]["reference_transitions"] * preset["collect"]["test_episodes"] * 3
+    assert line.eval_transitions == {7: per}
+    assert line.sec_per_transition[7] >= 0
+    assert "RGC | vanilla-gwm" in format_estimate([line], "cpu")

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from graphwm.collect import record_episode
 from graphwm.envs import env_schema
-from graphwm.pipeline import test_sizes, training_configs
+from graphwm.pipeline import RunPaths, test_sizes, training_configs
 
 
 @dataclass
@@ -114,7 +115,7 @@ def estimate(
             np.ceil(len(preset["collect"]["train_sizes"]) * preset["collect"]["train_episodes"] / 8)
         )
     )
-    jobs = training_configs(preset, _FakePaths())
+    jobs = training_configs(preset, RunPaths(Path(".")))  # only the job grid
     ev = preset["evaluate"]
     lines = []
     for env in preset["envs"]:
@@ -146,15 +147,6 @@ def estimate(
                 )
             )
     return lines
-
-
-class _FakePaths:
-    """Stand-in run paths: only the job grid is needed, no files."""
-
-    root = data = "."
-
-    def fit(self, env: str) -> str:
-        return "."
 
 
 def format_estimate(lines: list[CostLine], device: str) -> str:

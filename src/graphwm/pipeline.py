@@ -71,7 +71,7 @@ def _workers(preset: dict) -> int:
     return int(preset.get("workers", 0)) or default_workers()
 
 
-def _executor_args(preset: dict, gpu: bool = False) -> dict:
+def executor_args(preset: dict, gpu: bool = False) -> dict:
     return {
         "executor": preset.get("executor", "local"),
         "max_workers": _workers(preset),
@@ -108,7 +108,7 @@ def stage_fit(preset: dict, paths: RunPaths) -> None:
         fit_env(paths.data, env, paths.fit(env), per_episode=per_episode)
 
 
-def _train_config(preset: dict, paths: RunPaths, env: str, model: str, seed: int) -> dict:
+def train_config(preset: dict, paths: RunPaths, env: str, model: str, seed: int) -> dict:
     t = preset["train"]
     base = model.split(":", 1)[0]
     config = {
@@ -141,7 +141,7 @@ def training_configs(preset: dict, paths: RunPaths) -> list[dict]:
             models += [a for a in preset.get("ablations", []) if a not in models]
         for model in models:
             for seed in preset["seeds"]:
-                configs.append(_train_config(preset, paths, env, model, seed))
+                configs.append(train_config(preset, paths, env, model, seed))
     return configs
 
 
@@ -154,11 +154,11 @@ def stage_train(preset: dict, paths: RunPaths, progress: bool = True) -> list[di
         paths.root,
         desc="train",
         progress=progress,
-        **_executor_args(preset, gpu=True),
+        **executor_args(preset, gpu=True),
     )
 
 
-def _eval_base(preset: dict, paths: RunPaths, env: str, section: str) -> dict:
+def eval_config_base(preset: dict, paths: RunPaths, env: str, section: str) -> dict:
     e = preset[section]
     config = {
         "env": env,
@@ -181,12 +181,12 @@ def stage_evaluate(preset: dict, paths: RunPaths, trained: list[dict], progress:
     for env in preset["envs"]:
         for size in test_sizes(preset, env):
             for seed in preset["seeds"]:
-                cfg = _eval_base(preset, paths, env, "evaluate")
+                cfg = eval_config_base(preset, paths, env, "evaluate")
                 jobs.append((self_gdd_job, {**cfg, "kind": "self_gdd", "size": size, "seed": seed}))
     for t in trained:
         env = t["env"]
         for size in test_sizes(preset, env):
-            cfg = _eval_base(preset, paths, env, "evaluate")
+            cfg = eval_config_base(preset, paths, env, "evaluate")
             jobs.append(
                 (
                     single_step_job,
@@ -202,7 +202,7 @@ def stage_evaluate(preset: dict, paths: RunPaths, trained: list[dict], progress:
             )
         if "multi_step" in preset and t["model"] in preset["models"]:
             m = preset["multi_step"]
-            cfg = _eval_base(preset, paths, env, "multi_step")
+            cfg = eval_config_base(preset, paths, env, "multi_step")
             jobs.append(
                 (
                     multi_step_job,
@@ -228,7 +228,7 @@ def stage_evaluate(preset: dict, paths: RunPaths, trained: list[dict], progress:
                 paths.root,
                 desc=fn.__name__,
                 progress=progress,
-                **_executor_args(preset),
+                **executor_args(preset),
             )
     return results
 

@@ -21,11 +21,11 @@ from graphwm.executors import run_jobs
 from graphwm.jobs import ResultStore, atomic_write_json, job_key
 from graphwm.pipeline import (
     RunPaths,
-    _eval_base,
-    _executor_args,
-    _train_config,
+    eval_config_base,
+    executor_args,
     stage_collect,
     stage_fit,
+    train_config,
 )
 from graphwm.train import train_job
 
@@ -61,7 +61,7 @@ def run_search(preset: dict, paths: RunPaths, progress: bool = True) -> dict[str
         for model, grid in grids.items():
             for point in grid_points(grid):
                 for seed in preset["seeds"]:
-                    cfg = _train_config(preset, paths, env, model, seed)
+                    cfg = train_config(preset, paths, env, model, seed)
                     cfg["model_overrides"] = {
                         **cfg["model_overrides"],
                         **{k: v for k, v in point.items() if k not in TRAINER_KEYS},
@@ -81,12 +81,12 @@ def run_search(preset: dict, paths: RunPaths, progress: bool = True) -> dict[str
         paths.root,
         desc="search-train",
         progress=progress,
-        **_executor_args(preset, gpu=True),
+        **executor_args(preset, gpu=True),
     )
     eval_cfgs, eval_owner = [], []
     for (env, model, point), t in zip(owners, trained, strict=True):
         for size in val_sizes:
-            cfg = _eval_base(preset, paths, env, "evaluate")
+            cfg = eval_config_base(preset, paths, env, "evaluate")
             cfg.update(
                 kind="validation",
                 result_kind="validation",
@@ -106,7 +106,7 @@ def run_search(preset: dict, paths: RunPaths, progress: bool = True) -> dict[str
         paths.root,
         desc="search-eval",
         progress=progress,
-        **_executor_args(preset),
+        **executor_args(preset),
     )
     table: dict[tuple, dict[int, list[float]]] = {}
     points: dict[tuple, dict] = {}
