@@ -25,6 +25,7 @@ from graphwm.metric_graph import OBS_KEYS, extend_schema, model_samples_to_metri
 from graphwm.protocol import (
     STREAM_ENV,
     STREAM_MODEL,
+    STREAM_POSTERIOR,
     STREAM_SELF,
     ReplayedEpisode,
     env_samples,
@@ -35,10 +36,6 @@ from graphwm.protocol import (
 )
 
 COMPONENTS = ("node", "graph", "edge", "joint")
-
-
-def _stack_obs(observations: list[dict], upto: int) -> dict[str, np.ndarray]:
-    return {k: np.stack([o[k] for o in observations[: upto + 1]]) for k in OBS_KEYS}
 
 
 def _load_model(config: Mapping[str, Any]):
@@ -57,18 +54,6 @@ def _test_episodes(config: Mapping[str, Any]):
     if limit is not None:
         episodes, seeds = episodes[:limit], seeds[:limit]
     return episodes, seeds
-
-
-def _model_set(model, replay, t: int, actions: np.ndarray, num: int, seed: int) -> list[dict]:
-    """``num`` model rollouts from reference step ``t`` along ``actions`` (K, N)."""
-    import torch
-
-    with torch.no_grad():  # evaluation only: no autograd graph over the posterior
-        latent = model.observe(
-            _stack_obs(replay.observations, t), replay.action_nodes[:t], generator=seed
-        )
-        preds = model.imagine_multi(latent, actions, num, generator=seed + 1)
-    return [model_samples_to_metric(p) for p in preds]
 
 
 def _summarise(gdds: list[list[float]], comps: list[list[dict]]) -> dict[str, Any]:
@@ -137,11 +122,38 @@ def reference_points(
             )
 
 
-def _model_sets(model, point: ReferencePoint, num: int) -> list[dict[str, np.ndarray]]:
-    """The model's ``num`` rollouts from ``point`` along the same reference actions."""
-    seed = sample_seeds(point.seed, point.t, STREAM_MODEL, 1)[0]
-    actions = point.replay.action_nodes[point.t : point.t + len(point.env_sets)]
-    return _model_set(model, point.replay, point.t, actions, num, seed)
+class ModelSampler:
+    """The model's rollouts from each reference point of the episodes being evaluated.
+
+    Latent models condition on the posterior over the reference trajectory up to the
+    reference state. The posterior latents of all reference points of an episode come from
+    one pass over it (``observe_at``), seeded per episode; imagination is seeded per point.
+    """
+
+    def __init__(self, model, num_samples: int) -> None:
+        self.model = model
+        self.num_samples = num_samples
+        self._episode: int | None = None
+        self._latents: dict[int, Any] = {}
+
+    def __call__(self, point: ReferencePoint) -> list[dict[str, np.ndarray]]:
+        import torch
+
+        replay = point.replay
+        with torch.no_grad():  # evaluation only: no autograd graph over the posterior
+            if point.episode_index != self._episode:
+                steps = sorted(replay.snapshots)
+                obs = {k: np.stack([o[k] for o in replay.observations]) for k in OBS_KEYS}
+                seed = sample_seeds(point.seed, 0, STREAM_POSTERIOR, 1)[0]
+                latents = self.model.observe_at(obs, replay.action_nodes, steps, generator=seed)
+                self._latents = dict(zip(steps, latents, strict=True))
+                self._episode = point.episode_index
+            actions = replay.action_nodes[point.t : point.t + len(point.env_sets)]
+            seed = sample_seeds(point.seed, point.t, STREAM_MODEL, 1)[0]
+            preds = self.model.imagine_multi(
+                self._latents[point.t], actions, self.num_samples, generator=seed
+            )
+        return [model_samples_to_metric(p) for p in preds]
 
 
 def _per_episode(points: Iterator[ReferencePoint], score) -> tuple[list, list]:
@@ -167,8 +179,10 @@ def single_step_job(config: Mapping[str, Any]) -> dict[str, Any]:
     ext = extend_schema(schema)
     factors = []
 
+    sampler = ModelSampler(model, int(config["num_samples"]))
+
     def score(point: ReferencePoint):
-        model_set = _model_sets(model, point, int(config["num_samples"]))[0]
+        model_set = sampler(point)[0]
         env_set, terminal = point.env_sets[0], point.terminal[0]
         result = transition_gdd(model_set, env_set, schema, bandwidths, terminal)
         factors.append(factor_metrics(model_set, env_set, ext, terminal))
@@ -238,8 +252,9 @@ def multi_step_job(config: Mapping[str, Any]) -> dict[str, Any]:
         h: {"gdd": [], **{k: [] for k in COMPONENTS}, "inv_m": [], "inv_e": []}
         for h in range(1, horizon + 1)
     }
+    sampler = ModelSampler(model, int(config["num_samples"]))
     for point in reference_points(config, horizon, keep_observations=True):
-        model_sets = _model_sets(model, point, int(config["num_samples"]))
+        model_sets = sampler(point)
         nodes = point.replay.action_nodes[point.t : point.t + len(model_sets)]
         inv_m = _invalid_rate_model(model_sets, nodes)
         for h in range(1, len(point.env_sets) + 1):

@@ -31,6 +31,7 @@ from graphwm.metric_graph import (
 STREAM_ENV = 0
 STREAM_SELF = 1
 STREAM_MODEL = 2
+STREAM_POSTERIOR = 3  # the model's posterior pass over a whole reference episode
 
 
 def reference_indices(num_transitions: int, count: int = 20) -> np.ndarray:

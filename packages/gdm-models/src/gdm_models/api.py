@@ -129,6 +129,44 @@ class WorldModel(nn.Module, abc.ABC):
     ) -> Any:
         """Condition on T+1 observations and T actions; return the latent of the last step."""
 
+    def observe_at(
+        self,
+        obs_sequence: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+        actions: Any,
+        steps: Sequence[int],
+        generator: torch.Generator | int | None = None,
+    ) -> list[Any]:
+        """Latents at several steps of one trajectory, ``[observe(obs[:t+1], actions[:t])]``.
+
+        Models override this with a single pass over the trajectory (O(T) instead of
+        O(T * len(steps))); with the same seed the latent at step t then equals
+        ``observe`` of the prefix up to t, because the posterior consumes its noise step by
+        step. This default re-observes each prefix.
+        """
+        obs, act = self.prepare_sequence(obs_sequence, actions)
+        idx = self.check_steps(steps, obs["adjacency"].shape[0])
+        gen = self.make_generator(generator)
+        return [
+            self.observe(
+                {k: v[: t + 1].cpu().numpy() for k, v in obs.items()},
+                act[:t].cpu().numpy(),
+                generator=gen,
+            )
+            for t in idx
+        ]
+
+    @staticmethod
+    def check_steps(steps: Sequence[int], num_observations: int) -> list[int]:
+        """Validate ``observe_at`` step indices against T+1 observations."""
+        idx = [int(t) for t in np.asarray(steps).reshape(-1)]
+        bad = [t for t in idx if not 0 <= t < num_observations]
+        if bad:
+            raise DataError(
+                f"observe_at steps {bad} outside [0, {num_observations - 1}] "
+                f"for a trajectory of {num_observations} observations"
+            )
+        return idx
+
     @abc.abstractmethod
     def imagine_multi(
         self,

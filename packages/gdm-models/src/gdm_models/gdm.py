@@ -652,15 +652,29 @@ class GDM(WorldModel):
         self, obs: Mapping[str, torch.Tensor], actions: torch.Tensor, noise: Noise
     ) -> GDMLatent:
         """Posterior over a trajectory given tensors (T+1 obs, T actions; no batch axis)."""
-        t1, n = obs["adjacency"].shape[0], obs["adjacency"].shape[-1]
+        return self._posterior_pass(obs, actions, noise, [obs["adjacency"].shape[0] - 1])[0]
+
+    def _posterior_pass(
+        self,
+        obs: Mapping[str, torch.Tensor],
+        actions: torch.Tensor,
+        noise: Noise,
+        capture: Sequence[int],
+    ) -> list[GDMLatent]:
+        """One posterior pass up to max(capture); the latents after each captured step."""
+        n = obs["adjacency"].shape[-1]
         nm = torch.ones(1, n, dtype=torch.bool, device=self.device)
         pm = ~torch.eye(n, dtype=torch.bool, device=self.device)[None]
         latent = self.initial_latent(1, n)
-        for t in range(t1):
+        wanted = set(capture)
+        found: dict[int, GDMLatent] = {}
+        for t in range(max(capture) + 1):
             o = {k: v[t][None] for k, v in obs.items()}
             a = torch.zeros(1, n, device=self.device) if t == 0 else actions[t - 1][None]
             latent, _ = self._posterior_step(latent, a, o, nm, pm, noise, t, need_prior=False)
-        return latent
+            if t in wanted:
+                found[t] = latent
+        return [found[t] for t in capture]
 
     def observe(
         self,
@@ -671,6 +685,21 @@ class GDM(WorldModel):
         """Posterior latent after observing T+1 observations and the T actions between them."""
         obs, act = self.prepare_sequence(obs_sequence, actions)
         return self.observe_tensors(obs, act, Noise(self.make_generator(generator), self.device))
+
+    def observe_at(
+        self,
+        obs_sequence: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+        actions: Any,
+        steps: Sequence[int],
+        generator: torch.Generator | int | None = None,
+    ) -> list[GDMLatent]:
+        """Posterior latents at several steps from one pass (see ``WorldModel.observe_at``)."""
+        obs, act = self.prepare_sequence(obs_sequence, actions)
+        idx = self.check_steps(steps, obs["adjacency"].shape[0])
+        if not idx:
+            return []
+        noise = Noise(self.make_generator(generator), self.device)
+        return self._posterior_pass(obs, act, noise, idx)
 
     @torch.no_grad()
     def imagine_tensors(

@@ -331,6 +331,24 @@ class GWM(WorldModel):
             k: np.ascontiguousarray(obs[k][-1].cpu().numpy().astype(NP_DTYPES[k])) for k in OBS_KEYS
         }
 
+    def observe_at(
+        self,
+        obs_sequence: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+        actions: Any,
+        steps: Sequence[int],
+        generator: torch.Generator | int | None = None,
+    ) -> list[dict[str, np.ndarray]]:
+        """The observations at ``steps`` (a state-space model's state is the observation)."""
+        obs, _ = self.prepare_sequence(obs_sequence, actions)
+        idx = self.check_steps(steps, obs["adjacency"].shape[0])
+        return [
+            {
+                k: np.ascontiguousarray(obs[k][t].cpu().numpy().astype(NP_DTYPES[k]))
+                for k in OBS_KEYS
+            }
+            for t in idx
+        ]
+
     @torch.no_grad()
     def imagine_multi(
         self,
