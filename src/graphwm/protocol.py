@@ -22,7 +22,6 @@ from graphwm.envs import make_env
 from graphwm.metric_graph import (
     extend_schema,
     metric_graph,
-    stack_graphs,
     terminal_schema,
     terminal_view,
 )
@@ -164,8 +163,3 @@ def transition_gdd(
     if terminal:
         return gdd(terminal_view(model_set), terminal_view(env_set), terminal_schema(), bandwidths)
     return gdd(model_set, env_set, extend_schema(schema), bandwidths)
-
-
-def stack_env_graphs(graphs: Sequence[dict]) -> dict[str, np.ndarray]:
-    """Stack the per-sample metric graphs of one step."""
-    return stack_graphs(graphs)
