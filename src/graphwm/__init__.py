@@ -1,1 +1,6 @@
-"""graphwm: integration layer."""
+"""graphwm: the paper's experiments, wiring graph_envs, gdm_models and gdd_metric together.
+
+Stages (``graphwm.pipeline``): collect -> fit -> train -> evaluate -> report, each a CLI
+subcommand of ``graphwm`` and a Python function; ``graphwm reproduce`` runs them all from a
+preset (``graphwm.presets``: tiny, smoke, paper). See ``docs/reproducing.md``.
+"""
