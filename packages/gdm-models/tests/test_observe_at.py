@@ -50,3 +50,20 @@ def test_observe_at_rejects_out_of_range_steps(make_tiny):
     ep = random_episode(6, 3, np.random.default_rng(0))
     with pytest.raises(DataError, match="outside"):
         model.observe_at({k: ep[k] for k in OBS}, ep["action_nodes"], [4])
+
+
+def test_default_prefix_implementation_matches_the_single_pass(make_tiny):
+    """The base class's prefix-by-prefix fallback gives the GDM's single-pass latents."""
+    from gdm_models import WorldModel
+
+    model = make_tiny().eval()
+    ep = random_episode(6, 5, np.random.default_rng(1))
+    obs, act = model.prepare_sequence({k: ep[k] for k in OBS}, ep["action_nodes"])
+    with torch.no_grad():
+        fast = model._observe_at(obs, act, [1, 5], model.make_generator(3))
+        slow = WorldModel._observe_at(model, obs, act, [1, 5], model.make_generator(3))
+        for a, b in zip(fast, slow, strict=True):
+            pa = model.imagine(a, ep["action_nodes"][0], 3, generator=2)
+            pb = model.imagine(b, ep["action_nodes"][0], 3, generator=2)
+            for key in pa:
+                np.testing.assert_array_equal(pa[key], pb[key])

@@ -138,22 +138,41 @@ class WorldModel(nn.Module, abc.ABC):
     ) -> list[Any]:
         """Latents at several steps of one trajectory, ``[observe(obs[:t+1], actions[:t])]``.
 
-        Models override this with a single pass over the trajectory (O(T) instead of
-        O(T * len(steps))); with the same seed the latent at step t then equals
+        Models override :meth:`_observe_at` with a single pass over the trajectory (O(T)
+        instead of O(T * len(steps))); with the same seed the latent at step t then equals
         ``observe`` of the prefix up to t, because the posterior consumes its noise step by
-        step. This default re-observes each prefix.
+        step.
         """
         obs, act = self.prepare_sequence(obs_sequence, actions)
         idx = self.check_steps(steps, obs["adjacency"].shape[0])
-        gen = self.make_generator(generator)
-        return [
-            self.observe(
-                {k: v[: t + 1].cpu().numpy() for k, v in obs.items()},
-                act[:t].cpu().numpy(),
-                generator=gen,
+        if not idx:
+            return []
+        return self._observe_at(obs, act, idx, self.make_generator(generator))
+
+    def _observe_at(
+        self,
+        obs: dict[str, torch.Tensor],
+        actions: torch.Tensor,
+        steps: list[int],
+        generator: torch.Generator,
+    ) -> list[Any]:
+        """Validated tensors (T+1 obs, T actions) -> latents at ``steps``.
+
+        This default re-observes each prefix from the same generator state (so each latent
+        equals ``observe`` of its prefix with that seed); models override it with one pass.
+        """
+        start = generator.get_state()
+        latents = []
+        for t in steps:
+            generator.set_state(start)
+            latents.append(
+                self.observe(
+                    {k: v[: t + 1].cpu().numpy() for k, v in obs.items()},
+                    actions[:t].cpu().numpy(),
+                    generator=generator,
+                )
             )
-            for t in idx
-        ]
+        return latents
 
     @staticmethod
     def check_steps(steps: Sequence[int], num_observations: int) -> list[int]:

@@ -686,20 +686,15 @@ class GDM(WorldModel):
         obs, act = self.prepare_sequence(obs_sequence, actions)
         return self.observe_tensors(obs, act, Noise(self.make_generator(generator), self.device))
 
-    def observe_at(
+    def _observe_at(
         self,
-        obs_sequence: Mapping[str, Any] | Sequence[Mapping[str, Any]],
-        actions: Any,
-        steps: Sequence[int],
-        generator: torch.Generator | int | None = None,
+        obs: dict[str, torch.Tensor],
+        actions: torch.Tensor,
+        steps: list[int],
+        generator: torch.Generator,
     ) -> list[GDMLatent]:
         """Posterior latents at several steps from one pass (see ``WorldModel.observe_at``)."""
-        obs, act = self.prepare_sequence(obs_sequence, actions)
-        idx = self.check_steps(steps, obs["adjacency"].shape[0])
-        if not idx:
-            return []
-        noise = Noise(self.make_generator(generator), self.device)
-        return self._posterior_pass(obs, act, noise, idx)
+        return self._posterior_pass(obs, actions, Noise(generator, self.device), steps)
 
     @torch.no_grad()
     def imagine_tensors(

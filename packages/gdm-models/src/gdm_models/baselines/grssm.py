@@ -442,25 +442,19 @@ class GRSSM(WorldModel):
         out = self._filter({k: v[None] for k, v in obs.items()}, acts[None], mask, gen)
         return GRSSMLatent(h=out["h"][0, -1], posterior=out["posterior"][0, -1])
 
-    def observe_at(
+    def _observe_at(
         self,
-        obs_sequence: Mapping[str, Any] | Sequence[Mapping[str, Any]],
-        actions: Any,
-        steps: Sequence[int],
-        generator: torch.Generator | int | None = None,
+        obs: dict[str, torch.Tensor],
+        actions: torch.Tensor,
+        steps: list[int],
+        generator: torch.Generator,
     ) -> list[GRSSMLatent]:
         """Posterior latents at several steps from one filtering pass."""
-        obs, acts = self.prepare_sequence(obs_sequence, actions)
-        idx = self.check_steps(steps, obs["adjacency"].shape[0])
-        if not idx:
-            return []
-        last = max(idx)
-        gen = self.make_generator(generator)
-        n = obs["adjacency"].shape[-1]
-        mask = torch.ones(1, n, dtype=torch.bool, device=self.device)
+        last = max(steps)
+        mask = torch.ones(1, obs["adjacency"].shape[-1], dtype=torch.bool, device=self.device)
         prefix = {k: v[None, : last + 1] for k, v in obs.items()}
-        out = self._filter(prefix, acts[None, :last], mask, gen)
-        return [GRSSMLatent(h=out["h"][0, t], posterior=out["posterior"][0, t]) for t in idx]
+        out = self._filter(prefix, actions[None, :last], mask, generator)
+        return [GRSSMLatent(h=out["h"][0, t], posterior=out["posterior"][0, t]) for t in steps]
 
     @torch.no_grad()
     def imagine_multi(

@@ -331,22 +331,20 @@ class GWM(WorldModel):
             k: np.ascontiguousarray(obs[k][-1].cpu().numpy().astype(NP_DTYPES[k])) for k in OBS_KEYS
         }
 
-    def observe_at(
+    def _observe_at(
         self,
-        obs_sequence: Mapping[str, Any] | Sequence[Mapping[str, Any]],
-        actions: Any,
-        steps: Sequence[int],
-        generator: torch.Generator | int | None = None,
+        obs: dict[str, torch.Tensor],
+        actions: torch.Tensor,
+        steps: list[int],
+        generator: torch.Generator,
     ) -> list[dict[str, np.ndarray]]:
         """The observations at ``steps`` (a state-space model's state is the observation)."""
-        obs, _ = self.prepare_sequence(obs_sequence, actions)
-        idx = self.check_steps(steps, obs["adjacency"].shape[0])
         return [
             {
                 k: np.ascontiguousarray(obs[k][t].cpu().numpy().astype(NP_DTYPES[k]))
                 for k in OBS_KEYS
             }
-            for t in idx
+            for t in steps
         ]
 
     @torch.no_grad()
