@@ -354,34 +354,39 @@ class GDM(WorldModel):
         return h_n_p, h_g_p
 
     def _graph_latent(
-        self, head: str, inputs: list[torch.Tensor], noise: Noise, key: str
+        self, head: str, inputs: list[torch.Tensor], u: torch.Tensor | None
     ) -> tuple[torch.Tensor | None, torch.Tensor]:
-        """(probs (B,Gg,Cg), one-hot sample (B,Gg*Cg)); (None, zero-width) without graph state."""
+        """(probs (B,Gg,Cg), one-hot sample (B,Gg*Cg)); (None, zero-width) without graph state.
+
+        ``u``: the uniforms of the sample (shape of probs); ``None`` without graph state.
+        """
         b = inputs[0].shape[0]
         if not self.config.graph_state:
             return None, inputs[0].new_zeros(b, 0)
         probs = getattr(self, head)(torch.cat(inputs, -1))
-        z = sample_onehot_st(probs, noise.uniform(key, tuple(probs.shape)))
-        return probs, _flat(z)
+        return probs, _flat(sample_onehot_st(probs, u))
 
     def _node_latent(
-        self, head: str, inputs: list[torch.Tensor], noise: Noise, key: str
+        self, head: str, inputs: list[torch.Tensor], u: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         probs = getattr(self, head)(torch.cat(inputs, -1))
-        z = sample_onehot_st(probs, noise.uniform(key, tuple(probs.shape)))
-        return probs, _flat(z)
+        return probs, _flat(sample_onehot_st(probs, u))
+
+    def _zg_shape(self, *lead: int) -> tuple[int, ...]:
+        return (*lead, self.config.graph_latent_groups, self.config.graph_latent_classes)
+
+    def _zn_shape(self, *lead: int) -> tuple[int, ...]:
+        return (*lead, self.config.node_latent_groups, self.config.node_latent_classes)
+
+    def _draw_zg(self, noise: Noise, key: str, *lead: int) -> torch.Tensor | None:
+        """Uniforms of a graph-latent sample (none without graph state)."""
+        return noise.uniform(key, self._zg_shape(*lead)) if self.config.graph_state else None
 
     def _sample_adjacency(
-        self,
-        logits: torch.Tensor,
-        a_prev: torch.Tensor,
-        pair_mask: torch.Tensor,
-        noise: Noise,
-        key: str,
+        self, logits: torch.Tensor, a_prev: torch.Tensor, pair_mask: torch.Tensor, u: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Gate, XOR update, straight-through weights: (A_t, b_bar)."""
+        """Gate, XOR update, straight-through weights: (A_t, b_bar); ``u`` symmetric uniforms."""
         c = self.config
-        u = noise.uniform(key, tuple(logits.shape), symmetric=True)
         if c.adjacency_sampler == "hard_concrete":
             gate = hard_concrete_gate(logits, u, c.hc_beta, c.hc_gamma, c.hc_zeta)
         else:
@@ -435,24 +440,42 @@ class GDM(WorldModel):
         node_mask: torch.Tensor,
         pair_mask: torch.Tensor,
         noise: Noise,
-        t: int,
+        t: int | str,
     ) -> dict[str, Any]:
         """Prior quantities given h^- (paper: p_g, edge logits, sampled A_t, m^-, p_n)."""
-        c = self.config
-        p_g, z_g_m = self._graph_latent(
-            "prior_g", [h_g_m, _pool(h_n_m, node_mask)], noise, f"{t}/zg_prior"
+        b, n = h_n_m.shape[:2]
+        u_zg = self._draw_zg(noise, f"{t}/zg_prior", b)
+        u_adj = None
+        if self.config.recurrent_adjacency:
+            u_adj = noise.uniform(f"{t}/adj", (b, n, n), symmetric=True)
+        u_zn = noise.uniform(f"{t}/zn_prior", self._zn_shape(b, n))
+        return self._prior_core(
+            h_n_m, h_g_m, prev.adjacency, node_mask, pair_mask, u_zg, u_adj, u_zn
         )
+
+    def _prior_core(
+        self,
+        h_n_m: torch.Tensor,
+        h_g_m: torch.Tensor,
+        a_prev: torch.Tensor,
+        node_mask: torch.Tensor,
+        pair_mask: torch.Tensor,
+        u_zg: torch.Tensor | None,
+        u_adj: torch.Tensor | None,
+        u_zn: torch.Tensor,
+    ) -> dict[str, Any]:
+        """:meth:`_prior_branch` on tensors only (the uniforms drawn by the caller)."""
+        c = self.config
+        p_g, z_g_m = self._graph_latent("prior_g", [h_g_m, _pool(h_n_m, node_mask)], u_zg)
         g = torch.cat([h_g_m, z_g_m], -1)
         out: dict[str, Any] = {"p_g": p_g, "z_g_m": z_g_m, "logits": None, "a_m": None}
         if c.recurrent_adjacency:
-            logits = self.edge_mlp(h_n_m, g, prev.adjacency, c.edge_chunk_elems)
-            a_m, b_bar = self._sample_adjacency(
-                logits, prev.adjacency, pair_mask, noise, f"{t}/adj"
-            )
+            logits = self.edge_mlp(h_n_m, g, a_prev, c.edge_chunk_elems)
+            a_m, b_bar = self._sample_adjacency(logits, a_prev, pair_mask, u_adj)
             pm = pair_mask.to(logits.dtype)
             if c.message_passing == "all_pairs":
                 # ablation: all pairs weighted by the next-edge probabilities p_ij
-                w = torch.sigmoid(next_edge_signed_logit(logits, prev.adjacency)) * pm
+                w = torch.sigmoid(next_edge_signed_logit(logits, a_prev)) * pm
                 m = self._message_passing(h_n_m, g, hard=None, weights=w)
             else:
                 need_grad = torch.is_grad_enabled() and b_bar.requires_grad
@@ -463,11 +486,23 @@ class GDM(WorldModel):
         else:
             w = pair_mask.to(h_n_m.dtype).expand(h_n_m.shape[0], -1, -1)
             m = self._message_passing(h_n_m, g, hard=None, weights=w)
-        p_n, z_n_m = self._node_latent(
-            "prior_n", [m, _bcast(z_g_m, m.shape[1])], noise, f"{t}/zn_prior"
-        )
+        p_n, z_n_m = self._node_latent("prior_n", [m, _bcast(z_g_m, m.shape[1])], u_zn)
         out.update(p_n=p_n, z_n_m=z_n_m)
         return out
+
+    def _posterior_graph(
+        self,
+        h_n_m: torch.Tensor,
+        h_g_m: torch.Tensor,
+        e_v: torch.Tensor,
+        e_g: torch.Tensor,
+        node_mask: torch.Tensor,
+        u_zg: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """h^+, h_g^+ and the graph posterior q_g, z_g^+ (steps 2-3 of the posterior)."""
+        h_n_p, h_g_p = self._h_plus(h_n_m, h_g_m, e_v, e_g, node_mask)
+        q_g, z_g_p = self._graph_latent("post_g", [h_g_p, _pool(h_n_p, node_mask), e_g], u_zg)
+        return h_n_p, h_g_p, q_g, z_g_p
 
     def _posterior_step(
         self,
@@ -480,15 +515,18 @@ class GDM(WorldModel):
         t: int,
         need_prior: bool,
     ) -> tuple[GDMLatent, dict[str, Any]]:
-        """Posterior update with teacher-forced adjacency (+ the prior branch if requested)."""
+        """Posterior update with teacher-forced adjacency (+ the prior branch if requested).
+
+        The step-by-step (eager reference) path; training uses the time-vectorised
+        :func:`gdm_models.gdm_sequence.sequence_loss_terms`.
+        """
         c = self.config
-        n = action.shape[-1]
+        b, n = action.shape
         h_n_m, h_g_m = self._transition(prev, action, node_mask)
-        e_v, e_g = self.encoder(obs)
-        h_n_p, h_g_p = self._h_plus(h_n_m, h_g_m, e_v, e_g, node_mask)
-        q_g, z_g_p = self._graph_latent(
-            "post_g", [h_g_p, _pool(h_n_p, node_mask), e_g], noise, f"{t}/zg_post"
-        )
+        e_v, e_g = self._encode(obs, node_mask)
+        u_zg = self._draw_zg(noise, f"{t}/zg_post", b)
+        u_zn = noise.uniform(f"{t}/zn_post", self._zn_shape(b, n))
+        h_n_p, h_g_p, q_g, z_g_p = self._posterior_graph(h_n_m, h_g_m, e_v, e_g, node_mask, u_zg)
         g_p = torch.cat([h_g_p, z_g_p], -1)
         a_obs = obs["adjacency"]  # teacher forcing: A_t = observed adjacency, b = A_t
         if c.recurrent_adjacency:
@@ -496,9 +534,7 @@ class GDM(WorldModel):
         else:
             w = pair_mask.to(h_n_p.dtype).expand(h_n_p.shape[0], -1, -1)
             m_p = self._message_passing(h_n_p, g_p, hard=None, weights=w)
-        q_n, z_n_p = self._node_latent(
-            "post_n", [m_p, _bcast(z_g_p, n), e_v], noise, f"{t}/zn_post"
-        )
+        q_n, z_n_p = self._node_latent("post_n", [m_p, _bcast(z_g_p, n), e_v], u_zn)
         out: dict[str, Any] = {
             "h_n_m": h_n_m,
             "h_g_m": h_g_m,
@@ -512,6 +548,12 @@ class GDM(WorldModel):
         if need_prior:
             out.update(self._prior_branch(prev, h_n_m, h_g_m, node_mask, pair_mask, noise, t))
         return GDMLatent(h_n_p, z_n_p, h_g_p, z_g_p, a_obs), out
+
+    def _encode(
+        self, obs: Mapping[str, torch.Tensor], node_mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Observation embeddings e_v (B,N,E), e_g (B,E)."""
+        return self.encoder(obs)
 
     # ================================================================== training
     def loss(
@@ -576,6 +618,29 @@ class GDM(WorldModel):
         n_real: torch.Tensor,
     ) -> dict[str, torch.Tensor]:
         """Per-graph loss terms (B,) of window step t (transition t-1 -> t)."""
+        return self._transition_terms(
+            obs,
+            batch.reward[:, t - 1],
+            batch.continuation[:, t - 1],
+            prev.adjacency,
+            o,
+            nm,
+            pm,
+            n_real,
+        )
+
+    def _transition_terms(
+        self,
+        obs: Mapping[str, torch.Tensor],
+        reward: torch.Tensor,
+        continuation: torch.Tensor,
+        a_prev: torch.Tensor,
+        o: Mapping[str, Any],
+        nm: torch.Tensor,
+        pm: torch.Tensor,
+        n_real: torch.Tensor,
+    ) -> dict[str, torch.Tensor]:
+        """Per-transition loss terms (B,) for any number B of transitions (one per graph)."""
         c, s, sc = self.config, self.schema, self.scaler
         B = nm.shape[0]
         zeros = torch.zeros(B, device=self.device)
@@ -603,16 +668,14 @@ class GDM(WorldModel):
         pred_action = masked_mean(
             bce_with_logits(node_out["action_mask"], obs["action_mask"]), nm, 1
         )
-        pred_reward = mse(graph_out["reward"], sc.scale_reward(batch.reward[:, t - 1]))
-        pred_cont = bce_with_logits(graph_out["continuation"], batch.continuation[:, t - 1])
+        pred_reward = mse(graph_out["reward"], sc.scale_reward(reward))
+        pred_cont = bce_with_logits(graph_out["continuation"], continuation)
         a_obs = obs["adjacency"]
         if c.recurrent_adjacency:
             # the decoder passes the (teacher-forced) adjacency through: BCE(A_t, A_t) = 0;
             # topology is learned through the adjacency KL below
             pred_adj = zeros
-            kl_adj = adjacency_kl(
-                a_obs, next_edge_signed_logit(o["logits"], prev.adjacency), pm, n_real
-            )
+            kl_adj = adjacency_kl(a_obs, next_edge_signed_logit(o["logits"], a_prev), pm, n_real)
         else:
             logits = self.adj_head(d_n)
             bce = torch.where(pm, bce_with_logits(logits, a_obs), torch.zeros_like(logits))
