@@ -6,10 +6,12 @@ Models", section "Graph Distribution Distance"). numpy is the only required depe
 Public API:
     gdd, gdd_many, GDDResult        -- the metric (single transition / many at once)
     fit_bandwidths, Bandwidths      -- median-heuristic bandwidths, JSON round trip
-    permutation_test                -- two-sample test with a caller-supplied Generator
+    permutation_test                -- two-sample test with a caller-supplied Generator (stats)
+    get_backend, Backend            -- the numpy / torch array backends
     normalise_schema, validate_samples, select_features -- input handling
 """
 
+from .backend import BACKENDS, Backend, get_backend
 from .bandwidths import MIN_BANDWIDTH, Bandwidths, fit_bandwidths
 from .kernels import ComponentGrams
 from .mmd import (
@@ -23,11 +25,13 @@ from .mmd import (
     mmd2_from_gram,
 )
 from .schema import Schema, normalise_schema, select_features, validate_samples
-from .testing import permutation_test
+from .stats import permutation_test
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "BACKENDS",
+    "Backend",
     "Bandwidths",
     "ComponentGrams",
     "DEFAULT_EPSILON",
@@ -39,6 +43,7 @@ __all__ = [
     "fit_bandwidths",
     "gdd",
     "gdd_many",
+    "get_backend",
     "gram_matrices",
     "mmd2_from_gram",
     "normalise_schema",

@@ -21,8 +21,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:  # the backends call into this module, so import the protocol for typing only
+    from .backend import Backend
 
 __all__ = [
     "ComponentGrams",
@@ -33,6 +37,8 @@ __all__ = [
     "graph_categorical_terms",
     "jaccard_gram",
     "jaccard_from_counts",
+    "edge_counts",
+    "symmetric_from_pairs",
     "upper_support",
     "component_grams",
 ]
@@ -61,8 +67,9 @@ def pair_indices(t: int) -> tuple[np.ndarray, np.ndarray]:
     return np.triu_indices(t, k=1)
 
 
-def _symmetric(values: np.ndarray, t: int, diagonal: float) -> np.ndarray:
-    """Scatter per-pair values (B, P) into symmetric (B, T, T) matrices."""
+def symmetric_from_pairs(values: np.ndarray, t: int, diagonal: float) -> np.ndarray:
+    """Scatter per-pair values (B, P), pairs ordered as :func:`pair_indices`, into symmetric
+    (B, T, T) matrices with ``diagonal`` on the diagonal."""
     i, j = pair_indices(t)
     out = np.empty((values.shape[0], t, t), dtype=np.float64)
     out[:, i, j] = values
@@ -113,7 +120,10 @@ def node_continuous_terms(
                 acc += np.exp(tmp, out=tmp).sum(axis=-1)
             add[:, sl] += acc / len(scales)
     # Diagonal: identical graphs, every k_f = 1 (sum over nodes = N per feature), distance 0.
-    return _symmetric(add, t, float(n * f_count)), _symmetric(dist / f_count, t, 0.0)
+    return (
+        symmetric_from_pairs(add, t, float(n * f_count)),
+        symmetric_from_pairs(dist / f_count, t, 0.0),
+    )
 
 
 def _one_hot(x: np.ndarray, cardinality: int) -> np.ndarray:
@@ -189,12 +199,15 @@ def graph_categorical_terms(g: np.ndarray, lam: np.ndarray) -> tuple[np.ndarray,
     return add, dist / f_count
 
 
-def jaccard_gram(adjacencies: Sequence[np.ndarray], supports: Sequence[np.ndarray]) -> np.ndarray:
+def jaccard_gram(
+    adjacencies: Sequence[np.ndarray], supports: Sequence[np.ndarray], backend: Backend
+) -> np.ndarray:
     """Jaccard kernel K_J over the pooled samples of one problem.
 
     Args:
         adjacencies: sample blocks (S_k, N, N), 0/1 symmetric, concatenated in order.
         supports: for each block, the (N, N) bool union of its non-zero pattern.
+        backend: computes the intersection and edge counts of each column chunk.
 
     Returns:
         (T, T) with K_J = |E ∩ E'| / |E ∪ E'|, K_J(∅, ∅) = 1 and K_J(∅, E) = 0 for E ≠ ∅
@@ -208,15 +221,20 @@ def jaccard_gram(adjacencies: Sequence[np.ndarray], supports: Sequence[np.ndarra
     flat = upper_support(supports, n)
     inter = np.zeros((t, t))
     sizes = np.zeros(t)
-    # Column chunks of < 2**24 edges: float32 products of 0/1 then count exactly.
-    step = min(2**24 - 1, max(1, (64 * 2**20) // (4 * t)))
+    # Column chunks of < 2**24 edges, so float32 products of 0/1 values count exactly.
+    step = min(2**24 - 1, max(1, backend.chunk_bytes // (4 * t)))
     for start in range(0, flat.size, step):
-        cols_c = flat[start : start + step]
-        z = np.concatenate([a.reshape(a.shape[0], n * n)[:, cols_c] for a in adjacencies])
-        z = z.astype(np.float32)
-        inter += (z @ z.T).astype(np.float64)  # |E ∩ E'|
-        sizes += z.sum(axis=1, dtype=np.float64)  # |E|
+        cols = flat[start : start + step]
+        z = np.concatenate([a.reshape(a.shape[0], n * n)[:, cols] for a in adjacencies])
+        chunk_inter, chunk_sizes = backend.edge_counts(z.astype(np.float32))
+        inter += chunk_inter  # |E ∩ E'|
+        sizes += chunk_sizes  # |E|
     return jaccard_from_counts(inter, sizes)
+
+
+def edge_counts(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Intersection counts ``z @ z.T`` (T, T) and edge counts (T,) of a float32 0/1 chunk."""
+    return (z @ z.T).astype(np.float64), z.sum(axis=1, dtype=np.float64)
 
 
 def jaccard_from_counts(inter: np.ndarray, sizes: np.ndarray) -> np.ndarray:
@@ -246,7 +264,7 @@ def component_grams(
     lam_graph: np.ndarray,
     cards_node: Sequence[int],
     multipliers: np.ndarray,
-    ops=None,
+    backend: Backend,
 ) -> ComponentGrams:
     """All four component Gram matrices of a pooled batch.
 
@@ -255,17 +273,14 @@ def component_grams(
         graph_continuous: (B, T, Fgc); graph_categorical: (B, T, Fgk);
         edge: (B, T, T) Jaccard Gram matrices from :func:`jaccard_gram`;
         the remaining arguments are the per-column bandwidths, weights and cardinalities;
-        ops: an object providing ``node_continuous_terms`` and ``node_categorical_terms``
-            (the heavy per-node work), e.g. the torch backend; numpy when ``None``.
+        backend: runs the heavy per-node work (see :class:`gdd_metric.backend.Backend`).
     """
-    nct = node_continuous_terms if ops is None else ops.node_continuous_terms
-    nkt = node_categorical_terms if ops is None else ops.node_categorical_terms
     b, t, n, f_nc = node_continuous.shape
     f_nk = node_categorical.shape[-1]
     f_gc = graph_continuous.shape[-1]
     f_gk = graph_categorical.shape[-1]
-    add_nc, dist_nc = nct(node_continuous, sigma_node, multipliers)
-    add_nk, dist_nk = nkt(node_categorical, cards_node, lam_node)
+    add_nc, dist_nc = backend.node_continuous_terms(node_continuous, sigma_node, multipliers)
+    add_nk, dist_nk = backend.node_categorical_terms(node_categorical, cards_node, lam_node)
     add_gc, dist_gc = graph_continuous_terms(graph_continuous, sigma_graph, multipliers)
     add_gk, dist_gk = graph_categorical_terms(graph_categorical, lam_graph)
 

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from .backend import Backend, get_backend
 from .bandwidths import Bandwidths, as_bandwidths
 from .kernels import ComponentGrams, component_grams, jaccard_gram
 from .schema import SampleSet, Schema, check_same_nodes, normalise_schema, validate_samples
@@ -80,16 +81,19 @@ class GDDResult:
 
 
 @dataclass(frozen=True)
-class _Params:
+class Options:
+    """Validated arguments shared by :func:`gdd`, :func:`gdd_many` and the permutation test."""
+
     schema: Schema
     bandwidths: Bandwidths
     weights: tuple[float, float, float]
     epsilon: float
     multipliers: np.ndarray
     estimator: str
-    ops: object = None  # None: numpy; else a backend such as TorchOps
+    backend: Backend
 
     def kernel_arrays(self) -> dict:
+        """Per-column bandwidths, weights and cardinalities in the schema's column order."""
         s, bw = self.schema, self.bandwidths
         return {
             "sigma_node": np.array([bw.sigma[f] for f in s.node_continuous], dtype=np.float64),
@@ -101,9 +105,10 @@ class _Params:
         }
 
 
-def _params(
+def resolve_options(
     schema, bandwidths, weights, epsilon, multipliers, estimator, backend="numpy", device=None
-) -> _Params:
+) -> Options:
+    """Validate the common arguments (see :func:`gdd`) into an :class:`Options`."""
     sch = normalise_schema(schema)
     bw = as_bandwidths(bandwidths)
     bw.check(sch)
@@ -127,22 +132,11 @@ def _params(
         )
     if estimator not in ESTIMATORS:
         raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
-    return _Params(sch, bw, w, eps, mult, estimator, _backend_ops(backend, device))
+    return Options(sch, bw, w, eps, mult, estimator, get_backend(backend, device))
 
 
-def _backend_ops(backend: str, device: str | None):
-    if backend == "numpy":
-        if device not in (None, "cpu"):
-            raise ValueError(f"the numpy backend runs on the CPU; got device={device!r}")
-        return None
-    if backend == "torch":
-        from .torch_backend import TorchOps  # torch is imported only here
-
-        return TorchOps(device)
-    raise ValueError(f"backend must be 'numpy' or 'torch', got {backend!r}")
-
-
-def _validate_pair(pred, true, schema: Schema, estimator: str) -> tuple[SampleSet, SampleSet]:
+def validate_pair(pred, true, schema: Schema, estimator: str) -> tuple[SampleSet, SampleSet]:
+    """Validate both sample sets against ``schema`` and against each other."""
     p = validate_samples(pred, schema, "pred")
     t = validate_samples(true, schema, "true")
     check_same_nodes(p, t)
@@ -176,7 +170,7 @@ def mmd2_from_gram(gram: np.ndarray, n: int, estimator: str = "biased") -> np.nd
     return (kxx - tr_x) / (n * (n - 1)) + (kyy - tr_y) / (m * (m - 1)) - 2.0 * kxy / (n * m)
 
 
-def _results(grams: ComponentGrams, n: int, m: int, params: _Params) -> list[GDDResult]:
+def _results(grams: ComponentGrams, n: int, m: int, params: Options) -> list[GDDResult]:
     est = params.estimator
     comps = {
         name: mmd2_from_gram(getattr(grams, name), n, est)
@@ -208,14 +202,17 @@ def _results(grams: ComponentGrams, n: int, m: int, params: _Params) -> list[GDD
 # ----------------------------------------------------------------------------- evaluation
 
 
-def _pooled_grams(pairs: Sequence[tuple[SampleSet, SampleSet]], params: _Params) -> ComponentGrams:
-    """Component Gram matrices (B, T, T) for pairs that share (n, m, N)."""
+def pooled_grams(pairs: Sequence[tuple[SampleSet, SampleSet]], params: Options) -> ComponentGrams:
+    """Component Gram matrices (B, T, T) for validated pairs that share (n, m, N)."""
     pooled = {
         key: np.stack([np.concatenate([getattr(p, key), getattr(t, key)]) for p, t in pairs])
         for key in ("node_continuous", "node_categorical", "graph_continuous", "graph_categorical")
     }
     edge = np.stack(
-        [jaccard_gram([p.adjacency, t.adjacency], [p.support, t.support]) for p, t in pairs]
+        [
+            jaccard_gram([p.adjacency, t.adjacency], [p.support, t.support], params.backend)
+            for p, t in pairs
+        ]
     )
     return component_grams(
         pooled["node_continuous"],
@@ -223,7 +220,7 @@ def _pooled_grams(pairs: Sequence[tuple[SampleSet, SampleSet]], params: _Params)
         pooled["graph_continuous"],
         pooled["graph_categorical"],
         edge,
-        ops=params.ops,
+        backend=params.backend,
         **params.kernel_arrays(),
     )
 
@@ -262,10 +259,25 @@ def gdd(
 
     Returns:
         :class:`GDDResult` with the GDD, MMD^2 and the four squared components.
+
+    Example (no nodes, one graph feature: only the graph and joint kernels vary):
+        >>> import numpy as np
+        >>> schema = {"graph_continuous": ["reward"]}
+        >>> pred = {"adjacency": np.zeros((3, 0, 0)), "graph_continuous": np.zeros((3, 1))}
+        >>> true = {"adjacency": np.zeros((2, 0, 0)), "graph_continuous": np.ones((2, 1))}
+        >>> bw = Bandwidths(sigma={"reward": 1.0})
+        >>> res = gdd(pred, true, schema, bw)
+        >>> k = np.mean([np.exp(-1 / (2 * r**2)) for r in DEFAULT_MULTIPLIERS])
+        >>> bool(np.isclose(res.mmd2, (1 / 3 + 1) * (2 - 2 * k)))  # w_g K_add^g + eps K_joint
+        True
+        >>> gdd(pred, pred, schema, bw).gdd
+        0.0
     """
-    params = _params(schema, bandwidths, weights, epsilon, multipliers, estimator, backend, device)
-    p, t = _validate_pair(pred, true, params.schema, estimator)
-    return _results(_pooled_grams([(p, t)], params), p.num_samples, t.num_samples, params)[0]
+    params = resolve_options(
+        schema, bandwidths, weights, epsilon, multipliers, estimator, backend, device
+    )
+    p, t = validate_pair(pred, true, params.schema, estimator)
+    return _results(pooled_grams([(p, t)], params), p.num_samples, t.num_samples, params)[0]
 
 
 def gdd_many(
@@ -290,8 +302,10 @@ def gdd_many(
     Returns:
         one :class:`GDDResult` per pair, in input order.
     """
-    params = _params(schema, bandwidths, weights, epsilon, multipliers, estimator, backend, device)
-    validated = [_validate_pair(p, t, params.schema, estimator) for p, t in _as_pairs(pairs)]
+    params = resolve_options(
+        schema, bandwidths, weights, epsilon, multipliers, estimator, backend, device
+    )
+    validated = [validate_pair(p, t, params.schema, estimator) for p, t in _as_pairs(pairs)]
     groups: dict[tuple[int, int, int], list[int]] = {}
     for k, (p, t) in enumerate(validated):
         groups.setdefault((p.num_samples, t.num_samples, p.num_nodes), []).append(k)
@@ -307,7 +321,7 @@ def gdd_many(
         chunk = max(1, _BATCH_BYTES // per_item)
         for start in range(0, len(idx), chunk):
             sub = idx[start : start + chunk]
-            grams = _pooled_grams([validated[k] for k in sub], params)
+            grams = pooled_grams([validated[k] for k in sub], params)
             for k, res in zip(sub, _results(grams, n, m, params), strict=True):
                 results[k] = res
     return results  # type: ignore[return-value]
@@ -335,9 +349,9 @@ def gram_matrices(
     device: str | None = None,
 ) -> ComponentGrams:
     """The four component Gram matrices over the pooled samples [pred; true], each (T, T)."""
-    params = _params(
+    params = resolve_options(
         schema, bandwidths, DEFAULT_WEIGHTS, 1.0, multipliers, "biased", backend, device
     )
-    p, t = _validate_pair(pred, true, params.schema, "biased")
-    g = _pooled_grams([(p, t)], params)
+    p, t = validate_pair(pred, true, params.schema, "biased")
+    g = pooled_grams([(p, t)], params)
     return ComponentGrams(node=g.node[0], graph=g.graph[0], edge=g.edge[0], joint=g.joint[0])

@@ -1,6 +1,6 @@
 """Feature schema and sample-set validation for the Graph Distribution Distance.
 
-A *schema* is the plain, JSON-able dict shared by the workspace (ARCHITECTURE.md, "Contract")::
+A *schema* is the plain, JSON-able dict shared by the workspace (docs/contract.md)::
 
     {"node_continuous": ["stability"],
      "node_categorical": {"survivor_present": 2, "exit_node": 2},
@@ -207,6 +207,8 @@ def _feature_array(
         if not np.all(np.isfinite(arr)):
             raise ValueError(f"{name}[{key!r}] contains NaN or inf")
         return arr
+    # Categorical codes keep their dtype here: the range check runs on the original values
+    # (a uint64 code above 2**63 would wrap to a negative int64), then validate_samples casts.
     if arr.dtype == np.bool_:
         return arr.astype(np.int64)
     if np.issubdtype(arr.dtype, np.floating):
@@ -216,7 +218,7 @@ def _feature_array(
             raise ValueError(f"{name}[{key!r}] must hold integer category codes")
     elif not np.issubdtype(arr.dtype, np.integer):
         raise TypeError(f"{name}[{key!r}] must be an integer array, got dtype {arr.dtype}")
-    return arr.astype(np.int64, copy=False)
+    return arr
 
 
 def _check_categories(arr: np.ndarray, specs, key: str, name: str) -> None:
@@ -225,7 +227,7 @@ def _check_categories(arr: np.ndarray, specs, key: str, name: str) -> None:
         if col.size and (col.min() < 0 or col.max() >= card):
             bad = col[(col < 0) | (col >= card)].flat[0]
             raise ValueError(
-                f"{name}[{key!r}] feature {feat!r} has value {int(bad)} outside its "
+                f"{name}[{key!r}] feature {feat!r} has value {bad.item()!r} outside its "
                 f"cardinality {card} (valid: 0..{card - 1})"
             )
 
@@ -264,6 +266,8 @@ def validate_samples(
     )
     _check_categories(ncat, schema.node_categorical, "node_categorical", name)
     _check_categories(gcat, schema.graph_categorical, "graph_categorical", name)
+    ncat = ncat.astype(np.int64, copy=False)  # codes are now known to lie in [0, card)
+    gcat = gcat.astype(np.int64, copy=False)
     return SampleSet(adj, ncont, ncat, gcont, gcat, support)
 
 

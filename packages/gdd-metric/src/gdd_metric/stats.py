@@ -12,9 +12,9 @@ from .mmd import (
     DEFAULT_EPSILON,
     DEFAULT_MULTIPLIERS,
     DEFAULT_WEIGHTS,
-    _params,
-    _pooled_grams,
-    _validate_pair,
+    pooled_grams,
+    resolve_options,
+    validate_pair,
 )
 from .schema import Schema
 
@@ -82,10 +82,12 @@ def permutation_test(
         raise TypeError(f"num_permutations must be an int, got {num_permutations!r}")
     if num_permutations < 1:
         raise ValueError(f"num_permutations must be >= 1, got {num_permutations}")
-    params = _params(schema, bandwidths, weights, epsilon, multipliers, estimator, backend, device)
-    p, t = _validate_pair(pred, true, params.schema, estimator)
+    params = resolve_options(
+        schema, bandwidths, weights, epsilon, multipliers, estimator, backend, device
+    )
+    p, t = validate_pair(pred, true, params.schema, estimator)
     n, m = p.num_samples, t.num_samples
-    gram = _pooled_grams([(p, t)], params).total(params.weights, params.epsilon)[0]
+    gram = pooled_grams([(p, t)], params).total(params.weights, params.epsilon)[0]
     total = n + m
     observed_mask = np.zeros((1, total), dtype=bool)
     observed_mask[0, :n] = True

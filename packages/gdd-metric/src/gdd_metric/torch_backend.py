@@ -1,7 +1,8 @@
 """Optional PyTorch backend (e.g. for a GPU): the heavy per-node and Jaccard work in torch.
 
-Selected with ``gdd(..., backend="torch", device="cuda")``. Needs ``pip install
-'gdd-metric[torch]'``; torch is imported only here and only when this backend is used.
+Selected with ``gdd(..., backend="torch", device="cuda")`` (see :mod:`gdd_metric.backend`).
+Needs ``pip install 'gdd-metric[torch]'``; torch is imported only here and only when this
+backend is used.
 Computations run in float64 (the same formulas as :mod:`gdd_metric.kernels`), results come
 back as numpy arrays, and the cheap (T, T) graph-level terms and the estimators stay in numpy.
 """
@@ -12,9 +13,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .kernels import _symmetric, jaccard_from_counts, pair_indices, upper_support
+from .backend import DEFAULT_CHUNK_BYTES, Backend
+from .kernels import pair_indices, symmetric_from_pairs
 
-__all__ = ["TorchOps", "load_torch"]
+__all__ = ["TorchBackend", "load_torch"]
 
 
 def load_torch():
@@ -28,15 +30,18 @@ def load_torch():
     return torch
 
 
-class TorchOps:
-    """Torch versions of the node-level terms and the Jaccard kernel on ``device``."""
+class TorchBackend(Backend):
+    """Torch versions of the node-level terms and the Jaccard counts on ``device``."""
 
-    def __init__(self, device: str | None = None, chunk_bytes: int = 64 * 2**20):
+    name = "torch"
+
+    def __init__(self, device: str | None = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES):
         self.torch = load_torch()
         self.device = self.torch.device(device or "cpu")
         self.chunk_bytes = chunk_bytes
 
     def _t(self, a: np.ndarray, dtype=None):
+        """``a`` as a contiguous tensor on this backend's device."""
         return self.torch.as_tensor(np.ascontiguousarray(a), device=self.device, dtype=dtype)
 
     def node_continuous_terms(self, x: np.ndarray, sigma: np.ndarray, multipliers: np.ndarray):
@@ -62,8 +67,8 @@ class TorchOps:
                 acc = sum(torch.exp(u * (-0.5 / float(r) ** 2)).sum(-1) for r in multipliers)
                 add[:, sl] += acc / len(multipliers)
         return (
-            _symmetric(add.cpu().numpy(), t, float(n * f_count)),
-            _symmetric(dist.cpu().numpy() / f_count, t, 0.0),
+            symmetric_from_pairs(add.cpu().numpy(), t, float(n * f_count)),
+            symmetric_from_pairs(dist.cpu().numpy() / f_count, t, 0.0),
         )
 
     def node_categorical_terms(self, x: np.ndarray, cardinalities: Sequence[int], lam):
@@ -84,21 +89,9 @@ class TorchOps:
             dist += float(lam[f]) * mismatches
         return add.cpu().numpy(), dist.cpu().numpy() / f_count
 
-    def jaccard_gram(self, adjacencies: Sequence[np.ndarray], supports: Sequence[np.ndarray]):
-        """See :func:`gdd_metric.kernels.jaccard_gram`."""
-        torch = self.torch
-        t = sum(a.shape[0] for a in adjacencies)
-        n = adjacencies[0].shape[1]
-        if n == 0:
-            return np.ones((t, t))
-        flat = upper_support(supports, n)
-        inter = np.zeros((t, t))
-        sizes = np.zeros(t)
-        step = min(2**24 - 1, max(1, self.chunk_bytes // (4 * t)))
-        for start in range(0, flat.size, step):
-            cols = flat[start : start + step]
-            z = np.concatenate([a.reshape(a.shape[0], n * n)[:, cols] for a in adjacencies])
-            zt = self._t(z, torch.float32)
-            inter += (zt @ zt.T).double().cpu().numpy()
-            sizes += zt.sum(1, dtype=torch.float64).cpu().numpy()
-        return jaccard_from_counts(inter, sizes)
+    def edge_counts(self, z: np.ndarray):
+        """See :func:`gdd_metric.kernels.edge_counts` (float32 products count exactly)."""
+        zt = self._t(z, self.torch.float32)
+        inter = (zt @ zt.T).double().cpu().numpy()
+        sizes = zt.sum(1, dtype=self.torch.float64).cpu().numpy()
+        return inter, sizes
