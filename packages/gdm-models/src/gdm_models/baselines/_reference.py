@@ -1,0 +1,368 @@
+"""Slow eager references of the baselines' training losses (the pre-optimisation code).
+
+These are verbatim copies of the step-by-step computations the optimised paths in
+:mod:`~gdm_models.baselines.grssm` and :mod:`~gdm_models.baselines.gwm` replaced: one
+``torch.rand`` per posterior step, the prior inside the recurrence, attention in fixed query
+blocks, per-layer power iterations, one ``.item()`` per logged term. They share the models'
+parameters, so the tests (and ``benchmarks/bench_baselines.py``) can check that the fast path
+gives the same loss, gradients and samples, and measure what it saves. Not part of the public
+API.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.nn.functional as F
+
+from ..data import OBS_KEYS, Batch
+from ..losses import free_bits
+from ..rssm import categorical_kl, sample_onehot_st, unimix_probs
+from .common import (
+    GraphState,
+    Prediction,
+    masked_node_mean,
+    pair_mask_of,
+    soft_state,
+    state_from_observation,
+)
+from .ea_losses import (
+    critical_node_loss,
+    critical_node_weights,
+    normalized_adjacency,
+    power_iteration,
+    rollout_consistency_loss,
+)
+
+if TYPE_CHECKING:
+    from ..scaling import FeatureScaler
+    from ..schema import Schema
+    from .grssm import GRSSM
+    from .gwm import GWM
+
+
+# ---------------------------------------------------------------------------- shared
+def prediction_losses_reference(
+    pred: Prediction,
+    target: Mapping[str, torch.Tensor],
+    node_mask: torch.Tensor,
+    schema: Schema,
+    scaler: FeatureScaler,
+) -> dict[str, torch.Tensor]:
+    """Per-graph prediction loss terms (the original ``common.prediction_losses``)."""
+    dt = pred.reward.dtype
+    m = node_mask.to(dt)
+    n_real = m.sum(-1).clamp_min(1.0)
+    per_node = torch.zeros_like(m)
+    fn = schema.num_node_features
+    if schema.num_node_continuous:
+        z = scaler.scale_node(target["node_continuous"].to(dt))
+        per_node = per_node + (pred.node_continuous - z).pow(2).sum(-1)
+    for i, logits in enumerate(pred.node_categorical):
+        tgt = target["node_categorical"][..., i]
+        ce = F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), reduction="none"
+        )
+        per_node = per_node + ce.reshape(tgt.shape)
+    per_node = per_node * m / max(fn, 1)
+    node = per_node.sum(-1) / n_real
+    graph = torch.zeros_like(pred.reward)
+    if schema.num_graph_continuous:
+        z = scaler.scale_graph(target["graph_continuous"].to(dt))
+        graph = graph + (pred.graph_continuous - z).pow(2).sum(-1)
+    for i, logits in enumerate(pred.graph_categorical):
+        graph = graph + F.cross_entropy(
+            logits, target["graph_categorical"][..., i], reduction="none"
+        )
+    graph = graph / max(schema.num_graph_features, 1)
+    pm = pair_mask_of(node_mask).to(dt)
+    bce = F.binary_cross_entropy_with_logits(
+        pred.adjacency_logit, target["adjacency"].to(dt), reduction="none"
+    )
+    adjacency = (bce * pm).sum((-1, -2)) / pm.sum((-1, -2)).clamp_min(1.0)
+    am = F.binary_cross_entropy_with_logits(
+        pred.action_mask_logit, target["action_mask"].to(dt), reduction="none"
+    )
+    action_mask = (am * m).sum(-1) / n_real
+    reward = (pred.reward - scaler.scale_reward(target["reward"].to(dt))).pow(2)
+    continuation = F.binary_cross_entropy_with_logits(
+        pred.continuation_logit, target["continuation"].to(dt), reduction="none"
+    )
+    return {
+        "node": node,
+        "node_per_node": per_node,
+        "graph": graph,
+        "adjacency": adjacency,
+        "action_mask": action_mask,
+        "reward": reward,
+        "continuation": continuation,
+    }
+
+
+def _vmean(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    v = valid.to(x.dtype)
+    return (x * v).sum() / v.sum().clamp_min(1.0)
+
+
+# ---------------------------------------------------------------------------- G-RSSM
+def attention_reference(attn: Any, x: torch.Tensor, node_mask: torch.Tensor) -> torch.Tensor:
+    """All-pairs attention in query blocks of ``attn.chunk`` nodes (the original forward)."""
+    B, N, D = x.shape
+    H = attn.heads
+    q, k, v = attn.qkv(x).view(B, N, 3, H, D // H).permute(2, 0, 3, 1, 4)
+    allowed = node_mask[:, None, None, :]
+    outs = [
+        F.scaled_dot_product_attention(q[:, :, s : s + attn.chunk], k, v, attn_mask=allowed)
+        for s in range(0, N, attn.chunk)
+    ]
+    o = torch.cat(outs, dim=2).transpose(1, 2).reshape(B, N, D)
+    return attn.out(o)
+
+
+def grssm_transition_reference(
+    model: GRSSM, h: torch.Tensor, z: torch.Tensor, action: torch.Tensor, node_mask: torch.Tensor
+) -> torch.Tensor:
+    """h_t = GRU(AllPairsMP(SiLU(W_in [h_{t-1}, z_{t-1}, a_t])) | h_{t-1}) (original)."""
+    m = node_mask.to(h.dtype)[..., None]
+    x = F.silu(model.rec_in(torch.cat([h, z, action[..., None].to(h.dtype)], dim=-1)))
+    for attn, norm in zip(model.attention, model.attention_norm, strict=True):
+        x = norm(x + attention_reference(attn, x, node_mask))
+    lead = h.shape[:-1]
+    h_new = model.gru(x.reshape(-1, x.shape[-1]), h.reshape(-1, h.shape[-1])).reshape(*lead, -1)
+    return h_new * m
+
+
+def _probs(model: GRSSM, logits: torch.Tensor) -> torch.Tensor:
+    c = model.config
+    return unimix_probs(
+        logits.reshape(*logits.shape[:-1], c.latent_groups, c.latent_classes), c.unimix
+    )
+
+
+def _sample_z(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    u = torch.rand(probs.shape, generator=generator, device=probs.device, dtype=probs.dtype)
+    return sample_onehot_st(probs, u).flatten(-2)
+
+
+def grssm_filter_reference(
+    model: GRSSM,
+    obs: Mapping[str, torch.Tensor],
+    actions: torch.Tensor,
+    node_mask: torch.Tensor,
+    generator: torch.Generator,
+) -> dict[str, torch.Tensor]:
+    """Posterior pass, one step (and one ``torch.rand``) at a time (original ``_filter``)."""
+    B, T1, N = obs["adjacency"].shape[:3]
+    flat = {k: v.reshape(B * T1, *v.shape[2:]) for k, v in obs.items() if k in OBS_KEYS}
+    mask_bt = node_mask[:, None].expand(B, T1, N).reshape(B * T1, N)
+    enc = model.encode(flat, mask_bt).reshape(B, T1, N, -1)
+    c = model.config
+    dev, dt = enc.device, enc.dtype
+    h = torch.zeros(B, N, c.hidden_dim, device=dev, dtype=dt)
+    z = torch.zeros(B, N, c.latent_groups * c.latent_classes, device=dev, dtype=dt)
+    hs, zs, priors, posts = [], [], [], []
+    for t in range(T1):
+        a = actions[:, t - 1] if t > 0 else torch.zeros(B, N, device=dev, dtype=dt)
+        h = grssm_transition_reference(model, h, z, a, node_mask)
+        prior = _probs(model, model.prior_net(h))
+        post = _probs(model, model.posterior_net(torch.cat([h, enc[:, t]], dim=-1)))
+        z = _sample_z(post, generator) * node_mask[..., None].to(dt)
+        hs.append(h)
+        zs.append(z)
+        priors.append(prior)
+        posts.append(post)
+    return {
+        "h": torch.stack(hs, 1),
+        "z": torch.stack(zs, 1),
+        "prior": torch.stack(priors, 1),
+        "posterior": torch.stack(posts, 1),
+    }
+
+
+def grssm_loss_reference(
+    model: GRSSM, batch: Batch, generator: torch.Generator | None = None
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The original G-RSSM loss (see :meth:`GRSSM.loss`)."""
+    from .grssm import GRSSM_TERM_KEYS
+
+    c = model.config
+    gen = model.make_generator(generator if generator is not None else 0)
+    B, L, N = batch.batch_size, batch.seq_len, batch.num_nodes
+    T1 = L + 1
+    obs = {k: getattr(batch, k) for k in OBS_KEYS}
+    out = grssm_filter_reference(model, obs, batch.action_nodes, batch.node_mask, gen)
+    dev = batch.adjacency.device
+    mask_bt = batch.node_mask[:, None].expand(B, T1, N).reshape(B * T1, N)
+    pred = model.decode(out["h"].reshape(B * T1, N, -1), out["z"].reshape(B * T1, N, -1), mask_bt)
+    target = {k: v.reshape(B * T1, *v.shape[2:]) for k, v in obs.items()}
+    target["reward"] = torch.cat([batch.reward.new_zeros(B, 1), batch.reward], 1).reshape(-1)
+    target["continuation"] = torch.cat(
+        [batch.continuation.new_ones(B, 1), batch.continuation], 1
+    ).reshape(-1)
+    parts = prediction_losses_reference(pred, target, mask_bt, model.schema, model.scaler)
+    true_col = torch.ones(B, 1, dtype=torch.bool, device=dev)
+    obs_valid = torch.cat([true_col, batch.step_mask], 1).reshape(-1)
+    trans_valid = torch.cat([~true_col, batch.step_mask], 1).reshape(-1)
+    means = {k: _vmean(parts[k], obs_valid) for k in ("node", "graph", "adjacency", "action_mask")}
+    means.update({k: _vmean(parts[k], trans_valid) for k in ("reward", "continuation")})
+    l_pred = (
+        means["node"]
+        + means["graph"]
+        + c.beta_adj * means["adjacency"]
+        + means["action_mask"]
+        + means["reward"]
+        + means["continuation"]
+    )
+    q, p = out["posterior"], out["prior"]
+    m = batch.node_mask[:, None].to(q.dtype)
+
+    def node_mean(kl: torch.Tensor) -> torch.Tensor:
+        return ((kl * m).sum(-1) / m.sum(-1).clamp_min(1.0)).reshape(-1)
+
+    kl_dyn = node_mean(categorical_kl(q.detach(), p))
+    kl_rep = node_mean(categorical_kl(q, p.detach()))
+    dyn = _vmean(free_bits(kl_dyn, c.free_bits), obs_valid)
+    rep = _vmean(free_bits(kl_rep, c.free_bits), obs_valid)
+    total = c.beta_pred * l_pred + c.beta_dyn * dyn + c.beta_rep * rep
+    terms = {k: v.item() for k, v in means.items()}
+    terms.update(
+        pred=l_pred.item(),
+        kl=_vmean(kl_dyn, obs_valid).item(),
+        kl_dyn=dyn.item(),
+        kl_rep=rep.item(),
+    )
+    return total, {k: terms[k] for k in GRSSM_TERM_KEYS}
+
+
+# ---------------------------------------------------------------------------- GWM
+def gwm_step_reference(
+    model: GWM, state: GraphState, action: torch.Tensor
+) -> tuple[Prediction, torch.Tensor]:
+    """One GWM transition (the original ``GWM.step``)."""
+    mask = state.node_mask
+    m = mask.to(state.node_continuous.dtype)
+    e_g = model.graph_encoder(state.graph_continuous, state.graph_categorical)
+    e_n = model.node_encoder(
+        state.node_continuous, state.node_categorical, state.action_mask[..., None]
+    )
+    h = (e_n + model.graph_to_node(e_g)[..., None, :]) * m[..., None]
+    a = action.to(m.dtype) * m
+    a_tilde = normalized_adjacency(state.adjacency, mask, model.config.self_loops)
+    for i, w1 in enumerate(model.mp_weights):
+        msg = a_tilde @ w1(h) + a[..., None] * model.action_weight[i] + model.mp_bias[i]
+        h = (h + torch.relu(msg)) * m[..., None]
+    pooled_a = (a.sum(-1) / m.sum(-1).clamp_min(1.0))[..., None]
+    g = model.graph_update(torch.cat([e_g, masked_node_mean(h, mask), pooled_a], dim=-1))
+    node_delta, node_cat = model.node_heads(h)
+    graph_delta, graph_cat = model.graph_heads(g)
+    hq = h @ (0.5 * (model.Q + model.Q.T))
+    adj_logit = hq @ h.transpose(-1, -2)
+    pred = Prediction(
+        node_continuous=(state.node_continuous + node_delta) * m[..., None],
+        node_categorical=node_cat,
+        action_mask_logit=model.action_mask_head(h).squeeze(-1),
+        adjacency_logit=adj_logit,
+        graph_continuous=state.graph_continuous + graph_delta,
+        graph_categorical=graph_cat,
+        reward=model.reward_head(g).squeeze(-1),
+        continuation_logit=model.continuation_head(g).squeeze(-1),
+    )
+    return pred, h
+
+
+def _spectral_loss_reference(
+    weights: list[torch.Tensor], us: list[torch.Tensor], num_iterations: int, target: float
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    total = weights[0].new_zeros(())
+    new_us = []
+    for w, u in zip(weights, us, strict=True):
+        sigma, u_new = power_iteration(w, u, num_iterations)
+        total = total + (sigma - target) ** 2
+        new_us.append(u_new)
+    return total, new_us
+
+
+def gwm_loss_reference(
+    model: GWM, batch: Batch, generator: torch.Generator | None = None
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The original Vanilla GWM / EA-GWM loss (see :meth:`GWM.loss`)."""
+    from .gwm import GWM_TERM_KEYS
+
+    cfg = model.config
+    schema, scaler = model.schema, model.scaler
+    B, L = batch.batch_size, batch.seq_len
+    dev = batch.adjacency.device
+    b_idx = torch.arange(B, device=dev).repeat_interleave(L)
+    t_idx = torch.arange(L, device=dev).repeat(B)
+    node_mask = batch.node_mask[b_idx]
+    valid = batch.step_mask[b_idx, t_idx]
+
+    def gather(t_obs: torch.Tensor, t_act: torch.Tensor):
+        obs = {k: getattr(batch, k)[b_idx, t_obs] for k in OBS_KEYS}
+        obs["reward"] = batch.reward[b_idx, t_act]
+        obs["continuation"] = batch.continuation[b_idx, t_act]
+        return obs, batch.action_nodes[b_idx, t_act]
+
+    def combine(parts: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        return (
+            parts["node"]
+            + parts["graph"]
+            + cfg.beta_adj * parts["adjacency"]
+            + parts["action_mask"]
+            + parts["reward"]
+            + parts["continuation"]
+        )
+
+    obs_now = {k: getattr(batch, k)[b_idx, t_idx] for k in OBS_KEYS}
+    state = state_from_observation(obs_now, node_mask, schema, scaler)
+    target, action = gather(t_idx + 1, t_idx)
+    pred, _ = gwm_step_reference(model, state, action)
+    parts = prediction_losses_reference(pred, target, node_mask, schema, scaler)
+    per_item = combine(parts)
+    one_step = _vmean(per_item, valid)
+    q_norm = ((0.5 * (model.Q + model.Q.T)).norm() - 1.0) ** 2
+    total = one_step + cfg.beta_q * q_norm
+    terms = {"pred": one_step.item(), "q_norm": q_norm.item()}
+    for k in ("node", "graph", "adjacency", "action_mask", "reward", "continuation"):
+        terms[k] = _vmean(parts[k], valid).item()
+    zero = per_item.new_zeros(())
+    rollout = spectral = critical = zero
+    if cfg.rollout_weight > 0:
+
+        def step_fn(st: GraphState, j: int) -> Prediction:
+            if j == 1:
+                return pred
+            t_act = (t_idx + j - 1).clamp_max(L - 1)
+            return gwm_step_reference(model, st, batch.action_nodes[b_idx, t_act])[0]
+
+        def loss_fn(p: Prediction, j: int) -> tuple[torch.Tensor, torch.Tensor]:
+            t_act = t_idx + j - 1
+            ok = (t_act < L) & batch.step_mask[b_idx, t_act.clamp_max(L - 1)]
+            tgt, _ = gather((t_act + 1).clamp_max(L), t_act.clamp_max(L - 1))
+            lp = prediction_losses_reference(p, tgt, node_mask, schema, scaler)
+            return combine(lp), ok
+
+        rollout = rollout_consistency_loss(
+            state, cfg.rollout_steps, step_fn, lambda st, p: soft_state(p, node_mask), loss_fn
+        )
+        total = total + cfg.rollout_weight * rollout
+    if cfg.spectral_weight > 0:
+        us = [getattr(model, f"spectral_u_{i}") for i in range(cfg.mp_layers)]
+        spectral, new_us = _spectral_loss_reference(
+            [w.weight for w in model.mp_weights], us, cfg.power_iterations, cfg.spectral_target
+        )
+        if model.training:
+            for i, u in enumerate(new_us):
+                getattr(model, f"spectral_u_{i}").copy_(u)
+        total = total + cfg.spectral_weight * spectral
+    if cfg.critical_weight > 0:
+        c = critical_node_weights(
+            state.adjacency, node_mask, cfg.critical_weighting, cfg.self_loops
+        )
+        crit = critical_node_loss(parts["node_per_node"], c, node_mask)
+        critical = _vmean(crit, valid)
+        total = total + cfg.critical_weight * critical
+    terms.update(rollout=rollout.item(), spectral=spectral.item(), critical=critical.item())
+    return total, {k: terms[k] for k in GWM_TERM_KEYS}
