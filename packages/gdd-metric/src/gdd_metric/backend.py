@@ -67,6 +67,9 @@ class NumpyBackend(Backend):
 
     name = "numpy"
 
+    def __init__(self, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> None:
+        self.chunk_bytes = chunk_bytes
+
     def node_continuous_terms(self, x, sigma, multipliers):
         return kernels.node_continuous_terms(x, sigma, multipliers)
 
@@ -77,11 +80,12 @@ class NumpyBackend(Backend):
         return kernels.edge_counts(z)
 
 
-def get_backend(name: str = "numpy", device: str | None = None) -> Backend:
+def get_backend(name: str | Backend = "numpy", device: str | None = None) -> Backend:
     """The backend called ``name``.
 
     Args:
-        name: ``"numpy"`` or ``"torch"``.
+        name: ``"numpy"`` or ``"torch"``, or a :class:`Backend` instance (returned as is;
+            ``device`` must then be ``None``).
         device: the torch device (``"cpu"``, ``"cuda"``, ...); the numpy backend accepts only
             ``None`` or ``"cpu"``.
 
@@ -89,6 +93,10 @@ def get_backend(name: str = "numpy", device: str | None = None) -> Backend:
         ValueError: an unknown name, or a device the numpy backend cannot use.
         ImportError: ``"torch"`` without PyTorch installed.
     """
+    if isinstance(name, Backend):
+        if device is not None:
+            raise ValueError("device= applies to a backend name, not to a Backend instance")
+        return name
     if name == "numpy":
         if device not in (None, "cpu"):
             raise ValueError(f"the numpy backend runs on the CPU; got device={device!r}")

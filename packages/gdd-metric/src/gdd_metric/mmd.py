@@ -235,7 +235,7 @@ def gdd(
     epsilon: float = DEFAULT_EPSILON,
     multipliers: Sequence[float] = DEFAULT_MULTIPLIERS,
     estimator: str = "biased",
-    backend: str = "numpy",
+    backend: str | Backend = "numpy",
     device: str | None = None,
 ) -> GDDResult:
     """Graph Distribution Distance between two sample sets of attributed graphs.
@@ -255,7 +255,8 @@ def gdd(
         estimator: "biased" (paper default, V-statistic) or "unbiased" (U-statistic, needs
             >= 2 samples per set).
         backend: "numpy" (default) or "torch" (optional extra; the heavy kernel work runs on
-            ``device``, e.g. "cuda"); device: the torch device (numpy: None / "cpu").
+            ``device``, e.g. "cuda"), or a :class:`gdd_metric.Backend` instance;
+            device: the torch device (numpy: None / "cpu").
 
     Returns:
         :class:`GDDResult` with the GDD, MMD^2 and the four squared components.
@@ -289,7 +290,7 @@ def gdd_many(
     epsilon: float = DEFAULT_EPSILON,
     multipliers: Sequence[float] = DEFAULT_MULTIPLIERS,
     estimator: str = "biased",
-    backend: str = "numpy",
+    backend: str | Backend = "numpy",
     device: str | None = None,
 ) -> list[GDDResult]:
     """GDD of many transitions at once: ``[gdd(pred, true, ...) for pred, true in pairs]``.
@@ -345,7 +346,7 @@ def gram_matrices(
     bandwidths: Bandwidths | Mapping,
     *,
     multipliers: Sequence[float] = DEFAULT_MULTIPLIERS,
-    backend: str = "numpy",
+    backend: str | Backend = "numpy",
     device: str | None = None,
 ) -> ComponentGrams:
     """The four component Gram matrices over the pooled samples [pred; true], each (T, T)."""

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from .backend import Backend
 from .bandwidths import Bandwidths
 from .mmd import (
     DEFAULT_EPSILON,
@@ -56,7 +57,7 @@ def permutation_test(
     epsilon: float = DEFAULT_EPSILON,
     multipliers: Sequence[float] = DEFAULT_MULTIPLIERS,
     estimator: str = "biased",
-    backend: str = "numpy",
+    backend: str | Backend = "numpy",
     device: str | None = None,
 ) -> tuple[float, float]:
     """Permutation test of H0: pred and true come from the same distribution.
