@@ -1,0 +1,59 @@
+"""Trained world models as Gymnasium environments (issue 15; docs/dream.md).
+
+* :class:`DreamEnv` - one imagined episode at a time, a drop-in ``gym.Env`` for the real env;
+* :class:`DreamVectorEnv` - B imagined episodes per batched forward pass (``VectorEnv``);
+* :func:`load_world_model` / :func:`make_dream_env` - from a checkpoint of a run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from graphwm.dream.core import DreamCore, StartState, real_horizon, real_start, stored_starts
+from graphwm.dream.env import DreamEnv
+from graphwm.dream.steppers import LatentStepper, register_stepper, stepper_for
+from graphwm.dream.vector import DreamVectorEnv
+
+__all__ = [
+    "DreamCore",
+    "DreamEnv",
+    "DreamVectorEnv",
+    "LatentStepper",
+    "StartState",
+    "load_world_model",
+    "make_dream_env",
+    "real_horizon",
+    "real_start",
+    "register_stepper",
+    "stepper_for",
+    "stored_starts",
+]
+
+
+def load_world_model(checkpoint: str | Path, device: str = "cpu"):
+    """A trained model from a checkpoint directory (e.g. a run's ``.../ckpt/final``)."""
+    from gdm_models import load_checkpoint
+
+    return load_checkpoint(Path(checkpoint), device=device)
+
+
+def make_dream_env(
+    model_or_checkpoint,
+    env_name: str,
+    num_nodes: int,
+    *,
+    seed: int | None = None,
+    device: str = "cpu",
+    num_envs: int | None = None,
+):
+    """A :class:`DreamEnv` (or, with ``num_envs``, a :class:`DreamVectorEnv`) of a model
+    (or a checkpoint path) imitating ``env_name`` (``"SAR"``, ``"OD"``, ...) with N nodes."""
+    from graphwm.envs import make_env
+
+    model = model_or_checkpoint
+    if isinstance(model, str | Path):
+        model = load_world_model(model, device)
+    real = make_env(env_name, num_nodes)
+    if num_envs is None:
+        return DreamEnv(model, real, seed=seed)
+    return DreamVectorEnv(model, real, num_envs, seed=seed)
