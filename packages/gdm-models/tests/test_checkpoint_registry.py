@@ -62,7 +62,7 @@ def test_manifest_edits_refused(make_tiny, tmp_path):
     manifest = json.loads(mf.read_text())
     manifest["config"]["hidden_dim"] = 32
     mf.write_text(json.dumps(manifest))
-    with pytest.raises(CheckpointError, match="shape"):
+    with pytest.raises(CheckpointError, match="digest"):  # config edits break the digest
         load_checkpoint(path)
     mf.write_text("{not json")
     with pytest.raises(CheckpointError, match="JSON"):

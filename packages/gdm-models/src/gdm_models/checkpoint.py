@@ -1,14 +1,20 @@
 """Model checkpoints: safetensors weights + a JSON manifest.
 
-A checkpoint is a directory with two files:
+A checkpoint is a directory with
 
 * ``weights.safetensors`` - the model's ``state_dict`` (loaded without pickle);
 * ``checkpoint.json`` - ``{"format": ..., "model_name", "config", "schema", "scaler",
-  "weights_sha256"}``.
+  "weights_sha256", "files", "digest"}``;
+* optionally more files sealed into it with :func:`seal_checkpoint` (the trainer's
+  ``trainer_state.pt`` / ``trainer_state.json``), listed in ``files`` with their SHA-256.
 
-Loading verifies the SHA-256 of the weights file against the manifest (a tampered or
-truncated weights file is refused), optionally checks the schema against an expected one, and
-rebuilds the model through the registry before loading the weights strictly.
+``digest`` is the SHA-256 of the canonical JSON of everything else in the manifest, so it
+covers the weights (through their SHA-256), the model name, config, schema, scaler and every
+sealed file: :func:`verify_checkpoint` refuses a checkpoint where any of them was edited,
+truncated or removed. Loading verifies, optionally checks the schema and the model name against
+expected ones, and rebuilds the model through the registry before loading the weights strictly.
+This module does not import :mod:`gdm_models.api` (it only needs the small
+:class:`Checkpointable` protocol), so the two modules do not import each other.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import os
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -27,12 +33,18 @@ from safetensors.torch import load_file, save_file
 from .scaling import FeatureScaler
 from .schema import Schema
 
-if TYPE_CHECKING:
-    from .api import WorldModel
+__all__ = [
+    "CheckpointError",
+    "Checkpointable",
+    "checkpoint_digest",
+    "load_checkpoint",
+    "read_manifest",
+    "save_checkpoint",
+    "seal_checkpoint",
+    "verify_checkpoint",
+]
 
-__all__ = ["CheckpointError", "save_checkpoint", "load_checkpoint", "read_manifest"]
-
-FORMAT = "gdm-models-checkpoint/1"
+FORMAT = "gdm-models-checkpoint/2"
 WEIGHTS_FILE = "weights.safetensors"
 MANIFEST_FILE = "checkpoint.json"
 
@@ -56,7 +68,32 @@ def _atomic_write_text(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def save_checkpoint(model: WorldModel, path: str | Path) -> Path:
+class Checkpointable(Protocol):
+    """What :func:`save_checkpoint` needs of a model (every ``WorldModel`` has it)."""
+
+    model_name: str | None
+    schema: Schema
+    scaler: FeatureScaler
+
+    def config_dict(self) -> dict[str, Any]: ...
+
+    def state_dict(self) -> Mapping[str, torch.Tensor]: ...
+
+
+def _manifest_digest(manifest: Mapping[str, Any]) -> str:
+    """SHA-256 of the canonical JSON of the manifest without its ``digest`` entry."""
+    body = {k: v for k, v in manifest.items() if k != "digest"}
+    blob = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=True)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _write_manifest(path: Path, manifest: dict[str, Any]) -> None:
+    manifest["digest"] = _manifest_digest(manifest)
+    # no sort_keys: the order of the schema's names is the order of the columns
+    _atomic_write_text(path / MANIFEST_FILE, json.dumps(manifest, indent=2))
+
+
+def save_checkpoint(model: Checkpointable, path: str | Path) -> Path:
     """Write ``model`` to the directory ``path`` (created if needed); return the path."""
     if not model.model_name:
         raise CheckpointError(
@@ -76,10 +113,62 @@ def save_checkpoint(model: WorldModel, path: str | Path) -> Path:
         "schema": model.schema.to_dict(),
         "scaler": model.scaler.to_dict(),
         "weights_sha256": _sha256(path / WEIGHTS_FILE),
+        "files": {},
     }
-    # no sort_keys: the order of the schema's names is the order of the columns
-    _atomic_write_text(path / MANIFEST_FILE, json.dumps(manifest, indent=2))
+    _write_manifest(path, manifest)
     return path
+
+
+def seal_checkpoint(path: str | Path, files: tuple[str, ...]) -> str:
+    """Add ``files`` (names inside the checkpoint directory) to the manifest's digest.
+
+    Call after writing extra state next to a checkpoint (the trainer seals its
+    ``trainer_state.*``); returns the new digest.
+    """
+    path = Path(path)
+    manifest = read_manifest(path)
+    for name in files:
+        if Path(name).name != name or name in (WEIGHTS_FILE, MANIFEST_FILE):
+            raise CheckpointError(f"cannot seal {name!r}: give a plain extra file name")
+        if not (path / name).is_file():
+            raise CheckpointError(f"cannot seal {path / name}: no such file")
+        manifest["files"][name] = _sha256(path / name)
+    _write_manifest(path, manifest)
+    return manifest["digest"]
+
+
+def verify_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Check every file of a checkpoint against its manifest; return the manifest.
+
+    Raises:
+        CheckpointError: naming the file that is missing, unreadable or modified (weights,
+            a sealed file, or the manifest itself: model name, config, schema, scaler).
+    """
+    path = Path(path)
+    manifest = read_manifest(path)
+    if _manifest_digest(manifest) != manifest["digest"]:
+        raise CheckpointError(
+            f"checkpoint manifest {path / MANIFEST_FILE} does not match its digest: its model "
+            "name, config, schema, scaler or file list was modified; refusing to load"
+        )
+    expected = {WEIGHTS_FILE: manifest["weights_sha256"], **manifest["files"]}
+    for name, digest in expected.items():
+        file = path / name
+        if not file.is_file():
+            raise CheckpointError(f"checkpoint file {file} is missing")
+        found = _sha256(file)
+        if found != digest:
+            raise CheckpointError(
+                f"checkpoint file {file} does not match the manifest's SHA-256 "
+                f"(expected {digest[:12]}..., found {found[:12]}...): "
+                "the file was modified or corrupted; refusing to load"
+            )
+    return manifest
+
+
+def checkpoint_digest(path: str | Path) -> str:
+    """The verified digest of a checkpoint (covers weights, config, scaler, sealed files)."""
+    return verify_checkpoint(path)["digest"]
 
 
 def read_manifest(path: str | Path) -> dict[str, Any]:
@@ -92,9 +181,12 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
         manifest = json.loads(mf.read_text())
     except json.JSONDecodeError as e:
         raise CheckpointError(f"checkpoint manifest {mf} is not valid JSON: {e}") from None
-    if manifest.get("format") != FORMAT:
-        raise CheckpointError(f"unknown checkpoint format {manifest.get('format')!r} in {mf}")
-    for key in ("model_name", "config", "schema", "scaler", "weights_sha256"):
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        found = manifest.get("format") if isinstance(manifest, dict) else manifest
+        raise CheckpointError(
+            f"unknown checkpoint format {found!r} in {mf} (this version reads {FORMAT!r})"
+        )
+    for key in ("model_name", "config", "schema", "scaler", "weights_sha256", "files", "digest"):
         if key not in manifest:
             raise CheckpointError(f"checkpoint manifest {mf} is missing {key!r}")
     return manifest
@@ -104,29 +196,26 @@ def load_checkpoint(
     path: str | Path,
     *,
     schema: Mapping[str, Any] | Schema | None = None,
+    model_name: str | None = None,
     device: torch.device | str = "cpu",
-) -> WorldModel:
-    """Load a model saved by :func:`save_checkpoint`.
+) -> torch.nn.Module:
+    """Load a model (a ``WorldModel``) saved by :func:`save_checkpoint`.
 
     Args:
         path: checkpoint directory.
         schema: if given, the checkpoint's schema must have the same features, else
             :class:`CheckpointError` is raised.
+        model_name: if given, the checkpoint must hold this model (e.g. ``"gdm:no-h-plus"``).
         device: device to place the model on.
     """
     from .registry import make_model
 
     path = Path(path)
-    manifest = read_manifest(path)
+    manifest = verify_checkpoint(path)
     wf = path / WEIGHTS_FILE
-    if not wf.is_file():
-        raise CheckpointError(f"checkpoint weights {wf} are missing")
-    digest = _sha256(wf)
-    if digest != manifest["weights_sha256"]:
+    if model_name is not None and manifest["model_name"] != model_name:
         raise CheckpointError(
-            f"checkpoint weights {wf} do not match the manifest's SHA-256 "
-            f"(expected {manifest['weights_sha256'][:12]}..., found {digest[:12]}...): "
-            "the file was modified or corrupted; refusing to load"
+            f"checkpoint {path} holds model {manifest['model_name']!r}, expected {model_name!r}"
         )
     ck_schema = Schema.from_dict(manifest["schema"])
     if schema is not None:

@@ -37,10 +37,18 @@ from safetensors.torch import load_file
 from tqdm.auto import tqdm
 
 from .api import WorldModel
-from .checkpoint import WEIGHTS_FILE, CheckpointError, read_manifest, save_checkpoint
+from .checkpoint import (
+    WEIGHTS_FILE,
+    CheckpointError,
+    save_checkpoint,
+    seal_checkpoint,
+    verify_checkpoint,
+)
 from .data import EpisodeDataset, EpochSampler
 
 __all__ = ["train", "TrainResult", "default_device"]
+
+TRAINER_STATE_FILES = ("trainer_state.pt", "trainer_state.json")
 
 
 def default_device() -> torch.device:
@@ -84,6 +92,7 @@ def _save_trainer_state(
     (tmp / "trainer_state.json").write_text(
         json.dumps({"step": step, "sampler": sampler.state_dict(), "args": dict(args)})
     )
+    seal_checkpoint(tmp, TRAINER_STATE_FILES)  # the digest covers the trainer state too
     latest = ckdir / "latest"
     old = ckdir / ".latest_old"
     if old.exists():
@@ -103,7 +112,7 @@ def _load_trainer_state(
     gen: torch.Generator,
     args: Mapping[str, Any],
 ) -> int:
-    manifest = read_manifest(latest)
+    manifest = verify_checkpoint(latest)  # weights, config, scaler and trainer state
     if manifest["model_name"] != model.model_name or manifest["config"] != model.config_dict():
         raise CheckpointError(
             f"cannot resume from {latest}: it holds a different model "
@@ -111,11 +120,6 @@ def _load_trainer_state(
         )
     if manifest["schema"] != model.schema.to_dict():
         raise CheckpointError(f"cannot resume from {latest}: schema differs")
-    # verify and load weights through the checkpoint module's hash check
-    from .checkpoint import _sha256
-
-    if _sha256(latest / WEIGHTS_FILE) != manifest["weights_sha256"]:
-        raise CheckpointError(f"resume checkpoint {latest} weights fail the SHA-256 check")
     meta = json.loads((latest / "trainer_state.json").read_text())
     saved_args = meta.get("args", {})
     for k in ("batch_size", "seq_len", "seed"):

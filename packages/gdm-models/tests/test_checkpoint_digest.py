@@ -1,0 +1,84 @@
+"""The checkpoint digest covers weights, model name, config, scaler and sealed trainer state."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from gdm_models import EpisodeDataset, train
+from gdm_models.checkpoint import (
+    CheckpointError,
+    checkpoint_digest,
+    load_checkpoint,
+    seal_checkpoint,
+    verify_checkpoint,
+)
+from gdm_models.synthetic import SYNTHETIC_SCHEMA
+
+
+def _edit_manifest(path, edit):
+    mf = path / "checkpoint.json"
+    manifest = json.loads(mf.read_text())
+    edit(manifest)
+    mf.write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda m: m["scaler"].update(reward_std=123.0),
+        lambda m: m["config"].update(beta_rep=0.5),
+        lambda m: m.update(model_name="gdm:no-h-plus"),
+        lambda m: m.update(weights_sha256="0" * 64),
+    ],
+    ids=["scaler", "config", "model_name", "weights_hash"],
+)
+def test_manifest_edits_break_the_digest(make_tiny, tmp_path, edit):
+    path = make_tiny().save(tmp_path / "ck")
+    verify_checkpoint(path)
+    _edit_manifest(path, edit)
+    with pytest.raises(CheckpointError, match="digest"):
+        load_checkpoint(path)
+
+
+def test_sealed_files_are_covered(make_tiny, tmp_path):
+    path = make_tiny().save(tmp_path / "ck")
+    before = checkpoint_digest(path)
+    (path / "state.json").write_text('{"step": 4}')
+    after = seal_checkpoint(path, ("state.json",))
+    assert after != before and checkpoint_digest(path) == after
+    (path / "state.json").write_text('{"step": 2}')
+    with pytest.raises(CheckpointError, match=r"state\.json does not match"):
+        verify_checkpoint(path)
+    (path / "state.json").unlink()
+    with pytest.raises(CheckpointError, match=r"state\.json is missing"):
+        verify_checkpoint(path)
+
+
+def test_trainer_state_is_sealed_into_latest(make_tiny, episodes, tmp_path):
+    model = make_tiny()
+    dataset = EpisodeDataset(episodes, SYNTHETIC_SCHEMA, seq_len=5)
+    train(model, dataset, steps=2, batch_size=2, seq_len=5, checkpoint_dir=tmp_path, progress=False)
+    latest = tmp_path / "latest"
+    manifest = verify_checkpoint(latest)
+    assert set(manifest["files"]) == {"trainer_state.pt", "trainer_state.json"}
+    state = json.loads((latest / "trainer_state.json").read_text())
+    state["step"] = 1
+    (latest / "trainer_state.json").write_text(json.dumps(state))
+    with pytest.raises(CheckpointError, match="trainer_state.json"):
+        train(
+            model,
+            dataset,
+            steps=3,
+            batch_size=2,
+            seq_len=5,
+            checkpoint_dir=tmp_path,
+            progress=False,
+        )
+
+
+def test_model_name_is_checked(make_tiny, tmp_path):
+    path = make_tiny("gdm").save(tmp_path / "ck")
+    assert load_checkpoint(path, model_name="gdm").model_name == "gdm"
+    with pytest.raises(CheckpointError, match="holds model 'gdm', expected 'vanilla-gwm'"):
+        load_checkpoint(path, model_name="vanilla-gwm")
