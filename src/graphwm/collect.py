@@ -34,7 +34,7 @@ SEEDS_PER_SIZE = 10_000
 
 
 def episode_seed(split: str, num_nodes: int, index: int) -> int:
-    """Disjoint, recorded seed ranges per split and size (ARCHITECTURE contract 7)."""
+    """Disjoint, recorded seed ranges per split and size (docs/architecture.md, contract 7)."""
     if split not in SPLIT_SEED_BASE:
         raise ValueError(f"unknown split {split!r}")
     if not 0 <= index < SEEDS_PER_SIZE:

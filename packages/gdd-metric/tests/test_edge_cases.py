@@ -62,7 +62,7 @@ def test_unsigned_codes_in_range_are_accepted():
     np.testing.assert_array_equal(v.node_categorical[0, :, 0], [0, 1, 1])
 
 
-@pytest.mark.parametrize("text", ["[1,2]", "  [ ]", "[{\"sigma\": {}}]"])
+@pytest.mark.parametrize("text", ["[1,2]", "  [ ]", '[{"sigma": {}}]'])
 def test_from_json_array_says_what_json_it_wants(text):
     with pytest.raises(ValueError, match=r"JSON list.*JSON object \{\"sigma\""):
         Bandwidths.from_json(text)

@@ -1,7 +1,7 @@
 """Recurrent adjacency: edge-update logits, Hard Concrete gates, XOR update
 (paper, "Adjacency Prediction and Message Passing").
 
-Symmetry (undirected graphs; ARCHITECTURE.md contract 8): the edge MLP is evaluated on both
+Symmetry (undirected graphs; docs/architecture.md, contract 8): the edge MLP is evaluated on both
 ordered pairs and the logits are symmetrised, l_ij = (f(i, j) + f(j, i)) / 2; one uniform is
 drawn per unordered pair (u_ji = u_ij), so gates, toggles and the sampled adjacency are
 symmetric. The diagonal (and any padded node) never gets a gate (c = 0), so A_t keeps a zero

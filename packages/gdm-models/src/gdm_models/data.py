@@ -1,6 +1,6 @@
 """Observation/episode validation, tensor conversion and batching of recorded episodes.
 
-Data contract (ARCHITECTURE.md): an observation is a dict of numpy arrays ``adjacency`` (N,N)
+Data contract (docs/architecture.md): an observation is a dict of numpy arrays ``adjacency`` (N,N)
 int8, ``node_continuous`` (N,Fnc) float32, ``node_categorical`` (N,Fnk) int64,
 ``graph_continuous`` (Fgc,) float32, ``graph_categorical`` (Fgk,) int64, ``action_mask`` (N,)
 int8. A recorded episode stacks the six keys over T+1 steps and adds ``action_nodes`` (T,N)

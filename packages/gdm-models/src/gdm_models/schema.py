@@ -1,6 +1,6 @@
 """Feature schema: parse and validate the plain schema dict shared with the environments.
 
-The schema is a JSON-able dict (see ARCHITECTURE.md, "Contract" 2)::
+The schema is a JSON-able dict (see docs/architecture.md, contract 2)::
 
     {"node_continuous": ["stability"],
      "node_categorical": {"survivor_present": 2, "exit_node": 2},
