@@ -24,6 +24,7 @@ from importlib import metadata
 from pathlib import Path
 
 import numpy as np
+from gdm_models.data import complete_observation
 from tqdm.auto import tqdm
 
 from graphwm.envs import make_env
@@ -61,7 +62,7 @@ def record_episode(
     env = make_env(env_name, num_nodes)
     policy_rng = np.random.default_rng([seed, 1])
     obs, _ = env.reset(seed=seed)
-    frames = [obs] if store_observations else []
+    frames = [complete_observation(obs)] if store_observations else []
     actions, nodes, rewards, terms, truncs = [], [], [], [], []
     done = False
     while not done:
@@ -73,7 +74,7 @@ def record_episode(
         terms.append(terminated)
         truncs.append(truncated)
         if store_observations:
-            frames.append(obs)
+            frames.append(complete_observation(obs))  # absent feature keys -> zero-width
         done = terminated or truncated
     episode = {
         "actions": np.stack(actions),

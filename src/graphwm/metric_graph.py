@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from gdm_models.data import complete_observation
 
 OBS_KEYS = (
     "adjacency",
@@ -56,7 +57,11 @@ def terminal_schema() -> dict[str, Any]:
 
 
 def metric_graph(obs: Mapping[str, np.ndarray], reward: float, terminated: bool) -> dict:
-    """One transition's metric graph (single sample, no leading axis)."""
+    """One transition's metric graph (single sample, no leading axis).
+
+    A feature key the env leaves out (a feature type it lacks) is read as zero-width.
+    """
+    obs = complete_observation(obs)
     return {
         "adjacency": np.asarray(obs["adjacency"], dtype=np.int8),
         "node_continuous": np.asarray(obs["node_continuous"], dtype=np.float64),

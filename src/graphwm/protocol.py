@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from gdm_models.data import complete_observation
 
 from graphwm.envs import make_env
 from graphwm.metric_graph import (
@@ -76,7 +77,7 @@ def replay_episode(
     """
     env = make_env(env_name, num_nodes)
     obs, _ = env.reset(seed=seed)
-    observations = [obs] if keep_observations else None
+    observations = [complete_observation(obs)] if keep_observations else None
     capture_set = set(int(t) for t in capture)
     snaps, nodes, rewards, terms = {}, [], [], []
     for t, action in enumerate(actions):
@@ -88,7 +89,7 @@ def replay_episode(
         rewards.append(reward)
         terms.append(terminated)
         if observations is not None:
-            observations.append(obs)
+            observations.append(complete_observation(obs))
     rewards_arr = np.asarray(rewards, dtype=np.float32)
     if check is not None and not np.allclose(rewards_arr, check["reward"], atol=1e-6):
         raise RuntimeError(f"replay of {env_name} seed {seed} does not match its recording")

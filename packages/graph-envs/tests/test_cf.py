@@ -117,7 +117,10 @@ def test_terminates_without_penalty_when_no_edge_is_left() -> None:
     obs, reward, terminated, truncated, _ = env.step(0)
     assert terminated and not truncated
     assert reward == pytest.approx(-1 / 3)
-    assert obs["action_mask"].sum() == 0 and obs["adjacency"].sum() == 0
+    assert obs["adjacency"].sum() == 0 and not env._mask().any()  # no node has an edge left
+    assert obs["action_mask"].all()  # the published terminal mask is never all-zero
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step(1)
 
 
 def test_invalid_action_is_an_agent_noop_but_failures_still_happen() -> None:
@@ -241,7 +244,9 @@ def test_invariants_over_random_episodes() -> None:
             assert not adj[action].any()
             np.testing.assert_allclose(env.state.load, betweenness_load(adj), atol=1e-12)
             assert (env.state.load[env.state.capacity == 0] == 0).all(), "zero stays zero"
-            np.testing.assert_array_equal(obs["action_mask"], adj.any(axis=1))
+            rule = adj.any(axis=1)
+            published = rule if rule.any() else np.ones_like(rule)  # never all-zero
+            np.testing.assert_array_equal(obs["action_mask"], published)
             assert not truncated
             assert terminated == (t + 1 == h or not adj.any())
             expected = -1 / h

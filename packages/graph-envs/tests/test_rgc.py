@@ -235,8 +235,8 @@ def test_edge_budget_is_ceil_of_five_percent(n, budget):
 def test_initial_observation():
     env = make_env(20)
     obs, _ = env.reset(seed=0)
-    assert obs["node_continuous"].shape == (20, 0) and obs["node_categorical"].shape == (20, 0)
-    assert obs["graph_categorical"].shape == (0,)
+    # no node features and no graph categorical features: those keys are absent
+    assert set(obs) == {"adjacency", "graph_continuous", "action_mask"}
     np.testing.assert_allclose(obs["graph_continuous"], [10 / 190, 2.0], rtol=1e-6)
     state = env.state
     np.testing.assert_array_equal(state.degrees, obs["adjacency"].sum(axis=1))
@@ -267,7 +267,8 @@ def test_reward_by_hand_completing_k5():
     assert reward == pytest.approx(1.0 - 3 / 5)
     assert terminated and not truncated and info["edge_added"]
     assert obs["graph_continuous"][0] == 0.0
-    assert obs["adjacency"].sum() == 20 and not obs["action_mask"].any()
+    assert obs["adjacency"].sum() == 20 and not env._mask().any()
+    assert obs["action_mask"].all()  # a complete graph: the published mask marks every node
 
 
 def test_rewards_are_robustness_differences_along_random_play():
@@ -372,3 +373,125 @@ def test_bad_robustness_samples_argument():
     with pytest.raises(ValueError, match="robustness_samples"):
         make_env(10, robustness_samples=0)
     assert make_env(10, robustness_samples=4).robustness_samples == 4
+
+
+# ----------------------------------------------------------------- pair mode, G(N, m) option
+def test_pair_index_enumerates_the_upper_triangle_row_major():
+    env = make_env(7, action_mode="pair")
+    assert env.action_space == gym.spaces.Discrete(21)
+    pairs = list(itertools.combinations(range(7), 2))  # (0,1), (0,2), ..., (5,6)
+    for k, (i, j) in enumerate(pairs):
+        assert env.pair_index(i, j) == env.pair_index(j, i) == k
+        assert env.endpoints(k) == (i, j)
+        np.testing.assert_array_equal(np.flatnonzero(env.action_to_nodes(k)), [i, j])
+    with pytest.raises(ValueError, match="distinct"):
+        env.pair_index(3, 3)
+
+
+def test_pair_mode_masks_are_exactly_the_addable_pairs():
+    """Exhaustive: from several states, every action is stepped from the same snapshot; an
+    action adds an edge iff its mask entry is set (so the mask has no no-op and misses none)."""
+    env = make_env(7, action_mode="pair")
+    rng = np.random.default_rng(0)
+    checked = 0
+    for seed in range(4):
+        obs, _ = env.reset(seed=seed)
+        for _ in range(2):
+            mask = env.action_masks()
+            assert mask.dtype == bool and mask.shape == (21,)
+            # the observation keeps the contract's node mask: nodes with an addable pair
+            nodes_in_addable = np.zeros(7, dtype=bool)
+            for k in np.flatnonzero(mask):
+                nodes_in_addable[list(env.endpoints(k))] = True
+            np.testing.assert_array_equal(obs["action_mask"].astype(bool), nodes_in_addable)
+            snap = env.clone_state()
+            for k in range(21):
+                env.restore_state(snap)
+                *_, info = env.step(k)
+                assert info["edge_added"] == mask[k] == (not info["invalid_action"])
+                checked += 1
+            env.restore_state(snap)
+            obs, _, terminated, _, _ = env.step(env.sample_valid_action(rng))
+            if terminated:
+                break
+    assert checked >= 4 * 21
+
+
+def test_pair_mode_has_the_same_dynamics_as_node_mode():
+    nodes_env, pair_env = make_env(12), make_env(12, action_mode="pair")
+    for seed in range(3):
+        a, _ = nodes_env.reset(seed=seed)
+        b, _ = pair_env.reset(seed=seed)
+        np.testing.assert_array_equal(a["adjacency"], b["adjacency"])
+        rng = np.random.default_rng(seed)
+        done = False
+        while not done:
+            k = pair_env.sample_valid_action(rng)
+            i, j = pair_env.endpoints(k)
+            a, ra, ta, _, _ = nodes_env.step(np.array([j, i]))
+            b, rb, tb, _, _ = pair_env.step(k)
+            for key in a:
+                np.testing.assert_array_equal(a[key], b[key])
+            assert ra == rb and ta == tb
+            done = ta
+
+
+def test_pair_mode_existing_edge_is_invalid():
+    env = make_env(6, action_mode="pair")
+    obs, _ = env.reset(seed=0)
+    i, j = np.argwhere(np.triu(obs["adjacency"]))[0]
+    k = env.pair_index(i, j)
+    _, reward, _, _, info = env.step(k)
+    assert info["invalid_action"] and not info["edge_added"] and reward == 0.0
+    strict = make_env(6, action_mode="pair", invalid_action="raise")
+    strict.reset(seed=0)
+    with pytest.raises(ValueError, match="mask"):
+        strict.step(k)
+
+
+def test_pair_mode_passes_both_env_checkers():
+    import warnings
+
+    from gymnasium.utils.env_checker import check_env
+    from stable_baselines3.common.env_checker import check_env as sb3_check_env
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        check_env(make_env(9, action_mode="pair"))
+        sb3_check_env(make_env(9, action_mode="pair"), warn=False)
+
+
+@pytest.mark.parametrize("n", [9, 10, 20, 33])
+def test_gnm_initial_graph_has_exactly_m_edges_and_is_connected(n):
+    env = make_env(n, initial_graph="gnm")
+    m = math.ceil(0.2 * n * (n - 1) / 2 - 1e-9)
+    edge_counts = set()
+    for seed in range(5):
+        obs, _ = env.reset(seed=seed)
+        adj = obs["adjacency"]
+        assert adj.sum() == 2 * m
+        assert nx.is_connected(nx.from_numpy_array(adj))
+        edge_counts.add(int(adj.sum()))
+    assert edge_counts == {2 * m}
+
+
+def test_gnp_stays_the_default_and_varies_its_edge_count():
+    default, gnp = make_env(20), make_env(20, initial_graph="gnp")
+    counts = set()
+    for seed in range(6):
+        a, _ = default.reset(seed=seed)
+        np.testing.assert_array_equal(a["adjacency"], gnp.reset(seed=seed)[0]["adjacency"])
+        np.testing.assert_array_equal(
+            a["adjacency"], connected_erdos_renyi(np.random.default_rng(seed), 20)
+        )
+        counts.add(int(a["adjacency"].sum()))
+    assert len(counts) > 1  # G(N, p): the edge count is random
+
+
+def test_bad_mode_arguments_are_refused():
+    with pytest.raises(ValueError, match="action_mode"):
+        make_env(8, action_mode="edges")
+    with pytest.raises(ValueError, match="initial_graph"):
+        make_env(8, initial_graph="ba")
+    with pytest.raises(ValueError, match="num_nodes >= 9"):
+        make_env(8, initial_graph="gnm")

@@ -334,7 +334,9 @@ def test_stranded_agent_pays_thirty_plus_five_per_undelivered():
     remaining = 2  # the escorted one and the one on node 4
     assert reward == -1.0 - 30.0 - 5.0 * remaining and term
     assert info["outcome"] == "stranded"
-    assert not obs["action_mask"].any()
+    assert not env._mask().any()  # no neighbour left ...
+    assert obs["action_mask"].all()  # ... so the published terminal mask marks every node
+    assert env.action_masks().all()
 
 
 def test_collect_then_stranded_counts_the_escorted_survivor():

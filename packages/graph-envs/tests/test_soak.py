@@ -44,6 +44,10 @@ def _env_specific_checks(
     name = type(unwrapped).__name__
     adj, prev_adj = obs["adjacency"].astype(bool), prev["adjacency"].astype(bool)
     mask = obs["action_mask"].astype(bool)
+    assert mask.any(), "the published mask is never all-zero"
+    if not unwrapped._mask().any():  # the rule leaves nothing (terminal): every node marked
+        assert terminated and mask.all()
+        mask = unwrapped._mask()
     state = unwrapped.state
     if name == "SAREnv":
         from graph_envs.core.graph_ops import reachable_from, within_hops

@@ -3,8 +3,10 @@
 Data contract (docs/architecture.md): an observation is a dict of numpy arrays ``adjacency`` (N,N)
 int8, ``node_continuous`` (N,Fnc) float32, ``node_categorical`` (N,Fnk) int64,
 ``graph_continuous`` (Fgc,) float32, ``graph_categorical`` (Fgk,) int64, ``action_mask`` (N,)
-int8. A recorded episode stacks the six keys over T+1 steps and adds ``action_nodes`` (T,N)
-int8, ``reward`` (T,) float32, ``terminated`` (T,) bool, ``truncated`` (T,) bool; step t maps
+int8. A feature type the env lacks may be absent from the dict (the envs leave it out): it is
+read as a zero-width array (:func:`complete_observation`). A recorded episode stacks the six
+keys over T+1 steps and adds ``action_nodes`` (T,N) int8, ``reward`` (T,) float32,
+``terminated`` (T,) bool, ``truncated`` (T,) bool; step t maps
 ``obs[t] + action_nodes[t] -> obs[t+1], reward[t], terminated[t]``.
 
 Batching of graphs of different sizes
@@ -44,6 +46,7 @@ __all__ = [
     "validate_action_nodes",
     "observation_to_tensors",
     "stack_observations",
+    "complete_observation",
 ]
 
 OBS_KEYS: tuple[str, ...] = (
@@ -55,6 +58,30 @@ OBS_KEYS: tuple[str, ...] = (
     "action_mask",
 )
 EPISODE_KEYS: tuple[str, ...] = OBS_KEYS + ("action_nodes", "reward", "terminated", "truncated")
+_FEATURE_DTYPES = {
+    "node_continuous": np.float32,
+    "node_categorical": np.int64,
+    "graph_continuous": np.float32,
+    "graph_categorical": np.int64,
+}
+
+
+def complete_observation(obs: Mapping[str, Any]) -> dict[str, Any]:
+    """``obs`` with every absent feature key added as a zero-width array (contract: an env
+    leaves out a feature type it lacks).
+
+    Leading axes and N come from ``adjacency`` ((..., N, N)): an absent node key becomes
+    (..., N, 0), an absent graph key (..., 0). Present keys are passed through unchanged.
+    """
+    if all(k in obs for k in _FEATURE_DTYPES) or "adjacency" not in obs:
+        return dict(obs)
+    adj_shape = np.shape(obs["adjacency"])
+    out = dict(obs)
+    for key, dtype in _FEATURE_DTYPES.items():
+        if key not in out:
+            shape = adj_shape[:-1] if key.startswith("node") else adj_shape[:-2]
+            out[key] = np.zeros((*shape, 0), dtype=dtype)
+    return out
 
 
 class DataError(ValueError):
@@ -89,8 +116,10 @@ def validate_observation_sequence(obs: Mapping[str, Any], schema: Schema, *, lea
     """Validate observation arrays with ``lead`` leading axes (0 = one observation).
 
     Checks keys, shapes, dtypes kinds, finiteness, binary and categorical ranges, adjacency
-    symmetry and zero diagonal. Returns the node count N.
+    symmetry and zero diagonal. An absent feature key counts as zero-width (so it is an error
+    only where the schema has features of that type). Returns the node count N.
     """
+    obs = complete_observation(obs)
     missing = [k for k in OBS_KEYS if k not in obs]
     if missing:
         raise DataError(f"observation is missing keys {missing}")
@@ -147,6 +176,7 @@ def validate_action_nodes(action_nodes: Any, n: int, *, lead: int = 0) -> np.nda
 
 def validate_episode(ep: Mapping[str, Any], schema: Schema) -> tuple[int, int]:
     """Validate a recorded episode; return ``(T, N)`` (transitions, nodes)."""
+    ep = complete_observation(ep)
     missing = [k for k in EPISODE_KEYS if k not in ep]
     if missing:
         raise DataError(f"episode is missing keys {missing}")
@@ -172,10 +202,12 @@ def validate_episode(ep: Mapping[str, Any], schema: Schema) -> tuple[int, int]:
 
 
 def stack_observations(obs_list: Sequence[Mapping[str, Any]]) -> dict[str, np.ndarray]:
-    """Stack a list of observation dicts into one dict with a leading time axis."""
+    """Stack a list of observation dicts into one dict with a leading time axis (absent
+    feature keys become zero-width arrays)."""
     if len(obs_list) == 0:
         raise DataError("cannot stack an empty list of observations")
-    return {k: np.stack([np.asarray(o[k]) for o in obs_list]) for k in OBS_KEYS}
+    full = [complete_observation(o) for o in obs_list]
+    return {k: np.stack([np.asarray(o[k]) for o in full]) for k in OBS_KEYS}
 
 
 def observation_to_tensors(
@@ -184,8 +216,9 @@ def observation_to_tensors(
     """Convert an observation dict (or a stacked sequence) to torch tensors.
 
     Dtypes: ``adjacency``/``action_mask`` float32 (0/1), continuous float32, categorical int64.
-    Leading axes are kept.
+    Leading axes are kept; absent feature keys become zero-width tensors.
     """
+    obs = complete_observation(obs)
     out = {}
     for k in OBS_KEYS:
         a = np.asarray(obs[k])
@@ -280,6 +313,7 @@ class EpisodeDataset:
         self.lengths: list[int] = []
         self.node_counts: list[int] = []
         for i, ep in enumerate(episodes):
+            ep = complete_observation(ep)
             if validate:
                 try:
                     t, n = validate_episode(ep, self.schema)

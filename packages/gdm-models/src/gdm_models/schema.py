@@ -9,7 +9,8 @@ The schema is a JSON-able dict (see docs/architecture.md, contract 2)::
      "ranges": {"stability": [0.0, 1.0]}}        # optional
 
 The order of names is the order of columns in the observation arrays. Absent feature types are
-``[]`` / ``{}`` (a missing key is accepted and read as empty).
+``[]`` / ``{}`` (a missing key is accepted and read as empty); their observation key is absent
+too, read as a zero-width array (:func:`gdm_models.data.complete_observation`).
 """
 
 from __future__ import annotations

@@ -5,7 +5,12 @@ Subclasses implement a small set of hooks (``_make_schema``, ``_make_action_spac
 ``action_to_nodes``) on a mutable state object (a dataclass of numpy arrays). Everything the
 GDD protocol and RL agents need is provided here once:
 
-* ``action_mask`` in every observation and :meth:`GraphEnv.action_masks` for MaskablePPO;
+* ``action_mask`` in every observation and :meth:`GraphEnv.action_masks` for MaskablePPO; the
+  published mask is never all-zero (see :meth:`GraphEnv.node_mask`);
+* episode-end discipline: ``step`` after termination or truncation raises ``RuntimeError``
+  until ``reset`` (Gymnasium's vector envs reset instead of stepping, so autoreset works);
+* a size limit per env (``max_nodes``, with ``max_nodes_reason``) checked in the constructor,
+  so an impossible size fails at once instead of after minutes or tens of GiB;
 * actions outside the action space raise ``ValueError``; actions inside the space but not
   allowed by the mask are a noop (``info["invalid_action"] = True``) unless
   ``invalid_action="raise"``;
@@ -18,7 +23,7 @@ from __future__ import annotations
 import copy
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -48,13 +53,20 @@ class GraphEnv(gym.Env[dict[str, np.ndarray], Any], ABC):
     """Common machinery of the graph environments.
 
     Args:
-        num_nodes: number of nodes N (>= 5).
+        num_nodes: number of nodes N, ``5 <= N <= max_nodes`` (the env's documented limit).
         invalid_action: ``"noop"`` (default) turns an action the mask forbids into a noop and
             reports ``info["invalid_action"] = True``; ``"raise"`` raises ``ValueError``.
         render_mode: ``None`` or ``"rgb_array"``.
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 4}
+
+    #: Largest accepted ``num_nodes``, and why (each env sets both from its own algorithms).
+    max_nodes: ClassVar[int] = 5000
+    max_nodes_reason: ClassVar[str] = (
+        "every observation carries a dense (N, N) int8 adjacency (25 MB at N = 5000), so "
+        "rollout buffers and recorded episodes grow as N^2"
+    )
 
     def __init__(
         self,
@@ -67,6 +79,11 @@ class GraphEnv(gym.Env[dict[str, np.ndarray], Any], ABC):
             raise TypeError(f"num_nodes must be an int, got {num_nodes!r}")
         if num_nodes < MIN_NODES:
             raise ValueError(f"num_nodes must be >= {MIN_NODES}, got {num_nodes}")
+        if num_nodes > self.max_nodes:
+            raise ValueError(
+                f"num_nodes must be <= {self.max_nodes} for {type(self).__name__}, got "
+                f"{num_nodes}: {self.max_nodes_reason}"
+            )
         if invalid_action not in ("noop", "raise"):
             raise ValueError(f"invalid_action must be 'noop' or 'raise', got {invalid_action!r}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
@@ -147,9 +164,18 @@ class GraphEnv(gym.Env[dict[str, np.ndarray], Any], ABC):
         return self._observation(), {}
 
     def step(self, action: Any) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
-        """Apply ``action``; see the class docstring for invalid-action handling."""
+        """Apply ``action``; see the class docstring for invalid-action handling.
+
+        Raises ``RuntimeError`` before the first ``reset`` and after the episode has ended
+        (terminated or truncated) until the next ``reset``.
+        """
         if self._state is None:
             raise RuntimeError("call reset() before step()")
+        if self._done:
+            raise RuntimeError(
+                f"{type(self).__name__}: the episode ended at step {self._steps} (terminated or "
+                "truncated); call reset() before step()"
+            )
         action = self._coerce_action(action)
         valid = self._is_valid(action)
         if not valid and self.invalid_action == "raise":
@@ -184,13 +210,28 @@ class GraphEnv(gym.Env[dict[str, np.ndarray], Any], ABC):
         return render_graph(self._adjacency(), self._layout_cache, values, label, title)
 
     # ---------------------------------------------------------- public helpers
+    def node_mask(self) -> np.ndarray:
+        """The published (N,) boolean node mask: ``obs["action_mask"]``.
+
+        It is the env's mask rule, except where the rule leaves no node at all (only in
+        terminal states: SAR's agent stranded on an isolated node, CF with no edge left): then
+        every node is marked, so masked samplers and MaskablePPO's distribution stay defined
+        on the terminal observation that autoreset vector envs return. No action is taken there
+        (``step`` raises until ``reset``), and validity of an action always follows the rule.
+        """
+        mask = self._mask().astype(bool)
+        if not mask.any():
+            mask = np.ones_like(mask)
+        return mask
+
     def action_masks(self) -> np.ndarray:
         """Boolean action mask in the form sb3-contrib's MaskablePPO expects.
 
         ``Discrete(N)``: the (N,) node mask. ``MultiDiscrete([N] * k)``: the node mask repeated
-        once per component, concatenated to shape (k * N,).
+        once per component, concatenated to shape (k * N,). Built on :meth:`node_mask`, so it
+        is never all-zero.
         """
-        mask = self._mask().astype(bool)
+        mask = self.node_mask()
         if isinstance(self.action_space, spaces.MultiDiscrete):
             return np.tile(mask, len(self.action_space.nvec))
         return mask
@@ -280,14 +321,17 @@ class GraphEnv(gym.Env[dict[str, np.ndarray], Any], ABC):
     def _observation(self) -> dict[str, np.ndarray]:
         node_cont, node_cat = self._node_features()
         graph_cont, graph_cat = self._graph_features()
-        return {
-            "adjacency": np.asarray(self._adjacency(), dtype=np.int8).copy(),
+        features = {
             "node_continuous": np.asarray(node_cont, dtype=np.float32),
             "node_categorical": np.asarray(node_cat, dtype=np.int64),
             "graph_continuous": np.asarray(graph_cont, dtype=np.float32),
             "graph_categorical": np.asarray(graph_cat, dtype=np.int64),
-            "action_mask": self._mask().astype(np.int8),
         }
+        obs = {"adjacency": np.asarray(self._adjacency(), dtype=np.int8).copy()}
+        # A feature type the env lacks is absent, not zero-width (see core/spaces.py).
+        obs.update((k, v) for k, v in features.items() if v.shape[-1])
+        obs["action_mask"] = self.node_mask().astype(np.int8)
+        return obs
 
     def _coerce_action(self, action: Any) -> Any:
         space = self.action_space

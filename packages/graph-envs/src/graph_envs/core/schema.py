@@ -12,7 +12,8 @@ import :mod:`graph_envs`; they receive :meth:`FeatureSchema.to_dict`, a plain JS
     }
 
 The order of names is the order of the columns in the observation arrays. A feature type that
-an env lacks is an empty list / dict, and its observation array has zero width.
+an env lacks is an empty list / dict, and its key is absent from the observation (consumers
+read an absent key as a zero-width array).
 """
 
 from __future__ import annotations

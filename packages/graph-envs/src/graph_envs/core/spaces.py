@@ -1,6 +1,6 @@
 """Gymnasium observation space of the data contract.
 
-Every env's observation is a ``spaces.Dict`` with exactly these keys and shapes for N nodes:
+Every env's observation is a ``spaces.Dict`` with these keys and shapes for N nodes:
 
 ========================  ====================================  ==========
 key                       space                                 dtype
@@ -16,8 +16,13 @@ key                       space                                 dtype
 Node categorical features use an integer ``Box`` rather than a 2-D ``MultiDiscrete``: SB3's
 ``check_env`` accepts a 2-D ``MultiDiscrete`` but its policies then fail to build, while an
 integer ``Box`` trains. A constant continuous feature's upper bound is widened by one float32
-ulp (Gymnasium warns about a Box whose low equals its high). A feature type an env lacks is a
-zero-width ``Box`` ((N, 0) or (0,)), which both checkers and SB3's ``MultiInputPolicy`` accept.
+ulp (Gymnasium warns about a Box whose low equals its high).
+
+A feature type an env lacks (RGC's node features, OD's graph categorical features, ...) is
+**absent** from both the space and the observation: a zero-width array would break SB3's
+``predict`` and its terminal-observation handling (``obs.reshape((-1, N, 0))`` is ambiguous for
+an empty array). Consumers read an absent feature key as a zero-width array
+(:func:`observation_keys` lists the keys an env emits).
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 from gymnasium import spaces
 
-from graph_envs.core.schema import FeatureSchema
+from graph_envs.core.schema import FEATURE_KEYS, FeatureSchema
 
 
 def _continuous_box(schema: FeatureSchema, names: tuple[str, ...], shape: tuple[int, ...]):
@@ -47,26 +52,35 @@ def _categorical_box(cards: list[int], shape: tuple[int, ...]) -> spaces.Box:
     return spaces.Box(low=0, high=high, shape=shape, dtype=np.int64)
 
 
+def observation_keys(schema: FeatureSchema) -> tuple[str, ...]:
+    """The keys of an observation under ``schema``: adjacency, the feature types the schema
+    has (in contract order) and action_mask."""
+    sizes = schema.sizes
+    return ("adjacency", *(k for k in FEATURE_KEYS if sizes[k]), "action_mask")
+
+
 def build_observation_space(schema: FeatureSchema, num_nodes: int) -> spaces.Dict:
-    """The ``spaces.Dict`` observation space for ``schema`` on a graph of ``num_nodes`` nodes."""
+    """The ``spaces.Dict`` observation space for ``schema`` on a graph of ``num_nodes`` nodes.
+
+    Feature types without features are left out (see the module docstring).
+    """
     n = num_nodes
     node_cards = [c for _, c in schema.node_categorical]
     graph_cards = [c for _, c in schema.graph_categorical]
+    candidates: dict[str, spaces.Space] = {"adjacency": spaces.MultiBinary((n, n))}
+    if schema.node_continuous:
+        candidates["node_continuous"] = _continuous_box(
+            schema, schema.node_continuous, (n, len(schema.node_continuous))
+        )
+    if node_cards:
+        candidates["node_categorical"] = _categorical_box(node_cards, (n, len(node_cards)))
+    if schema.graph_continuous:
+        candidates["graph_continuous"] = _continuous_box(
+            schema, schema.graph_continuous, (len(schema.graph_continuous),)
+        )
     if graph_cards:
-        graph_cat: spaces.Space = spaces.MultiDiscrete(np.array(graph_cards), dtype=np.int64)
-    else:
-        graph_cat = spaces.Box(low=0, high=0, shape=(0,), dtype=np.int64)
-    return spaces.Dict(
-        {
-            "adjacency": spaces.MultiBinary((n, n)),
-            "node_continuous": _continuous_box(
-                schema, schema.node_continuous, (n, len(schema.node_continuous))
-            ),
-            "node_categorical": _categorical_box(node_cards, (n, len(node_cards))),
-            "graph_continuous": _continuous_box(
-                schema, schema.graph_continuous, (len(schema.graph_continuous),)
-            ),
-            "graph_categorical": graph_cat,
-            "action_mask": spaces.MultiBinary(n),
-        }
-    )
+        candidates["graph_categorical"] = spaces.MultiDiscrete(
+            np.array(graph_cards), dtype=np.int64
+        )
+    candidates["action_mask"] = spaces.MultiBinary(n)
+    return spaces.Dict(candidates)

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from graph_envs.core.schema import FeatureSchema
+from graph_envs.core.spaces import observation_keys
 
 OBS_DTYPES = {
     "adjacency": np.int8,
@@ -23,12 +24,13 @@ def validate_observation(
 ) -> None:
     """Raise ``ValueError`` naming the first violation of the observation contract.
 
-    Checks keys, shapes, dtypes, a symmetric 0/1 adjacency with zero diagonal, finite
-    continuous values inside the declared ranges and categorical values inside their
-    cardinalities.
+    Checks keys (a feature type the schema lacks must be absent), shapes, dtypes, a symmetric
+    0/1 adjacency with zero diagonal, a non-empty 0/1 action mask, finite continuous values
+    inside the declared ranges and categorical values inside their cardinalities.
     """
-    if set(obs) != set(OBS_DTYPES):
-        raise ValueError(f"observation keys {sorted(obs)} != contract keys {sorted(OBS_DTYPES)}")
+    keys = observation_keys(schema)
+    if set(obs) != set(keys):
+        raise ValueError(f"observation keys {sorted(obs)} != contract keys {sorted(keys)}")
     n = num_nodes
     sizes = schema.sizes
     shapes = {
@@ -39,7 +41,8 @@ def validate_observation(
         "graph_categorical": (sizes["graph_categorical"],),
         "action_mask": (n,),
     }
-    for key, dtype in OBS_DTYPES.items():
+    for key in keys:
+        dtype = OBS_DTYPES[key]
         arr = obs[key]
         if not isinstance(arr, np.ndarray):
             raise ValueError(f"{key} must be a numpy array, got {type(arr).__name__}")
@@ -56,10 +59,14 @@ def validate_observation(
         raise ValueError("adjacency has self-loops")
     if not np.isin(obs["action_mask"], (0, 1)).all():
         raise ValueError("action_mask has entries other than 0/1")
+    if not obs["action_mask"].any():
+        raise ValueError("action_mask is all zero (the contract's mask always has a valid node)")
     for key, names in (
         ("node_continuous", schema.node_continuous),
         ("graph_continuous", schema.graph_continuous),
     ):
+        if key not in obs:
+            continue
         arr = obs[key]
         if not np.isfinite(arr).all():
             raise ValueError(f"{key} has NaN or inf")
@@ -74,6 +81,8 @@ def validate_observation(
         ("node_categorical", schema.node_categorical),
         ("graph_categorical", schema.graph_categorical),
     ):
+        if key not in obs:
+            continue
         arr = obs[key]
         for col, (name, card) in enumerate(cats):
             values = arr[..., col]

@@ -27,11 +27,17 @@ class ODEnv(GraphEnv):
     (the env's own moves included). Episodes never terminate; they are truncated after 50 steps.
 
     Args:
-        num_nodes: N (>= 5).
+        num_nodes: N (5 <= N <= 5000).
         params: OD constants.
         invalid_action: ``"noop"`` or ``"raise"`` (no in-space action is invalid here).
         render_mode: ``None`` or ``"rgb_array"``.
     """
+
+    max_nodes = 5000
+    max_nodes_reason = (
+        "every observation carries a dense (N, N) int8 adjacency (25 MB at N = 5000) and the "
+        "initial graph is drawn from a dense N x N float64 array (200 MB at N = 5000)"
+    )
 
     def __init__(
         self,

@@ -9,19 +9,20 @@ paper is silent.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from gymnasium import spaces
 
 from graph_envs.core.base import GraphEnv, InvalidActionMode
 from graph_envs.core.schema import FeatureSchema
-from graph_envs.rgc.generator import connected_erdos_renyi
+from graph_envs.rgc.generator import InitialGraph, gnm_edge_count, initial_graph
 from graph_envs.rgc.robustness import _robustness, default_num_samples
 from graph_envs.rgc.types import RGCState
 
 BUDGET_FRACTION = 0.05  # tau_0: 5% of the N(N-1)/2 possible edges
 TAU_MAX = 0.1  # largest initial tau over N >= 5 (N = 5: ceil(0.5) / 10)
+ActionMode = Literal["nodes", "pair"]
 
 
 def edge_budget(num_nodes: int) -> int:
@@ -44,14 +45,28 @@ class RGCEnv(GraphEnv):
     budget.
 
     Args:
-        num_nodes: number of nodes N (>= 5).
+        num_nodes: number of nodes N (5 <= N <= 2000).
         invalid_action: ``"noop"`` (default) or ``"raise"``; see :class:`GraphEnv`.
         render_mode: ``None`` or ``"rgb_array"``.
         robustness_samples: tie-breaking orders averaged by the robustness (default
             :func:`~graph_envs.rgc.robustness.default_num_samples` of N).
+        action_mode: ``"nodes"`` (default, the paper's k = 2 node selection,
+            ``MultiDiscrete([N, N])``) or ``"pair"``: ``Discrete(N(N-1)/2)`` over unordered
+            pairs ``i < j`` in row-major order of the upper triangle (:meth:`pair_index`),
+            whose :meth:`action_masks` are exactly the addable pairs. In pair mode an existing
+            edge is an invalid action (a flagged noop, or an error with ``"raise"``).
+        initial_graph: ``"gnp"`` (default, the paper's G(N, p = 0.2)) or ``"gnm"`` (RNet-DQN's
+            G(N, m = ceil(0.2 N(N-1)/2)), needs N >= 9 so that m >= N - 1), both conditioned
+            on connected and not complete.
     """
 
     _state: RGCState
+    max_nodes = 2000
+    max_nodes_reason = (
+        "every edge addition recomputes the targeted-attack robustness, O(K E log E) with "
+        "E ~ 0.1 N^2 edges (about 60 ms per step at N = 2000), and an episode adds 5% of the "
+        "N(N-1)/2 pairs (about 100,000 steps at N = 2000)"
+    )
 
     def __init__(
         self,
@@ -60,8 +75,24 @@ class RGCEnv(GraphEnv):
         invalid_action: InvalidActionMode = "noop",
         render_mode: str | None = None,
         robustness_samples: int | None = None,
+        action_mode: ActionMode = "nodes",
+        initial_graph: InitialGraph = "gnp",
     ) -> None:
+        if action_mode not in ("nodes", "pair"):
+            raise ValueError(f"action_mode must be 'nodes' or 'pair', got {action_mode!r}")
+        if initial_graph not in ("gnp", "gnm"):
+            raise ValueError(f"initial_graph must be 'gnp' or 'gnm', got {initial_graph!r}")
+        self.action_mode: ActionMode = action_mode
+        self.initial_graph: InitialGraph = initial_graph
         super().__init__(num_nodes, invalid_action=invalid_action, render_mode=render_mode)
+        if initial_graph == "gnm" and gnm_edge_count(self.num_nodes) < self.num_nodes - 1:
+            raise ValueError(
+                f"initial_graph='gnm' needs num_nodes >= 9: G(N, m = ceil(0.2 N(N-1)/2)) has "
+                f"{gnm_edge_count(self.num_nodes)} edges at N = {self.num_nodes}, fewer than "
+                f"the N - 1 a connected graph needs"
+            )
+        # pair index -> (i, j), i < j, row-major over the upper triangle
+        self._pair_rows, self._pair_cols = np.triu_indices(self.num_nodes, k=1)
         if robustness_samples is None:
             robustness_samples = default_num_samples(self.num_nodes)
         if (
@@ -80,14 +111,32 @@ class RGCEnv(GraphEnv):
         )
 
     def _make_action_space(self) -> spaces.Space:
+        if self.action_mode == "pair":
+            return spaces.Discrete(num_pairs(self.num_nodes))
         return spaces.MultiDiscrete([self.num_nodes, self.num_nodes], dtype=np.int64)
+
+    def pair_index(self, i: int, j: int) -> int:
+        """Pair-mode action of the unordered pair {i, j}, i != j (row-major upper triangle)."""
+        i, j = (int(i), int(j)) if i < j else (int(j), int(i))
+        if not 0 <= i < j < self.num_nodes:
+            raise ValueError(f"({i}, {j}) is not a pair of distinct nodes in [0, {self.num_nodes})")
+        n = self.num_nodes
+        return i * (2 * n - i - 1) // 2 + (j - i - 1)
+
+    def endpoints(self, action: Any) -> tuple[int, int]:
+        """The two nodes ``(i, j)`` of an action of either mode (``i == j`` possible in
+        ``"nodes"`` mode)."""
+        if self.action_mode == "pair":
+            index = int(action)
+            return int(self._pair_rows[index]), int(self._pair_cols[index])
+        return int(action[0]), int(action[1])
 
     def robustness(self, adjacency: np.ndarray) -> float:
         """Targeted-attack robustness of ``adjacency`` with this env's number of samples."""
         return _robustness(np.asarray(adjacency), self.robustness_samples)
 
     def _initial_state(self, rng: np.random.Generator) -> RGCState:
-        adjacency = connected_erdos_renyi(rng, self.num_nodes)
+        adjacency = initial_graph(rng, self.num_nodes, self.initial_graph)
         return RGCState(
             adjacency=adjacency,
             degrees=adjacency.sum(axis=1, dtype=np.int64),
@@ -107,7 +156,7 @@ class RGCEnv(GraphEnv):
         reward = 0.0
         added = False
         if action is not None:
-            i, j = int(action[0]), int(action[1])
+            i, j = self.endpoints(action)
             if i != j and not s.adjacency[i, j]:
                 s.adjacency[i, j] = s.adjacency[j, i] = 1
                 s.degrees[i] += 1
@@ -138,12 +187,35 @@ class RGCEnv(GraphEnv):
     def action_to_nodes(self, action: Any) -> np.ndarray:
         """(N,) int8 indicator of the two endpoints (a single node when ``i == j``)."""
         nodes = np.zeros(self.num_nodes, dtype=np.int8)
-        nodes[np.asarray(action, dtype=np.int64)] = 1
+        nodes[list(self.endpoints(action))] = 1
         return nodes
 
     def _is_valid(self, action: Any) -> bool:
+        i, j = self.endpoints(action)
+        if self.action_mode == "pair":
+            return not self._state.adjacency[i, j]
         mask = self._mask()
-        return bool(mask[int(action[0])] and mask[int(action[1])])
+        return bool(mask[i] and mask[j])
+
+    def addable_pairs(self) -> np.ndarray:
+        """(N(N-1)/2,) bool: the pairs ``i < j`` (pair-mode order) that are not yet edges."""
+        return self._state.adjacency[self._pair_rows, self._pair_cols] == 0
+
+    def action_masks(self) -> np.ndarray:
+        """MaskablePPO's mask: pair mode, the addable pairs (exact: every marked action adds an
+        edge); node mode, the node mask once per endpoint (see :class:`GraphEnv`). Never
+        all-zero: a complete graph (terminal) marks every action."""
+        if self.action_mode != "pair":
+            return super().action_masks()
+        mask = self.addable_pairs()
+        return mask if mask.any() else np.ones_like(mask)
+
+    def sample_valid_action(self, rng: np.random.Generator) -> Any:
+        """A uniformly random valid action. Node mode: the paper's random policy (two distinct
+        masked nodes, see :class:`GraphEnv`); pair mode: a uniform addable pair."""
+        if self.action_mode != "pair":
+            return super().sample_valid_action(rng)
+        return int(rng.choice(np.flatnonzero(self.action_masks())))
 
     def _rgb_node_values(self) -> tuple[np.ndarray, str]:
         return self._state.degrees.astype(np.float32), "degree"

@@ -44,12 +44,17 @@ class SAREnv(GraphEnv):
     Action: ``Discrete(N)``, the node to move to; the mask is the agent's current neighbours.
 
     Args:
-        num_nodes: number of nodes N (>= 5).
+        num_nodes: number of nodes N (5 <= N <= 5000).
         invalid_action: ``"noop"`` (default) or ``"raise"``; see :class:`GraphEnv`.
         render_mode: ``None`` or ``"rgb_array"``.
     """
 
     _state: SARState
+    max_nodes = 5000
+    max_nodes_reason = (
+        "every observation carries a dense (N, N) int8 adjacency (25 MB at N = 5000), so "
+        "rollout buffers and recorded episodes grow as N^2"
+    )
 
     def _make_schema(self) -> FeatureSchema:
         return FeatureSchema.build(
