@@ -1,52 +1,78 @@
-"""Benchmark of the baselines (Vanilla GWM, EA-GWM, G-RSSM) with the OD presets.
+"""Training-step benchmark of the baselines (G-RSSM, EA-GWM, Vanilla GWM), fast vs reference.
 
-Measures, per model and in a fresh subprocess (so that the peak RSS is the model's own):
+For each model and environment (paper presets, OD- and SAR-like batches of B = 8 windows of
+L = 20 transitions on 15-25-node graphs) one Adam training step (loss, backward, gradient
+clipping, optimizer step) is timed twice in the same run, on the same batch and weights:
 
-* one-step imagination of 30 samples on a 1000-node graph (seconds, peak RSS);
-* training iterations/s at the paper's default batch (8 windows of 20 transitions, graphs of
-  15-25 nodes).
+* ``fast``: the model's ``loss`` (the optimised path);
+* ``ref``: the step-by-step eager reference of :mod:`gdm_models.baselines._reference` (the
+  code before the optimisation).
 
-Speed is reported as a ratio against a reference measured in the same run: one dense batched
-matrix product (30, 1000, 1000) @ (30, 1000, 128), the core O(N^2) operation of a step.
+Printed per path: ms per step (median of the timed steps), and from ``torch.profiler`` the
+CUDA kernels launched per step (``--device cuda``) or the aten ops per step (``--device
+cpu``), plus the fast/ref time ratio. Optionally (``--imagine``) one-step imagination of 30
+samples at N = 1000 (seconds).
 
 Usage::
 
-    uv run python packages/gdm-models/benchmarks/bench_baselines.py [--models g-rssm ...]
+    uv run python packages/gdm-models/benchmarks/bench_baselines.py --device cpu [--quick]
+    python3 packages/gdm-models/benchmarks/bench_baselines.py --device cuda
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import resource
-import subprocess
-import sys
+import statistics
 import time
+from collections.abc import Callable
 
 import numpy as np
 import torch
+from gdm_models import EpisodeDataset, FeatureScaler, get_preset, make_model
+from gdm_models.baselines._reference import grssm_loss_reference, gwm_loss_reference
+from gdm_models.data import OBS_KEYS
 
-SCHEMA = {  # OD-like: one continuous and one binary node feature, one graph feature
-    "node_continuous": ["opinion"],
-    "node_categorical": {"active": 2},
-    "graph_continuous": ["share"],
-    "graph_categorical": {},
+SCHEMAS = {
+    "OD": {
+        "node_continuous": ["vibe"],
+        "node_categorical": {"opinion": 5},
+        "graph_continuous": ["k_frac", "k_frac_env"],
+        "graph_categorical": {},
+    },
+    "SAR": {
+        "node_continuous": ["stability"],
+        "node_categorical": {"survivor_present": 2, "exit_node": 2, "current_location": 2},
+        "graph_continuous": ["k"],
+        "graph_categorical": {"escorting": 2},
+    },
 }
-MODELS = ("vanilla-gwm", "ea-gwm", "g-rssm")
+MODELS = ("g-rssm", "ea-gwm", "vanilla-gwm")
+SIZES = (15, 18, 20, 23, 25)  # paper preset's training graph sizes
 
 
-def episode(n: int, T: int, rng: np.random.Generator) -> dict:
+def episode(schema: dict, n: int, T: int, rng: np.random.Generator) -> dict:
+    """Random episode with the schema's features; sparse graphs (mean degree ~4)."""
     adj = np.triu((rng.random((T + 1, n, n)) < 4.0 / n).astype(np.int8), 1)
     adj = adj | adj.transpose(0, 2, 1)
     an = np.zeros((T, n), np.int8)
     an[np.arange(T), rng.integers(0, n, T)] = 1
+    cards = list(schema["node_categorical"].values())
+    gcards = list(schema["graph_categorical"].values())
     return {
         "adjacency": adj,
-        "node_continuous": rng.random((T + 1, n, 1)).astype(np.float32),
-        "node_categorical": rng.integers(0, 2, (T + 1, n, 1)),
-        "graph_continuous": rng.random((T + 1, 1)).astype(np.float32),
-        "graph_categorical": np.zeros((T + 1, 0), np.int64),
-        "action_mask": np.ones((T + 1, n), np.int8),
+        "node_continuous": rng.random((T + 1, n, len(schema["node_continuous"]))).astype(
+            np.float32
+        ),
+        "node_categorical": np.stack([rng.integers(0, k, (T + 1, n)) for k in cards], -1),
+        "graph_continuous": rng.random((T + 1, len(schema["graph_continuous"]))).astype(
+            np.float32
+        ),
+        "graph_categorical": (
+            np.stack([rng.integers(0, k, T + 1) for k in gcards], -1)
+            if gcards
+            else np.zeros((T + 1, 0), np.int64)
+        ),
+        "action_mask": (rng.random((T + 1, n)) < 0.8).astype(np.int8),
         "action_nodes": an,
         "reward": rng.normal(size=T).astype(np.float32),
         "terminated": np.zeros(T, bool),
@@ -54,81 +80,124 @@ def episode(n: int, T: int, rng: np.random.Generator) -> dict:
     }
 
 
-def reference_seconds(repeats: int = 3) -> float:
-    a, b = torch.rand(30, 1000, 1000), torch.rand(30, 1000, 128)
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        torch.bmm(a, b)
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
-def run_one(name: str, train_steps: int) -> dict:
-    from gdm_models import EpisodeDataset, FeatureScaler, get_preset, make_model
-    from gdm_models.data import OBS_KEYS
-    from gdm_models.trainer import train
-
+def setup(name: str, env: str, device: torch.device, B: int = 8, L: int = 20):
+    """Model with the paper preset of ``env`` and one padded batch (B windows of L steps)."""
+    schema = SCHEMAS[env]
     rng = np.random.default_rng(0)
-    preset = get_preset(name, "OD")
-    eps = [episode(int(n), 30, rng) for n in rng.choice([15, 18, 20, 23, 25], 16)]
-    sc = FeatureScaler.fit(eps, SCHEMA)
+    eps = [episode(schema, int(rng.choice(SIZES)), L + 5, rng) for _ in range(B)]
+    scaler = FeatureScaler.fit(eps, schema)
     torch.manual_seed(0)
-    model = make_model(name, SCHEMA, sc, **preset["model"])
-    big = episode(1000, 1, rng)
-    obs = {k: big[k][:1] for k in OBS_KEYS}
-    latent = model.observe(obs, None, generator=0)
-    model.imagine(latent, big["action_nodes"][0], 2, generator=0)  # warm-up
+    model = make_model(name, schema, scaler, **get_preset(name, env)["model"]).to(device)
+    batch = EpisodeDataset(eps, schema).make_batch([(i, 0) for i in range(B)], seq_len=L)
+    return model, batch.to(device)
+
+
+def step_fn(model, batch, path: str) -> Callable[[], None]:
+    """One training step (as in the trainer, without its logging) on the chosen path."""
+    ref = grssm_loss_reference if model.model_name == "g-rssm" else gwm_loss_reference
+    loss_fn = model.loss if path == "fast" else (lambda b, g: ref(model, b, g))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    gen = torch.Generator(device=model.device).manual_seed(0)
+
+    def step() -> None:
+        loss, _ = loss_fn(batch, gen)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 100.0)
+        opt.step()
+
+    return step
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def time_step(step: Callable[[], None], device: torch.device, warmup: int, reps: int) -> float:
+    """Median ms per step."""
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(reps):
+        _sync(device)
+        t0 = time.perf_counter()
+        step()
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+    return 1000.0 * statistics.median(times)
+
+
+def count_ops(step: Callable[[], None], device: torch.device) -> int:
+    """CUDA kernels (cuda) or aten ops (cpu) of one step, from torch.profiler."""
+    acts = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        acts.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=acts) as prof:
+        step()
+        _sync(device)
+    events = prof.key_averages()
+    if device.type == "cuda":
+        return sum(e.count for e in events if e.device_type == torch.autograd.DeviceType.CUDA)
+    return sum(e.count for e in events if e.key.startswith("aten::"))
+
+
+def imagine_seconds(name: str, device: torch.device, n: int = 1000, samples: int = 30) -> float:
+    """One-step imagination of ``samples`` samples on an n-node graph (OD preset)."""
+    model, _ = setup(name, "OD", device)
+    ep = episode(SCHEMAS["OD"], n, 1, np.random.default_rng(1))
+    latent = model.observe({k: ep[k][:1] for k in OBS_KEYS}, None, generator=0)
+    model.imagine(latent, ep["action_nodes"][0], 2, generator=0)  # warm-up
+    _sync(device)
     t0 = time.perf_counter()
-    model.imagine(latent, big["action_nodes"][0], 30, generator=1)
-    imagine_s = time.perf_counter() - t0
-    peak_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-    ds = EpisodeDataset(eps, SCHEMA)
-    train(model, ds, steps=2, progress=False)  # warm-up
-    t0 = time.perf_counter()
-    train(
-        model,
-        ds,
-        steps=train_steps,
-        progress=False,
-        **{k: preset["train"][k] for k in ("batch_size", "seq_len")},
-    )
-    its = train_steps / (time.perf_counter() - t0)
-    return {"model": name, "imagine_s": imagine_s, "peak_rss_gib": peak_gib, "train_it_s": its}
+    model.imagine(latent, ep["action_nodes"][0], samples, generator=1)
+    _sync(device)
+    return time.perf_counter() - t0
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--models", nargs="+", default=list(MODELS))
-    ap.add_argument("--train-steps", type=int, default=10)
-    ap.add_argument("--one", help=argparse.SUPPRESS)
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    ap.add_argument("--envs", nargs="+", default=list(SCHEMAS), choices=list(SCHEMAS))
+    ap.add_argument("--reps", type=int, default=None, help="timed steps per path")
+    ap.add_argument("--quick", action="store_true", help="OD only, few steps (< 1 min on CPU)")
+    ap.add_argument("--imagine", action="store_true", help="also time imagination at N=1000")
     args = ap.parse_args()
-    if args.one:
-        print(json.dumps(run_one(args.one, args.train_steps)))
-        return
-    ref = reference_seconds()
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: no CUDA device available")
+    envs = ["OD"] if args.quick else args.envs
+    reps = args.reps or (2 if args.quick else (20 if device.type == "cuda" else 5))
+    warmup = 1 if args.quick else 3
+    unit = "kernels" if device.type == "cuda" else "aten ops"
     print(
-        f"reference bmm (30,1000,1000)@(30,1000,128): {ref:.3f} s  "
-        f"threads={torch.get_num_threads()}"
+        f"device={device} torch={torch.__version__} threads={torch.get_num_threads()} "
+        f"B=8 L=20 N in {SIZES}; median of {reps} steps"
     )
     print(
-        f"{'model':<12} {'imagine N=1000 S=30':>20} {'ratio':>8} {'peak RSS':>10} "
-        f"{'train it/s':>11}"
+        f"{'model':<12} {'env':<4} {'fast ms':>9} {'ref ms':>9} {'ref/fast':>9} "
+        f"{'fast ' + unit:>14} {'ref ' + unit:>14}"
     )
     for name in args.models:
-        out = subprocess.run(
-            [sys.executable, __file__, "--one", name, "--train-steps", str(args.train_steps)],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        r = json.loads(out.stdout.strip().splitlines()[-1])
-        print(
-            f"{name:<12} {r['imagine_s']:>18.2f} s {r['imagine_s'] / ref:>8.1f} "
-            f"{r['peak_rss_gib']:>8.2f} GiB {r['train_it_s']:>11.2f}"
-        )
+        for env in envs:
+            row = {}
+            for path in ("fast", "ref"):
+                model, batch = setup(name, env, device)
+                step = step_fn(model, batch, path)
+                ms = time_step(step, device, warmup, reps)
+                row[path] = (ms, count_ops(step, device))
+            (f_ms, f_ops), (r_ms, r_ops) = row["fast"], row["ref"]
+            print(
+                f"{name:<12} {env:<4} {f_ms:>9.1f} {r_ms:>9.1f} {r_ms / f_ms:>9.2f} "
+                f"{f_ops:>14d} {r_ops:>14d}",
+                flush=True,
+            )
+    if args.imagine and not args.quick:
+        for name in args.models:
+            print(f"{name:<12} imagine N=1000 S=30: {imagine_seconds(name, device):.2f} s")
 
 
 if __name__ == "__main__":

@@ -108,14 +108,16 @@ def _vmean(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
 
 # ---------------------------------------------------------------------------- G-RSSM
 def attention_reference(attn: Any, x: torch.Tensor, node_mask: torch.Tensor) -> torch.Tensor:
-    """All-pairs attention in query blocks of ``attn.chunk`` nodes (the original forward)."""
+    """All-pairs attention in query blocks of ``attn.chunk`` nodes (the original forward, whose
+    default block was 256)."""
+    chunk = attn.chunk or 256
     B, N, D = x.shape
     H = attn.heads
     q, k, v = attn.qkv(x).view(B, N, 3, H, D // H).permute(2, 0, 3, 1, 4)
     allowed = node_mask[:, None, None, :]
     outs = [
-        F.scaled_dot_product_attention(q[:, :, s : s + attn.chunk], k, v, attn_mask=allowed)
-        for s in range(0, N, attn.chunk)
+        F.scaled_dot_product_attention(q[:, :, s : s + chunk], k, v, attn_mask=allowed)
+        for s in range(0, N, chunk)
     ]
     o = torch.cat(outs, dim=2).transpose(1, 2).reshape(B, N, D)
     return attn.out(o)

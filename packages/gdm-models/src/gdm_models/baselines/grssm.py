@@ -11,7 +11,8 @@ recurrent step (paper, "Background")::
     prior     p(z_t(v) | h_t(v));   posterior  q(z_t(v) | h_t(v), e_v(o_t))
 
 The latent update exchanges messages between *all* pairs of nodes (multi-head dot-product
-attention over the real nodes, O(N^2), evaluated in blocks of query nodes); the observed
+attention over the real nodes, O(N^2); one fused attention call, split into blocks of query
+nodes only when the score matrix would exceed a per-device memory budget); the observed
 topology is used only by the observation encoder: per-feature linear embeddings of the node
 features, the action mask and the graph features *broadcast to every node*, averaged, then
 ``encoder_layers`` dense GNN layers (mean aggregation over neighbours, root connection,
@@ -35,6 +36,13 @@ with L_pred the reconstruction of every observation of the window from the poste
 (node and graph features, beta_adj x adjacency BCE, action mask) plus reward / continuation of
 each transition; the node KL is averaged over the real nodes of a graph before the free-bits
 floor.
+
+Speed (same math as the step-by-step form kept in :mod:`._reference`): the training loss draws
+the posterior noise of all steps at once (on the CPU the same numbers as one draw per step),
+applies the time-independent parts of the input and posterior layers (action column, the
+observation embedding's columns, biases) to all steps in one product, runs only the cell
+``h -> x -> attention -> GRU -> posterior sample`` inside the recurrence and the prior net on all
+steps afterwards, and syncs with the host once per call for the logged terms.
 """
 
 from __future__ import annotations
@@ -51,8 +59,8 @@ from torch import nn
 
 from ..api import WorldModel, predictions_to_numpy
 from ..data import OBS_KEYS, Batch
-from ..losses import free_bits
-from ..rssm import categorical_kl, sample_onehot_st, unimix_probs
+from ..losses import free_bits, masked_mean
+from ..rssm import _EPS, categorical_kl, gumbel_from_uniform, sample_onehot_st, unimix_probs
 from ..scaling import FeatureScaler
 from ..schema import Schema
 from .common import (
@@ -65,7 +73,19 @@ from .common import (
     state_from_observation,
 )
 
-__all__ = ["GRSSMConfig", "GRSSM", "GRSSMLatent", "AllPairsAttention", "GRSSM_TERM_KEYS"]
+__all__ = [
+    "GRSSMConfig",
+    "GRSSM",
+    "GRSSMLatent",
+    "AllPairsAttention",
+    "GRSSM_TERM_KEYS",
+    "ATTENTION_BUDGET_BYTES",
+]
+
+#: bytes of attention scores (B x heads x query block x N) per call, by device type; a block
+#: of queries is used only when all N queries would exceed it (e.g. imagination at large N).
+ATTENTION_BUDGET_BYTES: dict[str, int] = {"cuda": 256 * 2**20, "cpu": 32 * 2**20}
+_OTHER_DEVICE_BUDGET = 64 * 2**20
 
 GRSSM_TERM_KEYS: tuple[str, ...] = (
     "pred",
@@ -95,7 +115,8 @@ class GRSSMConfig:
         beta_adj, beta_dyn, beta_rep, beta_pred: loss weights; free_bits: KL floor (nats).
         unimix: uniform mixture of every latent categorical.
         adj_bias: add a learned scalar to the adjacency logit (see module docstring).
-        attn_chunk: query block size of the all-pairs attention (memory bound O(chunk x N)).
+        attn_chunk: query block size of the all-pairs attention (memory O(chunk x N)); 0 (the
+            default) sizes the block from :data:`ATTENTION_BUDGET_BYTES` of the device.
     """
 
     embed_dim: int = 128
@@ -112,12 +133,14 @@ class GRSSMConfig:
     free_bits: float = 0.01
     unimix: float = 0.01
     adj_bias: bool = True
-    attn_chunk: int = 256
+    attn_chunk: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("embed_dim", "hidden_dim", "latent_groups", "attn_heads", "attn_chunk"):
+        for name in ("embed_dim", "hidden_dim", "latent_groups", "attn_heads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
+        if self.attn_chunk < 0:
+            raise ValueError(f"attn_chunk must be >= 0 (0 = memory budget), got {self.attn_chunk}")
         if self.latent_classes < 2:
             raise ValueError("latent_classes must be >= 2")
         if self.mp_layers < 0 or self.encoder_layers < 0:
@@ -153,6 +176,15 @@ class GRSSMLatent:
         return self.h.shape[0]
 
 
+def _onehot_st(probs: torch.Tensor, gumbel: torch.Tensor) -> torch.Tensor:
+    """:func:`~gdm_models.rssm.sample_onehot_st` given the Gumbel noise: forward the one-hot of
+    argmax(log p + g), gradient that of ``probs`` (scatter instead of ``F.one_hot``, which
+    checks its input range on the host)."""
+    idx = (torch.log(probs.clamp_min(_EPS)) + gumbel).argmax(dim=-1, keepdim=True)
+    onehot = torch.zeros_like(probs).scatter_(-1, idx, 1.0)
+    return onehot + probs - probs.detach()
+
+
 def _mlp(i: int, hidden: int, o: int) -> nn.Sequential:
     return nn.Sequential(
         nn.Linear(i, hidden), nn.LayerNorm(hidden), nn.SiLU(), nn.Linear(hidden, o)
@@ -162,27 +194,64 @@ def _mlp(i: int, hidden: int, o: int) -> nn.Sequential:
 class AllPairsAttention(nn.Module):
     """Multi-head dot-product attention from every real node to every real node (incl. itself).
 
-    Queries are processed in blocks of ``chunk`` nodes, so memory is O(B x heads x chunk x N).
+    All heads in one fused ``scaled_dot_product_attention`` call. Queries are split into blocks
+    only when the scores of all N queries exceed the memory budget: ``chunk`` query rows if
+    ``chunk > 0``, else as many rows as fit in :data:`ATTENTION_BUDGET_BYTES` of the device.
     """
 
-    def __init__(self, dim: int, heads: int, chunk: int) -> None:
+    def __init__(self, dim: int, heads: int, chunk: int = 0) -> None:
         super().__init__()
         self.heads, self.chunk = heads, chunk
         self.qkv = nn.Linear(dim, 3 * dim)
         self.out = nn.Linear(dim, dim)
 
-    def forward(self, x: torch.Tensor, node_mask: torch.Tensor) -> torch.Tensor:
-        """x (B,N,D), node_mask (B,N) bool -> (B,N,D)."""
+    def query_block(self, batch: int, n: int, dtype: torch.dtype, device: torch.device) -> int:
+        """Number of query rows per attention call (``n`` = all at once)."""
+        if self.chunk > 0:
+            return min(self.chunk, n)
+        budget = ATTENTION_BUDGET_BYTES.get(device.type, _OTHER_DEVICE_BUDGET)
+        row_bytes = batch * self.heads * n * torch.finfo(dtype).bits // 8
+        return max(1, min(n, budget // max(row_bytes, 1)))
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        node_mask: torch.Tensor,
+        key_bias: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """x (B,N,D), node_mask (B,N) bool -> (B,N,D).
+
+        ``key_bias`` (B,1,1,N): precomputed :func:`attention_key_bias` of ``node_mask`` (saves
+        rebuilding it at every recurrent step)."""
         B, N, D = x.shape
         H = self.heads
         q, k, v = self.qkv(x).view(B, N, 3, H, D // H).permute(2, 0, 3, 1, 4)
-        allowed = node_mask[:, None, None, :]  # keys: real nodes only
-        outs = [
-            F.scaled_dot_product_attention(q[:, :, s : s + self.chunk], k, v, attn_mask=allowed)
-            for s in range(0, N, self.chunk)
-        ]
-        o = torch.cat(outs, dim=2).transpose(1, 2).reshape(B, N, D)
-        return self.out(o)
+        bias = attention_key_bias(node_mask, x.dtype) if key_bias is None else key_bias
+        rows = self.query_block(B, N, x.dtype, x.device)
+        if rows >= N:
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+        else:
+            o = torch.cat(
+                [
+                    F.scaled_dot_product_attention(q[:, :, s : s + rows], k, v, attn_mask=bias)
+                    for s in range(0, N, rows)
+                ],
+                dim=2,
+            )
+        return self.out(o.transpose(1, 2).reshape(B, N, D))
+
+
+def attention_key_bias(node_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Additive attention mask (B,1,1,N): 0 for real keys, -inf for padded ones (the float
+    form of the boolean key mask, built once per pass instead of once per call).
+
+    The rows are allocated 16-aligned (a view of a (B,1,1,16k) buffer) so that the fused CUDA
+    attention kernels take the mask as is instead of padding a copy at every call."""
+    B, N = node_mask.shape
+    n_pad = -(-N // 16) * 16
+    bias = torch.zeros(B, 1, 1, n_pad, dtype=dtype, device=node_mask.device)
+    bias[:, 0, 0, :N].masked_fill_(~node_mask, float("-inf"))
+    return bias[..., :N]
 
 
 class DenseGNNLayer(nn.Module):
@@ -273,11 +342,33 @@ class GRSSM(WorldModel):
         self, h: torch.Tensor, z: torch.Tensor, action: torch.Tensor, node_mask: torch.Tensor
     ) -> torch.Tensor:
         """h_t = GRU(AllPairsMP(SiLU(W_in [h_{t-1}, z_{t-1}, a_t])) | h_{t-1}) per node."""
+        w_hz, a_term = self._input_parts(action)
         m = node_mask.to(h.dtype)[..., None]
-        x = F.silu(self.rec_in(torch.cat([h, z, action[..., None].to(h.dtype)], dim=-1)))
-        for attn, norm in zip(self.attention, self.attention_norm, strict=True):
-            x = norm(x + attn(x, node_mask))
+        return self._cell(h, z, w_hz, a_term, node_mask, attention_key_bias(node_mask, h.dtype), m)
+
+    def _input_parts(self, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Split W_in [h, z, a] + b into ``(W_hz, a w_a + b)``: the action column and the bias
+        do not depend on the recurrence, so they are applied to all steps at once."""
+        w = self.rec_in.weight
+        a_term = action[..., None].to(w.dtype) * w[:, -1] + self.rec_in.bias
+        return w[:, :-1], a_term
+
+    def _cell(
+        self,
+        h: torch.Tensor,
+        z: torch.Tensor,
+        w_hz: torch.Tensor,
+        a_term: torch.Tensor,
+        node_mask: torch.Tensor,
+        key_bias: torch.Tensor,
+        m: torch.Tensor,
+    ) -> torch.Tensor:
+        """The recurrent update of :meth:`transition` given its precomputed parts."""
         lead = h.shape[:-1]
+        hz = torch.cat([h, z], dim=-1).reshape(-1, w_hz.shape[1])
+        x = F.silu(torch.addmm(a_term.reshape(-1, w_hz.shape[0]), hz, w_hz.T)).reshape(*lead, -1)
+        for attn, norm in zip(self.attention, self.attention_norm, strict=True):
+            x = norm(x + attn(x, node_mask, key_bias))
         h_new = self.gru(x.reshape(-1, x.shape[-1]), h.reshape(-1, h.shape[-1])).reshape(*lead, -1)
         return h_new * m
 
@@ -329,39 +420,75 @@ class GRSSM(WorldModel):
         actions: torch.Tensor,
         node_mask: torch.Tensor,
         generator: torch.Generator,
+        noise_at_once: bool = False,
     ) -> dict[str, torch.Tensor]:
         """Posterior pass over T+1 observations (B,T+1,...) and T actions (B,T,N).
 
         The first step starts from h = 0, z = 0 and a zero action. Returns stacked (B,T+1,N,.)
         ``h``, ``z`` (straight-through samples), ``prior`` and ``posterior`` probabilities.
+        ``noise_at_once`` draws the uniforms of all steps in one call (training); otherwise one
+        draw per step, so that a prefix of the trajectory consumes exactly its own noise on
+        every device (``observe_at``). On the CPU both give the same numbers.
         """
         B, T1, N = obs["adjacency"].shape[:3]
+        c = self.config
+        G, C, H = c.latent_groups, c.latent_classes, c.hidden_dim
         flat = {k: v.reshape(B * T1, *v.shape[2:]) for k, v in obs.items() if k in OBS_KEYS}
         mask_bt = node_mask[:, None].expand(B, T1, N).reshape(B * T1, N)
         enc = self.encode(flat, mask_bt).reshape(B, T1, N, -1)
-        c = self.config
         dev, dt = enc.device, enc.dtype
-        h = torch.zeros(B, N, c.hidden_dim, device=dev, dtype=dt)
-        z = torch.zeros(B, N, c.latent_groups * c.latent_classes, device=dev, dtype=dt)
-        hs, zs, priors, posts = [], [], [], []
+        # time-major inputs of the recurrence, computed for all steps in one product each
+        acts = torch.cat([actions.new_zeros(B, 1, N), actions], 1).transpose(0, 1).to(dt)
+        w_hz, a_term = self._input_parts(acts)  # (T1,B,N,H)
+        post_in, post_rest = self.posterior_net[0], self.posterior_net[1:]
+        w_ph = post_in.weight[:, :H]  # q(z | h, e): [h, e] W^T + b = h W_h^T + (e W_e^T + b)
+        e_term = F.linear(enc.transpose(0, 1), post_in.weight[:, H:], post_in.bias)
+        gumbel = None
+        if noise_at_once:
+            u = torch.rand((T1, B, N, G, C), generator=generator, device=dev, dtype=dt)
+            gumbel = gumbel_from_uniform(u)
+        key_bias = attention_key_bias(node_mask, dt)
+        m = node_mask.to(dt)[..., None]
+        h = torch.zeros(B, N, H, device=dev, dtype=dt)
+        z = torch.zeros(B, N, G * C, device=dev, dtype=dt)
+        hs, zs, posts = [], [], []
         for t in range(T1):
-            a = actions[:, t - 1] if t > 0 else torch.zeros(B, N, device=dev, dtype=dt)
-            h = self.transition(h, z, a, node_mask)
-            prior = self.prior(h)
-            post = self.posterior(h, enc[:, t])
-            z = self.sample_z(post, generator) * node_mask[..., None].to(dt)
+            h = self._cell(h, z, w_hz, a_term[t], node_mask, key_bias, m)
+            logits = post_rest(torch.addmm(e_term[t].reshape(-1, H), h.reshape(-1, H), w_ph.T))
+            post = self._probs(logits.reshape(B, N, -1))
+            if gumbel is None:
+                u = torch.rand(post.shape, generator=generator, device=dev, dtype=dt)
+                g_t = gumbel_from_uniform(u)
+            else:
+                g_t = gumbel[t]
+            z = _onehot_st(post, g_t).flatten(-2) * m
             hs.append(h)
             zs.append(z)
-            priors.append(prior)
             posts.append(post)
+        h_all = torch.stack(hs, 1)
         return {
-            "h": torch.stack(hs, 1),
+            "h": h_all,
             "z": torch.stack(zs, 1),
-            "prior": torch.stack(priors, 1),
+            "prior": self.prior(h_all),  # p(z_t | h_t) does not feed the recurrence
             "posterior": torch.stack(posts, 1),
         }
 
     # ------------------------------------------------------------------ training
+    def loss_scales(self) -> dict[str, float]:
+        """Weight of every loss term in the total: beta_pred L_pred (with beta_adj on the
+        adjacency BCE) + beta_dyn [KL_dyn]_FB + beta_rep [KL_rep]_FB (module docstring)."""
+        c = self.config
+        return {
+            "node": c.beta_pred,
+            "graph": c.beta_pred,
+            "adjacency": c.beta_pred * c.beta_adj,
+            "action_mask": c.beta_pred,
+            "reward": c.beta_pred,
+            "continuation": c.beta_pred,
+            "kl_dyn": c.beta_dyn,
+            "kl_rep": c.beta_rep,
+        }
+
     def loss(
         self, batch: Batch, generator: torch.Generator | None = None
     ) -> tuple[torch.Tensor, dict[str, float]]:
@@ -372,7 +499,7 @@ class GRSSM(WorldModel):
         B, L, N = batch.batch_size, batch.seq_len, batch.num_nodes
         T1 = L + 1
         obs = {k: getattr(batch, k) for k in OBS_KEYS}
-        out = self._filter(obs, batch.action_nodes, batch.node_mask, gen)
+        out = self._filter(obs, batch.action_nodes, batch.node_mask, gen, noise_at_once=True)
         dev = batch.adjacency.device
         mask_bt = batch.node_mask[:, None].expand(B, T1, N).reshape(B * T1, N)
         pred = self.decode(
@@ -388,43 +515,32 @@ class GRSSM(WorldModel):
         true_col = torch.ones(B, 1, dtype=torch.bool, device=dev)
         obs_valid = torch.cat([true_col, batch.step_mask], 1).reshape(-1)
         trans_valid = torch.cat([~true_col, batch.step_mask], 1).reshape(-1)
-
-        def vmean(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-            v = valid.to(x.dtype)
-            return (x * v).sum() / v.sum().clamp_min(1.0)
-
-        means = {
-            k: vmean(parts[k], obs_valid) for k in ("node", "graph", "adjacency", "action_mask")
-        }
-        means.update({k: vmean(parts[k], trans_valid) for k in ("reward", "continuation")})
-        l_pred = (
-            means["node"]
-            + means["graph"]
-            + c.beta_adj * means["adjacency"]
-            + means["action_mask"]
-            + means["reward"]
-            + means["continuation"]
+        obs_keys = ("node", "graph", "adjacency", "action_mask")
+        trans_keys = ("reward", "continuation")
+        means = torch.cat(
+            [
+                masked_mean(torch.stack([parts[k] for k in obs_keys]), obs_valid, -1),
+                masked_mean(torch.stack([parts[k] for k in trans_keys]), trans_valid, -1),
+            ]
         )
+        terms = dict(zip(obs_keys + trans_keys, means, strict=True))
         # KL per graph and step: node-mean of the summed-over-groups KL, then free bits
         q, p = out["posterior"], out["prior"]
-        m = batch.node_mask[:, None].to(q.dtype)
-
-        def node_mean(kl: torch.Tensor) -> torch.Tensor:  # (B,T1,N) -> (B*T1,)
-            return ((kl * m).sum(-1) / m.sum(-1).clamp_min(1.0)).reshape(-1)
-
-        kl_dyn = node_mean(categorical_kl(q.detach(), p))
-        kl_rep = node_mean(categorical_kl(q, p.detach()))
-        dyn = vmean(free_bits(kl_dyn, c.free_bits), obs_valid)
-        rep = vmean(free_bits(kl_rep, c.free_bits), obs_valid)
-        total = c.beta_pred * l_pred + c.beta_dyn * dyn + c.beta_rep * rep
-        terms = {k: v.item() for k, v in means.items()}
-        terms.update(
-            pred=l_pred.item(),
-            kl=vmean(kl_dyn, obs_valid).item(),
-            kl_dyn=dyn.item(),
-            kl_rep=rep.item(),
+        node_valid = batch.node_mask[:, None].expand(B, T1, N)
+        kl_dyn = masked_mean(categorical_kl(q.detach(), p), node_valid, -1).reshape(-1)
+        kl_rep = masked_mean(categorical_kl(q, p.detach()), node_valid, -1).reshape(-1)
+        fb = torch.stack([free_bits(kl_dyn, c.free_bits), free_bits(kl_rep, c.free_bits), kl_dyn])
+        terms["kl_dyn"], terms["kl_rep"], kl_raw = masked_mean(fb, obs_valid, -1)
+        scale = self.loss_scales()
+        assert scale.keys() == terms.keys(), (sorted(scale), sorted(terms))
+        total = sum(scale[k] * terms[k] for k in scale)
+        # one host sync for every logged value (no .item() per term)
+        values = torch.stack([*terms.values(), kl_raw]).detach().tolist()
+        logged = dict(zip([*terms, "kl"], values, strict=True))
+        logged["pred"] = sum(
+            logged[k] * (c.beta_adj if k == "adjacency" else 1.0) for k in obs_keys + trans_keys
         )
-        return total, {k: terms[k] for k in GRSSM_TERM_KEYS}
+        return total, {k: logged[k] for k in GRSSM_TERM_KEYS}
 
     # ------------------------------------------------------------------ inference API
     @torch.no_grad()
