@@ -70,13 +70,17 @@ class NumpyBackend(Backend):
     def __init__(self, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> None:
         self.chunk_bytes = chunk_bytes
 
-    def node_continuous_terms(self, x, sigma, multipliers):
+    def node_continuous_terms(
+        self, x: np.ndarray, sigma: np.ndarray, multipliers: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         return kernels.node_continuous_terms(x, sigma, multipliers)
 
-    def node_categorical_terms(self, x, cardinalities, lam):
+    def node_categorical_terms(
+        self, x: np.ndarray, cardinalities: Sequence[int], lam: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         return kernels.node_categorical_terms(x, cardinalities, lam)
 
-    def edge_counts(self, z):
+    def edge_counts(self, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return kernels.edge_counts(z)
 
 

@@ -196,7 +196,9 @@ def as_bandwidths(value: Bandwidths | Mapping) -> Bandwidths:
 _FEATURE_KEYS = ("node_continuous", "node_categorical", "graph_continuous", "graph_categorical")
 
 
-def _split(obs: Mapping, key: str, width: int, node: bool, lead: tuple[int, ...], n: int):
+def _split(
+    obs: Mapping, key: str, width: int, node: bool, lead: tuple[int, ...], n: int
+) -> np.ndarray:
     """Return the feature array of one observation (stacked or single) with validated shape."""
     shape = (*lead, n, width) if node else (*lead, width)
     if key not in obs:
@@ -227,6 +229,8 @@ def _lead_and_nodes(obs: Mapping, index: int) -> tuple[tuple[int, ...], int]:
 def _validated_pair(pair: object, index: int, sch: Schema) -> tuple[dict, dict, bool]:
     """Phase 1: the feature arrays of ``obs_t`` and ``obs_t1``, and whether their node
     features are comparable (same N > 0; a zero-node side is a terminal metric graph)."""
+    obs_t: Mapping
+    obs_t1: Mapping
     try:
         obs_t, obs_t1 = pair  # type: ignore[misc]
     except (TypeError, ValueError):

@@ -106,7 +106,14 @@ class Options:
 
 
 def resolve_options(
-    schema, bandwidths, weights, epsilon, multipliers, estimator, backend="numpy", device=None
+    schema: Mapping | Schema,
+    bandwidths: Bandwidths | Mapping,
+    weights: Sequence[float],
+    epsilon: float,
+    multipliers: Sequence[float],
+    estimator: str,
+    backend: str | Backend = "numpy",
+    device: str | None = None,
 ) -> Options:
     """Validate the common arguments (see :func:`gdd`) into an :class:`Options`."""
     sch = normalise_schema(schema)
@@ -135,7 +142,9 @@ def resolve_options(
     return Options(sch, bw, w, eps, mult, estimator, get_backend(backend, device))
 
 
-def validate_pair(pred, true, schema: Schema, estimator: str) -> tuple[SampleSet, SampleSet]:
+def validate_pair(
+    pred: Mapping, true: Mapping, schema: Schema, estimator: str
+) -> tuple[SampleSet, SampleSet]:
     """Validate both sample sets against ``schema`` and against each other."""
     p = validate_samples(pred, schema, "pred")
     t = validate_samples(true, schema, "true")
@@ -328,7 +337,7 @@ def gdd_many(
     return results  # type: ignore[return-value]
 
 
-def _as_pairs(pairs) -> list[tuple[Mapping, Mapping]]:
+def _as_pairs(pairs: Sequence[tuple[Mapping, Mapping]]) -> list[tuple[Mapping, Mapping]]:
     out = []
     for k, pair in enumerate(pairs):
         try:

@@ -14,12 +14,12 @@ import numpy as np
 
 from .bandwidths import Bandwidths, as_bandwidths
 from .mmd import DEFAULT_EPSILON, DEFAULT_MULTIPLIERS, DEFAULT_WEIGHTS, GDDResult
-from .schema import Schema, check_same_nodes, normalise_schema, validate_samples
+from .schema import SampleSet, Schema, check_same_nodes, normalise_schema, validate_samples
 
 __all__ = ["pair_kernels", "reference_grams", "reference_gdd", "graph_at"]
 
 
-def graph_at(samples, k: int) -> dict:
+def graph_at(samples: SampleSet, k: int) -> dict:
     """Sample ``k`` of a validated sample set as a single-graph dict."""
     return {
         "adjacency": samples.adjacency[k],
@@ -30,13 +30,13 @@ def graph_at(samples, k: int) -> dict:
     }
 
 
-def _rbf_mix(sq: np.ndarray, multipliers) -> np.ndarray:
+def _rbf_mix(sq: np.ndarray, multipliers: Sequence[float]) -> np.ndarray:
     """1/|M| sum_r exp(-sq / (2 r^2)), elementwise."""
-    return sum(np.exp(-sq / (2 * r**2)) for r in multipliers) / len(multipliers)
+    return np.asarray(sum(np.exp(-sq / (2 * r**2)) for r in multipliers)) / len(multipliers)
 
 
 def pair_kernels(
-    g1: Mapping, g2: Mapping, schema: Schema, bandwidths: Bandwidths, multipliers
+    g1: Mapping, g2: Mapping, schema: Schema, bandwidths: Bandwidths, multipliers: Sequence[float]
 ) -> dict[str, float]:
     """K_add^n, K_add^g, K_J and K_joint of one pair of single graphs (numpy over nodes)."""
     sc = np.array([bandwidths.sigma[f] for f in schema.node_continuous], dtype=float)
@@ -87,7 +87,13 @@ def pair_kernels(
     return {"node": k_add_n, "graph": k_add_g, "edge": float(k_j), "joint": float(joint)}
 
 
-def reference_grams(pred, true, schema, bandwidths, multipliers=DEFAULT_MULTIPLIERS):
+def reference_grams(
+    pred: Mapping,
+    true: Mapping,
+    schema: Mapping | Schema,
+    bandwidths: Bandwidths | Mapping,
+    multipliers: Sequence[float] = DEFAULT_MULTIPLIERS,
+) -> tuple[dict[str, np.ndarray], int]:
     """Gram matrices (T, T) of the four kernels over [pred; true], by a double loop."""
     sch = normalise_schema(schema)
     bw = as_bandwidths(bandwidths)
@@ -107,10 +113,10 @@ def reference_grams(pred, true, schema, bandwidths, multipliers=DEFAULT_MULTIPLI
 
 
 def reference_gdd(
-    pred,
-    true,
+    pred: Mapping,
+    true: Mapping,
     schema: Mapping | Schema,
-    bandwidths,
+    bandwidths: Bandwidths | Mapping,
     *,
     weights: Sequence[float] = DEFAULT_WEIGHTS,
     epsilon: float = DEFAULT_EPSILON,

@@ -166,7 +166,7 @@ def _check_adjacency(adj: object, name: str) -> tuple[np.ndarray, np.ndarray]:
         return adj, np.zeros((0, 0), dtype=bool)
     # Every entry outside the union support is 0, so value and symmetry checks only need the
     # support (one cheap reduction over the samples instead of a full transpose).
-    support = adj.any(axis=0)  # non-zero (or NaN) anywhere in the set
+    support: np.ndarray = np.asarray(adj.any(axis=0))  # non-zero (or NaN) anywhere in the set
     flat = np.flatnonzero(support)
     if flat.size:
         rows, cols = np.divmod(flat, n)
@@ -221,7 +221,9 @@ def _feature_array(
     return arr
 
 
-def _check_categories(arr: np.ndarray, specs, key: str, name: str) -> None:
+def _check_categories(
+    arr: np.ndarray, specs: Sequence[tuple[str, int]], key: str, name: str
+) -> None:
     for f, (feat, card) in enumerate(specs):
         col = arr[..., f]
         if col.size and (col.min() < 0 or col.max() >= card):

@@ -10,6 +10,8 @@ back as numpy arrays, and the cheap (T, T) graph-level terms and the estimators 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from types import ModuleType
+from typing import Any
 
 import numpy as np
 
@@ -19,7 +21,7 @@ from .kernels import pair_indices, symmetric_from_pairs
 __all__ = ["TorchBackend", "load_torch"]
 
 
-def load_torch():
+def load_torch() -> ModuleType:
     """Import torch or raise an ImportError that says how to install it."""
     try:
         import torch
@@ -40,11 +42,13 @@ class TorchBackend(Backend):
         self.device = self.torch.device(device or "cpu")
         self.chunk_bytes = chunk_bytes
 
-    def _t(self, a: np.ndarray, dtype=None):
+    def _t(self, a: np.ndarray, dtype: Any = None) -> Any:
         """``a`` as a contiguous tensor on this backend's device."""
         return self.torch.as_tensor(np.ascontiguousarray(a), device=self.device, dtype=dtype)
 
-    def node_continuous_terms(self, x: np.ndarray, sigma: np.ndarray, multipliers: np.ndarray):
+    def node_continuous_terms(
+        self, x: np.ndarray, sigma: np.ndarray, multipliers: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         """See :func:`gdd_metric.kernels.node_continuous_terms`."""
         torch = self.torch
         b, t, n, f_count = x.shape
@@ -71,7 +75,9 @@ class TorchBackend(Backend):
             symmetric_from_pairs(dist.cpu().numpy() / f_count, t, 0.0),
         )
 
-    def node_categorical_terms(self, x: np.ndarray, cardinalities: Sequence[int], lam):
+    def node_categorical_terms(
+        self, x: np.ndarray, cardinalities: Sequence[int], lam: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         """See :func:`gdd_metric.kernels.node_categorical_terms` (one-hot products)."""
         torch = self.torch
         b, t, n, f_count = x.shape
@@ -89,7 +95,7 @@ class TorchBackend(Backend):
             dist += float(lam[f]) * mismatches
         return add.cpu().numpy(), dist.cpu().numpy() / f_count
 
-    def edge_counts(self, z: np.ndarray):
+    def edge_counts(self, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """See :func:`gdd_metric.kernels.edge_counts` (float32 products count exactly)."""
         zt = self._t(z, self.torch.float32)
         inter = (zt @ zt.T).double().cpu().numpy()
