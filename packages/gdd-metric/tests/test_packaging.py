@@ -43,4 +43,3 @@ def test_installs_and_runs_in_fresh_venv_without_torch(tmp_path):
     k = sum(math.exp(-1 / (2 * r**2)) for r in (0.1, 0.5, 1, 2, 16)) / 5
     mmd2 = (1 / 3 + 1) * (1 + 1 - 2 * k)
     assert float(out.stdout) == pytest.approx(math.sqrt(mmd2), abs=1e-6)
-
