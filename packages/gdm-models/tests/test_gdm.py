@@ -149,12 +149,12 @@ def test_batch_padding_does_not_change_per_episode_loss(make_tiny, dataset):
     m.loss_terms(both, noise)
     # replay the small episode's noise (first batch row, first n_s nodes)
     rec = {}
-    for k, u in noise.record.items():
+    for k, u in noise.record.items():  # "seq/<name>": batch, time, then the node axes
         name = k.split("/", 1)[1]
         if name == "adj":
-            rec[k] = u[:1, :n_s, :n_s]
+            rec[k] = u[:1, :, :n_s, :n_s]
         elif name.startswith(("zn_",)):
-            rec[k] = u[:1, :n_s]
+            rec[k] = u[:1, :, :n_s]
         else:
             rec[k] = u[:1]
     _, terms_alone = m.loss_terms(alone, Noise(None, m.device, rec))

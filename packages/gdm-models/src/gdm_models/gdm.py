@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -42,9 +43,11 @@ from .adjacency import (
     xor_update,
 )
 from .api import WorldModel, predictions_to_numpy
+from .compiling import compile_or_eager, default_compile_mode
 from .data import Batch
 from .decoder import GraphHeads, InnovationDecoder, NodeHeads, PairDotAdjacencyHead
 from .encoder import ActionEmbedding, FeatureEncoder
+from .gdm_sequence import posterior_cell, sequence_loss_terms, sequence_tail
 from .losses import (
     adjacency_kl,
     bce_with_logits,
@@ -255,6 +258,12 @@ def _pool(x: torch.Tensor, node_mask: torch.Tensor) -> torch.Tensor:
     return (x * m).sum(1) / m.sum(1).clamp_min(1.0)
 
 
+def _to_floats(terms: Mapping[str, torch.Tensor]) -> dict[str, float]:
+    """Detached 0-d tensors -> python floats with one host transfer."""
+    values = torch.stack(list(terms.values())).tolist()
+    return dict(zip(terms, values, strict=True))
+
+
 def _flat(z: torch.Tensor) -> torch.Tensor:
     return z.reshape(*z.shape[:-2], -1)
 
@@ -275,6 +284,7 @@ class GDM(WorldModel):
     ) -> None:
         config = GDMConfig() if config is None else config
         super().__init__(schema, scaler, config)
+        self._compiled: tuple[Any, Any] | None = None  # see enable_compile
         c = config
         H, E, M = c.hidden_dim, c.embed_dim, c.mlp_width
         self.zn_dim = c.node_latent_groups * c.node_latent_classes
@@ -307,6 +317,23 @@ class GDM(WorldModel):
             self.dec_g = InnovationDecoder(H, self.zg_dim, M, H)
         self.node_heads = NodeHeads(self.schema, H)
         self.graph_heads = GraphHeads(self.schema, H)
+
+    def enable_compile(self, mode: str | None = None) -> bool:
+        """Run the training step's posterior cell and tail through ``torch.compile``.
+
+        ``mode`` defaults to "reduce-overhead" on CUDA, "default" elsewhere. Falls back to
+        eager (one :class:`~gdm_models.compiling.CompileFallbackWarning`) when torch.compile
+        is unavailable or fails. Returns whether the compiled path is active.
+        """
+        mode = mode or default_compile_mode(self.device)
+        cell = compile_or_eager(partial(posterior_cell, self), "the GDM cell", mode=mode)
+        tail = compile_or_eager(partial(sequence_tail, self), "the GDM tail", mode=mode)
+        self._compiled = (cell, tail)
+        return cell.is_compiled and tail.is_compiled
+
+    def disable_compile(self) -> None:
+        """Back to the eager fast path."""
+        self._compiled = None
 
     # ================================================================== building blocks
     def initial_latent(self, b: int, n: int) -> GDMLatent:
@@ -564,13 +591,43 @@ class GDM(WorldModel):
         Terms (logged): ``pred`` and its parts ``pred_node``, ``pred_graph``, ``pred_adj``,
         ``pred_action``, ``pred_reward``, ``pred_cont``; ``kl_n_dyn``, ``kl_n_rep``,
         ``kl_g_dyn``, ``kl_g_rep`` (after free bits), ``kl_adj``, ``h`` (L_h) and ``total``.
+        ``pred_adj`` is the adjacency BCE of the ``no-recurrent-adj`` ablation's decoder head;
+        with the recurrent adjacency the decoder passes A_t through and topology is learned by
+        ``kl_adj`` instead, so there it is 0 by construction.
         """
-        losses, terms = self.loss_terms(batch, Noise(generator, self.device))
-        return losses, terms
+        total, terms = self.training_loss(batch, generator)
+        return total, _to_floats(terms)
 
-    def loss_terms(self, batch: Batch, noise: Noise) -> tuple[torch.Tensor, dict[str, float]]:
-        """:meth:`loss` with an explicit :class:`Noise` source."""
-        c = self.config
+    def training_loss(
+        self, batch: Batch, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """:meth:`loss` with the terms as detached 0-d tensors (no host synchronisation)."""
+        return self._loss_tensors(batch, Noise(generator, self.device), reference=False)
+
+    def loss_terms(
+        self, batch: Batch, noise: Noise, *, reference: bool = False
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """:meth:`loss` with an explicit :class:`Noise` source.
+
+        ``reference=True`` runs the step-by-step reference path (noise keys ``"<t>/<name>"``);
+        the default is the time-vectorised path of :mod:`gdm_models.gdm_sequence` (keys
+        ``"seq/<name>"``). Both compute the same function of the same uniforms.
+        """
+        total, terms = self._loss_tensors(batch, noise, reference=reference)
+        return total, _to_floats(terms)
+
+    def _loss_tensors(
+        self, batch: Batch, noise: Noise, *, reference: bool
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        if reference:
+            per_step = self._reference_step_terms(batch, noise)
+        else:
+            cell, tail = self._compiled if self._compiled is not None else (None, None)
+            per_step = sequence_loss_terms(self, batch, noise, cell, tail)
+        return self._combine_terms(per_step, batch.step_mask)
+
+    def _reference_step_terms(self, batch: Batch, noise: Noise) -> dict[str, torch.Tensor]:
+        """Per-transition terms (B, L) computed step by step (the eager reference)."""
         B, L, N = batch.batch_size, batch.seq_len, batch.num_nodes
         nm, pm = batch.node_mask, batch.pair_mask
         n_real = nm.sum(1)
@@ -585,10 +642,14 @@ class GDM(WorldModel):
             if t == 0:
                 continue
             per_step.append(self._step_terms(batch, t, obs, prev, o, nm, pm, n_real))
-        # stack (B, L), average over the real transitions
-        stacked = {k: torch.stack([d[k] for d in per_step], 1) for k in per_step[0]}
-        sm = batch.step_mask
-        mean = {k: masked_mean(v, sm, (0, 1)) for k, v in stacked.items()}
+        return {k: torch.stack([d[k] for d in per_step], 1) for k in per_step[0]}
+
+    def _combine_terms(
+        self, per_step: Mapping[str, torch.Tensor], step_mask: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Average (B, L) terms over the real transitions and weight them (paper eq. loss)."""
+        c = self.config
+        mean = {k: masked_mean(v, step_mask, (0, 1)) for k, v in per_step.items()}
         pred = (
             mean["pred_node"]
             + mean["pred_graph"]
@@ -601,9 +662,9 @@ class GDM(WorldModel):
         kl_g = c.beta_dyn * mean["kl_g_dyn"] + c.beta_rep * mean["kl_g_rep"]
         l_kl = c.beta_n * kl_n + c.beta_g * kl_g + c.beta_adj * mean["kl_adj"]
         total = c.beta_pred * pred + l_kl + c.beta_h * mean["h"]
-        terms = {k: float(v.detach()) for k, v in mean.items()}
-        terms["pred"] = float(pred.detach())
-        terms["total"] = float(total.detach())
+        terms = {k: v.detach() for k, v in mean.items()}
+        terms["pred"] = pred.detach()
+        terms["total"] = total.detach()
         return total, terms
 
     def _step_terms(

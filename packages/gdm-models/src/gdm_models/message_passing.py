@@ -98,7 +98,14 @@ class GraphMessagePassing(nn.Module):
         """h (B, N, H), g (B, inject_dim), weights (B, N, N) unnormalised w_ij -> (B, N, H)."""
         if not self.layers:
             return h
-        alpha = normalise_weights(weights)
+        return self.forward_normalised(h, g, normalise_weights(weights))
+
+    def forward_normalised(
+        self, h: torch.Tensor, g: torch.Tensor, alpha: torch.Tensor
+    ) -> torch.Tensor:
+        """:meth:`forward_dense` with precomputed normalised weights alpha (B, N, N)."""
+        if not self.layers:
+            return h
         m = self._inject(h, g)
         for layer in self.layers:
             m = layer.forward_dense(m, alpha)

@@ -1,0 +1,230 @@
+"""Time-vectorised GDM training loss (issue 10): the same function as the step-by-step
+reference (:meth:`GDM.loss_terms` with ``reference=True``), with far fewer operations.
+
+Only the posterior recurrence is sequential (paper, "Training": the recurrence runs on h^+,
+z^+ and the teacher-forced adjacency). Everything else is computed for all steps at once:
+
+* before the recurrence: the observation encoder of all L+1 observations, the action
+  embeddings and their pools, the normalised message-passing weights of the observed
+  adjacencies, and every uniform of the window (one draw per kind, batch axis first);
+* the recurrence: :func:`posterior_cell`, a function of tensors only (no noise object, no
+  Python ints specialised per step), so ``torch.compile`` can capture it once;
+* after the recurrence: the prior branch of every transition (it depends only on h^-_t, h_g^-_t
+  and A_{t-1}, never feeds the recurrence), the decoder and all loss terms, as one batch of
+  B*L graphs (:func:`sequence_tail`).
+
+Noise keys (``Noise.record``): ``seq/zg_post`` (B,L+1,Gg,Cg), ``seq/zn_post`` (B,L+1,N,Gn,Cn),
+``seq/zg_prior`` (B,L,Gg,Cg), ``seq/adj`` (B,L,N,N) symmetric, ``seq/zn_prior`` (B,L,N,Gn,Cn),
+drawn in that order; :func:`sequence_noise_to_steps` converts them to the reference's per-step
+keys (``"<t>/<name>"``), which is how the tests check that both paths agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from .data import OBS_KEYS, Batch
+from .message_passing import normalise_weights
+
+if TYPE_CHECKING:
+    from .gdm import GDM, Noise
+
+__all__ = [
+    "SEQUENCE_NOISE",
+    "draw_sequence_noise",
+    "sequence_noise_to_steps",
+    "posterior_cell",
+    "sequence_tail",
+    "sequence_loss_terms",
+]
+
+#: names of the sequence noise tensors, in drawing order; "_post" ones cover steps 0..L
+SEQUENCE_NOISE = ("zg_post", "zn_post", "zg_prior", "adj", "zn_prior")
+
+
+def draw_sequence_noise(
+    model: GDM, noise: Noise, b: int, seq_len: int, n: int
+) -> dict[str, torch.Tensor | None]:
+    """All uniforms of one training window (``None`` for parts the config switches off)."""
+    c = model.config
+    u: dict[str, torch.Tensor | None] = {}
+    u["zg_post"] = model._draw_zg(noise, "seq/zg_post", b, seq_len + 1)
+    u["zn_post"] = noise.uniform("seq/zn_post", model._zn_shape(b, seq_len + 1, n))
+    u["zg_prior"] = model._draw_zg(noise, "seq/zg_prior", b, seq_len)
+    u["adj"] = (
+        noise.uniform("seq/adj", (b, seq_len, n, n), symmetric=True)
+        if c.recurrent_adjacency
+        else None
+    )
+    u["zn_prior"] = noise.uniform("seq/zn_prior", model._zn_shape(b, seq_len, n))
+    return u
+
+
+def sequence_noise_to_steps(record: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Per-step noise keys of the reference path (``"<t>/<name>"``) from ``seq/*`` records.
+
+    Posterior noise of window index t (0..L) becomes ``"<t>/zn_post"``; prior noise of
+    transition t (1..L) becomes ``"<t>/zn_prior"`` (the prior exists from t = 1 on).
+    """
+    out = {}
+    for key, u in record.items():
+        scope, name = key.split("/", 1)
+        if scope != "seq":
+            continue
+        first = 0 if name.endswith("_post") else 1
+        for k in range(u.shape[1]):
+            out[f"{k + first}/{name}"] = u[:, k]
+    return out
+
+
+def _pool_steps(x: torch.Tensor, node_weight: torch.Tensor) -> torch.Tensor:
+    """Mean over real nodes of (B, T, N, D) -> (B, T, D); node_weight (B, 1, N, 1) 0/1."""
+    return (x * node_weight).sum(2) / node_weight.sum(2).clamp_min(1.0)
+
+
+def _bcast(g: torch.Tensor, n: int) -> torch.Tensor:
+    return g[:, None, :].expand(-1, n, -1)
+
+
+def posterior_cell(
+    model: GDM,
+    h_n: torch.Tensor,
+    z_n: torch.Tensor,
+    h_g: torch.Tensor,
+    z_g: torch.Tensor,
+    a_emb: torch.Tensor,
+    a_pool: torch.Tensor,
+    e_v: torch.Tensor,
+    e_g: torch.Tensor,
+    alpha: torch.Tensor,
+    node_mask: torch.Tensor,
+    u_zg: torch.Tensor | None,
+    u_zn: torch.Tensor,
+) -> tuple[torch.Tensor, ...]:
+    """One posterior step on tensors only (paper, steps 1-3, 5-6 on the posterior path).
+
+    Returns ``(h_n^-, h_g^-, h_n^+, h_g^+, q_g, z_g^+, q_n, z_n^+)`` (q_g is (B, 0, 0) without
+    graph state). ``alpha``: normalised message-passing weights of the observed A_t.
+    """
+    c = model.config
+    h_n_m = model.gru_n(torch.cat([z_n, a_emb], -1), h_n)
+    h_g_m = model.gru_g(torch.cat([z_g, a_pool], -1), h_g) if c.graph_state else h_g
+    h_n_p, h_g_p, q_g, z_g_p = model._posterior_graph(h_n_m, h_g_m, e_v, e_g, node_mask, u_zg)
+    m_p = model.mp.forward_normalised(h_n_p, torch.cat([h_g_p, z_g_p], -1), alpha)
+    q_n, z_n_p = model._node_latent("post_n", [m_p, _bcast(z_g_p, m_p.shape[1]), e_v], u_zn)
+    if q_g is None:  # no graph state: an empty stand-in keeps the outputs tensors
+        q_g = h_g_p.new_zeros(h_g_p.shape[0], 0, 0)
+    return h_n_m, h_g_m, h_n_p, h_g_p, q_g, z_g_p, q_n, z_n_p
+
+
+def sequence_tail(
+    model: GDM,
+    h_n_m: torch.Tensor,
+    h_g_m: torch.Tensor,
+    h_n_p: torch.Tensor,
+    h_g_p: torch.Tensor,
+    q_g: torch.Tensor,
+    z_g_p: torch.Tensor,
+    q_n: torch.Tensor,
+    z_n_p: torch.Tensor,
+    obs: dict[str, torch.Tensor],
+    reward: torch.Tensor,
+    continuation: torch.Tensor,
+    a_prev: torch.Tensor,
+    node_mask: torch.Tensor,
+    pair_mask: torch.Tensor,
+    u_zg: torch.Tensor | None,
+    u_adj: torch.Tensor | None,
+    u_zn: torch.Tensor,
+) -> dict[str, torch.Tensor]:
+    """Prior branch, decoder and per-transition loss terms of M = B*L transitions at once.
+
+    Every argument has a leading axis of M transitions (the prior of transition t uses h^-_t,
+    h_g^-_t and A_{t-1}; the posterior quantities are those of step t). Returns (M,) terms.
+    """
+    o: dict[str, Any] = {
+        "h_n_m": h_n_m,
+        "h_g_m": h_g_m,
+        "h_n_p": h_n_p,
+        "h_g_p": h_g_p,
+        "q_g": q_g if model.config.graph_state else None,
+        "z_g_p": z_g_p,
+        "q_n": q_n,
+        "z_n_p": z_n_p,
+    }
+    o.update(model._prior_core(h_n_m, h_g_m, a_prev, node_mask, pair_mask, u_zg, u_adj, u_zn))
+    return model._transition_terms(
+        obs, reward, continuation, a_prev, o, node_mask, pair_mask, node_mask.sum(1)
+    )
+
+
+def _flat(x: torch.Tensor) -> torch.Tensor:
+    """(B, T, ...) -> (B*T, ...)."""
+    return x.reshape(x.shape[0] * x.shape[1], *x.shape[2:])
+
+
+def sequence_loss_terms(
+    model: GDM,
+    batch: Batch,
+    noise: Noise,
+    cell: Callable[..., tuple[torch.Tensor, ...]] | None = None,
+    tail: Callable[..., dict[str, torch.Tensor]] | None = None,
+) -> dict[str, torch.Tensor]:
+    """Per-transition loss terms (B, L) of a batch; ``cell``/``tail`` default to
+    :func:`posterior_cell` / :func:`sequence_tail` (compiled versions may be passed)."""
+    cell = cell or (lambda *a: posterior_cell(model, *a))
+    tail = tail or (lambda *a: sequence_tail(model, *a))
+    c = model.config
+    B, L, N = batch.batch_size, batch.seq_len, batch.num_nodes
+    nm = batch.node_mask
+    u = draw_sequence_noise(model, noise, B, L, N)
+    # ---- everything that does not depend on the recurrence, for all steps at once
+    nm_steps = nm[:, None, :].expand(B, L + 1, N).reshape(B * (L + 1), N)
+    obs = {k: getattr(batch, k) for k in OBS_KEYS}
+    e_v, e_g = model._encode({k: _flat(v) for k, v in obs.items()}, nm_steps)
+    e_v, e_g = e_v.reshape(B, L + 1, N, -1), e_g.reshape(B, L + 1, -1)
+    actions = torch.cat([batch.action_nodes.new_zeros(B, 1, N), batch.action_nodes], 1)
+    a_emb = model.action_embed(actions)  # step 0: the zero action
+    a_pool = _pool_steps(a_emb, nm.to(a_emb.dtype)[:, None, :, None])
+    if c.recurrent_adjacency:
+        alpha = normalise_weights(batch.adjacency)  # teacher forcing: b = observed A_t
+        alpha_t = [alpha[:, t] for t in range(L + 1)]
+    else:
+        alpha_t = [normalise_weights(batch.pair_mask.to(a_emb.dtype))] * (L + 1)
+    # ---- the posterior recurrence
+    h_n = a_emb.new_zeros(B, N, c.hidden_dim)
+    z_n = a_emb.new_zeros(B, N, model.zn_dim)
+    h_g = a_emb.new_zeros(B, model.hg_dim)
+    z_g = a_emb.new_zeros(B, model.zg_dim)
+    steps = []
+    for t in range(L + 1):
+        u_zg = u["zg_post"][:, t] if u["zg_post"] is not None else None
+        out = cell(
+            h_n, z_n, h_g, z_g, a_emb[:, t], a_pool[:, t], e_v[:, t], e_g[:, t], alpha_t[t],
+            nm, u_zg, u["zn_post"][:, t],
+        )  # fmt: skip
+        h_n, h_g, z_g, z_n = out[2], out[3], out[5], out[7]
+        if t > 0:  # step 0 only initialises the posterior; losses are on transitions 1..L
+            steps.append(out)
+    # ---- prior branch, decoder and loss terms of all B*L transitions at once
+    stacked = [_flat(torch.stack(parts, 1)) for parts in zip(*steps, strict=True)]
+    nm_f = nm[:, None, :].expand(B, L, N).reshape(B * L, N)
+    pm = batch.pair_mask
+    pm_f = pm[:, None].expand(B, L, N, N).reshape(B * L, N, N)
+    obs_f = {k: _flat(v[:, 1:]) for k, v in obs.items()}
+    terms = tail(
+        *stacked,
+        obs_f,
+        _flat(batch.reward),
+        _flat(batch.continuation),
+        _flat(batch.adjacency[:, :-1]),
+        nm_f,
+        pm_f,
+        _flat(u["zg_prior"]) if u["zg_prior"] is not None else None,
+        _flat(u["adj"]) if u["adj"] is not None else None,
+        _flat(u["zn_prior"]),
+    )
+    return {k: v.reshape(B, L) for k, v in terms.items()}

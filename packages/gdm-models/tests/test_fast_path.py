@@ -1,0 +1,126 @@
+"""The time-vectorised training loss equals the step-by-step reference (issue 10), for the GDM
+and every ablation; the optional torch.compile falls back to eager with a notice."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from gdm_models.compiling import CompileFallbackWarning, compile_or_eager
+from gdm_models.gdm import ABLATIONS, Noise
+from gdm_models.gdm_sequence import SEQUENCE_NOISE, sequence_noise_to_steps
+
+VARIANTS = (
+    ["gdm"]
+    + [f"gdm:{a}" for a in sorted(ABLATIONS)]
+    + ["gdm:no-graph-state+no-h-plus+no-recurrent-adj"]
+)
+
+
+def _loss_and_grads(model, batch, noise, reference):
+    total, terms = model._loss_tensors(batch, noise, reference=reference)
+    params = [p for p in model.parameters() if p.requires_grad]
+    grads = torch.autograd.grad(total, params, allow_unused=True)
+    return total, terms, grads
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_fast_loss_and_gradients_equal_the_reference(make_tiny, dataset, name):
+    m = make_tiny(name, mp_layers=2)
+    if hasattr(m, "edge_mlp"):
+        torch.nn.init.constant_(m.edge_mlp.out.bias, 0.0)  # many gates open: XOR matters
+    # padded batch (different node counts) with a short, masked window
+    b = dataset.make_batch([(0, 0), (int(np.argmax(dataset.node_counts)), 1), (6, 0)], seq_len=4)
+    assert not b.step_mask.all() and not b.node_mask.all()
+    noise = Noise(torch.Generator().manual_seed(0), m.device)
+    total, terms, grads = _loss_and_grads(m, b, noise, reference=False)
+    assert {k.split("/")[1] for k in noise.record} <= set(SEQUENCE_NOISE)
+    replay = Noise(None, m.device, sequence_noise_to_steps(noise.record))
+    total_r, terms_r, grads_r = _loss_and_grads(m, b, replay, reference=True)
+    assert set(replay.record) == set(replay.replay)  # the reference used exactly that noise
+    torch.testing.assert_close(total, total_r, rtol=1e-5, atol=1e-6)
+    assert terms.keys() == terms_r.keys()
+    for k in terms:
+        torch.testing.assert_close(terms[k], terms_r[k], rtol=1e-5, atol=1e-6, msg=k)
+    n_grads = 0
+    for g, g_r in zip(grads, grads_r, strict=True):
+        assert (g is None) == (g_r is None)
+        if g is not None:
+            torch.testing.assert_close(g, g_r, rtol=1e-4, atol=1e-6)
+            n_grads += int(g.abs().sum() > 0)
+    assert n_grads > 10
+
+
+def test_sequence_noise_to_steps_keys():
+    u = torch.rand(2, 4, 3)
+    steps = sequence_noise_to_steps({"seq/zn_post": u, "seq/adj": u[:, :3], "0/other": u})
+    assert set(steps) == {"0/zn_post", "1/zn_post", "2/zn_post", "3/zn_post"} | {
+        "1/adj",
+        "2/adj",
+        "3/adj",
+    }
+    assert torch.equal(steps["2/zn_post"], u[:, 2]) and torch.equal(steps["1/adj"], u[:, 0])
+
+
+def test_loss_is_deterministic_and_uses_the_generator(make_tiny, dataset):
+    m = make_tiny()
+    b = dataset.sample_batch(2, np.random.default_rng(0), seq_len=3)
+    a, _ = m.loss(b, torch.Generator().manual_seed(5))
+    a2, _ = m.loss(b, torch.Generator().manual_seed(5))
+    c, _ = m.loss(b, torch.Generator().manual_seed(6))
+    assert a.item() == a2.item() and a.item() != c.item()
+
+
+def test_training_loss_terms_stay_on_device_as_tensors(make_tiny, dataset):
+    m = make_tiny()
+    b = dataset.sample_batch(2, np.random.default_rng(0), seq_len=3)
+    total, terms = m.training_loss(b, torch.Generator().manual_seed(0))
+    assert all(isinstance(v, torch.Tensor) and v.ndim == 0 for v in terms.values())
+    assert not any(v.requires_grad for v in terms.values())
+    _, floats = m.loss(b, torch.Generator().manual_seed(0))
+    assert floats == pytest.approx({k: float(v) for k, v in terms.items()})
+    assert floats["total"] == pytest.approx(total.item())
+
+
+def test_compile_unavailable_falls_back_to_eager_with_a_notice(make_tiny, dataset, monkeypatch):
+    m = make_tiny()
+    b = dataset.sample_batch(2, np.random.default_rng(0), seq_len=3)
+    want, _ = m.loss(b, torch.Generator().manual_seed(0))
+    monkeypatch.delattr(torch, "compile")
+    with pytest.warns(CompileFallbackWarning, match="running eager"):
+        assert m.enable_compile() is False
+    got, _ = m.loss(b, torch.Generator().manual_seed(0))
+    assert got.item() == want.item()
+
+
+def test_compile_failure_at_first_call_falls_back_once(make_tiny, dataset, monkeypatch):
+    calls = []
+
+    def broken_compile(fn, **kwargs):
+        def run(*args):
+            calls.append(1)
+            raise RuntimeError("backend exploded\nsecond line")
+
+        return run
+
+    monkeypatch.setattr(torch, "compile", broken_compile)
+    m = make_tiny()
+    b = dataset.sample_batch(2, np.random.default_rng(0), seq_len=3)
+    assert m.enable_compile() is True  # compilation is lazy: failure shows at the first call
+    with pytest.warns(
+        CompileFallbackWarning, match=r"RuntimeError: backend exploded\); running eager$"
+    ):
+        got, _ = m.loss(b, torch.Generator().manual_seed(0))
+    n = len(calls)
+    assert n == 2  # the cell and the tail each tried once
+    m.loss(b, torch.Generator().manual_seed(0))
+    assert len(calls) == n  # and stay eager afterwards
+    m.disable_compile()
+    want, _ = m.loss(b, torch.Generator().manual_seed(0))
+    assert got.item() == want.item()
+
+
+def test_compile_or_eager_uses_the_compiled_function(monkeypatch):
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: lambda *a: fn(*a) + 1)
+    f = compile_or_eager(lambda x: x * 2, "f")
+    assert f.is_compiled and f(3) == 7
