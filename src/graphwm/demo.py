@@ -1,12 +1,19 @@
-"""`graphwm demo`: run every registered env with the random policy and render start/end states."""
+"""`graphwm demo`: random-policy episodes of every env, each one rendered.
+
+For every env and every seed it runs, the demo writes the start and end frames as PNGs and,
+with ``run_demo(..., gif=True)``, the whole episode as a GIF (one frame per state).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
+import graph_envs
 import gymnasium as gym
 import numpy as np
+from graph_envs.animation import save_gif
+from graph_envs.policies import random_action
 
 
 @dataclass(frozen=True)
@@ -30,22 +37,33 @@ def _edge_changes(before: np.ndarray, after: np.ndarray) -> tuple[int, int]:
     return removed, added
 
 
-def run_episode(
-    env_id: str, seed: int, num_nodes: int, out_dir: Path | None = None, max_steps: int = 10_000
-) -> EpisodeStats:
-    """Run one random-valid-action episode; optionally save start/end PNGs into ``out_dir``."""
-    import graph_envs  # noqa: F401  (registers the ids)
+def short_name(env_id: str) -> str:
+    """``graphenv/SAR-v0`` -> ``SAR``."""
+    return env_id.split("/")[-1].removesuffix("-v0")
 
-    env = gym.make(env_id, num_nodes=num_nodes, render_mode="rgb_array" if out_dir else None)
+
+def run_episode(
+    env_id: str,
+    seed: int,
+    num_nodes: int,
+    out_dir: Path | None = None,
+    max_steps: int = 10_000,
+    gif: bool = False,
+) -> EpisodeStats:
+    """Run one random-valid-action episode.
+
+    With ``out_dir``, save ``<ENV>_seed<seed>_start.png`` and ``..._end.png`` there, and with
+    ``gif=True`` also ``<ENV>_seed<seed>.gif`` (one frame per state).
+    """
+    render = out_dir is not None
+    env = gym.make(env_id, num_nodes=num_nodes, render_mode="rgb_array" if render else None)
     rng = np.random.default_rng(seed)
     obs, _ = env.reset(seed=seed)
-    short = env_id.split("/")[-1].removesuffix("-v0")
-    if out_dir is not None:
-        _save_png(env.render(), out_dir / f"{short}_seed{seed}_start.png")
+    frames = [env.render()] if render else []
     total, removed, added, invalid, steps = 0.0, 0, 0, 0, 0
     terminated = truncated = False
     while not (terminated or truncated) and steps < max_steps:
-        action = env.unwrapped.sample_valid_action(rng)
+        action = random_action(env.unwrapped, rng)
         next_obs, reward, terminated, truncated, info = env.step(action)
         r, a = _edge_changes(obs["adjacency"], next_obs["adjacency"])
         removed, added = removed + r, added + a
@@ -53,51 +71,41 @@ def run_episode(
         total += reward
         steps += 1
         obs = next_obs
-    if out_dir is not None:
-        _save_png(env.render(), out_dir / f"{short}_seed{seed}_end.png")
+        if render and (gif or terminated or truncated or steps == max_steps):
+            frames.append(env.render())
     env.close()
+    if render:
+        stem = f"{short_name(env_id)}_seed{seed}"
+        _save_png(frames[0], out_dir / f"{stem}_start.png")
+        _save_png(frames[-1], out_dir / f"{stem}_end.png")
+        if gif:
+            save_gif(frames, out_dir / f"{stem}.gif")
     return EpisodeStats(env_id, seed, steps, total, removed, added, invalid, bool(terminated))
 
 
-def _save_png(image: np.ndarray | None, path: Path) -> None:
+def _save_png(image: np.ndarray, path: Path) -> None:
     import matplotlib.image
 
-    if image is None:
-        return
     path.parent.mkdir(parents=True, exist_ok=True)
     matplotlib.image.imsave(path, image)
 
 
-def available_env_ids() -> list[str]:
-    """Registered ``graphenv/*`` ids whose implementation imports."""
-    import importlib
-
-    import graph_envs
-
-    ids = []
-    for env_id in graph_envs.ENV_IDS:
-        module = gym.registry[env_id].entry_point.split(":")[0]
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError:
-            continue
-        ids.append(env_id)
-    return ids
-
-
-def run_demo(out_dir: Path, seeds: int = 3, num_nodes: int = 20) -> list[EpisodeStats]:
-    """Run every available env for ``seeds`` seeds, print a table and write PNGs."""
+def run_demo(
+    out_dir: Path, seeds: int = 3, num_nodes: int = 20, gif: bool = False
+) -> list[EpisodeStats]:
+    """Run every env for ``seeds`` seeds, print a table and render every episode."""
     stats = []
     header = f"{'env':<18}{'seed':>5}{'length':>8}{'return':>10}{'removed':>9}{'added':>7}"
     print(header)
     print("-" * len(header))
-    for env_id in available_env_ids():
+    for env_id in graph_envs.ENV_IDS:
         for seed in range(seeds):
-            s = run_episode(env_id, seed, num_nodes, out_dir if seed == 0 else None)
+            s = run_episode(env_id, seed, num_nodes, out_dir, gif=gif)
             stats.append(s)
             print(
                 f"{env_id:<18}{seed:>5}{s.length:>8}{s.episode_return:>10.3f}"
                 f"{s.edges_removed:>9}{s.edges_added:>7}"
             )
-    print(f"\nrendered start/end states written to {out_dir}/")
+    kinds = "start/end PNGs and a GIF" if gif else "start/end PNGs"
+    print(f"\n{kinds} of every episode written to {out_dir}/")
     return stats

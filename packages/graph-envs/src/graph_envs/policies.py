@@ -102,7 +102,6 @@ def _argmax_ties(scores: np.ndarray, rng: np.random.Generator, atol: float = 0.0
 
 def _greedy_rgc(env: Any, rng: np.random.Generator) -> Any:
     adjacency = env.state.adjacency
-    n = env.num_nodes
     rows, cols = np.nonzero(np.triu(adjacency == 0, k=1))
     if rows.size == 0:
         raise ValueError("RGCEnv: the graph is complete, no edge can be added")
@@ -116,18 +115,15 @@ def _greedy_rgc(env: Any, rng: np.random.Generator) -> Any:
     # a tolerance only guards against summation-order noise.
     pick = _argmax_ties(gains, rng, atol=1e-12)
     i, j = int(rows[pick]), int(cols[pick])
-    return _rgc_edge_action(env, i, j, n)
+    return _rgc_edge_action(env, i, j)
 
 
-def _rgc_edge_action(env: Any, i: int, j: int, n: int) -> Any:
+def _rgc_edge_action(env: Any, i: int, j: int) -> Any:
     """The env's action for the edge (i, j), i < j, in either RGC action mode."""
     space = env.action_space
     if isinstance(space, spaces.MultiDiscrete):
         return np.array([i, j], dtype=np.int64)
-    if hasattr(env, "pair_to_action"):
-        return int(env.pair_to_action(i, j))
-    # Row-major index of (i, j) among the pairs i < j (np.triu_indices order).
-    return int(i * n - i * (i + 1) // 2 + (j - i - 1))
+    return int(env.pair_index(i, j))  # "pair" mode: Discrete over the pairs i < j
 
 
 def _greedy_od(env: Any, rng: np.random.Generator) -> Any:
