@@ -11,54 +11,34 @@ import pytest
 import torch
 from gymnasium.utils.env_checker import check_env
 
-from graphwm.collect import record_episode
 from graphwm.dream import DreamEnv, DreamVectorEnv, StartState, stepper_for, stored_starts
+from graphwm.dream.tiny import random_policy_episodes, tiny_trained_model
 from graphwm.dream.validity import ObservationFixer
-from graphwm.envs import env_schema, make_env
+from graphwm.envs import make_env
 
 MODELS = ("gdm", "vanilla-gwm", "ea-gwm", "g-rssm")
 ENVS = ("SAR", "OD")
-TINY = {
-    "gdm": dict(
-        embed_dim=8,
-        hidden_dim=8,
-        node_latent_groups=2,
-        node_latent_classes=4,
-        graph_latent_groups=2,
-        graph_latent_classes=2,
-    ),
-    "vanilla-gwm": dict(hidden_dim=8),
-    "ea-gwm": dict(hidden_dim=8),
-    "g-rssm": dict(embed_dim=8, hidden_dim=8, latent_groups=2, latent_classes=4),
-}
 N = 8
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Tiny models run fastest on one thread (and the test machine's cores are shared)."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
 
 
 @cache
 def episodes(env: str) -> tuple:
-    return tuple(record_episode(env, N, seed) for seed in range(3))
+    return tuple(random_policy_episodes(env, N, 3))
 
 
 @cache
 def trained(model_name: str, env: str):
     """A tiny model trained for a few steps on three random-policy episodes."""
-    from gdm_models import EpisodeDataset, FeatureScaler, make_model, train
-
-    torch.manual_seed(0)
-    eps = list(episodes(env))
-    schema = env_schema(env)
-    model = make_model(model_name, schema, FeatureScaler.fit(eps, schema), **TINY[model_name])
-    train(
-        model,
-        EpisodeDataset(eps, schema, seq_len=5),
-        steps=3,
-        batch_size=2,
-        seq_len=5,
-        seed=0,
-        device="cpu",
-        progress=False,
-    )
-    return model.eval()
+    return tiny_trained_model(model_name, env, num_nodes=N)
 
 
 def run_checkers(env: gym.Env) -> None:

@@ -1,0 +1,410 @@
+"""Downstream RL: does a lower GDD make a better world model to train agents in? (issue 15)
+
+The paper leaves "the relationship between GDD and performance on downstream tasks, such as
+reinforcement learning" open (section "Limitations"). This module measures it:
+
+1. :func:`train_agent` trains sb3-contrib's ``MaskablePPO`` (``MultiInputPolicy``) for a budget
+   of env steps, in a :class:`~graphwm.dream.DreamEnv` of a trained world model or in the real
+   env;
+2. :func:`evaluate_agent` evaluates it in the **real** env: mean undiscounted return +- its
+   standard error over seeded episodes (episode e resets with ``seed + e``, the convention of
+   ``graph_envs.policies.evaluate_policy``, so every agent and yardstick meets the same
+   initial states);
+3. :func:`dream_record` / :func:`real_record` / :func:`yardstick_records` produce
+   :class:`DownstreamRecord` s; :func:`attach_gdd` adds each model's single- and multi-step GDD;
+4. :func:`downstream_table` and :func:`downstream_figure` turn records into a Markdown table
+   and a scatter plot of real-env return against GDD with the Spearman rank correlation over
+   the models, per env.
+
+Everything takes explicit arguments (records in, table / figure out), so the pipeline stores
+records as JSON and ``graphwm report`` rebuilds the table and figure from them.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graphwm.envs import env_id, make_env
+
+#: agent names of the reference rows (dream-trained agents are ``"dream:<model>"``)
+REAL, RANDOM, GREEDY = "real", "random", "greedy"
+
+DEFAULT_PPO = {"n_steps": 256, "batch_size": 64, "n_epochs": 4, "learning_rate": 3e-4}
+
+
+@dataclass(frozen=True)
+class DownstreamRecord:
+    """One agent evaluated in the real env.
+
+    Attributes:
+        env: short env name (``"SAR"``).
+        num_nodes: N of the training and evaluation episodes.
+        agent: ``"dream:<model>"`` (trained in the model's dream env), ``"real"`` (trained in
+            the real env), ``"random"`` or ``"greedy"`` (graph_envs.policies yardsticks).
+        model: the world model (registry name) of a dream agent, else ``None``.
+        seed: seed of the world model's training run (dream agents) / of the agent.
+        budget: env steps of agent training (0 for the yardsticks).
+        mean_return: mean undiscounted real-env return over ``episodes`` episodes.
+        se_return: its standard error, ``std(ddof=1) / sqrt(episodes)``.
+        episodes: evaluation episodes.
+        gdd_single: the model's single-step GDD (``None`` where not applicable / unknown).
+        gdd_multi: the model's multi-step GDD (mean over the horizon), or ``None``.
+        seconds: wall time of training plus evaluation.
+    """
+
+    env: str
+    num_nodes: int
+    agent: str
+    model: str | None
+    seed: int
+    budget: int
+    mean_return: float
+    se_return: float
+    episodes: int
+    gdd_single: float | None = None
+    gdd_multi: float | None = None
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able dict."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> DownstreamRecord:
+        """Inverse of :meth:`to_dict` (unknown keys are ignored, e.g. a stored config)."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+# --------------------------------------------------------------------------- agents
+def train_agent(env, budget: int, seed: int, ppo_kwargs: Mapping[str, Any] | None = None):
+    """MaskablePPO (``MultiInputPolicy``, CPU) trained for ``budget`` env steps on ``env``."""
+    import torch
+    from sb3_contrib import MaskablePPO
+
+    if int(budget) < 1:
+        raise ValueError(f"budget must be >= 1 env step, got {budget}")
+    kwargs = {**DEFAULT_PPO, **(ppo_kwargs or {})}
+    kwargs["n_steps"] = min(int(kwargs["n_steps"]), int(budget))
+    kwargs["batch_size"] = min(int(kwargs["batch_size"]), kwargs["n_steps"])
+    torch.manual_seed(seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # SB3's notes on (N, F) observation shapes
+        agent = MaskablePPO("MultiInputPolicy", env, seed=seed, device="cpu", verbose=0, **kwargs)
+        agent.learn(total_timesteps=int(budget))
+    return agent
+
+
+def evaluate_agent(
+    agent, env_name: str, num_nodes: int, *, episodes: int = 100, seed: int = 0
+) -> tuple[float, float]:
+    """Mean real-env return of a MaskablePPO agent and its standard error.
+
+    Episode e starts from ``reset(seed=seed + e)``; actions are the policy's most probable
+    valid action (``deterministic=True``, masked by the real env's ``action_masks()``).
+    """
+    if int(episodes) < 1:
+        raise ValueError(f"episodes must be >= 1, got {episodes}")
+    env = make_env(env_name, num_nodes)
+    returns = np.empty(int(episodes))
+    for e in range(int(episodes)):
+        obs, _ = env.reset(seed=seed + e)
+        total, done = 0.0, False
+        while not done:
+            action, _ = agent.predict(obs, action_masks=env.action_masks(), deterministic=True)
+            obs, reward, terminated, truncated, _ = env.step(np.asarray(action, dtype=np.int64))
+            total += float(reward)
+            done = terminated or truncated
+        returns[e] = total
+    return _mean_se(returns)
+
+
+def _mean_se(returns: np.ndarray) -> tuple[float, float]:
+    n = len(returns)
+    se = float(returns.std(ddof=1) / math.sqrt(n)) if n > 1 else math.nan
+    return float(returns.mean()), se
+
+
+def dream_record(
+    model,
+    model_name: str,
+    env_name: str,
+    num_nodes: int,
+    *,
+    budget: int,
+    episodes: int = 100,
+    seed: int = 0,
+    eval_seed: int = 1_000_000,
+    ppo_kwargs: Mapping[str, Any] | None = None,
+) -> DownstreamRecord:
+    """Train MaskablePPO in ``model``'s dream env, evaluate it in the real env."""
+    from graphwm.dream import DreamEnv
+
+    start = time.perf_counter()
+    dream = DreamEnv(model, make_env(env_name, num_nodes), seed=seed)
+    agent = train_agent(dream, budget, seed, ppo_kwargs)
+    mean, se = evaluate_agent(agent, env_name, num_nodes, episodes=episodes, seed=eval_seed)
+    return DownstreamRecord(
+        env_name,
+        num_nodes,
+        f"dream:{model_name}",
+        model_name,
+        seed,
+        int(budget),
+        mean,
+        se,
+        int(episodes),
+        seconds=time.perf_counter() - start,
+    )
+
+
+def real_record(
+    env_name: str,
+    num_nodes: int,
+    *,
+    budget: int,
+    episodes: int = 100,
+    seed: int = 0,
+    eval_seed: int = 1_000_000,
+    ppo_kwargs: Mapping[str, Any] | None = None,
+) -> DownstreamRecord:
+    """The same agent and budget trained in the real env (the upper reference)."""
+    start = time.perf_counter()
+    agent = train_agent(make_env(env_name, num_nodes), budget, seed, ppo_kwargs)
+    mean, se = evaluate_agent(agent, env_name, num_nodes, episodes=episodes, seed=eval_seed)
+    return DownstreamRecord(
+        env_name,
+        num_nodes,
+        REAL,
+        None,
+        seed,
+        int(budget),
+        mean,
+        se,
+        int(episodes),
+        seconds=time.perf_counter() - start,
+    )
+
+
+def yardstick_records(
+    env_name: str, num_nodes: int, *, episodes: int = 100, eval_seed: int = 1_000_000
+) -> list[DownstreamRecord]:
+    """Random policy and greedy heuristic (where the env has one) on the same episodes."""
+    from graph_envs.policies import evaluate_policy, greedy_action, random_action
+
+    out = []
+    for name, policy in ((RANDOM, random_action), (GREEDY, greedy_action)):
+        start = time.perf_counter()
+        try:
+            mean, se = evaluate_policy(
+                env_id(env_name),
+                policy,
+                episodes=int(episodes),
+                seed=eval_seed,
+                num_nodes=num_nodes,
+            )
+        except TypeError:  # no greedy heuristic for this env
+            continue
+        out.append(
+            DownstreamRecord(
+                env_name,
+                num_nodes,
+                name,
+                None,
+                0,
+                0,
+                mean,
+                se,
+                int(episodes),
+                seconds=time.perf_counter() - start,
+            )
+        )
+    return out
+
+
+def attach_gdd(
+    records: Iterable[DownstreamRecord],
+    single: Mapping[tuple[str, str, int], float],
+    multi: Mapping[tuple[str, str, int], float] | None = None,
+) -> list[DownstreamRecord]:
+    """Records with ``gdd_single`` / ``gdd_multi`` looked up by ``(env, model, seed)``."""
+    multi = multi or {}
+    out = []
+    for r in records:
+        if r.model is None:
+            out.append(r)
+            continue
+        key = (r.env, r.model, r.seed)
+        out.append(replace(r, gdd_single=single.get(key), gdd_multi=multi.get(key)))
+    return out
+
+
+# --------------------------------------------------------------------------- report
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    """Spearman rank correlation (``nan`` with fewer than 3 points or a constant side)."""
+    from scipy.stats import spearmanr
+
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    ok = np.isfinite(x) & np.isfinite(y)
+    x, y = x[ok], y[ok]
+    if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return math.nan
+    return float(spearmanr(x, y).statistic)
+
+
+def _fmt(v: float | None, digits: int = 3) -> str:
+    return "-" if v is None or not math.isfinite(v) else f"{v:.{digits}f}"
+
+
+def _order(r: DownstreamRecord) -> tuple:
+    rank = {REAL: 0, GREEDY: 1, RANDOM: 2}.get(r.agent, 3)
+    return (r.env, r.num_nodes, rank, r.agent, r.seed)
+
+
+def downstream_table(records: Iterable[DownstreamRecord]) -> str:
+    """Markdown table: real-env return +- s.e. of every agent, with its model's GDDs, and the
+    Spearman correlation of return with each GDD over the dream agents of each env."""
+    records = sorted(records, key=_order)
+    lines = [
+        "| env | N | agent | budget | real-env return | GDD (1-step) | GDD (multi) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in records:
+        ret = f"{r.mean_return:.3f} ± {_fmt(r.se_return)}"
+        lines.append(
+            f"| {r.env} | {r.num_nodes} | {r.agent} | {r.budget} | {ret} | "
+            f"{_fmt(r.gdd_single, 4)} | {_fmt(r.gdd_multi, 4)} |"
+        )
+    corr = correlations(records)
+    if corr:
+        lines += [
+            "",
+            "| env | Spearman(return, GDD 1-step) | Spearman(return, GDD multi) | models |",
+            "|---|---|---|---|",
+        ]
+        for env, c in corr.items():
+            lines.append(f"| {env} | {_fmt(c['single'])} | {_fmt(c['multi'])} | {c['n']} |")
+    return "\n".join(lines) + "\n"
+
+
+def correlations(records: Iterable[DownstreamRecord]) -> dict[str, dict[str, float]]:
+    """Per env: Spearman rank correlation of real-env return with single- and multi-step GDD
+    over the dream agents (a negative value: lower GDD, higher return)."""
+    by_env: dict[str, list[DownstreamRecord]] = {}
+    for r in records:
+        if r.model is not None:
+            by_env.setdefault(r.env, []).append(r)
+    out = {}
+    for env, rs in sorted(by_env.items()):
+        ret = [r.mean_return for r in rs]
+        out[env] = {
+            "single": spearman([_nan(r.gdd_single) for r in rs], ret),
+            "multi": spearman([_nan(r.gdd_multi) for r in rs], ret),
+            "n": len(rs),
+        }
+    return out
+
+
+def _nan(v: float | None) -> float:
+    return math.nan if v is None else float(v)
+
+
+def downstream_figure(records: Iterable[DownstreamRecord], path: str | Path) -> Path:
+    """Scatter of real-env return (+- s.e.) against single- and multi-step GDD, one row per
+    env, one point per dream agent (labelled by model), the real-env agent and the
+    yardsticks as horizontal lines; the Spearman correlation in each panel's title."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = list(records)
+    envs = sorted({r.env for r in records})
+    if not envs:
+        raise ValueError("no downstream records to plot")
+    fig, axes = plt.subplots(len(envs), 2, figsize=(10, 3.6 * len(envs)), squeeze=False)
+    styles = {REAL: ("tab:green", "-"), GREEDY: ("tab:purple", "--"), RANDOM: ("tab:gray", ":")}
+    corr = correlations(records)
+    for row, env in enumerate(envs):
+        rs = [r for r in records if r.env == env]
+        for col, (attr, label) in enumerate(
+            (("gdd_single", "1-step"), ("gdd_multi", "multi-step"))
+        ):
+            ax = axes[row, col]
+            pts = [r for r in rs if r.model is not None and getattr(r, attr) is not None]
+            for r in pts:
+                x = getattr(r, attr)
+                ax.errorbar(x, r.mean_return, yerr=_nan(r.se_return), fmt="o", capsize=3)
+                ax.annotate(
+                    r.model,
+                    (x, r.mean_return),
+                    textcoords="offset points",
+                    xytext=(4, 4),
+                    fontsize=8,
+                )
+            for r in rs:
+                if r.agent in styles:
+                    color, ls = styles[r.agent]
+                    ax.axhline(r.mean_return, color=color, ls=ls, lw=1, label=r.agent)
+            rho = corr.get(env, {}).get("single" if col == 0 else "multi", math.nan)
+            ax.set_title(f"{env}: return vs {label} GDD (Spearman {_fmt(rho, 2)})", fontsize=10)
+            ax.set_xlabel(f"{label} GDD (lower is better)")
+            ax.set_ylabel("real-env return")
+            if not pts:
+                ax.text(0.5, 0.5, "no GDD results", transform=ax.transAxes, ha="center")
+            handles, labels = ax.get_legend_handles_labels()
+            if handles:
+                ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def run_downstream(
+    env_name: str,
+    num_nodes: int,
+    models: Mapping[str, Any],
+    *,
+    budget: int,
+    episodes: int = 100,
+    seed: int = 0,
+    ppo_kwargs: Mapping[str, Any] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> list[DownstreamRecord]:
+    """Every record of one env: a dream agent per model (``{name: model}``), the real-env
+    agent with the same budget, and the yardsticks, all evaluated on the same episodes."""
+    say = progress or (lambda _msg: None)
+    records = []
+    for name, model in models.items():
+        say(f"dream agent in {name}")
+        records.append(
+            dream_record(
+                model,
+                name,
+                env_name,
+                num_nodes,
+                budget=budget,
+                episodes=episodes,
+                seed=seed,
+                ppo_kwargs=ppo_kwargs,
+            )
+        )
+    say("real-env agent")
+    records.append(
+        real_record(
+            env_name, num_nodes, budget=budget, episodes=episodes, seed=seed, ppo_kwargs=ppo_kwargs
+        )
+    )
+    records += yardstick_records(env_name, num_nodes, episodes=episodes)
+    return records

@@ -1,0 +1,64 @@
+"""Tiny world models trained in seconds on random-policy episodes (tests, docs, smoke checks).
+
+Not for experiments: the pipeline's ``train`` stage trains the real models.
+"""
+
+from __future__ import annotations
+
+#: model sizes small enough to train in a second on a CPU
+TINY_OVERRIDES = {
+    "gdm": dict(
+        embed_dim=8,
+        hidden_dim=8,
+        node_latent_groups=2,
+        node_latent_classes=4,
+        graph_latent_groups=2,
+        graph_latent_classes=2,
+    ),
+    "vanilla-gwm": dict(hidden_dim=8),
+    "ea-gwm": dict(hidden_dim=8),
+    "g-rssm": dict(embed_dim=8, hidden_dim=8, latent_groups=2, latent_classes=4),
+}
+
+
+def random_policy_episodes(env_name: str, num_nodes: int, count: int, seed: int = 0) -> list:
+    """``count`` random-policy episodes (the contract's episode dicts), seeds ``seed + i``."""
+    from graphwm.collect import record_episode
+
+    return [record_episode(env_name, num_nodes, seed + i) for i in range(count)]
+
+
+def tiny_trained_model(
+    model_name: str,
+    env_name: str,
+    *,
+    num_nodes: int = 8,
+    episodes: int = 3,
+    steps: int = 3,
+    seed: int = 0,
+):
+    """A small ``model_name`` (a registry name) trained ``steps`` steps on random episodes."""
+    import torch
+    from gdm_models import EpisodeDataset, FeatureScaler, make_model, train
+
+    from graphwm.envs import env_schema
+
+    base = model_name.split(":", 1)[0]
+    eps = random_policy_episodes(env_name, num_nodes, episodes, seed)
+    schema = env_schema(env_name)
+    torch.manual_seed(seed)
+    model = make_model(
+        model_name, schema, FeatureScaler.fit(eps, schema), **TINY_OVERRIDES.get(base, {})
+    )
+    dataset = EpisodeDataset(eps, schema, seq_len=5)
+    train(
+        model,
+        dataset,
+        steps=steps,
+        batch_size=2,
+        seq_len=5,
+        seed=seed,
+        device="cpu",
+        progress=False,
+    )
+    return model.eval()

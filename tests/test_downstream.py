@@ -1,0 +1,132 @@
+"""Downstream RL: an agent trains in a dream env and is evaluated in the real env; records,
+table, Spearman correlation and figure."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from graphwm.downstream import (
+    GREEDY,
+    RANDOM,
+    REAL,
+    DownstreamRecord,
+    attach_gdd,
+    correlations,
+    downstream_figure,
+    downstream_table,
+    dream_record,
+    evaluate_agent,
+    spearman,
+    train_agent,
+    yardstick_records,
+)
+from graphwm.dream.tiny import tiny_trained_model
+from graphwm.envs import make_env
+
+pytest.importorskip("sb3_contrib")
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Tiny models run fastest on one thread (and the test machine's cores are shared)."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+def test_agent_trains_in_a_dream_env_and_is_evaluated_in_the_real_env():
+    model = tiny_trained_model("gdm", "SAR")
+    record = dream_record(model, "gdm", "SAR", 8, budget=128, episodes=4, seed=0)
+    assert record.agent == "dream:gdm" and record.model == "gdm" and record.budget == 128
+    assert record.episodes == 4 and math.isfinite(record.mean_return)
+    assert math.isfinite(record.se_return) and record.se_return >= 0
+    # SAR returns are bounded: -1 per step, at most N x survivors steps, penalties >= -30 - 5 s
+    assert -8 * 3 - 30 - 5 * 3 <= record.mean_return <= 3 * 11 + 5
+    again = dream_record(model, "gdm", "SAR", 8, budget=128, episodes=4, seed=0)
+    assert (again.mean_return, again.se_return) == (record.mean_return, record.se_return)
+
+
+def test_evaluate_agent_uses_seeded_real_episodes_and_the_mask():
+    """A constant agent that always picks the first valid node: its return is recomputed
+    here by hand from the real env with the same seeds."""
+
+    class FirstValid:
+        def predict(self, obs, action_masks, deterministic):
+            assert deterministic
+            np.testing.assert_array_equal(action_masks, obs["action_mask"].astype(bool))
+            return np.int64(np.flatnonzero(action_masks)[0]), None
+
+    mean, se = evaluate_agent(FirstValid(), "SAR", 8, episodes=3, seed=5)
+    returns = []
+    for e in range(3):
+        env = make_env("SAR", 8)
+        obs, _ = env.reset(seed=5 + e)
+        total, done = 0.0, False
+        while not done:
+            obs, r, term, trunc, _ = env.step(int(np.flatnonzero(obs["action_mask"])[0]))
+            total, done = total + r, term or trunc
+        returns.append(total)
+    assert mean == pytest.approx(np.mean(returns))
+    assert se == pytest.approx(np.std(returns, ddof=1) / np.sqrt(3))
+
+
+def test_train_agent_rejects_a_zero_budget():
+    with pytest.raises(ValueError, match="budget"):
+        train_agent(make_env("SAR", 8), 0, 0)
+
+
+def test_yardsticks_match_graph_envs_policies():
+    from graph_envs.policies import evaluate_policy, random_action
+
+    records = yardstick_records("SAR", 8, episodes=3, eval_seed=7)
+    assert [r.agent for r in records] == [RANDOM, GREEDY]
+    expected = evaluate_policy("graphenv/SAR-v0", random_action, episodes=3, seed=7, num_nodes=8)
+    assert (records[0].mean_return, records[0].se_return) == pytest.approx(expected)
+
+
+def test_spearman_and_correlations_by_hand():
+    assert spearman([1, 2, 3, 4], [10, 8, 5, 1]) == pytest.approx(-1.0)
+    assert spearman([1, 2, 3], [1, 3, 2]) == pytest.approx(0.5)
+    assert math.isnan(spearman([1, 2], [2, 1]))  # too few models
+    recs = [_rec("m1", 1.0, 0.10, 0.9), _rec("m2", 2.0, 0.30, 0.5), _rec("m3", 3.0, 0.20, 0.2)]
+    recs.append(DownstreamRecord("SAR", 8, REAL, None, 0, 64, 9.0, 0.1, 4))
+    c = correlations(recs)["SAR"]
+    assert c["n"] == 3  # the real-env agent is not a model
+    assert c["single"] == pytest.approx(spearman([0.10, 0.30, 0.20], [1, 2, 3]))  # 0.5
+    assert c["multi"] == pytest.approx(-1.0)
+
+
+def _rec(model, ret, single, multi):
+    return DownstreamRecord(
+        "SAR", 8, f"dream:{model}", model, 0, 64, ret, 0.1, 4, gdd_single=single, gdd_multi=multi
+    )
+
+
+def test_attach_gdd_table_and_figure(tmp_path):
+    recs = [
+        DownstreamRecord("SAR", 8, f"dream:{m}", m, 0, 64, r, 0.2, 4)
+        for m, r in (("gdm", -3.0), ("vanilla-gwm", -5.0), ("g-rssm", -4.0))
+    ]
+    recs += [
+        DownstreamRecord("SAR", 8, REAL, None, 0, 64, -2.0, 0.3, 4),
+        DownstreamRecord("SAR", 8, RANDOM, None, 0, 0, -6.0, 0.5, 4),
+    ]
+    single = {("SAR", "gdm", 0): 0.1, ("SAR", "vanilla-gwm", 0): 0.4, ("SAR", "g-rssm", 0): 0.2}
+    recs = attach_gdd(recs, single, {("SAR", "gdm", 0): 0.3})
+    assert recs[0].gdd_single == 0.1 and recs[0].gdd_multi == 0.3 and recs[1].gdd_multi is None
+    assert recs[3].gdd_single is None  # reference rows carry no GDD
+    assert [DownstreamRecord.from_dict(r.to_dict() | {"config": {}}) for r in recs] == recs
+    table = downstream_table(recs)
+    assert "| SAR | 8 | real | 64 | -2.000 ± 0.300 | - | - |" in table
+    assert "| SAR | 8 | dream:gdm | 64 | -3.000 ± 0.200 | 0.1000 | 0.3000 |" in table
+    # lower GDD <-> higher return for these three models: Spearman -1
+    assert "| SAR | -1.000 | - | 3 |" in table
+    path = downstream_figure(recs, tmp_path / "fig" / "downstream.png")
+    assert path.exists() and path.stat().st_size > 5000
+    with pytest.raises(ValueError, match="no downstream records"):
+        downstream_figure([], tmp_path / "empty.png")
