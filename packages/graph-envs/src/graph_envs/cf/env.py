@@ -105,8 +105,5 @@ class CFEnv(GraphEnv):
         nodes[int(action)] = 1
         return nodes
 
-    def _rgb_node_values(self) -> tuple[np.ndarray, str]:
-        return self._state.load.astype(np.float32), "load"
-
     def _node_positions(self) -> np.ndarray | None:
         return self._state.positions.copy()

@@ -98,6 +98,7 @@ class GraphEnv(gym.Env[dict[str, np.ndarray], Any], ABC):
         self._steps = 0
         self._done = False
         self._layout_cache: np.ndarray | None = None
+        self._render_trace: Any = None  # core.render.EpisodeTrace when rendering
 
     # ------------------------------------------------------------------ hooks
     @abstractmethod
@@ -143,10 +144,6 @@ class GraphEnv(gym.Env[dict[str, np.ndarray], Any], ABC):
         """Truncation length of the current episode (``None``: never truncated)."""
         return None
 
-    def _rgb_node_values(self) -> tuple[np.ndarray, str]:
-        """Per-node values used to colour the rendering, and their label."""
-        return self._mask().astype(np.float32), "action mask"
-
     def _node_positions(self) -> np.ndarray | None:
         """(N, 2) coordinates for spatial envs; ``None`` for a computed layout."""
         return None
@@ -161,6 +158,7 @@ class GraphEnv(gym.Env[dict[str, np.ndarray], Any], ABC):
         self._steps = 0
         self._done = False
         self._layout_cache = None
+        self._start_render_trace()
         return self._observation(), {}
 
     def step(self, action: Any) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
@@ -180,6 +178,8 @@ class GraphEnv(gym.Env[dict[str, np.ndarray], Any], ABC):
         valid = self._is_valid(action)
         if not valid and self.invalid_action == "raise":
             raise ValueError(f"action {action!r} is not allowed by the current action mask")
+        if self._render_trace is not None:
+            self._render_trace.before_step(self)
         reward, terminated, info = self._transition(action if valid else None, self.np_random)
         self._steps += 1
         max_steps = self._max_steps()
@@ -188,26 +188,33 @@ class GraphEnv(gym.Env[dict[str, np.ndarray], Any], ABC):
         info = dict(info)
         info["invalid_action"] = not valid
         info["step"] = self._steps
+        if self._render_trace is not None:
+            self._render_trace.after_step(self, action, valid, reward, terminated, truncated, info)
         return self._observation(), float(reward), bool(terminated), truncated, info
 
     def render(self) -> np.ndarray | None:
-        """An RGB image (H, W, 3) uint8 of the current graph when ``render_mode="rgb_array"``."""
+        """An RGB image (H, W, 3) uint8 of the current state when ``render_mode="rgb_array"``.
+
+        Drawn by :func:`graph_envs.core.render.render_env` with the env's ``viewer`` module:
+        categorical features with a discrete legend, continuous ones on a scale fixed per
+        episode, unobserved parts as unknown, the last step's edge changes and action marked,
+        and the step, reward, return and outcome in the title.
+        """
         if self.render_mode is None:
             gym.logger.warn("render() called without a render_mode; pass render_mode='rgb_array'")
             return None
-        from graph_envs.core.render import render_graph
+        if self._state is None:
+            raise RuntimeError("call reset() before render()")
+        from graph_envs.core.render import render_env
 
-        if self._layout_cache is None:
-            pos = self._node_positions()
-            self._layout_cache = pos if pos is not None else self._computed_layout()
-        values, label = self._rgb_node_values()
-        gc, gk = self._graph_features()
-        names = list(self.schema.graph_continuous) + [n for n, _ in self.schema.graph_categorical]
-        vals = [*gc.tolist(), *gk.tolist()]
-        title = f"{type(self).__name__}  step {self._steps}  " + "  ".join(
-            f"{n}={v:.3g}" for n, v in zip(names, vals, strict=True)
-        )
-        return render_graph(self._adjacency(), self._layout_cache, values, label, title)
+        return render_env(self)
+
+    def _start_render_trace(self) -> None:
+        """Start recording what frames show beyond the state (only with a render_mode)."""
+        if self.render_mode is not None:
+            from graph_envs.core.render import EpisodeTrace
+
+            self._render_trace = EpisodeTrace(self)
 
     # ---------------------------------------------------------- public helpers
     def node_mask(self) -> np.ndarray:
@@ -296,6 +303,7 @@ class GraphEnv(gym.Env[dict[str, np.ndarray], Any], ABC):
         self._steps = snapshot.steps
         self._done = snapshot.done
         self._layout_cache = None
+        self._start_render_trace()
         if seed is None:
             bitgen = getattr(np.random, snapshot.rng_class)()
             bitgen.state = copy.deepcopy(snapshot.rng_state)

@@ -106,6 +106,3 @@ class ODEnv(GraphEnv):
         nodes = np.zeros(self.num_nodes, dtype=np.int8)
         nodes[np.asarray(action, dtype=np.int64)] = 1
         return nodes
-
-    def _rgb_node_values(self) -> tuple[np.ndarray, str]:
-        return self._state.opinion.astype(np.float32), "opinion"

@@ -216,6 +216,3 @@ class RGCEnv(GraphEnv):
         if self.action_mode != "pair":
             return super().sample_valid_action(rng)
         return int(rng.choice(np.flatnonzero(self.action_masks())))
-
-    def _rgb_node_values(self) -> tuple[np.ndarray, str]:
-        return self._state.degrees.astype(np.float32), "degree"

@@ -31,9 +31,6 @@ ALL_RESCUED_REWARD = 5.0
 STRANDED_PENALTY = -30.0  # plus -5 per undelivered survivor when the agent cannot reach the exit
 PER_SURVIVOR_PENALTY = -5.0
 
-# Node colour codes for rendering.
-_RENDER_CODES = "0 empty, 1 hidden survivor, 2 seen survivor, 3 exit, 4 agent"
-
 
 class SAREnv(GraphEnv):
     """``graphenv/SAR-v0``: navigate a collapsing graph to rescue survivors.
@@ -153,13 +150,3 @@ class SAREnv(GraphEnv):
 
     def _node_positions(self) -> np.ndarray:
         return self._state.positions
-
-    def _rgb_node_values(self) -> tuple[np.ndarray, str]:
-        s = self._state
-        visible = visible_nodes(s)
-        codes = np.zeros(self.num_nodes, dtype=np.float32)
-        codes[s.survivors & ~visible] = 1
-        codes[s.survivors & visible] = 2
-        codes[s.exit_node] = 3
-        codes[s.location] = 4
-        return codes, _RENDER_CODES
