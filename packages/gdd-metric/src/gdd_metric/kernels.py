@@ -19,7 +19,7 @@ over nodes is 0 => node kernels are 1; an additive kernel over an empty feature 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -160,43 +160,50 @@ def node_categorical_terms(
     return add, dist / f_count
 
 
+def _graph_terms(
+    g: np.ndarray, per_feature: Callable[[int], tuple[np.ndarray, np.ndarray]]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Sum the per-feature (kernel, distance) pairs (B, T, T) of graph features g: (B, T, F);
+    the distance is averaged over the features (0 when there are none)."""
+    b, t, f_count = g.shape
+    add = np.zeros((b, t, t))
+    dist = np.zeros((b, t, t))
+    for f in range(f_count):
+        k_f, d_f = per_feature(f)
+        add += k_f
+        dist += d_f
+    return add, dist / max(f_count, 1)
+
+
 def graph_continuous_terms(
     g: np.ndarray, sigma: np.ndarray, multipliers: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per-pair terms for continuous graph features, g: (B, T, F).
 
     Returns ``add`` = sum_f k_f^C(g_f, g'_f) and ``dist`` = D^C_{F_g^C}(g, g')."""
-    b, t, f_count = g.shape
-    add = np.zeros((b, t, t))
-    dist = np.zeros((b, t, t))
-    if f_count == 0:
-        return add, dist
-    for f in range(f_count):
+
+    def feature(f: int) -> tuple[np.ndarray, np.ndarray]:
         d = g[:, :, None, f] - g[:, None, :, f]
         u = d * d
-        u *= 1.0 / float(sigma[f]) ** 2
-        dist += u
+        u *= 1.0 / float(sigma[f]) ** 2  # |g_f - g'_f|^2 / sigma_f^2
         acc = np.zeros_like(u)
         for r in multipliers:
             acc += np.exp(u * (-0.5 / float(r) ** 2))
-        add += acc / len(multipliers)
-    return add, dist / f_count
+        return acc / len(multipliers), u
+
+    return _graph_terms(g, feature)
 
 
 def graph_categorical_terms(g: np.ndarray, lam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per-pair terms for categorical graph features, g: (B, T, F) codes.
 
     Returns ``add`` = sum_f exp(-lambda_f 1[g_f != g'_f]) and ``dist`` = D^K_{F_g^K}(g, g')."""
-    b, t, f_count = g.shape
-    add = np.zeros((b, t, t))
-    dist = np.zeros((b, t, t))
-    if f_count == 0:
-        return add, dist
-    for f in range(f_count):
+
+    def feature(f: int) -> tuple[np.ndarray, np.ndarray]:
         differ = (g[:, :, None, f] != g[:, None, :, f]).astype(np.float64)
-        add += np.exp(-float(lam[f]) * differ)
-        dist += float(lam[f]) * differ
-    return add, dist / f_count
+        return np.exp(-float(lam[f]) * differ), float(lam[f]) * differ
+
+    return _graph_terms(g, feature)
 
 
 def jaccard_gram(
