@@ -1,0 +1,119 @@
+"""Throughput of the batched dream env against the real env through ``gym.make_vec``.
+
+For every (B episodes, N nodes) it steps ``DreamVectorEnv`` (one batched forward pass of the
+world model per step, autoreset from real start states) and the real env as a synchronous
+Gymnasium vector env (``gym.make_vec``, same B and N), both under a random valid policy, and
+prints env-steps per second (B x steps / seconds) and their ratio, measured in the same run.
+
+    uv run python benchmarks/bench_dream.py            # B in {64, 1024} x N in {20, 100}
+    uv run python benchmarks/bench_dream.py --quick    # B = 64, N = 20, a few steps
+    uv run python benchmarks/bench_dream.py --device cuda
+
+The model is untrained at the paper's preset size for the env (``get_preset(model, env)``),
+which has the cost of a trained one; the target on a 2-core CPU is >= 1,000 dream steps/s at
+B = 64, N = 20 (see docs/dream.md for measured numbers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import graph_envs  # noqa: F401  (registers graphenv/*)
+import gymnasium as gym
+import numpy as np
+import torch
+
+from graphwm.dream import DreamVectorEnv
+from graphwm.envs import env_id, env_schema, make_env
+
+
+def random_valid(masks: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """One uniformly random valid node per row of (B, N) masks (any node if none is valid)."""
+    scores = rng.random(masks.shape) + masks.astype(np.float64)
+    return scores.argmax(axis=1)
+
+
+def actions_from_nodes(space: gym.spaces.Space, nodes: np.ndarray, rng) -> np.ndarray:
+    """Batched actions of a single-env space from one chosen node per row."""
+    if isinstance(space, gym.spaces.Discrete):
+        return nodes.astype(np.int64)
+    k = len(space.nvec)  # MultiDiscrete([N] * k): the chosen node plus k - 1 random ones
+    extra = rng.integers(space.nvec[0], size=(len(nodes), k - 1))
+    return np.concatenate([nodes[:, None], extra], axis=1).astype(np.int64)
+
+
+def time_loop(reset, step, masks_of, space, min_steps: int, min_seconds: float) -> float:
+    """Env-steps per second of a vector env under a random valid policy."""
+    rng = np.random.default_rng(0)
+    obs = reset()
+    b = len(obs["action_mask"])
+    for _ in range(2):  # warm-up
+        obs = step(actions_from_nodes(space, random_valid(masks_of(obs), rng), rng))
+    steps, start = 0, time.perf_counter()
+    while steps < min_steps or time.perf_counter() - start < min_seconds:
+        obs = step(actions_from_nodes(space, random_valid(masks_of(obs), rng), rng))
+        steps += 1
+    return b * steps / (time.perf_counter() - start)
+
+
+def bench_dream(model, env_name: str, b: int, n: int, min_steps: int, min_seconds: float):
+    vec = DreamVectorEnv(model, make_env(env_name, n), b, seed=0)
+    return time_loop(
+        lambda: vec.reset(seed=0)[0],
+        lambda a: vec.step(a)[0],
+        lambda obs: obs["action_mask"],
+        vec.single_action_space,
+        min_steps,
+        min_seconds,
+    )
+
+
+def bench_real(env_name: str, b: int, n: int, min_steps: int, min_seconds: float):
+    vec = gym.make_vec(env_id(env_name), num_envs=b, vectorization_mode="sync", num_nodes=n)
+    try:
+        return time_loop(
+            lambda: vec.reset(seed=0)[0],
+            lambda a: vec.step(a)[0],
+            lambda obs: obs["action_mask"],
+            vec.single_action_space,
+            min_steps,
+            min_seconds,
+        )
+    finally:
+        vec.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--env", default="SAR")
+    parser.add_argument("--model", default="gdm")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    parser.add_argument("--quick", action="store_true", help="B = 64, N = 20, a few steps")
+    parser.add_argument("--batches", type=int, nargs="+", default=[64, 1024])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[20, 100])
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from gdm_models import get_preset, make_model
+
+    torch.manual_seed(0)
+    preset = get_preset(args.model, args.env)
+    model = make_model(args.model, env_schema(args.env), None, **preset["model"]).to(args.device)
+    model.eval()
+    grid = [(64, 20)] if args.quick else [(b, n) for b in args.batches for n in args.sizes]
+    min_steps, min_seconds = (5, 1.0) if args.quick else (10, 3.0)
+    print(
+        f"{args.model} ({args.env} preset) on {args.device}, torch threads "
+        f"{torch.get_num_threads()}"
+    )
+    print(f"{'B':>5} {'N':>4} {'dream steps/s':>14} {'real steps/s':>13} {'dream/real':>11}")
+    for b, n in grid:
+        dream = bench_dream(model, args.env, b, n, min_steps, min_seconds)
+        real = bench_real(args.env, b, n, min_steps, min_seconds)
+        print(f"{b:>5} {n:>4} {dream:>14.0f} {real:>13.0f} {dream / real:>11.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
