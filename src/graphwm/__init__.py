@@ -4,3 +4,5 @@ Stages (``graphwm.pipeline``): collect -> fit -> train -> evaluate -> report, ea
 subcommand of ``graphwm`` and a Python function; ``graphwm reproduce`` runs them all from a
 preset (``graphwm.presets``: tiny, smoke, paper). See ``docs/reproducing.md``.
 """
+
+__version__ = "0.1.0"

@@ -139,7 +139,7 @@ def collect(
     manifest_path = data_dir / "manifest.json"
     manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {"files": {}}
     manifest["versions"] = {
-        pkg: metadata.version(pkg) for pkg in ("graph-envs", "gdm-models", "gdd-metric", "graphwm")
+        pkg: metadata.version(pkg) for pkg in ("graphwm-envs", "gdm-models", "gdd-metric", "graphwm")
     }
     manifest["seed_scheme"] = {
         "split_base": SPLIT_SEED_BASE,

@@ -15,6 +15,8 @@ from .scaling import FeatureScaler
 from .schema import Schema, SchemaError, parse_schema
 from .trainer import TrainResult, train
 
+__version__ = "0.1.0"
+
 __all__ = [
     "OBS_KEYS",
     "PREDICTION_KEYS",

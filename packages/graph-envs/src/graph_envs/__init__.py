@@ -15,4 +15,6 @@ from graph_envs.registration import ENV_IDS, register_envs
 
 register_envs()
 
+__version__ = "0.1.0"
+
 __all__ = ["ENV_IDS", "EnvSnapshot", "FeatureSchema", "GraphEnv", "register_envs"]

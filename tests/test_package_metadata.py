@@ -1,0 +1,39 @@
+"""Every package of the workspace is publishable: MIT licence file, ``py.typed``, a
+``__version__`` equal to the installed distribution's version, classifiers and project URLs."""
+
+from __future__ import annotations
+
+import importlib
+import tomllib
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = {  # distribution -> (import name, folder holding pyproject.toml and LICENSE)
+    "graphwm-envs": ("graph_envs", ROOT / "packages" / "graph-envs"),
+    "gdm-models": ("gdm_models", ROOT / "packages" / "gdm-models"),
+    "gdd-metric": ("gdd_metric", ROOT / "packages" / "gdd-metric"),
+    "graphwm": ("graphwm", ROOT),
+}
+
+
+@pytest.mark.parametrize("dist", sorted(PACKAGES))
+def test_package_is_publishable(dist):
+    module_name, folder = PACKAGES[dist]
+    project = tomllib.loads((folder / "pyproject.toml").read_text())["project"]
+    assert project["name"] == dist
+    module = importlib.import_module(module_name)
+    assert module.__version__ == project["version"] == metadata.version(dist)
+    assert (Path(module.__file__).parent / "py.typed").is_file()
+    assert project["license"] == "MIT"
+    assert "MIT License" in (folder / "LICENSE").read_text()
+    assert "Typing :: Typed" in project["classifiers"]
+    assert {"Homepage", "Repository", "Changelog"} <= set(project["urls"])
+
+
+def test_changelog_covers_every_distribution():
+    text = (ROOT / "CHANGELOG.md").read_text()
+    for dist in PACKAGES:
+        assert dist in text
