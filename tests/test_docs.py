@@ -17,6 +17,7 @@ from __future__ import annotations
 import doctest
 import json
 import re
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -102,11 +103,18 @@ def test_doc_code_blocks_run(path, tmp_path, monkeypatch):
 
 
 def test_package_readme_links_are_absolute():
-    """A package README is also the package's page on an index, where ../../docs breaks."""
+    """A package README is also the package's page on an index, where ../../docs breaks: its
+    links are absolute, and those into this repository (the package's ``Repository`` URL in
+    its pyproject.toml, then ``/blob/main/<path>``) name files that exist."""
     link = re.compile(r"\]\((?P<target>[^)\s]+)\)")
-    for path in sorted(REPO.glob("packages/*/README.md")):
-        for target in link.findall(path.read_text(encoding="utf-8")):
-            assert re.match(r"https?://", target), f"{rel(path)}: relative link {target}"
+    for readme in sorted(REPO.glob("packages/*/README.md")):
+        meta = tomllib.loads((readme.parent / "pyproject.toml").read_text(encoding="utf-8"))
+        repo_url = meta["project"].get("urls", {}).get("Repository")
+        for target in link.findall(readme.read_text(encoding="utf-8")):
+            assert re.match(r"https?://", target), f"{rel(readme)}: relative link {target}"
+            if repo_url and target.startswith(f"{repo_url}/blob/main/"):
+                path = target.removeprefix(f"{repo_url}/blob/main/").split("#")[0]
+                assert (REPO / path).exists(), f"{rel(readme)}: {target} names no file"
 
 
 def test_no_reference_to_a_missing_architecture_file():
