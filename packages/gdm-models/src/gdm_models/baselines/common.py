@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..losses import masked_mean
 from ..scaling import FeatureScaler
 from ..schema import Schema
 
@@ -33,6 +34,7 @@ __all__ = [
     "FeatureSetEncoder",
     "FeatureHeads",
     "pair_mask_of",
+    "NodeMasks",
     "masked_node_mean",
     "state_from_observation",
     "prediction_losses",
@@ -112,10 +114,31 @@ def pair_mask_of(node_mask: torch.Tensor) -> torch.Tensor:
     return m & ~torch.eye(n, dtype=torch.bool, device=node_mask.device)
 
 
+@dataclass(frozen=True)
+class NodeMasks:
+    """Float forms of a (B,N) node mask, built once per loss and shared by its terms.
+
+    Attributes:
+        node: (B,N) 1.0 on real nodes. count: (B,) real nodes (>= 1).
+        pair: (B,N,N) 1.0 on real off-diagonal pairs. pair_count: (B,) their number (>= 1).
+    """
+
+    node: torch.Tensor
+    count: torch.Tensor
+    pair: torch.Tensor
+    pair_count: torch.Tensor
+
+    @classmethod
+    def of(cls, node_mask: torch.Tensor, dtype: torch.dtype) -> NodeMasks:
+        """Masks of ``node_mask`` (bool) in ``dtype``."""
+        m = node_mask.to(dtype)
+        pm = pair_mask_of(node_mask).to(dtype)
+        return cls(m, m.sum(-1).clamp_min(1.0), pm, pm.sum((-1, -2)).clamp_min(1.0))
+
+
 def masked_node_mean(x: torch.Tensor, node_mask: torch.Tensor) -> torch.Tensor:
     """Mean of (B,N,D) ``x`` over real nodes -> (B,D) (Pool = mean, paper appendix)."""
-    m = node_mask.to(x.dtype)[..., None]
-    return (x * m).sum(-2) / m.sum(-2).clamp_min(1.0)
+    return masked_mean(x, node_mask[..., None], -2)
 
 
 # ---------------------------------------------------------------------------- encoders / heads
@@ -220,6 +243,7 @@ def prediction_losses(
     node_mask: torch.Tensor,
     schema: Schema,
     scaler: FeatureScaler,
+    masks: NodeMasks | None = None,
 ) -> dict[str, torch.Tensor]:
     """Per-graph prediction loss terms (paper, "Training": L_pred and appendix "Feature Scaling").
 
@@ -231,10 +255,12 @@ def prediction_losses(
     * ``graph``: 1/|F_g| sum_f l_f; ``adjacency``: BCE mean over real off-diagonal pairs;
     * ``action_mask``: BCE mean over real nodes; ``reward``: MSE (standardised);
       ``continuation``: BCE.
+
+    ``masks``: :class:`NodeMasks` of ``node_mask`` when the caller already has them.
     """
     dt = pred.reward.dtype
-    m = node_mask.to(dt)
-    n_real = m.sum(-1).clamp_min(1.0)
+    masks = NodeMasks.of(node_mask, dt) if masks is None else masks
+    m, n_real = masks.node, masks.count
     # node features: sum_f l_f(v)
     per_node = torch.zeros_like(m)
     fn = schema.num_node_features
@@ -260,11 +286,10 @@ def prediction_losses(
         )
     graph = graph / max(schema.num_graph_features, 1)
     # adjacency BCE over real off-diagonal (ordered) pairs == over unordered pairs (symmetric)
-    pm = pair_mask_of(node_mask).to(dt)
     bce = F.binary_cross_entropy_with_logits(
         pred.adjacency_logit, target["adjacency"].to(dt), reduction="none"
     )
-    adjacency = (bce * pm).sum((-1, -2)) / pm.sum((-1, -2)).clamp_min(1.0)
+    adjacency = (bce * masks.pair).sum((-1, -2)) / masks.pair_count
     am = F.binary_cross_entropy_with_logits(
         pred.action_mask_logit, target["action_mask"].to(dt), reduction="none"
     )
@@ -313,12 +338,15 @@ def sample_categorical(logits: torch.Tensor, generator: torch.Generator) -> torc
     return idx.clamp_max(probs.shape[-1] - 1)
 
 
-def soft_state(pred: Prediction, node_mask: torch.Tensor) -> GraphState:
+def soft_state(
+    pred: Prediction, node_mask: torch.Tensor, masks: NodeMasks | None = None
+) -> GraphState:
     """Differentiable next state: predicted scalars and *probabilities* of every categorical /
     binary factor (paper, appendix "Baseline Implementations"); adjacency sigmoid(logits)."""
-    m = node_mask.to(pred.reward.dtype)
+    masks = NodeMasks.of(node_mask, pred.reward.dtype) if masks is None else masks
+    m = masks.node
     return GraphState(
-        adjacency=torch.sigmoid(pred.adjacency_logit) * pair_mask_of(node_mask).to(m.dtype),
+        adjacency=torch.sigmoid(pred.adjacency_logit) * masks.pair,
         node_continuous=pred.node_continuous * m[..., None],
         node_categorical=[torch.softmax(x, -1) * m[..., None] for x in pred.node_categorical],
         graph_continuous=pred.graph_continuous,

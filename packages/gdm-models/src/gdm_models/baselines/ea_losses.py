@@ -57,16 +57,40 @@ def spectral_loss(
     num_iterations: int = 4,
     target: float = 1.0,
 ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """R_spectral = sum_l (sigma_max(W_l) - target)^2 and the updated power-iteration vectors."""
+    """R_spectral = sum_l (sigma_max(W_l) - target)^2 and the updated power-iteration vectors.
+
+    Weights of one shape (the GNN layers) run their power iterations together, batched over
+    the layers (the same per-layer iteration as :func:`power_iteration`, in a few kernels)."""
     if len(weights) != len(us):
         raise ValueError("need one power-iteration vector per weight matrix")
-    total = weights[0].new_zeros(()) if weights else torch.zeros(())
-    new_us = []
-    for w, u in zip(weights, us, strict=True):
-        sigma, u_new = power_iteration(w, u, num_iterations)
-        total = total + (sigma - target) ** 2
-        new_us.append(u_new)
-    return total, new_us
+    if not weights:
+        return torch.zeros(()), []
+    if len({tuple(w.shape) for w in weights}) > 1:
+        total = weights[0].new_zeros(())
+        new_us = []
+        for w, u in zip(weights, us, strict=True):
+            sigma, u_new = power_iteration(w, u, num_iterations)
+            total = total + (sigma - target) ** 2
+            new_us.append(u_new)
+        return total, new_us
+    sigma, u_new = _batched_power_iteration(torch.stack(weights), torch.stack(us), num_iterations)
+    return ((sigma - target) ** 2).sum(), list(u_new.unbind(0))
+
+
+def _batched_power_iteration(
+    weight: torch.Tensor, u: torch.Tensor, num_iterations: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`power_iteration` for a stack of matrices (L, out, in) and vectors (L, in)."""
+    with torch.no_grad():
+        u = F.normalize(u.to(weight.dtype), dim=-1, eps=1e-12)
+        for _ in range(num_iterations):
+            v = F.normalize(torch.bmm(weight, u[..., None])[..., 0], dim=-1, eps=1e-12)
+            u = F.normalize(
+                torch.bmm(weight.transpose(1, 2), v[..., None])[..., 0], dim=-1, eps=1e-12
+            )
+        v = F.normalize(torch.bmm(weight, u[..., None])[..., 0], dim=-1, eps=1e-12)
+    sigma = (v * torch.bmm(weight, u[..., None])[..., 0]).sum(-1)  # v^T W u per layer
+    return sigma, u.detach()
 
 
 def normalized_adjacency(

@@ -46,12 +46,14 @@ from torch import nn
 
 from ..api import NP_DTYPES, WorldModel, predictions_to_numpy
 from ..data import OBS_KEYS, Batch, DataError, observation_to_tensors, validate_observation
+from ..losses import masked_mean
 from ..scaling import FeatureScaler
 from ..schema import Schema
 from .common import (
     FeatureHeads,
     FeatureSetEncoder,
     GraphState,
+    NodeMasks,
     Prediction,
     masked_node_mean,
     prediction_losses,
@@ -184,31 +186,41 @@ class GWM(WorldModel):
         """Q_s = (Q + Q^T) / 2, so that h_i^T Q_s h_j is symmetric in (i, j)."""
         return 0.5 * (self.Q + self.Q.T)
 
-    def step(self, state: GraphState, action: torch.Tensor) -> tuple[Prediction, torch.Tensor]:
+    def step(
+        self,
+        state: GraphState,
+        action: torch.Tensor,
+        q_s: torch.Tensor | None = None,
+        masks: NodeMasks | None = None,
+    ) -> tuple[Prediction, torch.Tensor]:
         """One transition: ``state`` (B graphs) and action indicators (B,N) -> (prediction,
-        final node embeddings h (B,N,d))."""
+        final node embeddings h (B,N,d)). ``q_s`` (:meth:`symmetric_q`) and ``masks`` (of
+        ``state.node_mask``) may be passed in when the caller already has them."""
         mask = state.node_mask
-        m = mask.to(state.node_continuous.dtype)
+        dt = state.node_continuous.dtype
+        masks = NodeMasks.of(mask, dt) if masks is None else masks
+        m = masks.node[..., None]
         e_g = self.graph_encoder(state.graph_continuous, state.graph_categorical)
         e_n = self.node_encoder(
             state.node_continuous, state.node_categorical, state.action_mask[..., None]
         )
-        h = (e_n + self.graph_to_node(e_g)[..., None, :]) * m[..., None]
-        a = action.to(m.dtype) * m
+        h = (e_n + self.graph_to_node(e_g)[..., None, :]) * m
+        a = action.to(dt) * masks.node
         a_tilde = normalized_adjacency(state.adjacency, mask, self.config.self_loops)
-        for i, w1 in enumerate(self.mp_weights):
+        # the action term u^(l) a(v) + b^(l) of every layer at once (it does not depend on h)
+        act_terms = (a[..., None, None] * self.action_weight + self.mp_bias).unbind(-2)
+        for w1, act in zip(self.mp_weights, act_terms, strict=True):
             # sigma(A~ h W_1 + U a 1^T), residual (paper "Related Work"; Song et al.)
-            msg = a_tilde @ w1(h) + a[..., None] * self.action_weight[i] + self.mp_bias[i]
-            h = (h + torch.relu(msg)) * m[..., None]
-        pooled_a = (a.sum(-1) / m.sum(-1).clamp_min(1.0))[..., None]
+            h = (h + torch.relu(a_tilde @ w1(h) + act)) * m
+        pooled_a = (a.sum(-1) / masks.count)[..., None]
         g = self.graph_update(torch.cat([e_g, masked_node_mean(h, mask), pooled_a], dim=-1))
         node_delta, node_cat = self.node_heads(h)
         graph_delta, graph_cat = self.graph_heads(g)
-        hq = h @ self.symmetric_q()
+        hq = h @ (self.symmetric_q() if q_s is None else q_s)
         adj_logit = hq @ h.transpose(-1, -2)  # h_i^T Q_s h_j
         pred = Prediction(
             # continuous features: residual change of the current value (standardised units)
-            node_continuous=(state.node_continuous + node_delta) * m[..., None],
+            node_continuous=(state.node_continuous + node_delta) * m,
             node_categorical=node_cat,
             action_mask_logit=self.action_mask_head(h).squeeze(-1),
             adjacency_logit=adj_logit,
@@ -220,6 +232,23 @@ class GWM(WorldModel):
         return pred, h
 
     # ------------------------------------------------------------------ training
+    def loss_scales(self) -> dict[str, float]:
+        """Weight of every loss term in the total: the one-step L_pred (beta_adj on the
+        adjacency BCE), beta_q (||Q_s||_F - 1)^2 and EA-GWM's three extra losses."""
+        c = self.config
+        return {
+            "node": 1.0,
+            "graph": 1.0,
+            "adjacency": c.beta_adj,
+            "action_mask": 1.0,
+            "reward": 1.0,
+            "continuation": 1.0,
+            "q_norm": c.beta_q,
+            "rollout": c.rollout_weight,
+            "spectral": c.spectral_weight,
+            "critical": c.critical_weight,
+        }
+
     def _combine(self, parts: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """Per-item L_pred: node + graph + beta_adj adjacency + action mask + reward + cont."""
         return (
@@ -231,20 +260,6 @@ class GWM(WorldModel):
             + parts["continuation"]
         )
 
-    @staticmethod
-    def _vmean(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-        v = valid.to(x.dtype)
-        return (x * v).sum() / v.sum().clamp_min(1.0)
-
-    def _gather(
-        self, batch: Batch, b_idx: torch.Tensor, t_obs: torch.Tensor, t_act: torch.Tensor
-    ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-        """Observations at (b_idx, t_obs) plus reward/continuation at (b_idx, t_act)."""
-        obs = {k: getattr(batch, k)[b_idx, t_obs] for k in OBS_KEYS}
-        obs["reward"] = batch.reward[b_idx, t_act]
-        obs["continuation"] = batch.continuation[b_idx, t_act]
-        return obs, batch.action_nodes[b_idx, t_act]
-
     def loss(
         self, batch: Batch, generator: torch.Generator | None = None
     ) -> tuple[torch.Tensor, dict[str, float]]:
@@ -252,71 +267,98 @@ class GWM(WorldModel):
 
         Every transition t of every window is an item: input obs[t] (teacher-forced), target
         obs[t+1], reward[t], continuation[t]; padded steps and nodes are masked out. The model is
-        deterministic; ``generator`` is unused.
+        deterministic; ``generator`` is unused. ``total = sum_k scale[k] term[k]`` over the
+        terms of :meth:`loss_scales` with a non-zero scale; one host sync for the logged terms.
         """
         cfg = self.config
         B, L = batch.batch_size, batch.seq_len
+        K = cfg.rollout_steps if cfg.rollout_weight > 0 else 1
         dev = batch.adjacency.device
         b_idx = torch.arange(B, device=dev).repeat_interleave(L)
         t_idx = torch.arange(L, device=dev).repeat(B)
         node_mask = batch.node_mask[b_idx]
-        valid = batch.step_mask[b_idx, t_idx]
-        obs_now = {k: getattr(batch, k)[b_idx, t_idx] for k in OBS_KEYS}
-        state = state_from_observation(obs_now, node_mask, self.schema, self.scaler)
-        target, action = self._gather(batch, b_idx, t_idx + 1, t_idx)
-        pred, _ = self.step(state, action)
-        parts = prediction_losses(pred, target, node_mask, self.schema, self.scaler)
-        per_item = self._combine(parts)
-        one_step = self._vmean(per_item, valid)
+        masks = NodeMasks.of(node_mask, batch.node_continuous.dtype)
+        # inputs at t and the targets of rollout steps j = 1..K (obs[t+j], reward/cont/action
+        # at t+j-1; steps past the window are clamped and masked out), gathered in one pass
+        j = torch.arange(1, K + 1, device=dev)[:, None]
+        t_act = t_idx + j - 1  # (K, M)
+        t_act_c = t_act.clamp_max(L - 1)
+        ok = (t_act < L) & batch.step_mask[b_idx, t_act_c]  # (K, M)
+        t_obs = torch.cat([t_idx[None], (t_act + 1).clamp_max(L)])  # (K+1, M)
+        seen = {k: getattr(batch, k)[b_idx, t_obs] for k in OBS_KEYS}
+        targets = [
+            {
+                **{k: v[i + 1] for k, v in seen.items()},
+                "reward": batch.reward[b_idx, t_act_c[i]],
+                "continuation": batch.continuation[b_idx, t_act_c[i]],
+            }
+            for i in range(K)
+        ]
+        actions = batch.action_nodes[b_idx[None], t_act_c]  # (K, M, N)
+        valid = ok[0]
+        state = state_from_observation(
+            {k: v[0] for k, v in seen.items()}, node_mask, self.schema, self.scaler
+        )
+        q_s = self.symmetric_q()
+        pred, _ = self.step(state, actions[0], q_s, masks)
+        parts = prediction_losses(pred, targets[0], node_mask, self.schema, self.scaler, masks)
+        one_step_keys = ("node", "graph", "adjacency", "action_mask", "reward", "continuation")
+        terms = dict(
+            zip(
+                one_step_keys,
+                masked_mean(torch.stack([parts[k] for k in one_step_keys]), valid, -1),
+                strict=True,
+            )
+        )
         # the logit's matrix Q_s regularised towards norm 1 (paper, appendix "Adjacency Sampling")
-        q_norm = (self.symmetric_q().norm() - 1.0) ** 2
-        total = one_step + cfg.beta_q * q_norm
-        terms = {"pred": one_step.item(), "q_norm": q_norm.item()}
-        for k in ("node", "graph", "adjacency", "action_mask", "reward", "continuation"):
-            terms[k] = self._vmean(parts[k], valid).item()
-        zero = per_item.new_zeros(())
-        rollout = spectral = critical = zero
+        terms["q_norm"] = (q_s.norm() - 1.0) ** 2
+        zero = terms["q_norm"].new_zeros(())
+        terms.update(rollout=zero, spectral=zero, critical=zero)
 
         if cfg.rollout_weight > 0:
             # k-step teacher-free rollouts from every observed step t: the j-th prediction uses
             # action t+j-1 and is compared with obs[t+j] (valid while inside the window)
+            per_item = self._combine(parts)
+
             def step_fn(st: GraphState, j: int) -> Prediction:
-                if j == 1:
-                    return pred  # identical to the one-step prediction
-                t_act = (t_idx + j - 1).clamp_max(L - 1)
-                return self.step(st, batch.action_nodes[b_idx, t_act])[0]
+                return pred if j == 1 else self.step(st, actions[j - 1], q_s, masks)[0]
 
             def loss_fn(p: Prediction, j: int) -> tuple[torch.Tensor, torch.Tensor]:
-                t_act = t_idx + j - 1
-                ok = (t_act < L) & batch.step_mask[b_idx, t_act.clamp_max(L - 1)]
-                tgt, _ = self._gather(
-                    batch, b_idx, (t_act + 1).clamp_max(L), t_act.clamp_max(L - 1)
+                if j == 1:  # the one-step loss, already computed
+                    return per_item, valid
+                lp = prediction_losses(
+                    p, targets[j - 1], node_mask, self.schema, self.scaler, masks
                 )
-                lp = prediction_losses(p, tgt, node_mask, self.schema, self.scaler)
-                return self._combine(lp), ok
+                return self._combine(lp), ok[j - 1]
 
-            rollout = rollout_consistency_loss(
-                state, cfg.rollout_steps, step_fn, lambda st, p: soft_state(p, node_mask), loss_fn
+            terms["rollout"] = rollout_consistency_loss(
+                state,
+                cfg.rollout_steps,
+                step_fn,
+                lambda st, p: soft_state(p, node_mask, masks),
+                loss_fn,
             )
-            total = total + cfg.rollout_weight * rollout
         if cfg.spectral_weight > 0:
             us = [getattr(self, f"spectral_u_{i}") for i in range(cfg.mp_layers)]
-            spectral, new_us = spectral_loss(
+            terms["spectral"], new_us = spectral_loss(
                 [w.weight for w in self.mp_weights], us, cfg.power_iterations, cfg.spectral_target
             )
             if self.training:
-                for i, u in enumerate(new_us):
-                    getattr(self, f"spectral_u_{i}").copy_(u)
-            total = total + cfg.spectral_weight * spectral
+                for u_buf, u in zip(us, new_us, strict=True):
+                    u_buf.copy_(u)
         if cfg.critical_weight > 0:
             c = critical_node_weights(
                 state.adjacency, node_mask, cfg.critical_weighting, cfg.self_loops
             )
             crit = critical_node_loss(parts["node_per_node"], c, node_mask)
-            critical = self._vmean(crit, valid)
-            total = total + cfg.critical_weight * critical
-        terms.update(rollout=rollout.item(), spectral=spectral.item(), critical=critical.item())
-        return total, {k: terms[k] for k in GWM_TERM_KEYS}
+            terms["critical"] = masked_mean(crit, valid, -1)
+        scale = self.loss_scales()
+        assert scale.keys() == terms.keys(), (sorted(scale), sorted(terms))
+        total = sum(scale[k] * terms[k] for k in scale if scale[k])
+        # one host sync for every logged value (no .item() per term)
+        logged = dict(zip(terms, torch.stack(list(terms.values())).detach().tolist(), strict=True))
+        logged["pred"] = sum(scale[k] * logged[k] for k in one_step_keys)
+        return total, {k: logged[k] for k in GWM_TERM_KEYS}
 
     # ------------------------------------------------------------------ inference API
     def observe(
