@@ -137,15 +137,19 @@ def make_cells(
     policies: Iterable[str],
     episodes: int,
     split: dict,
+    caps: dict | None = None,
 ) -> list[Cell]:
     """Every (env, N, policy) cell, the slow ones split into ``split[(short, N, policy)]``
-    chunks of episodes (so they spread over the processes)."""
+    chunks of episodes (so they spread over the processes); ``caps[(short, N, policy)]``
+    lowers a cell's number of episodes."""
     cells = []
     for env_id in env_ids:
         for n in sizes:
             for policy in policies:
-                chunks = split.get((SHORT.get(env_id, env_id), n, policy), 1)
-                bounds = np.linspace(0, episodes, chunks + 1).round().astype(int)
+                key = (SHORT.get(env_id, env_id), n, policy)
+                count = min(episodes, (caps or {}).get(key, episodes))
+                chunks = min(split.get(key, 1), count)
+                bounds = np.linspace(0, count, chunks + 1).round().astype(int)
                 for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
                     if hi > lo:
                         cells.append(Cell(env_id, n, policy, int(lo), int(hi - lo)))
@@ -175,7 +179,8 @@ def format_table(results: list[dict], ppo_steps: int, episodes: int) -> str:
                 cells.append("-")
                 continue
             sem = returns.std(ddof=1) / math.sqrt(returns.size) if returns.size > 1 else math.nan
-            cells.append(f"{returns.mean():.3f} ± {sem:.3f}")
+            fewer = f" ({returns.size} ep.)" if returns.size != episodes else ""
+            cells.append(f"{returns.mean():.3f} ± {sem:.3f}{fewer}")
         lines.append(f"| {SHORT.get(env_id, env_id)} | {n} | " + " | ".join(cells) + " |")
     lines.append("")
     lines.append(
@@ -200,6 +205,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--episodes", type=int, default=100)
     parser.add_argument("--ppo-steps", type=int, default=20_000)
     parser.add_argument("--jobs", type=int, default=1, help="worker processes")
+    parser.add_argument(
+        "--cap",
+        nargs="*",
+        default=[],
+        metavar="ENV:N:POLICY=EPISODES",
+        help="fewer episodes for a slow cell, e.g. RGC:50:greedy=10 (marked in the table)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="also write the table here")
     parser.add_argument("--raw", type=Path, default=None, help="append raw JSON lines here")
     args = parser.parse_args(argv)
@@ -208,7 +220,15 @@ def main(argv: list[str] | None = None) -> int:
 
     _preload(args.envs, args.policies)
     split = SLOW_CELLS if args.jobs > 1 else {}
-    cells = make_cells(args.envs, args.sizes, args.policies, args.episodes, split)
+    caps = {}
+    for spec in args.cap:
+        try:
+            key, count = spec.split("=")
+            env, n, policy = key.split(":")
+            caps[(env, int(n), policy)] = int(count)
+        except ValueError:
+            parser.error(f"--cap {spec!r}: expected ENV:N:POLICY=EPISODES, e.g. RGC:50:greedy=10")
+    cells = make_cells(args.envs, args.sizes, args.policies, args.episodes, split, caps)
     # longest first: PPO training and RGC's greedy at the largest N
     cells.sort(key=lambda c: ("PPO" not in c.policy, -c.num_nodes, c.policy != "greedy"))
     results = []

@@ -50,3 +50,14 @@ def test_slow_cells_are_split_into_contiguous_episode_ranges():
         ["graphenv/RGC-v0"], [50], ["greedy"], 100, {("RGC", 50, "greedy"): 3}
     )
     assert [(c.first_episode, c.episodes) for c in cells] == [(0, 33), (33, 34), (67, 33)]
+
+
+def test_capped_cells_run_fewer_episodes_and_are_marked():
+    yardsticks = load_script()
+    cells = yardsticks.make_cells(
+        ["graphenv/CF-v0"], [8], ["random", "greedy"], 4, {}, {("CF", 8, "greedy"): 2}
+    )
+    assert {c.policy: c.episodes for c in cells} == {"random": 4, "greedy": 2}
+    results = [{**c.__dict__, "returns": [float(i) for i in range(c.episodes)]} for c in cells]
+    row = yardsticks.format_table(results, ppo_steps=0, episodes=4).splitlines()[2]
+    assert row == "| CF | 8 | 1.500 ± 0.645 | 0.500 ± 0.500 (2 ep.) |"
