@@ -166,3 +166,20 @@ def test_animation_rejects_bad_input(tmp_path):
         save_gif([], tmp_path / "x.gif")
     with pytest.raises(ValueError, match="same shape"):
         save_gif([np.zeros((4, 4, 3), np.uint8), np.zeros((5, 4, 3), np.uint8)], tmp_path / "y")
+
+
+def test_title_says_why_cf_and_rgc_episodes_ended():
+    for name, reasons in (
+        ("CF", ("no edges left", "horizon reached")),
+        ("RGC", ("budget spent", "step limit")),
+    ):
+        env = make(name, num_nodes=10)
+        env.reset(seed=0)
+        rng = np.random.default_rng(0)
+        done = False
+        while not done:
+            _, _, terminated, truncated, _ = env.step(greedy_action(env, rng))
+            done = terminated or truncated
+        line = render.frame_title(env).splitlines()[1]
+        assert any(line.startswith(f"terminated: {r}") for r in reasons), line
+    assert line.startswith("terminated: budget spent")  # RGC's greedy always adds an edge

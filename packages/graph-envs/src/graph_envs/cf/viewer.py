@@ -45,3 +45,10 @@ def status(env: Any, info: dict) -> str:
     failed = info.get("num_failed")
     text = f"nodes with edges {connected}/{env.num_nodes}"
     return text + (f"   failed this step {failed}" if failed is not None else "")
+
+
+def end_reason(env: Any) -> str:
+    """Why the episode terminated: the graph fell apart, or the horizon came first."""
+    if not np.asarray(env.state.adjacency).any():
+        return "no edges left"
+    return "horizon reached, largest component penalised"

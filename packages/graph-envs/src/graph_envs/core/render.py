@@ -13,9 +13,10 @@ A frame shows:
   graph-level status.
 
 Each env's choices live in its ``viewer.py`` (``graph_envs.<env>.viewer``), which provides
-``node_style(env) -> NodeStyle``, ``status(env) -> str`` and the tuple ``EDGE_EVENTS`` (which
-of "added", "removed", "added earlier" the env can produce). Envs without a viewer fall back to
-the action mask as a categorical feature.
+``node_style(env) -> NodeStyle``, ``status(env, info) -> str``, the tuple ``EDGE_EVENTS``
+(which of "added", "removed", "added earlier" the env can produce) and optionally
+``end_reason(env) -> str`` (why an episode terminated, when ``info`` does not say). Envs
+without a viewer fall back to the action mask as a categorical feature.
 """
 
 from __future__ import annotations
@@ -130,12 +131,16 @@ def default_style(env: Any) -> NodeStyle:
     )
 
 
-def outcome_text(trace: EpisodeTrace) -> str:
-    """``running``, ``terminated`` or ``truncated``, with the env's ``info["outcome"]``."""
+def outcome_text(trace: EpisodeTrace, env: Any = None) -> str:
+    """``running``, ``terminated`` or ``truncated``, with the reason: the env's
+    ``info["outcome"]``, else its viewer's ``end_reason(env)`` for a termination."""
     if not (trace.terminated or trace.truncated):
         return "running"
     text = "terminated" if trace.terminated else "truncated"
     outcome = trace.info.get("outcome")
+    viewer = viewer_of(env) if env is not None else None
+    if not outcome and trace.terminated and hasattr(viewer, "end_reason"):
+        outcome = viewer.end_reason(env)
     return f"{text}: {str(outcome).replace('_', ' ')}" if outcome else text
 
 
@@ -149,7 +154,7 @@ def frame_title(env: Any) -> str:
     reward = "-" if trace.reward is None else f"{trace.reward:+.3g}"
     return (
         f"{type(env).__name__.removesuffix('Env')}   {step}   reward {reward}   "
-        f"return {trace.episode_return:+.3g}\n{outcome_text(trace)}"
+        f"return {trace.episode_return:+.3g}\n{outcome_text(trace, env)}"
         + (f"   |   {status}" if status else "")
     )
 

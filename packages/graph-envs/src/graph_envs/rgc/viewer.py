@@ -26,3 +26,9 @@ def status(env: Any, info: dict) -> str:
     """Edge budget left and the current robustness."""
     s = env.state
     return f"edges left {s.budget - s.edges_added}/{s.budget}   robustness {s.robustness:.3f}"
+
+
+def end_reason(env: Any) -> str:
+    """Why the episode terminated: the edge budget is spent, or the step limit came first."""
+    s = env.state
+    return "budget spent" if s.edges_added >= s.budget else "step limit"
