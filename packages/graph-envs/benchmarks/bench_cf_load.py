@@ -83,7 +83,7 @@ def load_ratio(pairs: int = 3, fast_repeats: int = 3) -> dict[str, float]:
         medians of the fast, rustworkx and networkx seconds and of the per-pair ratios
         networkx / fast and networkx / rustworkx, and the max |fast - networkx| over all passes.
     """
-    adjacency = shk_graph(N, np.random.default_rng(0)).adjacency
+    adjacency = shk_graph(np.random.default_rng(0), N).adjacency
     times: dict[str, list[float]] = {"fast": [], "rustworkx": [], "networkx": []}
     ratios: dict[str, list[float]] = {"fast": [], "rustworkx": []}
     diff = 0.0

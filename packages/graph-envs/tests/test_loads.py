@@ -34,7 +34,7 @@ def test_equals_networkx_reference_on_random_graphs(seed: int) -> None:
 
 
 def test_equals_networkx_reference_on_shk_graph_with_failed_nodes() -> None:
-    adj = shk_graph(150, np.random.default_rng(3)).adjacency
+    adj = shk_graph(np.random.default_rng(3), 150).adjacency
     adj[[4, 40, 77], :] = False
     adj[:, [4, 40, 77]] = False
     load = betweenness_load(adj)
@@ -69,7 +69,7 @@ def test_star_centre_attains_the_maximum_load(n: int) -> None:
 @pytest.mark.parametrize("seed", range(6))
 def test_update_equals_full_recomputation_along_a_cascade(seed: int) -> None:
     rng = np.random.default_rng(seed)
-    adj = shk_graph(80, rng).adjacency
+    adj = shk_graph(rng, 80).adjacency
     load = betweenness_load(adj)
     for _ in range(12):
         alive = np.flatnonzero(adj.any(axis=1))
@@ -125,7 +125,7 @@ def test_degenerate_graphs() -> None:
 
 def test_loads_are_bit_for_bit_deterministic() -> None:
     """Replays need identical loads: repeated passes and the incremental update agree exactly."""
-    adj = shk_graph(300, np.random.default_rng(11)).adjacency
+    adj = shk_graph(np.random.default_rng(11), 300).adjacency
     first = betweenness_load(adj)
     assert all(np.array_equal(first, betweenness_load(adj.copy())) for _ in range(3))
     np.testing.assert_array_equal(first, update_loads(adj, np.zeros(300), np.arange(300)))

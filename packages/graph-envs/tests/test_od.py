@@ -8,7 +8,7 @@ import graph_envs  # noqa: F401  (registers the ids)
 import gymnasium as gym
 import numpy as np
 import pytest
-from graph_envs.core.graph_ops import is_connected
+from graph_envs.core.graph_ops import connected_erdos_renyi, is_connected
 from graph_envs.core.validation import validate_observation
 from graph_envs.od.dynamics import (
     agent_influence,
@@ -18,7 +18,6 @@ from graph_envs.od.dynamics import (
     softmax_sample,
 )
 from graph_envs.od.env import ODEnv
-from graph_envs.od.generator import connected_erdos_renyi
 from graph_envs.od.types import ODParams, ODState, fraction_count
 
 
@@ -53,7 +52,8 @@ def test_initial_graph_connected_with_mean_degree_about_four(n: int) -> None:
     seeds = range(3 if n == 1000 else 10)
     degrees = []
     for seed in seeds:
-        adj = connected_erdos_renyi(n, 4.0, np.random.default_rng(seed))
+        p = min(1.0, 4.0 / (n - 1))
+        adj = connected_erdos_renyi(np.random.default_rng(seed), n, p, method="join")
         assert adj.shape == (n, n) and adj.dtype == bool
         assert np.array_equal(adj, adj.T) and not np.diagonal(adj).any()
         assert is_connected(adj)

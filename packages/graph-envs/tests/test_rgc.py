@@ -12,8 +12,8 @@ import gymnasium as gym
 import networkx as nx
 import numpy as np
 import pytest
+from graph_envs.core.graph_ops import connected_erdos_renyi
 from graph_envs.rgc.env import edge_budget, num_pairs
-from graph_envs.rgc.generator import connected_erdos_renyi
 from graph_envs.rgc.robustness import (
     critical_counts,
     default_num_samples,
@@ -21,7 +21,7 @@ from graph_envs.rgc.robustness import (
     targeted_robustness,
     tiebreak_keys,
 )
-from graph_envs.rgc.types import RGCState
+from graph_envs.rgc.types import RGCParams, RGCState
 
 
 def make_env(num_nodes: int = 20, **kwargs):
@@ -199,7 +199,7 @@ def test_default_number_of_samples():
 def test_initial_graphs_are_connected_and_not_complete(n):
     rng = np.random.default_rng(n)
     for _ in range(40):
-        adj = connected_erdos_renyi(rng, n)
+        adj = connected_erdos_renyi(rng, n, 0.2)
         assert nx.is_connected(nx.from_numpy_array(adj))
         assert adj.sum() < n * (n - 1)
         assert np.array_equal(adj, adj.T) and not np.diagonal(adj).any()
@@ -208,7 +208,8 @@ def test_initial_graphs_are_connected_and_not_complete(n):
 def test_initial_edge_density_is_p():
     rng = np.random.default_rng(0)
     n, graphs = 40, 60
-    density = np.mean([connected_erdos_renyi(rng, n).sum() / (n * (n - 1)) for _ in range(graphs)])
+    adjs = [connected_erdos_renyi(rng, n, 0.2) for _ in range(graphs)]
+    density = np.mean([adj.sum() / (n * (n - 1)) for adj in adjs])
     # conditioning on connectivity barely matters at N = 40: 4-sigma band around p = 0.2
     sd = math.sqrt(0.2 * 0.8 / (graphs * num_pairs(n)))
     assert abs(density - 0.2) < 4 * sd + 0.002
@@ -463,7 +464,7 @@ def test_pair_mode_passes_both_env_checkers():
 
 @pytest.mark.parametrize("n", [9, 10, 20, 33])
 def test_gnm_initial_graph_has_exactly_m_edges_and_is_connected(n):
-    env = make_env(n, initial_graph="gnm")
+    env = make_env(n, params=RGCParams(initial_graph="gnm"))
     m = math.ceil(0.2 * n * (n - 1) / 2 - 1e-9)
     edge_counts = set()
     for seed in range(5):
@@ -476,13 +477,13 @@ def test_gnm_initial_graph_has_exactly_m_edges_and_is_connected(n):
 
 
 def test_gnp_stays_the_default_and_varies_its_edge_count():
-    default, gnp = make_env(20), make_env(20, initial_graph="gnp")
+    default, gnp = make_env(20), make_env(20, params=RGCParams(initial_graph="gnp"))
     counts = set()
     for seed in range(6):
         a, _ = default.reset(seed=seed)
         np.testing.assert_array_equal(a["adjacency"], gnp.reset(seed=seed)[0]["adjacency"])
         np.testing.assert_array_equal(
-            a["adjacency"], connected_erdos_renyi(np.random.default_rng(seed), 20)
+            a["adjacency"], connected_erdos_renyi(np.random.default_rng(seed), 20, 0.2)
         )
         counts.add(int(a["adjacency"].sum()))
     assert len(counts) > 1  # G(N, p): the edge count is random
@@ -492,6 +493,8 @@ def test_bad_mode_arguments_are_refused():
     with pytest.raises(ValueError, match="action_mode"):
         make_env(8, action_mode="edges")
     with pytest.raises(ValueError, match="initial_graph"):
-        make_env(8, initial_graph="ba")
+        RGCParams(initial_graph="ba")
     with pytest.raises(ValueError, match="num_nodes >= 9"):
-        make_env(8, initial_graph="gnm")
+        make_env(8, params=RGCParams(initial_graph="gnm"))
+    with pytest.raises(TypeError, match="RGCParams"):
+        make_env(8, params={"initial_graph": "gnm"})

@@ -71,7 +71,7 @@ def _reference_shk(n: int, rng: np.random.Generator, prm: SHKParams) -> nx.Graph
 @pytest.mark.parametrize("seed", range(3))
 def test_matches_slow_reference_without_splits(seed: int) -> None:
     prm = SHKParams(s=0.0)
-    fast = shk_graph(60, np.random.default_rng(seed), prm)
+    fast = shk_graph(np.random.default_rng(seed), 60, prm)
     ref = _reference_shk(60, np.random.default_rng(seed), prm)
     assert _edges(fast.adjacency) == {tuple(sorted(e)) for e in ref.edges()}
 
@@ -103,7 +103,7 @@ def test_initial_phase_matches_recomputed_hop_distances(seed: int) -> None:
 @pytest.mark.parametrize("n", [5, 6, 7, 10, 23, 50, 200])
 def test_connected_exact_size_simple_graph(n: int) -> None:
     for seed in range(8):
-        g = shk_graph(n, np.random.default_rng(seed))
+        g = shk_graph(np.random.default_rng(seed), n)
         adj = g.adjacency
         assert adj.shape == (n, n) and adj.dtype == bool
         assert g.positions.shape == (n, 2)
@@ -114,9 +114,9 @@ def test_connected_exact_size_simple_graph(n: int) -> None:
 
 
 def test_deterministic_under_seed() -> None:
-    a = shk_graph(120, np.random.default_rng(7))
-    b = shk_graph(120, np.random.default_rng(7))
-    c = shk_graph(120, np.random.default_rng(8))
+    a = shk_graph(np.random.default_rng(7), 120)
+    b = shk_graph(np.random.default_rng(7), 120)
+    c = shk_graph(np.random.default_rng(8), 120)
     assert np.array_equal(a.adjacency, b.adjacency)
     assert np.array_equal(a.positions, b.positions)
     assert not np.array_equal(a.adjacency, c.adjacency)
@@ -130,7 +130,7 @@ def test_mean_degree_near_model_expectation() -> None:
     # exact expected edge count when every G3/G4 step finds a candidate (true at this size)
     expected_edges = (n0 - 1) + prm.redundant_links(n0)
     expected_edges += (n - n0) * (prm.s + (1 - prm.s) * (1 + prm.p + prm.q))
-    degrees = [shk_graph(n, np.random.default_rng(s)).adjacency.sum() / n for s in range(6)]
+    degrees = [shk_graph(np.random.default_rng(s), n).adjacency.sum() / n for s in range(6)]
     # sd of one graph's mean degree is about 0.05; six graphs: about 0.02
     assert np.mean(degrees) == pytest.approx(2 * expected_edges / n, abs=0.1)
     assert np.mean(degrees) == pytest.approx(3.8, abs=0.15)
@@ -141,7 +141,7 @@ def test_edge_counts_for_degenerate_parameters() -> None:
     n = 50
     split = SHKParams(p=0.0, q=0.0, s=1.0)
     n0 = split.initial_size(n)
-    g = shk_graph(n, np.random.default_rng(0), split)
+    g = shk_graph(np.random.default_rng(0), n, split)
     assert g.adjacency.sum() // 2 == (n0 - 1) + 0 + (n - n0)
     # a split node keeps degree 2 (later splits replace a neighbour by a point on the same
     # segment), and lies on the segment between its two neighbours
@@ -151,7 +151,7 @@ def test_edge_counts_for_degenerate_parameters() -> None:
         assert abs(va[0] * vb[1] - va[1] * vb[0]) < 1e-12
         assert va @ vb < 0
     tree = SHKParams(p=0.0, q=0.0, s=0.0)
-    g = shk_graph(n, np.random.default_rng(0), tree)
+    g = shk_graph(np.random.default_rng(0), n, tree)
     assert g.adjacency.sum() // 2 == n - 1  # I3 adds floor(n0 * 1 * 0) = 0 links
     assert is_connected(g.adjacency)
 
@@ -165,15 +165,15 @@ def test_small_graphs_lose_links_only_when_no_candidate() -> None:
     assert prm.redundant_links(n0) == 1  # min(floor(3 * 0.9), 3 - 2)
     max_edges = (n0 - 1) + 1 + (n - n0) * 3
     for seed in range(30):
-        edges = shk_graph(n, np.random.default_rng(seed)).adjacency.sum() // 2
+        edges = shk_graph(np.random.default_rng(seed), n).adjacency.sum() // 2
         assert n - 1 <= edges <= min(max_edges, n * (n - 1) // 2)
 
 
 def test_bad_arguments_raise() -> None:
     with pytest.raises(ValueError, match="num_nodes"):
-        shk_graph(1, np.random.default_rng(0))
+        shk_graph(np.random.default_rng(0), 1)
     with pytest.raises(TypeError, match="rng"):
-        shk_graph(10, 0)  # type: ignore[arg-type]
+        shk_graph(0, 10)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="SHK parameter p"):
         SHKParams(p=1.5)
     with pytest.raises(ValueError, match="SHK parameter r"):

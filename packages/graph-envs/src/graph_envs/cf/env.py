@@ -59,7 +59,7 @@ class CFEnv(GraphEnv):
         self.params = params or CFParams()
         super().__init__(num_nodes, invalid_action=invalid_action, render_mode=render_mode)
         self.horizon = self.params.horizon(self.num_nodes)
-        self._generator = CFGenerator(self.num_nodes, self.params, shk)
+        self._generator = CFGenerator(self.params, shk)
         self._state: CFState | None = None
 
     # ------------------------------------------------------------------ hooks
@@ -74,7 +74,7 @@ class CFEnv(GraphEnv):
         return spaces.Discrete(self.num_nodes)
 
     def _initial_state(self, rng: np.random.Generator) -> CFState:
-        return self._generator(rng)
+        return self._generator(rng, self.num_nodes)
 
     def _transition(self, action: Any | None, rng: np.random.Generator) -> tuple[float, bool, dict]:
         state = self._state

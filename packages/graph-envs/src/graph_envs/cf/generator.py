@@ -18,16 +18,13 @@ class CFGenerator:
     that order.
     """
 
-    def __init__(
-        self, num_nodes: int, params: CFParams | None = None, shk: SHKParams | None = None
-    ) -> None:
-        self.num_nodes = int(num_nodes)
+    def __init__(self, params: CFParams | None = None, shk: SHKParams | None = None) -> None:
         self.params = params or CFParams()
         self.shk = shk or SHKParams()
 
-    def __call__(self, rng: np.random.Generator) -> CFState:
-        """Sample an initial state from ``rng``."""
-        graph = shk_graph(self.num_nodes, rng, self.shk)
+    def __call__(self, rng: np.random.Generator, num_nodes: int) -> CFState:
+        """Sample an initial state on ``num_nodes`` nodes from ``rng``."""
+        graph = shk_graph(rng, int(num_nodes), self.shk)
         load = betweenness_load(graph.adjacency)
         xi = float(rng.uniform(self.params.xi_low, self.params.xi_high))
         return CFState(

@@ -161,13 +161,13 @@ def _best_link(
 
 
 def shk_graph(
-    num_nodes: int, rng: np.random.Generator, params: SHKParams | None = None
+    rng: np.random.Generator, num_nodes: int, params: SHKParams | None = None
 ) -> SHKGraph:
     """Sample an SHK graph with exactly ``num_nodes`` nodes (connected for N >= 2).
 
     Args:
-        num_nodes: number of nodes N (>= 2).
         rng: source of every random choice (the result is a pure function of its state).
+        num_nodes: number of nodes N (>= 2).
         params: model parameters; the paper's CF values by default.
     """
     if isinstance(num_nodes, bool) or not isinstance(num_nodes, int | np.integer):

@@ -1,7 +1,7 @@
 """Opinion Dynamics (``graphenv/OD-v0``): Holme-Newman co-evolving opinions and topology."""
 
 from graph_envs.od.env import ODEnv
-from graph_envs.od.generator import ODGenerator, connected_erdos_renyi
+from graph_envs.od.generator import ODGenerator
 from graph_envs.od.types import ODParams, ODState
 
-__all__ = ["ODEnv", "ODGenerator", "ODParams", "ODState", "connected_erdos_renyi"]
+__all__ = ["ODEnv", "ODGenerator", "ODParams", "ODState"]

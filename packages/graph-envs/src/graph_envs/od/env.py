@@ -51,7 +51,7 @@ class ODEnv(GraphEnv):
         super().__init__(num_nodes, invalid_action=invalid_action, render_mode=render_mode)
         self.k = self.params.k(self.num_nodes)
         self.k_env = self.params.k_env(self.num_nodes)
-        self._generator = ODGenerator(self.num_nodes, self.params)
+        self._generator = ODGenerator(self.params)
         self._state: ODState | None = None
 
     # ------------------------------------------------------------------ hooks
@@ -72,7 +72,7 @@ class ODEnv(GraphEnv):
         return spaces.MultiDiscrete(np.full(self.params.k(self.num_nodes), self.num_nodes))
 
     def _initial_state(self, rng: np.random.Generator) -> ODState:
-        return self._generator(rng)
+        return self._generator(rng, self.num_nodes)
 
     def _transition(self, action: Any | None, rng: np.random.Generator) -> tuple[float, bool, dict]:
         state = self._state

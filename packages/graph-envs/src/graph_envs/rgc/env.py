@@ -16,18 +16,24 @@ from gymnasium import spaces
 
 from graph_envs.core.base import GraphEnv, InvalidActionMode
 from graph_envs.core.schema import FeatureSchema
-from graph_envs.rgc.generator import InitialGraph, gnm_edge_count, initial_graph
+from graph_envs.rgc.generator import RGCGenerator
 from graph_envs.rgc.robustness import _robustness, default_num_samples
-from graph_envs.rgc.types import RGCState
+from graph_envs.rgc.types import RGCParams, RGCState
 
-BUDGET_FRACTION = 0.05  # tau_0: 5% of the N(N-1)/2 possible edges
-TAU_MAX = 0.1  # largest initial tau over N >= 5 (N = 5: ceil(0.5) / 10)
+BUDGET_FRACTION = RGCParams.budget_fraction  # tau_0: 5% of the N(N-1)/2 possible edges
 ActionMode = Literal["nodes", "pair"]
 
 
-def edge_budget(num_nodes: int) -> int:
+def edge_budget(num_nodes: int, budget_fraction: float = BUDGET_FRACTION) -> int:
     """Edge additions per episode: ceil(5% of N(N-1)/2), so at least one for every N >= 5."""
-    return math.ceil(BUDGET_FRACTION * num_pairs(num_nodes) - 1e-9)
+    return math.ceil(budget_fraction * num_pairs(num_nodes) - 1e-9)
+
+
+def tau_max(budget_fraction: float, max_nodes: int) -> float:
+    """Largest initial tau = ceil(f M) / M over 5 <= N <= max_nodes (0.1 at f = 5%, N = 5)."""
+    n = np.arange(5, max_nodes + 1, dtype=np.int64)
+    pairs = n * (n - 1) // 2
+    return float((np.ceil(budget_fraction * pairs - 1e-9) / pairs).max())
 
 
 def num_pairs(num_nodes: int) -> int:
@@ -55,9 +61,8 @@ class RGCEnv(GraphEnv):
             pairs ``i < j`` in row-major order of the upper triangle (:meth:`pair_index`),
             whose :meth:`action_masks` are exactly the addable pairs. In pair mode an existing
             edge is an invalid action (a flagged noop, or an error with ``"raise"``).
-        initial_graph: ``"gnp"`` (default, the paper's G(N, p = 0.2)) or ``"gnm"`` (RNet-DQN's
-            G(N, m = ceil(0.2 N(N-1)/2)), needs N >= 9 so that m >= N - 1), both conditioned
-            on connected and not complete.
+        params: :class:`RGCParams` (edge probability, budget fraction, initial graph
+            ``"gnp"`` or ``"gnm"``).
     """
 
     _state: RGCState
@@ -76,21 +81,17 @@ class RGCEnv(GraphEnv):
         render_mode: str | None = None,
         robustness_samples: int | None = None,
         action_mode: ActionMode = "nodes",
-        initial_graph: InitialGraph = "gnp",
+        params: RGCParams | None = None,
     ) -> None:
         if action_mode not in ("nodes", "pair"):
             raise ValueError(f"action_mode must be 'nodes' or 'pair', got {action_mode!r}")
-        if initial_graph not in ("gnp", "gnm"):
-            raise ValueError(f"initial_graph must be 'gnp' or 'gnm', got {initial_graph!r}")
+        if params is not None and not isinstance(params, RGCParams):
+            raise TypeError(f"params must be an RGCParams, got {type(params).__name__}")
         self.action_mode: ActionMode = action_mode
-        self.initial_graph: InitialGraph = initial_graph
+        self.params = params or RGCParams()
         super().__init__(num_nodes, invalid_action=invalid_action, render_mode=render_mode)
-        if initial_graph == "gnm" and gnm_edge_count(self.num_nodes) < self.num_nodes - 1:
-            raise ValueError(
-                f"initial_graph='gnm' needs num_nodes >= 9: G(N, m = ceil(0.2 N(N-1)/2)) has "
-                f"{gnm_edge_count(self.num_nodes)} edges at N = {self.num_nodes}, fewer than "
-                f"the N - 1 a connected graph needs"
-            )
+        self._generator = RGCGenerator(self.params)
+        self._generator.check_size(self.num_nodes)
         # pair index -> (i, j), i < j, row-major over the upper triangle
         self._pair_rows, self._pair_cols = np.triu_indices(self.num_nodes, k=1)
         if robustness_samples is None:
@@ -105,9 +106,10 @@ class RGCEnv(GraphEnv):
         self.horizon = num_pairs(self.num_nodes)  # H = N(N-1)/2
 
     def _make_schema(self) -> FeatureSchema:
+        top = tau_max(self.params.budget_fraction, self.max_nodes)
         return FeatureSchema.build(
             graph_continuous=["tau", "k"],
-            ranges={"tau": (0.0, TAU_MAX), "k": (2.0, 2.0)},
+            ranges={"tau": (0.0, top), "k": (2.0, 2.0)},
         )
 
     def _make_action_space(self) -> spaces.Space:
@@ -136,11 +138,11 @@ class RGCEnv(GraphEnv):
         return _robustness(np.asarray(adjacency), self.robustness_samples)
 
     def _initial_state(self, rng: np.random.Generator) -> RGCState:
-        adjacency = initial_graph(rng, self.num_nodes, self.initial_graph)
+        adjacency = self._generator(rng, self.num_nodes)
         return RGCState(
             adjacency=adjacency,
             degrees=adjacency.sum(axis=1, dtype=np.int64),
-            budget=edge_budget(self.num_nodes),
+            budget=edge_budget(self.num_nodes, self.params.budget_fraction),
             edges_added=0,
             robustness=self.robustness(adjacency),
         )

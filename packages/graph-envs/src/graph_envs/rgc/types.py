@@ -3,8 +3,36 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
+
+InitialGraph = Literal["gnp", "gnm"]
+
+
+@dataclass(frozen=True)
+class RGCParams:
+    """Constants of the RGC env (paper appendix "Environment Descriptions", RGC).
+
+    Args:
+        edge_probability: p of the initial Erdos-Renyi graph (0.2).
+        budget_fraction: edge additions per episode as a fraction of the N(N-1)/2 possible
+            edges (5%, rounded up: at least one).
+        initial_graph: ``"gnp"`` (the paper's G(N, p) conditioned on connected) or ``"gnm"``
+            (RNet-DQN's G(N, m = ceil(p N(N-1)/2)), conditioned the same way; N >= 9).
+    """
+
+    edge_probability: float = 0.2
+    budget_fraction: float = 0.05
+    initial_graph: InitialGraph = "gnp"
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.edge_probability < 1.0:
+            raise ValueError(f"edge_probability must lie in (0, 1), got {self.edge_probability}")
+        if not 0.0 < self.budget_fraction <= 1.0:
+            raise ValueError(f"budget_fraction must lie in (0, 1], got {self.budget_fraction}")
+        if self.initial_graph not in ("gnp", "gnm"):
+            raise ValueError(f"initial_graph must be 'gnp' or 'gnm', got {self.initial_graph!r}")
 
 
 @dataclass

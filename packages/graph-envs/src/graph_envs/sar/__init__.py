@@ -1,6 +1,7 @@
 """Search and Rescue (paper appendix "Environment Descriptions", Search and Rescue)."""
 
 from graph_envs.sar.env import SAREnv
-from graph_envs.sar.types import SARState
+from graph_envs.sar.generator import SARGenerator
+from graph_envs.sar.types import SARParams, SARState
 
-__all__ = ["SAREnv", "SARState"]
+__all__ = ["SAREnv", "SARGenerator", "SARParams", "SARState"]

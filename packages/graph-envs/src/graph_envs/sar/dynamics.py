@@ -6,15 +6,16 @@ import numpy as np
 from scipy.sparse import csr_array
 from scipy.sparse.csgraph import breadth_first_order
 
-from graph_envs.sar.types import SARState
+from graph_envs.sar.types import SARParams, SARState
 
-STABILITY_LOSS = 0.3  # paper: "u loses 0.3 stability with probability 0.5"
-STABILITY_LOSS_PROB = 0.5
-COLLAPSE_THRESHOLD = 1.0  # edge (u, v) collapses when stability(u) + stability(v) < 1
-OBSERVATION_HOPS = 2  # survivors are revealed within two hops of the agent
+# The paper's values (the defaults of SARParams).
+STABILITY_LOSS = SARParams.stability_loss  # "u loses 0.3 stability with probability 0.5"
+STABILITY_LOSS_PROB = SARParams.stability_loss_prob
+COLLAPSE_THRESHOLD = SARParams.collapse_threshold  # (u, v) collapses when s(u) + s(v) < 1
+OBSERVATION_HOPS = SARParams.observation_hops  # survivors are revealed within two hops
 
 
-def collapse_edges(state: SARState, node: int) -> int:
+def collapse_edges(state: SARState, node: int, threshold: float = COLLAPSE_THRESHOLD) -> int:
     """Remove every edge (node, v) with ``stability(node) + stability(v) < 1``; return the count.
 
     Paper appendix (SAR): "The environment then removes every edge (u, v) incident to the
@@ -24,7 +25,7 @@ def collapse_edges(state: SARState, node: int) -> int:
     lo, hi = state.csr_indptr[node], state.csr_indptr[node + 1]
     entries = np.arange(lo, hi)[state.edge_alive[lo:hi]]
     neighbours = state.csr_indices[entries]
-    collapse = state.stability[node] + state.stability[neighbours] < COLLAPSE_THRESHOLD
+    collapse = state.stability[node] + state.stability[neighbours] < threshold
     if not collapse.any():
         return 0
     dead = entries[collapse]

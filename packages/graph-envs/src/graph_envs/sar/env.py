@@ -12,24 +12,11 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from graph_envs.core.base import GraphEnv
+from graph_envs.core.base import GraphEnv, InvalidActionMode
 from graph_envs.core.schema import FeatureSchema
-from graph_envs.sar.dynamics import (
-    STABILITY_LOSS,
-    STABILITY_LOSS_PROB,
-    collapse_edges,
-    visible_nodes,
-)
-from graph_envs.sar.generator import initial_state
-from graph_envs.sar.types import SARState
-
-# Rewards (paper appendix, SAR).
-STEP_REWARD = -1.0
-COLLECT_REWARD = 1.0
-DELIVER_REWARD = 10.0
-ALL_RESCUED_REWARD = 5.0
-STRANDED_PENALTY = -30.0  # plus -5 per undelivered survivor when the agent cannot reach the exit
-PER_SURVIVOR_PENALTY = -5.0
+from graph_envs.sar.dynamics import collapse_edges, visible_nodes
+from graph_envs.sar.generator import SARGenerator
+from graph_envs.sar.types import SARParams, SARState
 
 
 class SAREnv(GraphEnv):
@@ -44,6 +31,7 @@ class SAREnv(GraphEnv):
         num_nodes: number of nodes N (5 <= N <= 5000).
         invalid_action: ``"noop"`` (default) or ``"raise"``; see :class:`GraphEnv`.
         render_mode: ``None`` or ``"rgb_array"``.
+        params: :class:`SARParams` (the paper's constants by default).
     """
 
     _state: SARState
@@ -52,6 +40,20 @@ class SAREnv(GraphEnv):
         "every observation carries a dense (N, N) int8 adjacency (25 MB at N = 5000), so "
         "rollout buffers and recorded episodes grow as N^2"
     )
+
+    def __init__(
+        self,
+        num_nodes: int = 20,
+        *,
+        params: SARParams | None = None,
+        invalid_action: InvalidActionMode = "noop",
+        render_mode: str | None = None,
+    ) -> None:
+        if params is not None and not isinstance(params, SARParams):
+            raise TypeError(f"params must be a SARParams, got {type(params).__name__}")
+        self.params = params or SARParams()
+        super().__init__(num_nodes, invalid_action=invalid_action, render_mode=render_mode)
+        self._generator = SARGenerator(self.params)
 
     def _make_schema(self) -> FeatureSchema:
         return FeatureSchema.build(
@@ -66,7 +68,7 @@ class SAREnv(GraphEnv):
         return spaces.Discrete(self.num_nodes)
 
     def _initial_state(self, rng: np.random.Generator) -> SARState:
-        return initial_state(rng, self.num_nodes)
+        return self._generator(rng, self.num_nodes)
 
     def _max_steps(self) -> int:
         # Truncation after N x (initial number of survivors) transitions.
@@ -74,7 +76,8 @@ class SAREnv(GraphEnv):
 
     def _transition(self, action: Any | None, rng: np.random.Generator) -> tuple[float, bool, dict]:
         s = self._state
-        reward = STEP_REWARD  # -1 per transition, noops included
+        p = self.params
+        reward = p.step_reward  # -1 per transition, noops included
         info: dict[str, Any] = {
             "collected": False,
             "delivered": False,
@@ -88,34 +91,34 @@ class SAREnv(GraphEnv):
             if s.escorting and u == s.exit_node:
                 s.escorting = False
                 s.num_delivered += 1
-                reward += DELIVER_REWARD
+                reward += p.deliver_reward
                 info["delivered"] = True
             # Collect: not escorting and the node holds a survivor (an escorting agent leaves
             # the survivor where it is; the exit never holds one, so the order is immaterial).
             elif not s.escorting and s.survivors[u]:
                 s.survivors[u] = False
                 s.escorting = True
-                reward += COLLECT_REWARD
+                reward += p.collect_reward
                 info["collected"] = True
             # Stability loss 0.3 w.p. 0.5 at the visited node, never at the exit.
-            if u != s.exit_node and rng.random() < STABILITY_LOSS_PROB:
-                s.stability[u] = max(0.0, s.stability[u] - STABILITY_LOSS)
+            if u != s.exit_node and rng.random() < p.stability_loss_prob:
+                s.stability[u] = max(0.0, s.stability[u] - p.stability_loss)
                 info["stability_loss"] = True
-            info["edges_removed"] = collapse_edges(s, u)
+            info["edges_removed"] = collapse_edges(s, u, p.collapse_threshold)
         extra, terminated, outcome = self._termination()
         info["outcome"] = outcome
         return reward + extra, terminated, info
 
     def _termination(self) -> tuple[float, bool, str | None]:
         """Terminal bonus/penalty, in the order: all rescued, stranded, nothing reachable."""
-        s = self._state
+        s, p = self._state, self.params
         remaining = s.num_remaining
         if remaining == 0:
-            return ALL_RESCUED_REWARD, True, "all_rescued"
+            return p.all_rescued_reward, True, "all_rescued"
         if not s.exit_reachable[s.location]:
-            return STRANDED_PENALTY + PER_SURVIVOR_PENALTY * remaining, True, "stranded"
+            return p.stranded_penalty + p.per_survivor_penalty * remaining, True, "stranded"
         if not s.escorting and not np.any(s.survivors & s.exit_reachable):
-            return PER_SURVIVOR_PENALTY * remaining, True, "survivors_unreachable"
+            return p.per_survivor_penalty * remaining, True, "survivors_unreachable"
         return 0.0, False, None
 
     def _node_features(self) -> tuple[np.ndarray, np.ndarray]:
@@ -124,7 +127,7 @@ class SAREnv(GraphEnv):
         node_cont = s.stability.astype(np.float32).reshape(n, 1)
         node_cat = np.zeros((n, 3), dtype=np.int64)
         # Partial observability: survivors shown only within two hops of the agent.
-        node_cat[:, 0] = s.survivors & visible_nodes(s)
+        node_cat[:, 0] = s.survivors & visible_nodes(s, self.params.observation_hops)
         node_cat[s.exit_node, 1] = 1
         node_cat[s.location, 2] = 1
         return node_cont, node_cat

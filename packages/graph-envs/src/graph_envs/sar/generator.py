@@ -7,16 +7,15 @@ import math
 import numpy as np
 from scipy.spatial import Delaunay
 
-from graph_envs.sar.types import SARState
+from graph_envs.sar.types import SARParams, SARState
 
-SURVIVOR_FRACTION = 0.3  # "30% of nodes, excluding the exit, to have survivors"
-STABILITY_LOW, STABILITY_HIGH = 0.5, 1.0  # initial stabilities ~ U[0.5, 1]
+SURVIVOR_FRACTION = SARParams.survivor_fraction  # "30% of nodes, excluding the exit"
 MAX_TRIANGULATION_ATTEMPTS = 100
 
 
-def num_survivors(num_nodes: int) -> int:
+def num_survivors(num_nodes: int, fraction: float = SURVIVOR_FRACTION) -> int:
     """Survivors placed at reset: 30% of the N - 1 non-exit nodes, rounded half up, at least 1."""
-    return max(1, math.floor(SURVIVOR_FRACTION * (num_nodes - 1) + 0.5))
+    return max(1, math.floor(fraction * (num_nodes - 1) + 0.5))
 
 
 def delaunay_graph(
@@ -54,13 +53,24 @@ def reverse_index(indptr: np.ndarray, indices: np.ndarray) -> np.ndarray:
     return rev
 
 
-def initial_state(rng: np.random.Generator, num_nodes: int) -> SARState:
-    """Sample the initial SAR state as in the paper's appendix.
+class SARGenerator:
+    """Samples the initial SAR state from ``params`` as in the paper's appendix.
 
     The graph is the Delaunay triangulation of N uniform points; the exit is uniform; 30% of
     the other nodes (see :func:`num_survivors`) hold survivors; stabilities are U[0.5, 1] with
-    the exit at 1; the agent starts at the exit, not escorting.
+    the exit at 1; the agent starts at the exit, not escorting. Draws, in that order: points,
+    exit, survivor nodes, stabilities.
     """
+
+    def __init__(self, params: SARParams | None = None) -> None:
+        self.params = params or SARParams()
+
+    def __call__(self, rng: np.random.Generator, num_nodes: int) -> SARState:
+        """Sample an initial state on ``num_nodes`` nodes from ``rng``."""
+        return _initial_state(rng, int(num_nodes), self.params)
+
+
+def _initial_state(rng: np.random.Generator, num_nodes: int, params: SARParams) -> SARState:
     n = num_nodes
     points, indptr, indices = delaunay_graph(rng, n)
     adjacency = np.zeros((n, n), dtype=np.int8)
@@ -69,8 +79,9 @@ def initial_state(rng: np.random.Generator, num_nodes: int) -> SARState:
     exit_node = int(rng.integers(n))
     others = np.delete(np.arange(n), exit_node)
     survivors = np.zeros(n, dtype=bool)
-    survivors[rng.choice(others, size=num_survivors(n), replace=False)] = True
-    stability = rng.uniform(STABILITY_LOW, STABILITY_HIGH, size=n)
+    count = num_survivors(n, params.survivor_fraction)
+    survivors[rng.choice(others, size=count, replace=False)] = True
+    stability = rng.uniform(params.stability_low, params.stability_high, size=n)
     stability[exit_node] = 1.0
     return SARState(
         adjacency=adjacency,

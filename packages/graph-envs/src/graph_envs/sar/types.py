@@ -7,6 +7,59 @@ from dataclasses import dataclass
 import numpy as np
 
 
+@dataclass(frozen=True)
+class SARParams:
+    """Constants of the SAR env (paper appendix "Environment Descriptions", Search and Rescue).
+
+    Args:
+        survivor_fraction: survivors placed at reset, as a fraction of the N - 1 non-exit nodes
+            (30%, rounded half up, at least one).
+        stability_low: lower end of the initial stabilities ``U[low, high]`` (0.5).
+        stability_high: upper end (1.0); the exit always starts at 1.
+        stability_loss: stability a visited non-exit node loses (0.3) ...
+        stability_loss_prob: ... with this probability (0.5).
+        collapse_threshold: an edge (u, v) of the visited node u collapses when
+            ``stability(u) + stability(v) < collapse_threshold`` (1).
+        observation_hops: survivors are visible within this many hops of the agent (2).
+        step_reward: every transition, noops included (-1).
+        collect_reward: picking up a survivor (+1).
+        deliver_reward: bringing the escorted survivor to the exit (+10).
+        all_rescued_reward: when the last survivor is delivered (+5).
+        stranded_penalty: when the agent's node no longer reaches the exit (-30) ...
+        per_survivor_penalty: ... plus this per undelivered survivor (-5), which alone is the
+            penalty when the remaining survivors are unreachable.
+    """
+
+    survivor_fraction: float = 0.3
+    stability_low: float = 0.5
+    stability_high: float = 1.0
+    stability_loss: float = 0.3
+    stability_loss_prob: float = 0.5
+    collapse_threshold: float = 1.0
+    observation_hops: int = 2
+    step_reward: float = -1.0
+    collect_reward: float = 1.0
+    deliver_reward: float = 10.0
+    all_rescued_reward: float = 5.0
+    stranded_penalty: float = -30.0
+    per_survivor_penalty: float = -5.0
+
+    def __post_init__(self) -> None:
+        for name in ("survivor_fraction", "stability_loss", "stability_loss_prob"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} must lie in [0, 1], got {value}")
+        if not 0.0 <= self.stability_low <= self.stability_high <= 1.0:
+            raise ValueError(
+                "need 0 <= stability_low <= stability_high <= 1, got "
+                f"({self.stability_low}, {self.stability_high})"
+            )
+        if isinstance(self.observation_hops, bool) or not isinstance(self.observation_hops, int):
+            raise ValueError(f"observation_hops must be an int, got {self.observation_hops!r}")
+        if self.observation_hops < 0:
+            raise ValueError(f"observation_hops must be >= 0, got {self.observation_hops}")
+
+
 @dataclass
 class SARState:
     """Full (true) state of a SAR episode; the observation hides part of ``survivors``.
