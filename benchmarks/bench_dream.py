@@ -24,7 +24,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from graphwm.dream import DreamVectorEnv
+from graphwm.dream import DreamVectorEnv, real_start
 from graphwm.envs import env_id, env_schema, make_env
 
 
@@ -57,8 +57,14 @@ def time_loop(reset, step, masks_of, space, min_steps: int, min_seconds: float) 
     return b * steps / (time.perf_counter() - start)
 
 
-def bench_dream(model, env_name: str, b: int, n: int, min_steps: int, min_seconds: float):
-    vec = DreamVectorEnv(model, make_env(env_name, n), b, seed=0)
+def bench_dream(
+    model, env_name: str, b: int, n: int, min_steps: int, min_seconds: float, pool: int = 0
+):
+    """Dream env steps/s; ``pool > 0`` autoresets from that many stored real start states
+    instead of a fresh real reset each time."""
+    real = make_env(env_name, n)
+    starts = [real_start(real, seed) for seed in range(pool)] if pool else None
+    vec = DreamVectorEnv(model, real, b, seed=0, start_states=starts)
     return time_loop(
         lambda: vec.reset(seed=0)[0],
         lambda a: vec.step(a)[0],
@@ -84,6 +90,37 @@ def bench_real(env_name: str, b: int, n: int, min_steps: int, min_seconds: float
         vec.close()
 
 
+def verify(model, env_name: str, n: int, steps: int = 5) -> None:
+    """Check on the model's device that a one-episode dream rollout draws what the model's
+    own ``observe`` + ``imagine_multi`` draw with the same generator (prints the largest
+    differences; the GPU's dense edge path may differ from the row blocks by rounding)."""
+    from gdm_models.api import predictions_to_numpy
+
+    from graphwm.dream import stepper_for
+
+    env = make_env(env_name, n)
+    obs, _ = env.reset(seed=0)
+    rng = np.random.default_rng(0)
+    actions = np.zeros((steps, n), np.int8)
+    actions[np.arange(steps), rng.integers(n, size=steps)] = 1
+    vec = DreamVectorEnv(model, env, 1)
+    g = torch.Generator(device=model.device).manual_seed(3)
+    expected = model.imagine_multi(model.observe(obs, None, generator=g), actions, 1, generator=g)
+    stepper = stepper_for(model)
+    g = torch.Generator(device=model.device).manual_seed(3)
+    with torch.no_grad():
+        state = stepper.posterior(vec.core.model_inputs([obs]), g)
+        worst: dict[str, float] = {}
+        for k in range(steps):
+            a = torch.as_tensor(actions[k : k + 1], dtype=torch.float32, device=model.device)
+            pred, state = stepper.step(state, a, g)
+            got = predictions_to_numpy(pred)
+            for key, value in expected[k].items():
+                diff = float(np.abs(got[key].astype(float) - value.astype(float)).max(initial=0))
+                worst[key] = max(worst.get(key, 0.0), diff)
+    print("verify (max |dream - observe/imagine_multi|):", worst)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--env", default="SAR")
@@ -93,6 +130,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="B = 64, N = 20, a few steps")
     parser.add_argument("--batches", type=int, nargs="+", default=[64, 1024])
     parser.add_argument("--sizes", type=int, nargs="+", default=[20, 100])
+    parser.add_argument("--verify", action="store_true", help="check against the model's API")
+    parser.add_argument(
+        "--start-pool",
+        type=int,
+        default=0,
+        help="also time autoresets from this many stored real start states (0: only live resets)",
+    )
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -102,17 +146,25 @@ def main(argv: list[str] | None = None) -> None:
     preset = get_preset(args.model, args.env)
     model = make_model(args.model, env_schema(args.env), None, **preset["model"]).to(args.device)
     model.eval()
+    if args.verify:
+        verify(model, args.env, 20)
     grid = [(64, 20)] if args.quick else [(b, n) for b in args.batches for n in args.sizes]
     min_steps, min_seconds = (5, 1.0) if args.quick else (10, 3.0)
     print(
         f"{args.model} ({args.env} preset) on {args.device}, torch threads "
         f"{torch.get_num_threads()}"
     )
-    print(f"{'B':>5} {'N':>4} {'dream steps/s':>14} {'real steps/s':>13} {'dream/real':>11}")
+    pool = args.start_pool
+    head = f"{'B':>5} {'N':>4} {'dream steps/s':>14} {'real steps/s':>13} {'dream/real':>11}"
+    print(head + (f" {'pooled dream/s':>15} {'pooled/real':>12}" if pool else ""))
     for b, n in grid:
         dream = bench_dream(model, args.env, b, n, min_steps, min_seconds)
         real = bench_real(args.env, b, n, min_steps, min_seconds)
-        print(f"{b:>5} {n:>4} {dream:>14.0f} {real:>13.0f} {dream / real:>11.2f}", flush=True)
+        line = f"{b:>5} {n:>4} {dream:>14.0f} {real:>13.0f} {dream / real:>11.2f}"
+        if pool:
+            pooled = bench_dream(model, args.env, b, n, min_steps, min_seconds, pool)
+            line += f" {pooled:>15.0f} {pooled / real:>12.2f}"
+        print(line, flush=True)
 
 
 if __name__ == "__main__":

@@ -92,11 +92,45 @@ class GDMStepper(LatentStepper):
     ) -> tuple[dict[str, torch.Tensor], State]:
         from gdm_models.gdm import GDMLatent, Noise
 
-        latent = GDMLatent(**state)
-        preds, latent = self.model.imagine_tensors(
-            latent, actions[None], Noise(generator, self.device)
-        )
-        return preds[0], dict(zip(self._FIELDS, dataclasses.astuple(latent), strict=True))
+        blocks = self._gpu_blocks(*actions.shape)
+        if blocks is None:  # the model's default path
+            preds, latent = self.model.imagine_tensors(
+                GDMLatent(**state), actions[None], Noise(generator, self.device)
+            )
+            return preds[0], dict(zip(self._FIELDS, dataclasses.astuple(latent), strict=True))
+        # GPU: blocks of episodes, each with the dense edge MLP
+        outs, latents = [], []
+        mlp = self.model.edge_mlp
+        mlp.impl = "dense"
+        try:
+            for rows in blocks:
+                sub = GDMLatent(**{k: v[rows] for k, v in state.items()})
+                preds, latent = self.model.imagine_tensors(
+                    sub, actions[None, rows], Noise(generator, self.device)
+                )
+                outs.append(preds[0])
+                latents.append(latent)
+        finally:
+            del mlp.impl  # back to the class default ("auto")
+        pred = {k: torch.cat([o[k] for o in outs]) for k in outs[0]}
+        parts = [dataclasses.astuple(lat) for lat in latents]
+        return pred, {f: torch.cat([p[i] for p in parts]) for i, f in enumerate(self._FIELDS)}
+
+    #: largest B * N * N * width of the pairwise edge MLP computed in one dense block on a GPU
+    DENSE_EDGE_ELEMS = 1 << 28
+
+    def _gpu_blocks(self, b: int, n: int) -> list[slice] | None:
+        """On a GPU, episodes in blocks whose pairwise edge-MLP activations fit
+        ``DENSE_EDGE_ELEMS``, so each block runs ``EdgeUpdateMLP.forward_dense`` (one
+        broadcast; the same function as the default no-grad row blocks, tested equal in
+        gdm-models) instead of the default Python loop over graphs. ``None`` (default path) on
+        a CPU or when the model chose its edge-MLP implementation itself."""
+        mlp = getattr(self.model, "edge_mlp", None)
+        if mlp is None or self.device.type != "cuda" or getattr(mlp, "impl", None) != "auto":
+            return None
+        per_graph = n * n * mlp.hidden
+        size = max(1, self.DENSE_EDGE_ELEMS // per_graph)
+        return [slice(i, min(b, i + size)) for i in range(0, b, size)]
 
 
 class GWMStepper(LatentStepper):
