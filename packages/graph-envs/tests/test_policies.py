@@ -187,3 +187,16 @@ def test_evaluate_policy_rejects_bad_arguments():
         evaluate_policy("graphenv/OD-v0", "greedy", episodes=1)
     with pytest.raises(TypeError, match="no greedy heuristic"):
         greedy_action(gym.make("CartPole-v1"), np.random.default_rng(0))
+
+
+def test_greedy_refuses_a_state_with_no_move():
+    env = make("graphenv/CF-v0", num_nodes=8)
+    env.reset(seed=0)
+    env.state.adjacency[:] = False
+    with pytest.raises(ValueError, match="no node has an edge"):
+        greedy_action(env, np.random.default_rng(0))
+    sar = make("graphenv/SAR-v0", num_nodes=8)
+    sar.reset(seed=0)
+    sar.state.adjacency[sar.state.location] = 0
+    with pytest.raises(ValueError, match="no neighbour"):
+        greedy_action(sar, np.random.default_rng(0))

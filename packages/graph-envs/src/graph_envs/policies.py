@@ -167,10 +167,9 @@ def _greedy_sar(env: Any, rng: np.random.Generator) -> Any:
 
 
 def _greedy_cf(env: Any, rng: np.random.Generator) -> Any:
-    mask = np.asarray(env.action_masks(), dtype=bool)
-    if not mask.any():
-        raise ValueError("CFEnv: no node has an edge left")
-    degree = np.where(mask, np.count_nonzero(env.state.adjacency, axis=1), -1)
+    degree = np.count_nonzero(env.state.adjacency, axis=1)
+    if not degree.any():
+        raise ValueError("CFEnv: no node has an edge left (the episode has ended)")
     return _argmax_ties(degree, rng)
 
 
