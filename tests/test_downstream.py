@@ -130,3 +130,57 @@ def test_attach_gdd_table_and_figure(tmp_path):
     assert path.exists() and path.stat().st_size > 5000
     with pytest.raises(ValueError, match="no downstream records"):
         downstream_figure([], tmp_path / "empty.png")
+
+
+def test_downstream_job_for_each_agent_kind(tmp_path):
+    from graphwm.downstream import downstream_job, has_greedy
+
+    model = tiny_trained_model("vanilla-gwm", "OD")
+    model.save(tmp_path / "ckpt")
+    base = {
+        "env": "OD",
+        "num_nodes": 8,
+        "seed": 0,
+        "budget": 64,
+        "episodes": 2,
+        "eval_seed": 3,
+        "threads": 1,
+    }
+    dream = downstream_job(
+        {**base, "agent": "dream", "model": "vanilla-gwm", "checkpoint": str(tmp_path / "ckpt")}
+    )
+    rec = DownstreamRecord.from_dict(dream)
+    assert rec.agent == "dream:vanilla-gwm" and rec.kind == "downstream" and rec.budget == 64
+    # OD: 50 steps, reward = change of the target fraction, so |return| <= 1
+    assert -1.0 <= rec.mean_return <= 1.0
+    rand = DownstreamRecord.from_dict(downstream_job({**base, "agent": RANDOM}))
+    assert rand.budget == 0 and rand.model is None
+    assert has_greedy("OD") and has_greedy("SAR")
+    with pytest.raises(ValueError, match="unknown yardstick"):
+        downstream_job({**base, "agent": "oracle"})
+
+
+def test_record_validation_and_gdd_maps():
+    with pytest.raises(ValueError, match="lacks"):
+        DownstreamRecord.from_dict({"env": "SAR"}, "x.json")
+    good = _rec("gdm", 1.0, 0.1, 0.2).to_dict()
+    with pytest.raises(ValueError, match="mean_return must be a number"):
+        DownstreamRecord.from_dict({**good, "mean_return": "high"})
+    with pytest.raises(ValueError, match="not a downstream record"):
+        DownstreamRecord.from_dict({**good, "kind": "single_step"})
+    from graphwm.downstream import gdd_maps
+
+    single = [
+        {"env": "SAR", "model": "gdm", "seed": 0, "size": 10, "gdd": 0.2},
+        {"env": "SAR", "model": "gdm", "seed": 0, "size": 20, "gdd": 0.4},
+        {"env": "SAR", "model": "g-rssm", "seed": 0, "size": 20, "gdd": 0.5},
+        {"env": "SAR", "model": "g-rssm", "seed": 0, "size": 40, "gdd": 0.7},
+    ]
+    multi = [
+        {"env": "SAR", "model": "gdm", "seed": 0, "size": 20, "gdd": [0.1, 0.3]},
+        {"env": "SAR", "model": "gdm", "seed": 0, "size": 40, "gdd": [0.9, 0.9]},
+    ]
+    s, m = gdd_maps(single, multi, num_nodes=10)
+    assert s[("SAR", "gdm", 0)] == 0.2  # the downstream size was evaluated
+    assert s[("SAR", "g-rssm", 0)] == pytest.approx(0.6)  # else the mean over sizes
+    assert m == {("SAR", "gdm", 0): pytest.approx(0.2)}  # closest size, mean over horizon

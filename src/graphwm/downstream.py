@@ -26,7 +26,7 @@ import math
 import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import MISSING, asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -72,16 +72,30 @@ class DownstreamRecord:
     gdd_single: float | None = None
     gdd_multi: float | None = None
     seconds: float = 0.0
+    kind: str = "downstream"
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able dict."""
+        """JSON-able dict (with ``kind = "downstream"``)."""
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> DownstreamRecord:
-        """Inverse of :meth:`to_dict` (unknown keys are ignored, e.g. a stored config)."""
+    def from_dict(cls, d: Mapping[str, Any], path: Any = None) -> DownstreamRecord:
+        """Inverse of :meth:`to_dict`; unknown keys (e.g. a stored config) are ignored, a
+        missing or mistyped field raises ``ValueError`` naming it (and ``path``)."""
+        where = f"{path}: " if path is not None else ""
         names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
+        required = {f.name for f in fields(cls) if f.default is MISSING}
+        missing = sorted(required - set(d))
+        if missing:
+            raise ValueError(f"{where}downstream record lacks {missing}")
+        if d.get("kind", "downstream") != "downstream":
+            raise ValueError(f"{where}not a downstream record (kind {d.get('kind')!r})")
+        for key in ("mean_return", "se_return"):
+            if d[key] is not None and not isinstance(d[key], int | float):
+                raise ValueError(f"{where}{key} must be a number, got {d[key]!r}")
+        out = {k: v for k, v in d.items() if k in names}
+        out["se_return"] = math.nan if out["se_return"] is None else out["se_return"]
+        return cls(**out)
 
 
 # --------------------------------------------------------------------------- agents
@@ -194,40 +208,134 @@ def real_record(
     )
 
 
+YARDSTICKS = (RANDOM, GREEDY)
+
+
+def yardstick_record(
+    env_name: str, num_nodes: int, name: str, *, episodes: int = 100, eval_seed: int = 1_000_000
+) -> DownstreamRecord:
+    """The random policy or the greedy heuristic of ``graph_envs.policies`` on the evaluation
+    episodes (``TypeError`` when the env has no greedy heuristic)."""
+    from graph_envs.policies import evaluate_policy, greedy_action, random_action
+
+    policy = {RANDOM: random_action, GREEDY: greedy_action}.get(name)
+    if policy is None:
+        raise ValueError(f"unknown yardstick {name!r}; choose from {YARDSTICKS}")
+    start = time.perf_counter()
+    mean, se = evaluate_policy(
+        env_id(env_name), policy, episodes=int(episodes), seed=eval_seed, num_nodes=num_nodes
+    )
+    return DownstreamRecord(
+        env_name,
+        num_nodes,
+        name,
+        None,
+        0,
+        0,
+        mean,
+        se,
+        int(episodes),
+        seconds=time.perf_counter() - start,
+    )
+
+
 def yardstick_records(
     env_name: str, num_nodes: int, *, episodes: int = 100, eval_seed: int = 1_000_000
 ) -> list[DownstreamRecord]:
     """Random policy and greedy heuristic (where the env has one) on the same episodes."""
-    from graph_envs.policies import evaluate_policy, greedy_action, random_action
-
     out = []
-    for name, policy in ((RANDOM, random_action), (GREEDY, greedy_action)):
-        start = time.perf_counter()
+    for name in YARDSTICKS:
         try:
-            mean, se = evaluate_policy(
-                env_id(env_name),
-                policy,
-                episodes=int(episodes),
-                seed=eval_seed,
-                num_nodes=num_nodes,
+            out.append(
+                yardstick_record(env_name, num_nodes, name, episodes=episodes, eval_seed=eval_seed)
             )
         except TypeError:  # no greedy heuristic for this env
             continue
-        out.append(
-            DownstreamRecord(
-                env_name,
-                num_nodes,
-                name,
-                None,
-                0,
-                0,
-                mean,
-                se,
-                int(episodes),
-                seconds=time.perf_counter() - start,
-            )
-        )
     return out
+
+
+def downstream_job(config: Mapping[str, Any]) -> dict[str, Any]:
+    """One pipeline job -> a stored record dict. ``config["agent"]`` is ``"dream"`` (needs
+    ``model``, ``checkpoint``), ``"real"``, ``"random"`` or ``"greedy"``; the other keys:
+    ``env``, ``num_nodes``, ``seed``, ``budget``, ``episodes``, ``eval_seed``, optional
+    ``ppo`` (MaskablePPO overrides), ``threads`` and ``device`` (of the world model)."""
+    import torch
+
+    torch.set_num_threads(max(1, int(config.get("threads", 1))))
+    env, n, agent = config["env"], int(config["num_nodes"]), config["agent"]
+    common = {"episodes": int(config["episodes"]), "eval_seed": int(config["eval_seed"])}
+    if agent == "dream":
+        from graphwm.dream import load_world_model
+
+        model = load_world_model(config["checkpoint"], config.get("device", "cpu"))
+        record = dream_record(
+            model,
+            config["model"],
+            env,
+            n,
+            budget=int(config["budget"]),
+            seed=int(config["seed"]),
+            ppo_kwargs=config.get("ppo"),
+            **common,
+        )
+    elif agent == REAL:
+        record = real_record(
+            env,
+            n,
+            budget=int(config["budget"]),
+            seed=int(config["seed"]),
+            ppo_kwargs=config.get("ppo"),
+            **common,
+        )
+    else:
+        record = yardstick_record(env, n, agent, **common)
+    return record.to_dict()
+
+
+def has_greedy(env_name: str) -> bool:
+    """Whether ``graph_envs.policies`` has a greedy heuristic for the env."""
+    from graph_envs.policies import greedy_action
+
+    env = make_env(env_name, 5)
+    env.reset(seed=0)
+    try:
+        greedy_action(env, np.random.default_rng(0))
+    except TypeError:
+        return False
+    return True
+
+
+def gdd_maps(
+    single: Iterable[Any], multi: Iterable[Any], num_nodes: int
+) -> tuple[dict[tuple[str, str, int], float], dict[tuple[str, str, int], float]]:
+    """``(single, multi)`` GDD lookups for :func:`attach_gdd` from evaluation records
+    (objects or dicts with ``env``, ``model``, ``seed``, ``size`` and ``gdd``).
+
+    Single-step: the GDD at ``size == num_nodes`` when evaluated, else the mean over the
+    model's test sizes. Multi-step: the mean over the horizon (of the size closest to
+    ``num_nodes``).
+    """
+
+    def get(r: Any, key: str) -> Any:
+        return r[key] if isinstance(r, Mapping) else getattr(r, key)
+
+    by_model: dict[tuple[str, str, int], dict[int, float]] = {}
+    for r in single:
+        key = (get(r, "env"), get(r, "model"), int(get(r, "seed")))
+        by_model.setdefault(key, {})[int(get(r, "size"))] = float(get(r, "gdd"))
+    single_map = {
+        k: sizes[num_nodes] if num_nodes in sizes else float(np.mean(list(sizes.values())))
+        for k, sizes in by_model.items()
+    }
+    multi_sizes: dict[tuple[str, str, int], dict[int, float]] = {}
+    for r in multi:
+        key = (get(r, "env"), get(r, "model"), int(get(r, "seed")))
+        values = np.asarray(get(r, "gdd"), float).reshape(-1)
+        multi_sizes.setdefault(key, {})[int(get(r, "size"))] = float(np.nanmean(values))
+    multi_map = {
+        k: sizes[min(sizes, key=lambda s: abs(s - num_nodes))] for k, sizes in multi_sizes.items()
+    }
+    return single_map, multi_map
 
 
 def attach_gdd(
