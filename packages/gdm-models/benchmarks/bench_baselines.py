@@ -11,7 +11,9 @@ clipping, optimizer step) is timed twice in the same run, on the same batch and 
 Printed per path: ms per step (median of the timed steps), and from ``torch.profiler`` the
 CUDA kernels launched per step (``--device cuda``) or the aten ops per step (``--device
 cpu``), plus the fast/ref time ratio. Optionally (``--imagine``) one-step imagination of 30
-samples at N = 1000 (seconds).
+samples at N = 1000 (seconds), and (``--compile MODE``) a third path, ``compiled``: the fast
+path with its per-step function (G-RSSM's ``_posterior_step``, the GWMs' ``step``) wrapped in
+``torch.compile(mode=MODE)``; its first (compiling) step is reported separately.
 
 Usage::
 
@@ -64,9 +66,7 @@ def episode(schema: dict, n: int, T: int, rng: np.random.Generator) -> dict:
             np.float32
         ),
         "node_categorical": np.stack([rng.integers(0, k, (T + 1, n)) for k in cards], -1),
-        "graph_continuous": rng.random((T + 1, len(schema["graph_continuous"]))).astype(
-            np.float32
-        ),
+        "graph_continuous": rng.random((T + 1, len(schema["graph_continuous"]))).astype(np.float32),
         "graph_categorical": (
             np.stack([rng.integers(0, k, T + 1) for k in gcards], -1)
             if gcards
@@ -92,10 +92,13 @@ def setup(name: str, env: str, device: torch.device, B: int = 8, L: int = 20):
     return model, batch.to(device)
 
 
-def step_fn(model, batch, path: str) -> Callable[[], None]:
+def step_fn(model, batch, path: str, compile_mode: str | None = None) -> Callable[[], None]:
     """One training step (as in the trainer, without its logging) on the chosen path."""
     ref = grssm_loss_reference if model.model_name == "g-rssm" else gwm_loss_reference
-    loss_fn = model.loss if path == "fast" else (lambda b, g: ref(model, b, g))
+    loss_fn = model.loss if path != "ref" else (lambda b, g: ref(model, b, g))
+    if path == "compiled":
+        attr = "_posterior_step" if model.model_name == "g-rssm" else "step"
+        setattr(model, attr, torch.compile(getattr(model, attr), mode=compile_mode, dynamic=False))
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
     gen = torch.Generator(device=model.device).manual_seed(0)
 
@@ -155,6 +158,30 @@ def imagine_seconds(name: str, device: torch.device, n: int = 1000, samples: int
     return time.perf_counter() - t0
 
 
+def print_compiled(
+    name: str, env: str, device: torch.device, mode: str, warmup: int, reps: int, unit: str
+) -> None:
+    """Time the ``compiled`` path (see the module docstring); report failures, don't raise."""
+    model, batch = setup(name, env, device)
+    try:
+        step = step_fn(model, batch, "compiled", None if mode == "default" else mode)
+        _sync(device)
+        t0 = time.perf_counter()
+        step()
+        _sync(device)
+        first = time.perf_counter() - t0
+        ms = time_step(step, device, warmup, reps)
+        ops = count_ops(step, device)
+    except Exception as e:  # noqa: BLE001 - a benchmark reports what did not work
+        print(f"{name:<12} {env:<4} compiled ({mode}) failed: {type(e).__name__}: {e}"[:400])
+        return
+    print(
+        f"{name:<12} {env:<4} compiled ({mode}): {ms:.1f} ms/step, {ops} {unit}/step, "
+        f"first step {first:.1f} s",
+        flush=True,
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -165,6 +192,12 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=None, help="timed steps per path")
     ap.add_argument("--quick", action="store_true", help="OD only, few steps (< 1 min on CPU)")
     ap.add_argument("--imagine", action="store_true", help="also time imagination at N=1000")
+    ap.add_argument(
+        "--compile",
+        metavar="MODE",
+        help="also time the fast path with its per-step function compiled "
+        "(torch.compile mode, e.g. default, max-autotune-no-cudagraphs, reduce-overhead)",
+    )
     args = ap.parse_args()
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -195,6 +228,8 @@ def main() -> None:
                 f"{f_ops:>14d} {r_ops:>14d}",
                 flush=True,
             )
+            if args.compile:
+                print_compiled(name, env, device, args.compile, warmup, reps, unit)
     if args.imagine and not args.quick:
         for name in args.models:
             print(f"{name:<12} imagine N=1000 S=30: {imagine_seconds(name, device):.2f} s")

@@ -213,27 +213,23 @@ class AllPairsAttention(nn.Module):
         row_bytes = batch * self.heads * n * torch.finfo(dtype).bits // 8
         return max(1, min(n, budget // max(row_bytes, 1)))
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        node_mask: torch.Tensor,
-        key_bias: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """x (B,N,D), node_mask (B,N) bool -> (B,N,D).
+    def forward(self, x: torch.Tensor, node_mask: torch.Tensor) -> torch.Tensor:
+        """x (B,N,D), node_mask (B,N) bool -> (B,N,D)."""
+        return self.attend(x, attention_key_bias(node_mask, x.dtype))
 
-        ``key_bias`` (B,1,1,N): precomputed :func:`attention_key_bias` of ``node_mask`` (saves
-        rebuilding it at every recurrent step)."""
+    def attend(self, x: torch.Tensor, key_bias: torch.Tensor) -> torch.Tensor:
+        """:meth:`forward` given the additive key mask (B,1,1,N) of
+        :func:`attention_key_bias` (built once per pass, not at every recurrent step)."""
         B, N, D = x.shape
         H = self.heads
         q, k, v = self.qkv(x).view(B, N, 3, H, D // H).permute(2, 0, 3, 1, 4)
-        bias = attention_key_bias(node_mask, x.dtype) if key_bias is None else key_bias
         rows = self.query_block(B, N, x.dtype, x.device)
         if rows >= N:
-            o = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=key_bias)
         else:
             o = torch.cat(
                 [
-                    F.scaled_dot_product_attention(q[:, :, s : s + rows], k, v, attn_mask=bias)
+                    F.scaled_dot_product_attention(q[:, :, s : s + rows], k, v, attn_mask=key_bias)
                     for s in range(0, N, rows)
                 ],
                 dim=2,
@@ -344,7 +340,7 @@ class GRSSM(WorldModel):
         """h_t = GRU(AllPairsMP(SiLU(W_in [h_{t-1}, z_{t-1}, a_t])) | h_{t-1}) per node."""
         w_hz, a_term = self._input_parts(action)
         m = node_mask.to(h.dtype)[..., None]
-        return self._cell(h, z, w_hz, a_term, node_mask, attention_key_bias(node_mask, h.dtype), m)
+        return self._cell(h, z, w_hz, a_term, attention_key_bias(node_mask, h.dtype), m)
 
     def _input_parts(self, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Split W_in [h, z, a] + b into ``(W_hz, a w_a + b)``: the action column and the bias
@@ -359,7 +355,6 @@ class GRSSM(WorldModel):
         z: torch.Tensor,
         w_hz: torch.Tensor,
         a_term: torch.Tensor,
-        node_mask: torch.Tensor,
         key_bias: torch.Tensor,
         m: torch.Tensor,
     ) -> torch.Tensor:
@@ -368,9 +363,32 @@ class GRSSM(WorldModel):
         hz = torch.cat([h, z], dim=-1).reshape(-1, w_hz.shape[1])
         x = F.silu(torch.addmm(a_term.reshape(-1, w_hz.shape[0]), hz, w_hz.T)).reshape(*lead, -1)
         for attn, norm in zip(self.attention, self.attention_norm, strict=True):
-            x = norm(x + attn(x, node_mask, key_bias))
+            x = norm(x + attn.attend(x, key_bias))
         h_new = self.gru(x.reshape(-1, x.shape[-1]), h.reshape(-1, h.shape[-1])).reshape(*lead, -1)
         return h_new * m
+
+    def _posterior_step(
+        self,
+        h: torch.Tensor,
+        z: torch.Tensor,
+        a_term: torch.Tensor,
+        e_term: torch.Tensor,
+        gumbel: torch.Tensor,
+        w_hz: torch.Tensor,
+        w_ph: torch.Tensor,
+        key_bias: torch.Tensor,
+        m: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One step of the posterior pass, a function of tensors only (its noise given, no
+        Python state), so that it can be traced or compiled: h_t = cell(h, z, a_t), the
+        posterior q(z_t | h_t, e_t) and its straight-through sample. Returns (h_t, z_t, q_t)."""
+        B, N, H = h.shape
+        h = self._cell(h, z, w_hz, a_term, key_bias, m)
+        x = torch.addmm(e_term.reshape(-1, H), h.reshape(-1, H), w_ph.T)
+        for layer in list(self.posterior_net)[1:]:
+            x = layer(x)
+        post = self._probs(x.reshape(B, N, -1))
+        return h, _onehot_st(post, gumbel).flatten(-2) * m, post
 
     def _probs(self, logits: torch.Tensor) -> torch.Tensor:
         c = self.config
@@ -440,7 +458,7 @@ class GRSSM(WorldModel):
         # time-major inputs of the recurrence, computed for all steps in one product each
         acts = torch.cat([actions.new_zeros(B, 1, N), actions], 1).transpose(0, 1).to(dt)
         w_hz, a_term = self._input_parts(acts)  # (T1,B,N,H)
-        post_in, post_rest = self.posterior_net[0], self.posterior_net[1:]
+        post_in = self.posterior_net[0]
         w_ph = post_in.weight[:, :H]  # q(z | h, e): [h, e] W^T + b = h W_h^T + (e W_e^T + b)
         e_term = F.linear(enc.transpose(0, 1), post_in.weight[:, H:], post_in.bias)
         gumbel = None
@@ -453,15 +471,14 @@ class GRSSM(WorldModel):
         z = torch.zeros(B, N, G * C, device=dev, dtype=dt)
         hs, zs, posts = [], [], []
         for t in range(T1):
-            h = self._cell(h, z, w_hz, a_term[t], node_mask, key_bias, m)
-            logits = post_rest(torch.addmm(e_term[t].reshape(-1, H), h.reshape(-1, H), w_ph.T))
-            post = self._probs(logits.reshape(B, N, -1))
             if gumbel is None:
-                u = torch.rand(post.shape, generator=generator, device=dev, dtype=dt)
+                u = torch.rand((B, N, G, C), generator=generator, device=dev, dtype=dt)
                 g_t = gumbel_from_uniform(u)
             else:
                 g_t = gumbel[t]
-            z = _onehot_st(post, g_t).flatten(-2) * m
+            h, z, post = self._posterior_step(
+                h, z, a_term[t], e_term[t], g_t, w_hz, w_ph, key_bias, m
+            )
             hs.append(h)
             zs.append(z)
             posts.append(post)
