@@ -8,7 +8,6 @@ invalid actions, the observation contract and rendering. Env-specific behaviour 
 from __future__ import annotations
 
 import copy
-import importlib
 import json
 import os
 import subprocess
@@ -23,23 +22,7 @@ from graph_envs.core.base import EnvSnapshot
 from graph_envs.core.validation import validate_observation
 from gymnasium import spaces
 
-
-def _available_ids() -> list[str]:
-    """Registered ids whose entry-point module exists (OD/CF join once their module lands)."""
-    ids = []
-    for env_id in graph_envs.ENV_IDS:
-        module = gym.registry[env_id].entry_point.split(":")[0]
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as err:
-            if err.name is not None and module.startswith(err.name):
-                continue  # the env's own module is missing: not implemented yet
-            raise
-        ids.append(env_id)
-    return ids
-
-
-ENV_IDS = _available_ids()
+ENV_IDS = graph_envs.ENV_IDS
 SIZES = (5, 20, 50)
 
 

@@ -21,24 +21,71 @@ from graph_envs.core.schema import FeatureSchema
 
 
 class CFEnv(GraphEnv):
-    """Cascading failures on an SHK power grid.
+    """``graphenv/CF-v0``: Cascading Failures.
 
-    Observation: ``node_continuous = [load, capacity]`` (both in [0, 1]),
-    ``graph_continuous = [k]`` (k = 1), no categorical features. Action ``Discrete(N)``: the
-    node to disconnect; the mask holds the nodes with at least one edge.
+    ## Description
 
-    Each step: failures are drawn on the previous loads, the agent's node and the failed nodes
-    lose all edges, loads are recomputed. Reward ``-1/H`` per step, and ``-|lcc|/N`` more at
-    the horizon ``H = ceil(N/2)`` if edges remain. The episode *terminates* (not truncates)
-    when no edge is left or after ``H`` steps. An invalid action (a node without edges) is a
-    noop for the agent part only: failures still happen and the step still costs ``-1/H``.
+    Stochastic and partially observable (paper appendix "Cascading Failures", load model of
+    Motter and Lai 2002). On a Schultz-Heitzig-Kurths power grid, a node's load is its
+    betweenness; a node whose previous load exceeds ``xi`` times its capacity fails with
+    probability ``min(1, (load - xi c) / (xi c))``. Each step the agent disconnects one node
+    to contain the cascade. The safety factor ``xi ~ U[1.1, 1.4]`` is hidden (in the state
+    and in snapshots, never observed). Full specification: ``docs/envs/cf.md``.
 
-    Args:
-        num_nodes: N (5 <= N <= 2000).
-        params: CF constants (xi range, horizon fraction).
-        shk: SHK generator parameters.
-        invalid_action: ``"noop"`` or ``"raise"``.
-        render_mode: ``None`` or ``"rgb_array"``.
+    ## Action Space
+
+    ``Discrete(N)``: the node to disconnect. The mask holds the nodes with at least one edge;
+    a masked-out node is an invalid action (the agent's part is a flagged no-op; failures
+    still happen).
+
+    ## Observation Space
+
+    ``adjacency`` (N, N) int8; ``node_continuous`` = [``load``, ``capacity``] in [0, 1];
+    ``graph_continuous`` = [``k``] = 1; ``action_mask`` (N,) int8. No categorical features
+    (those keys are absent).
+
+    ## Rewards
+
+    -1/H per step, H = ceil(N / 2); at the H-th step, if edges remain, minus the size of the
+    largest connected component over N.
+
+    ## Starting State
+
+    An SHK grid (n0 = ceil(N/2), p = q = 0.5, r = 1/3, s = 0.1); capacities = the initial
+    loads; a hidden ``xi``.
+
+    ## Episode End
+
+    Terminated when no edge is left or after H steps; never truncated. ``step`` then raises
+    until ``reset``. With no edge left the mask rule marks nothing: the published mask then
+    marks every node.
+
+    ## Arguments
+
+    * ``num_nodes``: N, 5 <= N <= 2000 (:attr:`max_nodes`: the SHK generator and the loads
+      grow super-linearly).
+    * ``params``: :class:`CFParams` (xi range, horizon fraction).
+    * ``shk``: :class:`SHKParams` of the grid generator.
+    * ``invalid_action``: ``"noop"`` (default) or ``"raise"``.
+    * ``render_mode``: ``None`` or ``"rgb_array"``.
+
+    ## Version History
+
+    * v0: the paper's environment; absent zero-width observation keys, episode-end errors,
+      never-empty terminal masks and size limit added in graphwm-envs 0.1.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> import numpy as np
+        >>> import graph_envs
+        >>> env = gym.make("graphenv/CF-v0", num_nodes=12)
+        >>> obs, info = env.reset(seed=0)
+        >>> sorted(obs)
+        ['action_mask', 'adjacency', 'graph_continuous', 'node_continuous']
+        >>> hub = int(np.argmax(obs["node_continuous"][:, 0]))  # the most loaded node
+        >>> obs, reward, terminated, truncated, info = env.step(hub)
+        >>> int(obs["adjacency"][hub].sum()), reward
+        (0, -0.16666666666666666)
     """
 
     max_nodes = 2000

@@ -18,19 +18,68 @@ from graph_envs.od.types import ODParams, ODState
 
 
 class ODEnv(GraphEnv):
-    """Influence a co-evolving opinion network towards opinion 0.
+    """``graphenv/OD-v0``: Opinion Dynamics.
 
-    Observation: ``node_continuous = [vibe]`` in [-1, 1], ``node_categorical = [opinion]``
-    (5 values), ``graph_continuous = [k_frac, k_frac_env] = [0.05, 0.1]``. Action
-    ``MultiDiscrete([N] * k)`` with ``k = ceil(0.05 N)``; repeated nodes count once; every node
-    is always valid. Reward: fraction of nodes holding opinion 0 after the step minus before
-    (the env's own moves included). Episodes never terminate; they are truncated after 50 steps.
+    ## Description
 
-    Args:
-        num_nodes: N (5 <= N <= 5000).
-        params: OD constants.
-        invalid_action: ``"noop"`` or ``"raise"`` (no in-space action is invalid here).
-        render_mode: ``None`` or ``"rgb_array"``.
+    Stochastic and fully observable (paper appendix "Opinion Dynamics", after Holme and Newman
+    2006). Opinions and topology co-evolve: each step the environment picks
+    ``k_env = ceil(0.1 N)`` nodes, each of which rewires one edge towards a same-opinion node
+    of similar "vibe" (probability 0.458) or copies a neighbour's opinion; the agent picks
+    ``k = ceil(0.05 N)`` nodes, each of which adopts opinion 0 with probability 0.3. Full
+    specification: ``docs/envs/od.md``.
+
+    ## Action Space
+
+    ``MultiDiscrete([N] * k)``: the selected nodes; repeats count once. Every node is always
+    valid (the mask is all ones), so no in-space action is invalid.
+
+    ## Observation Space
+
+    ``adjacency`` (N, N) int8; ``node_continuous`` = [``vibe``] (N, 1) float32 in [-1, 1]
+    (fixed per episode); ``node_categorical`` = [``opinion``] (N, 1) int64 in {0..4};
+    ``graph_continuous`` = [``k_frac``, ``k_frac_env``] = [0.05, 0.1]; ``action_mask`` (N,)
+    int8. No graph categorical features (the key is absent).
+
+    ## Rewards
+
+    The fraction of nodes holding opinion 0 after the step minus before it (the environment's
+    own moves included, so it can be negative).
+
+    ## Starting State
+
+    A connected Erdos-Renyi graph of mean degree 4 (components of one G(N, 4/(N-1)) draw
+    joined in a random order), opinions uniform over {0..4}, vibes U[-1, 1].
+
+    ## Episode End
+
+    Never terminated; truncated after 50 steps (``ODParams.horizon``). ``step`` then raises
+    until ``reset``.
+
+    ## Arguments
+
+    * ``num_nodes``: N, 5 <= N <= 5000 (:attr:`max_nodes`: the dense adjacency of every
+      observation and the dense N x N draw of the initial graph).
+    * ``params``: :class:`ODParams` (the paper's constants by default).
+    * ``invalid_action``: ``"noop"`` or ``"raise"`` (no in-space action is invalid here).
+    * ``render_mode``: ``None`` or ``"rgb_array"``.
+
+    ## Version History
+
+    * v0: the paper's environment; no zero-width ``graph_categorical`` key, episode-end
+      errors and size limit added in graphwm-envs 0.1.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> import graph_envs
+        >>> env = gym.make("graphenv/OD-v0", num_nodes=40)
+        >>> obs, info = env.reset(seed=0)
+        >>> env.action_space, obs["node_categorical"].shape
+        (MultiDiscrete([40 40]), (40, 1))
+        >>> for t in range(50):
+        ...     obs, reward, terminated, truncated, info = env.step(env.action_space.sample())
+        >>> terminated, truncated, info["step"]
+        (False, True, 50)
     """
 
     max_nodes = 5000

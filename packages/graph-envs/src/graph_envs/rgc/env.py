@@ -42,27 +42,80 @@ def num_pairs(num_nodes: int) -> int:
 
 
 class RGCEnv(GraphEnv):
-    """``graphenv/RGC-v0``: add edges to make a graph robust to targeted attacks.
+    """``graphenv/RGC-v0``: Robust Graph Construction.
 
-    Observation features (schema): no node features; graph continuous ``tau`` (remaining
-    budget as a fraction of the N(N-1)/2 possible edges) and ``k`` (= 2).
-    Action: ``MultiDiscrete([N, N])``, the two endpoints of the edge to add; the mask holds the
-    nodes with at least one non-neighbour. An existing edge or ``i == j`` is a noop that costs no
-    budget.
+    ## Description
 
-    Args:
-        num_nodes: number of nodes N (5 <= N <= 2000).
-        invalid_action: ``"noop"`` (default) or ``"raise"``; see :class:`GraphEnv`.
-        render_mode: ``None`` or ``"rgb_array"``.
-        robustness_samples: tie-breaking orders averaged by the robustness (default
-            :func:`~graph_envs.rgc.robustness.default_num_samples` of N).
-        action_mode: ``"nodes"`` (default, the paper's k = 2 node selection,
-            ``MultiDiscrete([N, N])``) or ``"pair"``: ``Discrete(N(N-1)/2)`` over unordered
-            pairs ``i < j`` in row-major order of the upper triangle (:meth:`pair_index`),
-            whose :meth:`action_masks` are exactly the addable pairs. In pair mode an existing
-            edge is an invalid action (a flagged noop, or an error with ``"raise"``).
-        params: :class:`RGCParams` (edge probability, budget fraction, initial graph
-            ``"gnp"`` or ``"gnm"``).
+    Deterministic and fully observable (paper appendix "Environment Descriptions", after
+    Darvariu et al. 2021). The agent adds edges to a connected random graph, within a budget
+    of 5% of the M = N(N-1)/2 possible edges, to make it harder to disconnect by removing its
+    highest-degree nodes. Full specification: ``docs/envs/rgc.md``.
+
+    ## Action Space
+
+    ``action_mode="nodes"`` (default, the paper's k = 2 node selection):
+    ``MultiDiscrete([N, N])``, the endpoints (i, j) of the edge to add. The mask holds the
+    nodes with a non-neighbour (degree < N - 1); an action is valid when both endpoints are
+    masked. ``i == j`` or an existing edge is a valid no-op (reward 0, no budget spent), which
+    node masks cannot rule out. ``action_mode="pair"``: ``Discrete(M)`` over unordered pairs
+    ``i < j`` in row-major order of the upper triangle (:meth:`pair_index`,
+    :meth:`endpoints`); :meth:`action_masks` is exactly the addable pairs, and an existing
+    edge is invalid. In both modes ``action_to_nodes`` is the indicator of the two endpoints.
+
+    ## Observation Space
+
+    ``adjacency`` (N, N) int8, ``graph_continuous`` = [``tau``, ``k``] float32 (``tau``: the
+    remaining budget as a fraction of M, in [0, 0.1]; ``k`` = 2) and ``action_mask`` (N,)
+    int8. There are no node features and no graph categorical features: those keys are absent.
+
+    ## Rewards
+
+    Adding an edge earns R(G_{t+1}) - R(G_t), R the targeted-attack robustness (expected
+    critical fraction under descending-degree node removal, :func:`targeted_robustness`,
+    deterministic); every other step earns 0.
+
+    ## Starting State
+
+    G(N, p = 0.2) conditioned on connected and not complete (``RGCParams(initial_graph=
+    "gnm")``: RNet-DQN's G(N, m = ceil(0.2 M))); budget B = ceil(0.05 M) additions.
+
+    ## Episode End
+
+    Terminated when the budget is spent (``tau`` = 0) or after H = M steps (no-ops count);
+    never truncated. ``step`` then raises until ``reset``.
+
+    ## Arguments
+
+    * ``num_nodes``: N, 5 <= N <= 2000 (:attr:`max_nodes`: each addition recomputes R,
+      about 60 ms at N = 2000).
+    * ``action_mode``: ``"nodes"`` or ``"pair"`` (above).
+    * ``params``: :class:`RGCParams` (edge probability, budget fraction, initial graph).
+    * ``robustness_samples``: tie-breaking orders averaged by R (default
+      :func:`~graph_envs.rgc.robustness.default_num_samples` of N).
+    * ``invalid_action``: ``"noop"`` (default, flagged in ``info``) or ``"raise"``.
+    * ``render_mode``: ``None`` or ``"rgb_array"``.
+
+    ## Version History
+
+    * v0: the paper's environment; absent zero-width observation keys, episode-end errors,
+      size limit, pair mode and the G(N, m) option added in graphwm-envs 0.1.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> import numpy as np
+        >>> import graph_envs
+        >>> env = gym.make("graphenv/RGC-v0", num_nodes=10, action_mode="pair")
+        >>> obs, info = env.reset(seed=0)
+        >>> sorted(obs)
+        ['action_mask', 'adjacency', 'graph_continuous']
+        >>> env.action_space
+        Discrete(45)
+        >>> rgc = env.unwrapped
+        >>> action = rgc.sample_valid_action(np.random.default_rng(0))
+        >>> i, j = rgc.endpoints(action)
+        >>> obs, reward, terminated, truncated, info = env.step(action)
+        >>> bool(obs["adjacency"][i, j]), info["edge_added"], reward > 0
+        (True, True, True)
     """
 
     _state: RGCState

@@ -20,18 +20,74 @@ from graph_envs.sar.types import SARParams, SARState
 
 
 class SAREnv(GraphEnv):
-    """``graphenv/SAR-v0``: navigate a collapsing graph to rescue survivors.
+    """``graphenv/SAR-v0``: Search and Rescue.
 
-    Observation features (schema): node continuous ``stability``; node categorical
-    ``survivor_present`` (only within two hops of the agent), ``exit_node``,
-    ``current_location``; graph continuous ``k`` (= 1); graph categorical ``escorting``.
-    Action: ``Discrete(N)``, the node to move to; the mask is the agent's current neighbours.
+    ## Description
 
-    Args:
-        num_nodes: number of nodes N (5 <= N <= 5000).
-        invalid_action: ``"noop"`` (default) or ``"raise"``; see :class:`GraphEnv`.
-        render_mode: ``None`` or ``"rgb_array"``.
-        params: :class:`SARParams` (the paper's constants by default).
+    Stochastic and partially observable (paper appendix "Environment Descriptions", Search
+    and Rescue). The agent walks a fragile Delaunay graph, collects survivors one at a time
+    and escorts them to the exit. A visited non-exit node loses 0.3 stability with
+    probability 0.5, and its edges (u, v) with ``stability(u) + stability(v) < 1`` collapse,
+    which can strand the agent or cut survivors off. Full specification:
+    ``docs/envs/sar.md``.
+
+    ## Action Space
+
+    ``Discrete(N)``: the node to move to. The mask is the agent's current neighbours; a
+    masked-out node is an invalid action (a flagged no-op that still costs -1).
+
+    ## Observation Space
+
+    ``adjacency`` (N, N) int8; ``node_continuous`` = [``stability``] in [0, 1];
+    ``node_categorical`` = [``survivor_present`` (shown only within two hops of the agent),
+    ``exit_node``, ``current_location``], each in {0, 1}; ``graph_continuous`` = [``k``] = 1;
+    ``graph_categorical`` = [``escorting``] in {0, 1}; ``action_mask`` (N,) int8. Hidden:
+    the survivors beyond two hops.
+
+    ## Rewards
+
+    -1 per step; +1 for a collect; +10 for a delivery; +5 when the last survivor is
+    delivered; -30 - 5 per undelivered survivor when stranded; -5 per undelivered survivor
+    when the remaining survivors are unreachable (:class:`SARParams`).
+
+    ## Starting State
+
+    The Delaunay triangulation of N uniform points in the unit square; a uniform exit, where
+    the agent starts; survivors on 30% of the other nodes; stabilities U[0.5, 1], the exit's 1.
+
+    ## Episode End
+
+    Terminated when every survivor is delivered, when the agent's node no longer reaches the
+    exit (stranded), or when no remaining survivor does (not escorting); truncated after
+    N x (initial survivors) steps. ``step`` then raises until ``reset``. A stranded agent on
+    an isolated node has no move: the published mask then marks every node.
+
+    ## Arguments
+
+    * ``num_nodes``: N, 5 <= N <= 5000 (:attr:`max_nodes`: the dense adjacency of every
+      observation).
+    * ``params``: :class:`SARParams` (the paper's constants by default).
+    * ``invalid_action``: ``"noop"`` (default) or ``"raise"``.
+    * ``render_mode``: ``None`` or ``"rgb_array"``.
+
+    ## Version History
+
+    * v0: the paper's environment; episode-end errors, never-empty terminal masks and size
+      limit added in graphwm-envs 0.1.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> import numpy as np
+        >>> import graph_envs
+        >>> env = gym.make("graphenv/SAR-v0", num_nodes=10)
+        >>> obs, info = env.reset(seed=0)
+        >>> exit_node, location = obs["node_categorical"][:, 1:].argmax(axis=0)
+        >>> bool(exit_node == location)  # the agent starts at the exit
+        True
+        >>> neighbours = np.flatnonzero(obs["action_mask"])
+        >>> obs, reward, terminated, truncated, info = env.step(int(neighbours[0]))
+        >>> reward <= 0.0 or info["collected"], info["invalid_action"]
+        (True, False)
     """
 
     _state: SARState
