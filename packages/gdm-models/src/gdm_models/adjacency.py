@@ -10,8 +10,9 @@ diagonal.
 Cost: the first layer of MLP_adj is affine in its concatenated input, so
 W [h_i, h_j, h_g, z_g, A] + b = P_i + Q_j + (W_g [h_g, z_g] + b) + w_A A_ij with per-node
 projections P = h W_i, Q = h W_j. :meth:`EdgeUpdateMLP.forward_dense` uses this by
-broadcasting; :meth:`EdgeUpdateMLP.forward_chunked` (no autograd; for imagination on large
-graphs) additionally walks over blocks of rows and adds w_A only on existing edges;
+broadcasting (in checkpointed blocks of graphs beyond a memory budget);
+:meth:`EdgeUpdateMLP.forward_chunked` (no autograd; for imagination on large graphs) walks over
+blocks sized by a per-device memory budget and adds w_A only on existing edges;
 :meth:`EdgeUpdateMLP.forward_naive` concatenates all pairs (the reference implementation).
 All three compute the same function.
 """
@@ -23,11 +24,14 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 __all__ = [
     "HC_BETA",
     "HC_GAMMA",
     "HC_ZETA",
+    "EDGE_CHUNK_BYTES",
+    "DENSE_BLOCK_BYTES",
     "EdgeUpdateMLP",
     "symmetric_uniform",
     "hard_concrete_gate",
@@ -42,6 +46,18 @@ HC_GAMMA = -0.1
 HC_ZETA = 1.1
 _EPS = 1e-6
 INIT_UPDATE_LOGIT = -4.0
+
+#: block budget (bytes) of the no-grad pairwise edge MLP per device type: cache sized on the
+#: CPU (the block is reused and stays in cache), hundreds of MB on a GPU (few, large launches)
+EDGE_CHUNK_BYTES: dict[str, int] = {"cpu": 4 << 20, "cuda": 256 << 20, "other": 64 << 20}
+#: activation budget (bytes) of the differentiable dense edge MLP before it switches to
+#: blocks with activation checkpointing (large N in training)
+DENSE_BLOCK_BYTES: dict[str, int] = {"cpu": 1 << 30, "cuda": 4 << 30, "other": 1 << 30}
+
+
+def _budget(table: dict[str, int], device: torch.device) -> int:
+    """Budget in float32 elements for ``device``."""
+    return table.get(device.type, table["other"]) // 4
 
 
 def symmetric_uniform(
@@ -155,15 +171,35 @@ class EdgeUpdateMLP(nn.Module):
         return 0.5 * (f + f.transpose(-1, -2))
 
     # ---------------------------------------------------------------- implementations
-    def forward_dense(self, h: torch.Tensor, g: torch.Tensor, a_prev: torch.Tensor) -> torch.Tensor:
+    def forward_dense(
+        self, h: torch.Tensor, g: torch.Tensor, a_prev: torch.Tensor, block_elems: int = 0
+    ) -> torch.Tensor:
         """Symmetric logits (B, N, N) by broadcasting per-node projections (differentiable).
 
-        h: (B, N, node_dim); g: (B, graph_dim); a_prev: (B, N, N) float.
+        h: (B, N, node_dim); g: (B, graph_dim); a_prev: (B, N, N) float. When the (B, N, N,
+        hidden) activations exceed the device's dense budget (:data:`DENSE_BLOCK_BYTES`, or
+        ``block_elems`` floats if ``block_elems > 0``) and autograd is on, graphs are
+        processed in blocks with activation checkpointing (recomputed in the backward pass),
+        so the memory held for the backward pass is bounded; the result is the same.
         """
-        p, q = self.w_i(h), self.w_j(h)
-        c = self._graph_term(g, h.shape[0], h)
-        pre = p[:, :, None, :] + q[:, None, :, :] + c[:, None, None, :]
-        pre = pre + a_prev[..., None] * self.w_a
+        b, n = h.shape[:2]
+        per_graph = n * n * self.hidden
+        budget = block_elems if block_elems > 0 else _budget(DENSE_BLOCK_BYTES, h.device)
+        k = max(1, budget // max(1, per_graph))
+        if k >= b or not torch.is_grad_enabled():
+            return self._dense_block(h, g, a_prev)
+        parts = [
+            checkpoint(
+                self._dense_block, h[s:s + k], g[s:s + k], a_prev[s:s + k], use_reentrant=False
+            )
+            for s in range(0, b, k)
+        ]  # fmt: skip
+        return torch.cat(parts)
+
+    def _dense_block(self, h: torch.Tensor, g: torch.Tensor, a_prev: torch.Tensor) -> torch.Tensor:
+        pc = self.w_i(h) + self._graph_term(g, h.shape[0], h)[:, None, :]
+        pre = pc[:, :, None, :] + self.w_j(h)[:, None, :, :]
+        pre = torch.addcmul(pre, a_prev[..., None], self.w_a)  # + w_A A_ij
         f = self.out(F.silu(pre)).squeeze(-1)
         return self.symmetrise(f)
 
@@ -173,30 +209,46 @@ class EdgeUpdateMLP(nn.Module):
         h: torch.Tensor,
         g: torch.Tensor,
         a_prev: torch.Tensor,
-        chunk_elems: int = 1 << 17,
+        chunk_elems: int = 0,
     ) -> torch.Tensor:
-        """Same function as :meth:`forward_dense`, without autograd, in row blocks.
+        """Same function as :meth:`forward_dense` for a 0/1 ``a_prev``, without autograd.
 
-        Peak extra memory is about ``chunk_elems`` floats plus the (B, N, N) output.
+        The (B, N, N, hidden) first-layer activations are computed in blocks of at most
+        ``chunk_elems`` floats (``0``: the device's budget, :data:`EDGE_CHUNK_BYTES`: cache
+        sized on the CPU, hundreds of MB on a GPU): whole graphs per block when a graph fits,
+        else blocks of rows (at least one row) written into one reused buffer. Pairs that are
+        edges of ``a_prev`` (few in sparse graphs) are then recomputed with w_A added.
+        Peak extra memory: one block plus the (B, N, N) output.
         """
         b, n, _ = h.shape
-        p, q = self.w_i(h), self.w_j(h)
-        c = self._graph_term(g, b, h)
-        pc = p + c[:, None, :]  # fold the graph term and bias into P
+        hid = self.hidden
+        budget = chunk_elems if chunk_elems > 0 else _budget(EDGE_CHUNK_BYTES, h.device)
+        pc = self.w_i(h) + self._graph_term(g, b, h)[:, None, :]  # graph term, bias into P
+        q = self.w_j(h)
         w2 = self.out.weight.reshape(-1)
         b2 = self.out.bias
         f = h.new_empty(b, n, n)
-        rows = max(1, chunk_elems // max(1, n * self.hidden))
-        for s in range(b):
-            qs = q[s]
-            for r0 in range(0, n, rows):
-                r1 = min(n, r0 + rows)
-                pre = pc[s, r0:r1, None, :] + qs[None, :, :]  # (r, N, hidden)
-                ii, jj = torch.nonzero(a_prev[s, r0:r1], as_tuple=True)
-                if ii.numel():
-                    pre[ii, jj] += self.w_a
+        rows = max(1, budget // max(1, n * hid))
+        if rows >= n:  # whole graphs per block
+            k = rows // n
+            for s in range(0, b, k):
+                pre = pc[s : s + k, :, None, :] + q[s : s + k, None, :, :]
                 F.silu(pre, inplace=True)
-                f[s, r0:r1] = torch.matmul(pre, w2) + b2
+                torch.matmul(pre, w2, out=f[s : s + k])
+        else:
+            buf = h.new_empty(rows, n, hid)
+            for s in range(b):
+                for r0 in range(0, n, rows):
+                    r1 = min(n, r0 + rows)
+                    blk = buf[: r1 - r0]
+                    torch.add(pc[s, r0:r1, None, :], q[s, None, :, :], out=blk)
+                    F.silu(blk, inplace=True)
+                    torch.matmul(blk, w2, out=f[s, r0:r1])
+        f += b2
+        # existing edges: the first layer has + w_A (A_ij = 1)
+        bi, ii, jj = torch.nonzero(a_prev, as_tuple=True)
+        if bi.numel():
+            f[bi, ii, jj] = torch.matmul(F.silu(pc[bi, ii] + q[bi, jj] + self.w_a), w2) + b2
         return self.symmetrise(f)
 
     def forward_naive(self, h: torch.Tensor, g: torch.Tensor, a_prev: torch.Tensor) -> torch.Tensor:
@@ -216,9 +268,12 @@ class EdgeUpdateMLP(nn.Module):
     impl: str = "auto"
 
     def forward(
-        self, h: torch.Tensor, g: torch.Tensor, a_prev: torch.Tensor, chunk_elems: int = 1 << 17
+        self, h: torch.Tensor, g: torch.Tensor, a_prev: torch.Tensor, chunk_elems: int = 0
     ) -> torch.Tensor:
-        """Symmetric edge-update logits (B, N, N); see :attr:`impl`."""
+        """Symmetric edge-update logits (B, N, N); see :attr:`impl`.
+
+        ``chunk_elems``: block size of the chunked (no-grad) path in floats (``0``: by the
+        device's memory budget, :data:`EDGE_CHUNK_BYTES`)."""
         impl = self.impl
         if impl == "auto":
             impl = "dense" if torch.is_grad_enabled() else "chunked"

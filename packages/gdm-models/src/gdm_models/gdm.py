@@ -120,7 +120,9 @@ class GDMConfig:
     adjacency_sampler: str = "hard_concrete"
     message_passing: str = "sparse_gat"
     recurrent_adjacency: bool = True
-    edge_chunk_elems: int = 1 << 17  # chunk size of the no-grad pairwise edge MLP
+    # block size (floats) of the no-grad pairwise edge MLP; 0 = by the device's memory budget
+    # (adjacency.EDGE_CHUNK_BYTES: cache sized on the CPU, hundreds of MB on a GPU)
+    edge_chunk_elems: int = 0
 
     def __post_init__(self) -> None:
         for name in (
@@ -130,14 +132,13 @@ class GDMConfig:
             "node_latent_classes",
             "graph_latent_groups",
             "graph_latent_classes",
-            "edge_chunk_elems",
         ):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"GDMConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.node_latent_classes < 2 or self.graph_latent_classes < 2:
             raise ValueError("latent class counts must be >= 2")
-        if self.mp_layers < 0 or self.mlp_hidden < 0:
-            raise ValueError("mp_layers and mlp_hidden must be >= 0")
+        if self.mp_layers < 0 or self.mlp_hidden < 0 or self.edge_chunk_elems < 0:
+            raise ValueError("mp_layers, mlp_hidden and edge_chunk_elems must be >= 0")
         if not 0.0 <= self.unimix < 1.0:
             raise ValueError(f"unimix must be in [0, 1), got {self.unimix}")
         for name in (
