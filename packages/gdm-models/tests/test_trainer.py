@@ -74,3 +74,79 @@ def test_cuda_train_and_imagine(make_tiny, dataset):
     lat = m.observe({k: ep[k][:2] for k in OBS_KEYS}, ep["action_nodes"][:1], generator=0)
     out = m.imagine(lat, ep["action_nodes"][1], 4, generator=1)
     assert out["adjacency"].shape[0] == 4 and isinstance(out["reward"], np.ndarray)
+
+
+def test_log_every_logs_only_every_k_steps_and_keeps_training_identical(
+    make_tiny, dataset, tmp_path
+):
+    kw = dict(batch_size=2, seq_len=3, lr=1e-3, seed=3, device="cpu", progress=False)
+    ref = make_tiny(seed=2)
+    train(ref, dataset, steps=7, log_csv=tmp_path / "every.csv", **kw)
+    m = make_tiny(seed=2)
+    res = train(m, dataset, steps=7, log_csv=tmp_path / "k.csv", log_every=3,
+                keep_history=True, **kw)  # fmt: skip
+    assert _same(_weights(ref), _weights(m))  # logging never changes the computation
+    with open(tmp_path / "every.csv") as f:
+        every = {r["step"]: r for r in csv.DictReader(f)}
+    with open(tmp_path / "k.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["step"] for r in rows] == ["3", "6", "7"]  # multiples of k and the last step
+    assert all(r == every[r["step"]] for r in rows)
+    assert [h["step"] for h in res.history] == [3, 6, 7] and res.last_terms["step"] == 7
+
+
+def test_exact_resume_with_log_every(make_tiny, dataset, tmp_path):
+    kw = dict(batch_size=2, seq_len=3, lr=1e-3, seed=3, device="cpu", progress=False,
+              log_every=2, checkpoint_every=3)  # fmt: skip
+    ref = make_tiny(seed=2)
+    train(ref, dataset, steps=7, log_csv=tmp_path / "ref.csv", **kw)
+    m = make_tiny(seed=2)
+    train(m, dataset, steps=3, log_csv=tmp_path / "run.csv", checkpoint_dir=tmp_path / "ck", **kw)
+    m2 = make_tiny(seed=9)
+    train(m2, dataset, steps=7, log_csv=tmp_path / "run.csv", checkpoint_dir=tmp_path / "ck",
+          **kw)  # fmt: skip
+    assert _same(_weights(ref), _weights(m2))
+    assert (tmp_path / "run.csv").read_text() == (tmp_path / "ref.csv").read_text()
+
+
+def test_bf16_autocast_is_close_to_fp32(make_tiny, dataset):
+    b = dataset.sample_batch(2, np.random.default_rng(0), seq_len=3)
+    m = make_tiny()
+    want, terms = m.loss(b, torch.Generator().manual_seed(0))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got, terms_bf = m.loss(b, torch.Generator().manual_seed(0))
+    assert got.item() == pytest.approx(want.item(), rel=0.05)
+    assert got.item() != want.item()  # bf16 really ran
+    m32, m16 = make_tiny(seed=4), make_tiny(seed=4)
+    kw = dict(steps=3, batch_size=2, seq_len=3, lr=1e-3, seed=0, device="cpu", progress=False)
+    r32 = train(m32, dataset, **kw)
+    r16 = train(m16, dataset, precision="bf16", **kw)
+    assert r16.last_terms["loss"] == pytest.approx(r32.last_terms["loss"], rel=0.05)
+    assert all(p.dtype == torch.float32 for p in m16.parameters())
+    with pytest.raises(ValueError, match="precision"):
+        train(m16, dataset, precision="fp16", **kw)
+    with pytest.raises(ValueError, match="log_every"):
+        train(m16, dataset, log_every=0, **kw)
+
+
+def test_compile_without_torch_compile_trains_eagerly(make_tiny, dataset, monkeypatch):
+    from gdm_models.compiling import CompileFallbackWarning
+
+    kw = dict(steps=2, batch_size=2, seq_len=3, lr=1e-3, seed=0, device="cpu", progress=False)
+    ref = make_tiny(seed=4)
+    train(ref, dataset, **kw)
+    monkeypatch.delattr(torch, "compile")
+    m = make_tiny(seed=4)
+    with pytest.warns(CompileFallbackWarning, match="running eager"):
+        train(m, dataset, compile=True, **kw)
+    assert _same(_weights(ref), _weights(m))
+
+
+def test_non_finite_loss_is_raised_at_the_next_logged_step(make_tiny, dataset, tmp_path):
+    m = make_tiny()
+    with torch.no_grad():
+        m.dec_n.theta.net[0].weight.fill_(float("nan"))
+    with pytest.raises(FloatingPointError, match="between steps 1 and 2"):
+        train(m, dataset, steps=4, batch_size=2, seq_len=3, device="cpu", progress=False,
+              log_every=2, checkpoint_dir=tmp_path / "ck")  # fmt: skip
+    assert not (tmp_path / "ck" / "latest").exists()  # nothing non-finite was checkpointed

@@ -30,6 +30,8 @@ Subclass :class:`WorldModel` and
     (padded, with ``node_mask``/``step_mask``) already on the model's device; ``total`` is a
     differentiable scalar tensor; ``terms`` a dict of python floats (logged per step by the
     trainer, e.g. ``{"pred": ..., "kl_adj": ...}``; keep the key set fixed for a model).
+    Optionally override ``training_loss`` (same, with the terms as detached 0-d tensors) so
+    that the trainer does not synchronise with the device every step.
 
 * draw all randomness from the ``generator`` argument (a ``torch.Generator`` on the model's
   device; :meth:`WorldModel.make_generator` turns ``None``/an int seed into one);
@@ -203,6 +205,13 @@ class WorldModel(nn.Module, abc.ABC):
         """Training loss on a padded batch: ``(total, per-term floats)``."""
 
     # ------------------------------------------------------------------ derived API
+    def training_loss(
+        self, batch: Batch, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor | float]]:
+        """:meth:`loss` for the trainer: the terms may stay on the device as detached 0-d
+        tensors (the trainer reads them only every ``log_every`` steps). Default: ``loss``."""
+        return self.loss(batch, generator)
+
     def imagine(
         self,
         latent: Any,

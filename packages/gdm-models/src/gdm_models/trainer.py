@@ -26,8 +26,9 @@ import json
 import math
 import os
 import shutil
+import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -44,9 +45,10 @@ from .checkpoint import (
     seal_checkpoint,
     verify_checkpoint,
 )
-from .data import EpisodeDataset, EpochSampler
+from .compiling import CompileFallbackWarning
+from .data import Batch, EpisodeDataset, EpochSampler
 
-__all__ = ["train", "TrainResult", "default_device"]
+__all__ = ["train", "TrainResult", "CsvLog", "PRECISIONS", "default_device"]
 
 TRAINER_STATE_FILES = ("trainer_state.pt", "trainer_state.json")
 
@@ -136,6 +138,96 @@ def _load_trainer_state(
     return int(meta["step"])
 
 
+class CsvLog:
+    """CSV log with one row per logged step (``step``, ``loss``, ``grad_norm``, loss terms).
+
+    On resume (``resume_step > 0``) the rows up to ``resume_step`` on the ``log_every`` grid
+    are kept (an interrupted run's extra last-step row is dropped, so the file equals that of
+    an uninterrupted run) and the column order of the existing file is reused; otherwise an
+    existing file is replaced.
+    """
+
+    def __init__(self, path: str | Path, resume_step: int = 0, log_every: int = 1) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.fieldnames: list[str] | None = None
+        if resume_step > 0 and self.path.is_file():
+            with open(self.path, newline="") as f:
+                rows = list(csv.DictReader(f))
+            if rows:
+                self.fieldnames = list(rows[0].keys())
+            rows = [
+                r for r in rows if int(r["step"]) <= resume_step and int(r["step"]) % log_every == 0
+            ]
+            with open(self.path, "w", newline="") as f:
+                if self.fieldnames:
+                    w = csv.DictWriter(f, fieldnames=self.fieldnames)
+                    w.writeheader()
+                    w.writerows(rows)
+        elif self.path.exists():
+            self.path.unlink()
+        self._fh = open(self.path, "a", newline="")
+        self._writer: csv.DictWriter | None = None
+
+    def write(self, row: Mapping[str, float]) -> None:
+        """Append one row (the first row fixes the columns of a new file)."""
+        if self._writer is None:
+            self.fieldnames = self.fieldnames or list(row.keys())
+            self._writer = csv.DictWriter(self._fh, self.fieldnames, extrasaction="ignore")
+            if self._fh.tell() == 0:
+                self._writer.writeheader()
+        self._writer.writerow(row)
+
+    def flush(self) -> None:
+        """Flush to disk."""
+        self._fh.flush()
+
+    def close(self) -> None:
+        """Close the file."""
+        self._fh.close()
+
+
+PRECISIONS = ("fp32", "bf16")
+
+
+def _to_device(batch: Batch, device: torch.device) -> Batch:
+    """Batch on ``device``; to CUDA through pinned memory without blocking the host."""
+    if device.type != "cuda":
+        return batch.to(device)
+    return Batch(
+        **{
+            f.name: getattr(batch, f.name).pin_memory().to(device, non_blocking=True)
+            for f in fields(batch)
+        }
+    )
+
+
+def _enable_compile(model: WorldModel) -> None:
+    enable = getattr(model, "enable_compile", None)
+    if enable is None:
+        warnings.warn(
+            f"torch.compile: model {model.model_name!r} has no compiled path; running eager",
+            CompileFallbackWarning,
+            stacklevel=3,
+        )
+        return
+    enable()
+
+
+def _host_row(
+    step: int, loss: torch.Tensor, gn: torch.Tensor, terms: Mapping[str, Any]
+) -> dict[str, float]:
+    """One log row, pulled from the device in a single transfer."""
+    keys = list(terms)
+    vals = [loss.detach().float(), gn.detach().float()] + [
+        torch.as_tensor(terms[k], dtype=torch.float32, device=loss.device) for k in keys
+    ]
+    host = torch.stack([v.reshape(()) for v in vals]).tolist()
+    row = {"step": step, "loss": host[0], "grad_norm": host[1]}
+    row.update(zip(keys, host[2:], strict=True))
+    return row
+
+
 def train(
     model: WorldModel,
     dataset: EpisodeDataset,
@@ -154,6 +246,9 @@ def train(
     resume: bool = True,
     progress: bool = True,
     keep_history: bool = False,
+    precision: str = "fp32",
+    compile: bool = False,
+    log_every: int = 1,
 ) -> TrainResult:
     """Train ``model`` on ``dataset`` with Adam.
 
@@ -165,13 +260,27 @@ def train(
         seed: seeds the data sampler and the model's noise generator (model initialisation is
             the caller's business: seed torch before building the model).
         device: ``None`` -> CUDA when available else CPU.
-        log_csv: CSV path; one row per step with ``step``, ``loss`` and every loss term.
+        log_csv: CSV path; one row per logged step with ``step``, ``loss``, ``grad_norm`` and
+            every loss term.
         checkpoint_dir, checkpoint_every: periodic full-state checkpoints (``latest/``) and a
             ``final/`` model checkpoint.
         resume: continue from ``checkpoint_dir/latest`` if present.
         progress: show a tqdm progress bar.
         keep_history: also return every logged row in ``TrainResult.history``.
+        precision: "fp32", or "bf16" (the forward pass under bf16 autocast; parameters,
+            gradients and the optimizer stay fp32).
+        compile: run the model's training step through ``torch.compile`` where the model
+            supports it (the GDM); falls back to eager with a one-line
+            :class:`~gdm_models.compiling.CompileFallbackWarning` when it cannot.
+        log_every: pull the loss terms to the host (CSV row, progress bar, history) only every
+            ``log_every`` steps and at the last step; in between the step never waits for the
+            device. A non-finite loss is detected on the device and raised at the next logged
+            (or checkpoint) step.
     """
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if int(log_every) < 1:
+        raise ValueError(f"log_every must be >= 1, got {log_every}")
     if (steps is None) == (epochs is None):
         raise ValueError("give exactly one of steps= or epochs=")
     if not isinstance(dataset, EpisodeDataset):
@@ -199,67 +308,56 @@ def train(
         if resume and (ckdir / "latest" / "trainer_state.json").is_file():
             start = _load_trainer_state(ckdir / "latest", model, opt, sampler, gen, args)
 
-    writer = None
-    fh = None
-    fieldnames: list[str] | None = None
-    if log_csv is not None:
-        log_csv = Path(log_csv)
-        log_csv.parent.mkdir(parents=True, exist_ok=True)
-        if start > 0 and log_csv.is_file():
-            with open(log_csv, newline="") as f:
-                rows = list(csv.DictReader(f))
-            if rows:
-                fieldnames = list(rows[0].keys())
-            rows = [r for r in rows if int(r["step"]) <= start]
-            with open(log_csv, "w", newline="") as f:
-                if fieldnames:
-                    w = csv.DictWriter(f, fieldnames=fieldnames)
-                    w.writeheader()
-                    w.writerows(rows)
-        elif log_csv.exists():
-            log_csv.unlink()
-        fh = open(log_csv, "a", newline="")
+    log = CsvLog(log_csv, start, log_every) if log_csv is not None else None
+    if compile:
+        _enable_compile(model)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+    params = [p for p in model.parameters() if p.requires_grad]
+    clip = math.inf if grad_clip is None else grad_clip
 
     result = TrainResult(steps=start, resumed_from=start)
     model.train()
     bar = tqdm(total=total, initial=start, disable=not progress, desc="train", dynamic_ncols=True)
+    nonfinite = torch.zeros((), dtype=torch.bool, device=device)  # on the device: no sync
+    first_unchecked = start + 1
     try:
         for step in range(start + 1, total + 1):
-            batch = sampler.next_batch().to(device)
-            loss, terms = model.loss(batch, generator=gen)
-            if not torch.isfinite(loss):
-                raise FloatingPointError(f"non-finite loss {loss.item()} at step {step}: {terms}")
+            batch = _to_device(sampler.next_batch(), device)
+            with autocast:
+                loss, terms = model.training_loss(batch, generator=gen)
+            nonfinite |= ~torch.isfinite(loss.detach())
             opt.zero_grad(set_to_none=True)
             loss.backward()
-            if grad_clip is not None:
-                gn = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-            else:
-                gn = torch.nn.utils.clip_grad_norm_(model.parameters(), math.inf)
+            gn = torch.nn.utils.clip_grad_norm_(params, clip)
             opt.step()
-            row = {"step": step, "loss": float(loss.item()), "grad_norm": float(gn.item())}
-            row.update({k: float(v) for k, v in terms.items()})
-            result.last_terms = row
-            if keep_history:
-                result.history.append(row)
-            if fh is not None:
-                if writer is None:
-                    fieldnames = fieldnames or list(row.keys())
-                    writer = csv.DictWriter(fh, fieldnames=fieldnames, extrasaction="ignore")
-                    if fh.tell() == 0:
-                        writer.writeheader()
-                writer.writerow(row)
-            bar.update(1)
-            if progress:
-                bar.set_postfix(loss=f"{row['loss']:.4g}")
             result.steps = step
-            if ckdir is not None and (step % checkpoint_every == 0 or step == total):
-                if fh is not None:
-                    fh.flush()
+            do_log = step % log_every == 0 or step == total
+            do_ckpt = ckdir is not None and (step % checkpoint_every == 0 or step == total)
+            if do_log or do_ckpt:
+                if bool(nonfinite):
+                    raise FloatingPointError(
+                        f"non-finite loss between steps {first_unchecked} and {step} "
+                        f"(last loss {loss.item()}, terms {_host_row(step, loss, gn, terms)})"
+                    )
+                first_unchecked = step + 1
+            if do_log:
+                row = _host_row(step, loss, gn, terms)
+                result.last_terms = row
+                if keep_history:
+                    result.history.append(row)
+                if log is not None:
+                    log.write(row)
+                if progress:
+                    bar.set_postfix(loss=f"{row['loss']:.4g}")
+            bar.update(1)
+            if do_ckpt:
+                if log is not None:
+                    log.flush()
                 _save_trainer_state(ckdir, model, opt, sampler, gen, step, args)
     finally:
         bar.close()
-        if fh is not None:
-            fh.close()
+        if log is not None:
+            log.close()
     if ckdir is not None:
         save_checkpoint(model, ckdir / "final")
     return result
