@@ -184,3 +184,26 @@ def test_record_validation_and_gdd_maps():
     assert s[("SAR", "gdm", 0)] == 0.2  # the downstream size was evaluated
     assert s[("SAR", "g-rssm", 0)] == pytest.approx(0.6)  # else the mean over sizes
     assert m == {("SAR", "gdm", 0): pytest.approx(0.2)}  # closest size, mean over horizon
+
+
+def test_downstream_config_parse_and_jobs():
+    from graphwm.downstream import DownstreamConfig
+
+    cfg = DownstreamConfig.parse(
+        {"budget": 256, "episodes": 5, "num_nodes": 8, "models": ["gdm"], "ppo": {"n_steps": 64}}
+    )
+    assert (cfg.budget, cfg.episodes, cfg.num_nodes, cfg.models) == (256, 5, 8, ("gdm",))
+    jobs = cfg.job_configs("SAR", [("gdm", 0, "ck/gdm"), ("g-rssm", 0, "ck/g")], threads=1)
+    agents = [j["agent"] for j in jobs]
+    assert agents == ["dream", REAL, RANDOM, GREEDY]  # g-rssm is not selected
+    assert jobs[0]["checkpoint"] == "ck/gdm" and jobs[0]["ppo"] == {"n_steps": 64}
+    assert "budget" not in jobs[2]  # yardsticks do not train
+    for bad, match in (
+        ({}, "lacks 'budget'"),
+        ({"budget": 0}, "downstream.budget"),
+        ({"budget": 8, "agents": 3}, "unknown keys"),
+        ({"budget": 8, "ppo": {"lr": 1}}, "downstream.ppo"),
+        ({"budget": 8, "real_agent": "yes"}, "downstream.real_agent"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            DownstreamConfig.parse(bad)

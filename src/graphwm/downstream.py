@@ -98,6 +98,144 @@ class DownstreamRecord:
         return cls(**out)
 
 
+# --------------------------------------------------------------------------- preset section
+PPO_KEYS = (
+    "n_steps",
+    "batch_size",
+    "n_epochs",
+    "learning_rate",
+    "gamma",
+    "gae_lambda",
+    "ent_coef",
+    "clip_range",
+)
+
+
+@dataclass(frozen=True)
+class DownstreamConfig:
+    """The ``[downstream]`` preset section (see docs/dream.md).
+
+    Attributes:
+        budget: env steps of MaskablePPO training per agent (dream and real alike).
+        episodes: real-env evaluation episodes per agent.
+        num_nodes: N of the dream and real episodes.
+        envs: envs to run (``None``: every env of the preset).
+        models: world models to train agents in (``None``: every model and ablation the
+            preset trains on that env).
+        real_agent: also train the agent in the real env with the same budget.
+        yardsticks: also evaluate the random policy and the greedy heuristic.
+        eval_seed: first evaluation seed (episode e resets with ``eval_seed + e``).
+        ppo: MaskablePPO overrides (keys in ``PPO_KEYS``).
+    """
+
+    budget: int
+    episodes: int = 100
+    num_nodes: int = 20
+    envs: tuple[str, ...] | None = None
+    models: tuple[str, ...] | None = None
+    real_agent: bool = True
+    yardsticks: bool = True
+    eval_seed: int = 1_000_000
+    ppo: Mapping[str, Any] | None = None
+
+    @classmethod
+    def parse(cls, raw: Any, key: str = "downstream") -> DownstreamConfig:
+        """Validate the section; ``ValueError`` naming the offending key."""
+        if not isinstance(raw, Mapping):
+            raise ValueError(f"preset key '{key}' must be a table, got {raw!r}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(raw) - known)
+        if unknown:
+            raise ValueError(
+                f"preset key '{key}' has unknown keys {unknown}; known: {sorted(known)}"
+            )
+
+        def integer(name: str, default: Any, minimum: int) -> int:
+            v = raw.get(name, default)
+            if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+                raise ValueError(
+                    f"preset key '{key}.{name}' must be an integer >= {minimum}, got {v!r}"
+                )
+            return v
+
+        def names(name: str) -> tuple[str, ...] | None:
+            v = raw.get(name)
+            if v is None:
+                return None
+            if not isinstance(v, list) or not v or not all(isinstance(x, str) for x in v):
+                raise ValueError(f"preset key '{key}.{name}' must be a non-empty list of names")
+            return tuple(v)
+
+        def flag(name: str) -> bool:
+            v = raw.get(name, True)
+            if not isinstance(v, bool):
+                raise ValueError(f"preset key '{key}.{name}' must be true or false, got {v!r}")
+            return v
+
+        if "budget" not in raw:
+            raise ValueError(f"preset key '{key}' lacks 'budget' (agent training env steps)")
+        ppo = raw.get("ppo")
+        if ppo is not None:
+            if not isinstance(ppo, Mapping) or set(ppo) - set(PPO_KEYS):
+                raise ValueError(f"preset key '{key}.ppo' must be a table with keys in {PPO_KEYS}")
+            ppo = dict(ppo)
+        return cls(
+            budget=integer("budget", None, 1),
+            episodes=integer("episodes", 100, 1),
+            num_nodes=integer("num_nodes", 20, 5),
+            envs=names("envs"),
+            models=names("models"),
+            real_agent=flag("real_agent"),
+            yardsticks=flag("yardsticks"),
+            eval_seed=integer("eval_seed", 1_000_000, 0),
+            ppo=ppo,
+        )
+
+    def job_configs(
+        self,
+        env: str,
+        trained: Iterable[tuple[str, int, str]],
+        threads: int = 1,
+        device: str = "cpu",
+    ) -> list[dict[str, Any]]:
+        """Job configs (for :func:`downstream_job`) of one env: a dream agent per trained
+        ``(model, seed, checkpoint)`` selected by ``models``, the real-env agent per seed and
+        the yardsticks."""
+        common = {
+            "kind": "downstream",
+            "env": env,
+            "num_nodes": self.num_nodes,
+            "episodes": self.episodes,
+            "eval_seed": self.eval_seed,
+            "threads": int(threads),
+        }
+        train = {"budget": self.budget, **({"ppo": dict(self.ppo)} if self.ppo else {})}
+        jobs, seeds = [], []
+        for model, seed, checkpoint in trained:
+            if self.models is not None and model not in self.models:
+                continue
+            seeds.append(int(seed))
+            jobs.append(
+                {
+                    **common,
+                    **train,
+                    "agent": "dream",
+                    "model": model,
+                    "seed": int(seed),
+                    "checkpoint": str(checkpoint),
+                    "device": device,
+                }
+            )
+        if self.real_agent:
+            for seed in sorted(set(seeds)) or [0]:
+                jobs.append({**common, **train, "agent": REAL, "seed": seed})
+        if self.yardsticks:
+            jobs.append({**common, "agent": RANDOM, "seed": 0})
+            if has_greedy(env):
+                jobs.append({**common, "agent": GREEDY, "seed": 0})
+        return jobs
+
+
 # --------------------------------------------------------------------------- agents
 def train_agent(env, budget: int, seed: int, ppo_kwargs: Mapping[str, Any] | None = None):
     """MaskablePPO (``MultiInputPolicy``, CPU) trained for ``budget`` env steps on ``env``."""
