@@ -13,6 +13,7 @@ from gdm_models.baselines import _reference as ref
 from gdm_models.baselines import grssm as grssm_mod
 from gdm_models.baselines import gwm as gwm_mod
 from gdm_models.baselines.common import sampled_state, state_from_observation
+from gdm_models.baselines.compiled import pad_nodes
 from gdm_models.baselines.grssm import AllPairsAttention
 from gdm_models.data import OBS_KEYS, observation_to_tensors
 
@@ -214,12 +215,14 @@ def test_grssm_training_noise_drawn_at_once_equals_per_step_draws():
     the training pass (noise at once) and observe (per step) see the same samples."""
     model, batch, _ = setup("g-rssm")
     obs = {k: getattr(batch, k) for k in OBS_KEYS}
-    outs = [
-        model._filter(obs, batch.action_nodes, batch.node_mask, torch.Generator().manual_seed(2), f)
-        for f in (True, False)
-    ]
+    B, T1, N = batch.batch_size, batch.seq_len + 1, batch.num_nodes
+    u = torch.rand((T1, B, N, 2, 4), generator=torch.Generator().manual_seed(2))
+    at_once = model._filter(obs, batch.action_nodes, batch.node_mask, None, u)
+    per_step = model._filter(
+        obs, batch.action_nodes, batch.node_mask, torch.Generator().manual_seed(2)
+    )
     for k in ("h", "z", "prior", "posterior"):
-        torch.testing.assert_close(outs[0][k], outs[1][k], rtol=0, atol=0)
+        torch.testing.assert_close(at_once[k], per_step[k], rtol=0, atol=0)
 
 
 # ------------------------------------------------------------------------------ attention blocks
@@ -306,3 +309,63 @@ def test_gwm_predictions_see_the_observed_topology(name, monkeypatch):
     p0, q0 = predict(obs), predict(changed)
     torch.testing.assert_close(p0.node_continuous, q0.node_continuous)
     torch.testing.assert_close(p0.reward, q0.reward)
+
+
+# ------------------------------------------------------------------------------ compiled loss
+@pytest.mark.parametrize("name", BASELINES)
+def test_node_padding_leaves_the_loss_unchanged(name):
+    """The compiled path pads batches to a multiple of 8 nodes: padded nodes must not count."""
+    model, batch, _ = setup(name)
+    padded = pad_nodes(batch, 8)
+    assert padded.num_nodes == 8 and batch.num_nodes == 7
+    assert not bool(padded.node_mask[:, 7:].any())
+    a = loss_and_grads(model, model.loss, batch, seed=1)
+    model.zero_grad()
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    if name == "g-rssm":  # same noise on the real nodes (the noise is drawn at the real N)
+        B, T1 = batch.batch_size, batch.seq_len + 1
+        u = torch.rand((T1, B, 7, 2, 4), generator=torch.Generator().manual_seed(1))
+        up = torch.nn.functional.pad(u, (0, 0, 0, 0, 0, 1), value=0.5)
+        fa, va = model._loss_tensors(batch, u)
+        fb, vb = model._loss_tensors(padded, up)
+        torch.testing.assert_close(fa, a[0])
+    else:
+        fa, va = model._loss_tensors(batch)
+        model.load_state_dict(state)
+        fb, vb = model._loss_tensors(padded)
+    torch.testing.assert_close(fb, fa, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(vb, va, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", BASELINES)
+def test_compiled_loss_traces_in_one_graph_and_equals_eager(name):
+    """``compile_loss`` with dynamo's eager backend and ``fullgraph=True``: the tensor-only
+    loss traces without a graph break (what CUDA graphs need) and gives the eager loss and
+    gradients."""
+    torch._dynamo.reset()
+    model, batch, _ = setup(name)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    eager = loss_and_grads(model, model.loss, batch, seed=4)
+    model.load_state_dict(state)
+    assert model.compile_loss(mode=None, backend="eager", fullgraph=True)
+    comp = loss_and_grads(model, model.loss, batch, seed=4)
+    assert model._compiled_loss.active  # no fallback happened
+    torch.testing.assert_close(comp[0], eager[0], rtol=1e-5, atol=1e-6)
+    for k in eager[1]:
+        assert comp[1][k] == pytest.approx(eager[1][k], rel=1e-5, abs=1e-6), k
+    for a, b in zip(comp[2], eager[2], strict=True):
+        if b is not None:
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_compile_falls_back_to_eager_with_a_warning(monkeypatch):
+    model, batch, _ = setup("vanilla-gwm")
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no compiler here")
+
+    monkeypatch.setattr(torch, "compile", broken)
+    with pytest.warns(RuntimeWarning, match="no compiler here"):
+        assert not model.compile_loss()
+    total, _ = model.loss(batch)
+    assert torch.isfinite(total)

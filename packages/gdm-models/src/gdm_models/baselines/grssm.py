@@ -72,6 +72,19 @@ from .common import (
     sampled_state,
     state_from_observation,
 )
+from .compiled import CompiledLoss, pad_nodes
+
+#: the per-item prediction terms of L_pred (observation terms first, then transition terms)
+_PRED_KEYS: tuple[str, ...] = (
+    "node",
+    "graph",
+    "adjacency",
+    "action_mask",
+    "reward",
+    "continuation",
+)
+#: order of the values returned by ``GRSSM._loss_tensors``
+_LOGGED: tuple[str, ...] = (*_PRED_KEYS, "kl_dyn", "kl_rep", "kl")
 
 __all__ = [
     "GRSSMConfig",
@@ -437,16 +450,17 @@ class GRSSM(WorldModel):
         obs: Mapping[str, torch.Tensor],
         actions: torch.Tensor,
         node_mask: torch.Tensor,
-        generator: torch.Generator,
-        noise_at_once: bool = False,
+        generator: torch.Generator | None,
+        uniforms: torch.Tensor | None = None,
     ) -> dict[str, torch.Tensor]:
         """Posterior pass over T+1 observations (B,T+1,...) and T actions (B,T,N).
 
         The first step starts from h = 0, z = 0 and a zero action. Returns stacked (B,T+1,N,.)
         ``h``, ``z`` (straight-through samples), ``prior`` and ``posterior`` probabilities.
-        ``noise_at_once`` draws the uniforms of all steps in one call (training); otherwise one
-        draw per step, so that a prefix of the trajectory consumes exactly its own noise on
-        every device (``observe_at``). On the CPU both give the same numbers.
+        ``uniforms`` (T+1,B,N,groups,classes): the noise of all steps, drawn at once by the
+        training loss; without it one draw per step from ``generator``, so that a prefix of
+        the trajectory consumes exactly its own noise on every device (``observe_at``). On the
+        CPU both give the same numbers.
         """
         B, T1, N = obs["adjacency"].shape[:3]
         c = self.config
@@ -461,10 +475,7 @@ class GRSSM(WorldModel):
         post_in = self.posterior_net[0]
         w_ph = post_in.weight[:, :H]  # q(z | h, e): [h, e] W^T + b = h W_h^T + (e W_e^T + b)
         e_term = F.linear(enc.transpose(0, 1), post_in.weight[:, H:], post_in.bias)
-        gumbel = None
-        if noise_at_once:
-            u = torch.rand((T1, B, N, G, C), generator=generator, device=dev, dtype=dt)
-            gumbel = gumbel_from_uniform(u)
+        gumbel = None if uniforms is None else gumbel_from_uniform(uniforms)
         key_bias = attention_key_bias(node_mask, dt)
         m = node_mask.to(dt)[..., None]
         h = torch.zeros(B, N, H, device=dev, dtype=dt)
@@ -510,13 +521,50 @@ class GRSSM(WorldModel):
         self, batch: Batch, generator: torch.Generator | None = None
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """RSSM loss on a padded batch (see the module docstring); ``generator`` drives the
-        latent samples (``None`` = a generator seeded with 0)."""
+        latent samples (``None`` = a generator seeded with 0). One host sync (the logged
+        terms); compiled when :meth:`compile_loss` was called."""
         c = self.config
         gen = self.make_generator(generator if generator is not None else 0)
+        B, T1, N = batch.batch_size, batch.seq_len + 1, batch.num_nodes
+        shape = (T1, B, N, c.latent_groups, c.latent_classes)
+        dev, dt = batch.adjacency.device, batch.node_continuous.dtype
+        u = torch.rand(shape, generator=gen, device=dev, dtype=dt)  # the noise of all steps
+        impl = getattr(self, "_compiled_loss", None)
+        if impl is not None and impl.active:
+            batch = pad_nodes(batch, impl.node_multiple)
+            u = F.pad(u, (0, 0, 0, 0, 0, batch.num_nodes - N), value=0.5)  # padded nodes' noise
+        total, values = (impl or self._loss_tensors)(batch, u)
+        logged = dict(zip(_LOGGED, values.detach().tolist(), strict=True))
+        logged["pred"] = sum(
+            logged[k] * (c.beta_adj if k == "adjacency" else 1.0) for k in _PRED_KEYS
+        )
+        return total, {k: logged[k] for k in GRSSM_TERM_KEYS}
+
+    def compile_loss(
+        self,
+        mode: str | None = "reduce-overhead",
+        backend: str = "inductor",
+        fullgraph: bool = False,
+        node_multiple: int = 8,
+    ) -> bool:
+        """Train with a ``torch.compile``-d loss (see :mod:`.compiled`); batches are padded to a
+        multiple of ``node_multiple`` nodes. Returns whether compilation is active (False:
+        ``torch.compile`` unavailable, eager with a warning)."""
+        self._compiled_loss = CompiledLoss(
+            self._loss_tensors, mode, backend, fullgraph, node_multiple
+        )
+        return self._compiled_loss.active
+
+    def _loss_tensors(
+        self, batch: Batch, uniforms: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The loss as a function of tensors only: ``(total, logged values)`` with the values
+        in the order of ``_LOGGED`` (no host sync; ``uniforms``: the posterior noise)."""
+        c = self.config
         B, L, N = batch.batch_size, batch.seq_len, batch.num_nodes
         T1 = L + 1
         obs = {k: getattr(batch, k) for k in OBS_KEYS}
-        out = self._filter(obs, batch.action_nodes, batch.node_mask, gen, noise_at_once=True)
+        out = self._filter(obs, batch.action_nodes, batch.node_mask, None, uniforms)
         dev = batch.adjacency.device
         mask_bt = batch.node_mask[:, None].expand(B, T1, N).reshape(B * T1, N)
         pred = self.decode(
@@ -532,15 +580,14 @@ class GRSSM(WorldModel):
         true_col = torch.ones(B, 1, dtype=torch.bool, device=dev)
         obs_valid = torch.cat([true_col, batch.step_mask], 1).reshape(-1)
         trans_valid = torch.cat([~true_col, batch.step_mask], 1).reshape(-1)
-        obs_keys = ("node", "graph", "adjacency", "action_mask")
-        trans_keys = ("reward", "continuation")
+        obs_keys, trans_keys = _PRED_KEYS[:4], _PRED_KEYS[4:]
         means = torch.cat(
             [
                 masked_mean(torch.stack([parts[k] for k in obs_keys]), obs_valid, -1),
                 masked_mean(torch.stack([parts[k] for k in trans_keys]), trans_valid, -1),
             ]
         )
-        terms = dict(zip(obs_keys + trans_keys, means, strict=True))
+        terms = dict(zip(_PRED_KEYS, means, strict=True))
         # KL per graph and step: node-mean of the summed-over-groups KL, then free bits
         q, p = out["posterior"], out["prior"]
         node_valid = batch.node_mask[:, None].expand(B, T1, N)
@@ -551,13 +598,7 @@ class GRSSM(WorldModel):
         scale = self.loss_scales()
         assert scale.keys() == terms.keys(), (sorted(scale), sorted(terms))
         total = sum(scale[k] * terms[k] for k in scale)
-        # one host sync for every logged value (no .item() per term)
-        values = torch.stack([*terms.values(), kl_raw]).detach().tolist()
-        logged = dict(zip([*terms, "kl"], values, strict=True))
-        logged["pred"] = sum(
-            logged[k] * (c.beta_adj if k == "adjacency" else 1.0) for k in obs_keys + trans_keys
-        )
-        return total, {k: logged[k] for k in GRSSM_TERM_KEYS}
+        return total, torch.stack([*terms.values(), kl_raw])
 
     # ------------------------------------------------------------------ inference API
     @torch.no_grad()

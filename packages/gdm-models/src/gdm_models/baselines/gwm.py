@@ -61,6 +61,7 @@ from .common import (
     soft_state,
     state_from_observation,
 )
+from .compiled import CompiledLoss, pad_nodes
 from .ea_losses import (
     critical_node_loss,
     critical_node_weights,
@@ -78,6 +79,16 @@ EA_DEFAULTS: dict[str, Any] = {
     "spectral_weight": 0.01,
     "critical_weight": 0.1,
 }
+
+#: the one-step prediction terms of L_pred
+_ONE_STEP_KEYS: tuple[str, ...] = (
+    "node",
+    "graph",
+    "adjacency",
+    "action_mask",
+    "reward",
+    "continuation",
+)
 
 #: logged loss terms (fixed key set for both GWM variants)
 GWM_TERM_KEYS: tuple[str, ...] = (
@@ -268,8 +279,35 @@ class GWM(WorldModel):
         Every transition t of every window is an item: input obs[t] (teacher-forced), target
         obs[t+1], reward[t], continuation[t]; padded steps and nodes are masked out. The model is
         deterministic; ``generator`` is unused. ``total = sum_k scale[k] term[k]`` over the
-        terms of :meth:`loss_scales` with a non-zero scale; one host sync for the logged terms.
+        terms of :meth:`loss_scales` with a non-zero scale; one host sync for the logged terms;
+        compiled when :meth:`compile_loss` was called.
         """
+        impl = getattr(self, "_compiled_loss", None)
+        if impl is not None and impl.active:
+            batch = pad_nodes(batch, impl.node_multiple)
+        total, values = (impl or self._loss_tensors)(batch)
+        logged = dict(zip(self.loss_scales(), values.detach().tolist(), strict=True))
+        logged["pred"] = sum(self.loss_scales()[k] * logged[k] for k in _ONE_STEP_KEYS)
+        return total, {k: logged[k] for k in GWM_TERM_KEYS}
+
+    def compile_loss(
+        self,
+        mode: str | None = "reduce-overhead",
+        backend: str = "inductor",
+        fullgraph: bool = False,
+        node_multiple: int = 8,
+    ) -> bool:
+        """Train with a ``torch.compile``-d loss (see :mod:`.compiled`); batches are padded to a
+        multiple of ``node_multiple`` nodes. Returns whether compilation is active (False:
+        ``torch.compile`` unavailable, eager with a warning)."""
+        self._compiled_loss = CompiledLoss(
+            self._loss_tensors, mode, backend, fullgraph, node_multiple
+        )
+        return self._compiled_loss.active
+
+    def _loss_tensors(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """The loss as a function of tensors only: ``(total, values)``, the values of the terms
+        in the order of :meth:`loss_scales` (no host sync)."""
         cfg = self.config
         B, L = batch.batch_size, batch.seq_len
         K = cfg.rollout_steps if cfg.rollout_weight > 0 else 1
@@ -302,11 +340,10 @@ class GWM(WorldModel):
         q_s = self.symmetric_q()
         pred, _ = self.step(state, actions[0], q_s, masks)
         parts = prediction_losses(pred, targets[0], node_mask, self.schema, self.scaler, masks)
-        one_step_keys = ("node", "graph", "adjacency", "action_mask", "reward", "continuation")
         terms = dict(
             zip(
-                one_step_keys,
-                masked_mean(torch.stack([parts[k] for k in one_step_keys]), valid, -1),
+                _ONE_STEP_KEYS,
+                masked_mean(torch.stack([parts[k] for k in _ONE_STEP_KEYS]), valid, -1),
                 strict=True,
             )
         )
@@ -355,10 +392,7 @@ class GWM(WorldModel):
         scale = self.loss_scales()
         assert scale.keys() == terms.keys(), (sorted(scale), sorted(terms))
         total = sum(scale[k] * terms[k] for k in scale if scale[k])
-        # one host sync for every logged value (no .item() per term)
-        logged = dict(zip(terms, torch.stack(list(terms.values())).detach().tolist(), strict=True))
-        logged["pred"] = sum(scale[k] * logged[k] for k in one_step_keys)
-        return total, {k: logged[k] for k in GWM_TERM_KEYS}
+        return total, torch.stack([terms[k] for k in scale])
 
     # ------------------------------------------------------------------ inference API
     def observe(
