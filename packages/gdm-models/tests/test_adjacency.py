@@ -36,10 +36,19 @@ def test_hard_concrete_open_probability_matches_closed_form(logit):
     n = 200_000
     c = hard_concrete_gate(torch.full((n,), logit), torch.rand(n, generator=g))
     emp = (c > 0).double().mean().item()
-    # closed form with the shifted logit l~ = l + beta log(-gamma/zeta)
+    # the gate is increasing in u, so P(c > 0) = 1 - u* with u* the root of c(u) = 0+ : find
+    # u* by bisection on the gate itself (independent of any closed form)
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        opened = hard_concrete_gate(torch.tensor([logit], dtype=torch.float64),
+                                    torch.tensor([mid], dtype=torch.float64)).item() > 0  # fmt: skip
+        lo, hi = (lo, mid) if opened else (mid, hi)
+    p_open = 1.0 - hi
+    closed = 1 / (1 + math.exp(-logit))  # the paper's claim: with the shift, P(c > 0) = sigmoid(l)
+    assert p_open == pytest.approx(closed, rel=1e-5, abs=1e-6)
+    # the Hard Concrete closed form of Louizos et al.: P(c > 0) = sigmoid(l~ - beta log(-g/z))
     l_tilde = logit + HC_BETA * math.log(-HC_GAMMA / HC_ZETA)
-    closed = 1 / (1 + math.exp(-(l_tilde - HC_BETA * math.log(-HC_GAMMA / HC_ZETA))))
-    assert closed == pytest.approx(1 / (1 + math.exp(-logit)))  # = sigmoid(l)
     assert hard_concrete_prob_open(torch.tensor(logit)).item() == pytest.approx(closed, rel=1e-6)
     assert hard_concrete_prob_open(torch.tensor(l_tilde), shifted=True).item() == pytest.approx(
         closed, rel=1e-6

@@ -69,14 +69,16 @@ class GraphHeads(nn.Module):
 
 class PairDotAdjacencyHead(nn.Module):
     """Ablation "no-recurrent-adj": adjacency logits from the node decoder states only,
-    l_uv = (W_adj d_u)^T (W_adj d_v) + c (as G-RSSM's size-independent decoder, plus a
-    learned scalar bias c so that sparse graphs are representable at any N)."""
+    l_uv = (W_adj d_u)^T (W_adj d_v), G-RSSM's size-independent decoder as in the paper (the
+    ablation follows the G-RSSM presets, which have no learned bias; ``bias=True`` adds a
+    learned scalar c to every logit)."""
 
-    def __init__(self, dim: int, proj: int) -> None:
+    def __init__(self, dim: int, proj: int, bias: bool = False) -> None:
         super().__init__()
         self.proj = nn.Linear(dim, proj, bias=False)
-        self.bias = nn.Parameter(torch.zeros(()))
+        self.bias = nn.Parameter(torch.zeros(())) if bias else None
 
     def forward(self, d: torch.Tensor) -> torch.Tensor:
         x = self.proj(d)
-        return torch.matmul(x, x.transpose(-1, -2)) + self.bias
+        logits = torch.matmul(x, x.transpose(-1, -2))
+        return logits + self.bias if self.bias is not None else logits

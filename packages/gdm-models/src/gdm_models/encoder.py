@@ -10,12 +10,13 @@ node feature. With no graph features, e_g(o) = 0.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from .scaling import FeatureScaler
 from .schema import Schema
 
-__all__ = ["FeatureEncoder", "ActionEmbedding"]
+__all__ = ["FeatureEncoder", "ActionEmbedding", "ObservedGraphEncoder"]
 
 
 class _FeatureSetEmbedding(nn.Module):
@@ -72,3 +73,28 @@ class ActionEmbedding(nn.Module):
 
     def forward(self, action_nodes: torch.Tensor) -> torch.Tensor:
         return self.lin(action_nodes[..., None].to(self.lin.weight.dtype))
+
+
+class ObservedGraphEncoder(nn.Module):
+    """GNN layers on the observed adjacency over the node embeddings, for the
+    ``no-recurrent-adj`` ablation (paper, "Ablations": "as per G-RSSM", whose encoder runs GNN
+    layers on the observed adjacency): per layer
+    e <- LayerNorm(e + SiLU(W_root e + W_nb mean_{u in N(v)} e(u))), padded nodes kept at 0.
+    """
+
+    def __init__(self, dim: int, layers: int) -> None:
+        super().__init__()
+        self.root = nn.ModuleList([nn.Linear(dim, dim) for _ in range(layers)])
+        self.neigh = nn.ModuleList([nn.Linear(dim, dim, bias=False) for _ in range(layers)])
+        self.norm = nn.ModuleList([nn.LayerNorm(dim) for _ in range(layers)])
+
+    def forward(
+        self, e: torch.Tensor, adjacency: torch.Tensor, node_mask: torch.Tensor
+    ) -> torch.Tensor:
+        """e (B, N, E), adjacency (B, N, N) 0/1, node_mask (B, N) -> (B, N, E)."""
+        m = node_mask.to(e.dtype)[..., None]
+        agg_w = adjacency / adjacency.sum(-1, keepdim=True).clamp_min(1.0)  # mean over N(v)
+        e = e * m
+        for root, neigh, norm in zip(self.root, self.neigh, self.norm, strict=True):
+            e = norm(e + F.silu(root(e) + neigh(agg_w @ e))) * m
+        return e

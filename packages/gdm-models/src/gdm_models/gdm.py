@@ -46,7 +46,7 @@ from .api import WorldModel, predictions_to_numpy
 from .compiling import compile_or_eager, default_compile_mode
 from .data import Batch
 from .decoder import GraphHeads, InnovationDecoder, NodeHeads, PairDotAdjacencyHead
-from .encoder import ActionEmbedding, FeatureEncoder
+from .encoder import ActionEmbedding, FeatureEncoder, ObservedGraphEncoder
 from .gdm_sequence import posterior_cell, sequence_loss_terms, sequence_tail
 from .losses import (
     adjacency_kl,
@@ -92,7 +92,9 @@ class GDMConfig:
     correction, h^+ = h^-), ``adjacency_sampler`` ("hard_concrete" | "bernoulli"),
     ``message_passing`` ("sparse_gat" | "all_pairs": all pairs weighted by the next-edge
     probabilities), ``recurrent_adjacency`` (False: no adjacency in the state, uniform
-    all-pairs message passing, adjacency from a decoder head as in G-RSSM); ``beta_h = 0``.
+    all-pairs message passing, the observed adjacency enters through ``encoder_gnn_layers``
+    GNN layers in the encoder and the adjacency comes from a bias-free pair-dot decoder head,
+    as in G-RSSM); ``beta_h = 0``.
     """
 
     embed_dim: int = 128  # dim(e), also the action embedding size
@@ -120,6 +122,10 @@ class GDMConfig:
     adjacency_sampler: str = "hard_concrete"
     message_passing: str = "sparse_gat"
     recurrent_adjacency: bool = True
+    # GNN layers on the observed adjacency in the observation encoder; used only without the
+    # recurrent adjacency (ablation "no-recurrent-adj", as G-RSSM's encoder; the presets set
+    # the G-RSSM preset's depth of the environment)
+    encoder_gnn_layers: int = 1
     # block size (floats) of the no-grad pairwise edge MLP; 0 = by the device's memory budget
     # (adjacency.EDGE_CHUNK_BYTES: cache sized on the CPU, hundreds of MB on a GPU)
     edge_chunk_elems: int = 0
@@ -137,8 +143,9 @@ class GDMConfig:
                 raise ValueError(f"GDMConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.node_latent_classes < 2 or self.graph_latent_classes < 2:
             raise ValueError("latent class counts must be >= 2")
-        if self.mp_layers < 0 or self.mlp_hidden < 0 or self.edge_chunk_elems < 0:
-            raise ValueError("mp_layers, mlp_hidden and edge_chunk_elems must be >= 0")
+        for name in ("mp_layers", "mlp_hidden", "edge_chunk_elems", "encoder_gnn_layers"):
+            if int(getattr(self, name)) < 0:
+                raise ValueError(f"GDMConfig.{name} must be >= 0, got {getattr(self, name)}")
         if not 0.0 <= self.unimix < 1.0:
             raise ValueError(f"unimix must be in [0, 1), got {self.unimix}")
         for name in (
@@ -309,6 +316,7 @@ class GDM(WorldModel):
             self.edge_mlp = EdgeUpdateMLP(H, g_dim, M)
         else:
             self.adj_head = PairDotAdjacencyHead(H, H)
+            self.obs_graph = ObservedGraphEncoder(E, c.encoder_gnn_layers)
         self.mp = GraphMessagePassing(H, g_dim, c.mp_layers)
         ng, nc = c.node_latent_groups, c.node_latent_classes
         self.prior_n = CategoricalHead(H + self.zg_dim, M, ng, nc, c.unimix)
@@ -580,8 +588,12 @@ class GDM(WorldModel):
     def _encode(
         self, obs: Mapping[str, torch.Tensor], node_mask: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Observation embeddings e_v (B,N,E), e_g (B,E)."""
-        return self.encoder(obs)
+        """Observation embeddings e_v (B,N,E), e_g (B,E); without the recurrent adjacency the
+        observed topology enters here, through GNN layers on e_v (as in G-RSSM)."""
+        e_v, e_g = self.encoder(obs)
+        if not self.config.recurrent_adjacency:
+            e_v = self.obs_graph(e_v, obs["adjacency"], node_mask)
+        return e_v, e_g
 
     # ================================================================== training
     def loss(

@@ -22,7 +22,15 @@ __all__ = ["ENV_IDS", "PRESETS", "get_preset", "register_preset"]
 ENV_IDS: tuple[str, ...] = ("RGC", "OD", "SAR", "CF")
 
 
-def _gdm(lr: float, dim: int, zn_groups: int, zn_classes: int, beta_rep: float, free_bits: float):
+def _gdm(
+    lr: float,
+    dim: int,
+    zn_groups: int,
+    zn_classes: int,
+    beta_rep: float,
+    free_bits: float,
+    grssm_encoder_layers: int,
+):
     return {
         "model": {
             "mp_layers": 1,  # L
@@ -44,6 +52,9 @@ def _gdm(lr: float, dim: int, zn_groups: int, zn_classes: int, beta_rep: float, 
             "hc_beta": 2.0 / 3.0,
             "hc_gamma": -0.1,
             "hc_zeta": 1.1,
+            # ablation "no-recurrent-adj" only: observed-adjacency GNN depth of the encoder,
+            # the G-RSSM preset's "Encoder L" of the environment
+            "encoder_gnn_layers": grssm_encoder_layers,
         },
         "train": {"lr": lr, "batch_size": 8, "seq_len": 20},
     }
@@ -51,10 +62,10 @@ def _gdm(lr: float, dim: int, zn_groups: int, zn_classes: int, beta_rep: float, 
 
 PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     "gdm": {
-        "RGC": _gdm(1e-4, 64, 32, 32, 0.1, 0.0),
-        "OD": _gdm(5e-4, 128, 16, 16, 0.05, 0.01),
-        "SAR": _gdm(5e-4, 128, 16, 16, 0.1, 0.01),
-        "CF": _gdm(5e-4, 128, 16, 16, 0.1, 0.01),
+        "RGC": _gdm(1e-4, 64, 32, 32, 0.1, 0.0, 1),
+        "OD": _gdm(5e-4, 128, 16, 16, 0.05, 0.01, 1),
+        "SAR": _gdm(5e-4, 128, 16, 16, 0.1, 0.01, 2),
+        "CF": _gdm(5e-4, 128, 16, 16, 0.1, 0.01, 1),
     }
 }
 
