@@ -102,3 +102,14 @@ def test_both_spellings_at_once_or_unknown_arguments_are_refused():
         Bandwidths(sigmas={"x": 1.0})  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"unknown keys.*expected"):
         Bandwidths.from_dict({"sigma": {}, "lamda": {}})
+
+
+def test_fit_warnings_point_at_the_caller():
+    """A feature with no observed values warns, and the warning names the caller's line."""
+    from gdd_metric import fit_bandwidths
+
+    empty = {"adjacency": np.zeros((0, 0)), "node_categorical": np.zeros((0, 1), np.int64)}
+    with pytest.warns(UserWarning, match="no transitions with entries for 'c'") as record:
+        bw = fit_bandwidths([(empty, empty)], {"node_categorical": {"c": 2}})
+    assert bw.lam == {"c": 1.0}
+    assert record[0].filename == __file__

@@ -305,8 +305,13 @@ class _Accumulator:
         """The paper's median heuristic (appendix "Bandwidth Fitting") on what was added."""
         if self.count == 0:
             raise ValueError("fit_bandwidths needs at least one transition")
-        sigma = {f: self._sigma(f) for f, _, _ in self.cont_specs}
-        lam = {f: self._lambda(f) for f, _, _ in self.cat_specs}
+        # plain loops, not comprehensions: the warnings' stacklevel counts frames up to the
+        # caller of fit_bandwidths (_sigma -> compute -> fit_bandwidths -> caller)
+        sigma, lam = {}, {}
+        for f, _, _ in self.cont_specs:
+            sigma[f] = self._sigma(f)
+        for f, _, _ in self.cat_specs:
+            lam[f] = self._lambda(f)
         return Bandwidths(sigma=sigma, lam=lam)
 
     def _sigma(self, f: str) -> float:
