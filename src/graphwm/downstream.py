@@ -256,22 +256,35 @@ def train_agent(env, budget: int, seed: int, ppo_kwargs: Mapping[str, Any] | Non
 
 
 def evaluate_agent(
-    agent, env_name: str, num_nodes: int, *, episodes: int = 100, seed: int = 0
+    agent,
+    env_name: str,
+    num_nodes: int,
+    *,
+    episodes: int = 100,
+    seed: int = 0,
+    deterministic: bool = False,
 ) -> tuple[float, float]:
     """Mean real-env return of a MaskablePPO agent and its standard error.
 
-    Episode e starts from ``reset(seed=seed + e)``; actions are the policy's most probable
-    valid action (``deterministic=True``, masked by the real env's ``action_masks()``).
+    Episode e starts from ``reset(seed=seed + e)``. Actions are sampled from the masked policy
+    (the stochastic policy PPO optimises; torch's generator is seeded with ``seed``, so the
+    evaluation is reproducible); ``deterministic=True`` takes its most probable valid action
+    instead, which can be far worse where repeating one choice is poor (e.g. OD).
     """
+    import torch
+
     if int(episodes) < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
     env = make_env(env_name, num_nodes)
     returns = np.empty(int(episodes))
+    torch.manual_seed(seed)
     for e in range(int(episodes)):
         obs, _ = env.reset(seed=seed + e)
         total, done = 0.0, False
         while not done:
-            action, _ = agent.predict(obs, action_masks=env.action_masks(), deterministic=True)
+            action, _ = agent.predict(
+                obs, action_masks=env.action_masks(), deterministic=deterministic
+            )
             obs, reward, terminated, truncated, _ = env.step(np.asarray(action, dtype=np.int64))
             total += float(reward)
             done = terminated or truncated
