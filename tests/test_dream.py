@@ -77,8 +77,13 @@ def test_dream_envs_pass_both_checkers(model_name, env_name):
     run_checkers(OneEpisodeOfVector(DreamVectorEnv(model, make_env(env_name, N), 1, seed=0)))
 
 
-@pytest.mark.parametrize("env_name", ENVS)
-@pytest.mark.parametrize("model_name", MODELS)
+ABLATIONS = ("gdm:no-recurrent-adj", "gdm:no-graph-state+no-h-plus", "gdm:all-pairs-mp")
+
+
+@pytest.mark.parametrize(
+    ("model_name", "env_name"),
+    [(m, e) for m in MODELS for e in ENVS] + [(a, "SAR") for a in ABLATIONS],
+)
 def test_stepper_draws_what_observe_and_imagine_multi_draw(model_name, env_name):
     """Posterior + k steps with one generator == the public observe + imagine_multi."""
     from gdm_models.api import predictions_to_numpy
