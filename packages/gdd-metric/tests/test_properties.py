@@ -132,20 +132,19 @@ def _changed(before, after, raised):
             assert getattr(after, comp) == getattr(before, comp), comp
 
 
+@pytest.mark.parametrize(
+    ("key", "shift", "raised"),
+    [
+        ("node_continuous", [1.5, 0.0], {"node", "joint"}),
+        ("graph_continuous", [0.0, 2.0], {"graph", "joint"}),
+    ],
+)
 @pytest.mark.parametrize("seed", range(4))
-def test_continuous_node_shift_raises_node_and_joint_only(helpers, seed):
+def test_continuous_shift_raises_its_level_and_joint_only(helpers, seed, key, shift, raised):
     rng, schema, bw, x, y = _base(helpers, seed)
     before = gdd(x, y, schema, bw)
-    y2 = dict(y, node_continuous=y["node_continuous"] + np.array([1.5, 0.0]))
-    _changed(before, gdd(x, y2, schema, bw), {"node", "joint"})
-
-
-@pytest.mark.parametrize("seed", range(4))
-def test_continuous_graph_shift_raises_graph_and_joint_only(helpers, seed):
-    rng, schema, bw, x, y = _base(helpers, seed)
-    before = gdd(x, y, schema, bw)
-    y2 = dict(y, graph_continuous=y["graph_continuous"] + np.array([0.0, 2.0]))
-    _changed(before, gdd(x, y2, schema, bw), {"graph", "joint"})
+    y2 = dict(y, **{key: y[key] + np.array(shift)})
+    _changed(before, gdd(x, y2, schema, bw), raised)
 
 
 @pytest.mark.parametrize("seed", range(4))
