@@ -15,7 +15,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from graphwm.pipeline import RunPaths, load_preset, reproduce, stage_collect, stage_fit
+from graphwm.pipeline import (
+    RunPaths,
+    load_preset,
+    reproduce,
+    stage_collect,
+    stage_fit,
+    training_jobs,
+)
 from graphwm.report import build_report, load_results
 
 
@@ -70,7 +77,7 @@ import json, sys
 from graphwm.pipeline import RunPaths, stage_train
 preset = json.loads(open(sys.argv[1]).read())
 for r in stage_train(preset, RunPaths(sys.argv[2]), progress=False):
-    print(r["checkpoint"])
+    print(r.checkpoint)
 """
 
 
@@ -99,7 +106,8 @@ def test_sigkilled_training_resumes_to_identical_result(tmp_path):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     cmd = [sys.executable, "-c", RESUME_SCRIPT, str(preset_file)]
     proc = subprocess.Popen([*cmd, str(killed.root)], env=env, start_new_session=True)
-    latest = killed.root / "train" / "SAR" / "gdm" / "seed0" / "ckpt" / "latest"
+    (job,) = training_jobs(preset)
+    latest = job.dir(killed.root) / "ckpt" / "latest"
     deadline = time.time() + 240
     while not (latest / "trainer_state.json").exists():
         assert proc.poll() is None, "training finished or died before its first checkpoint"
@@ -107,7 +115,7 @@ def test_sigkilled_training_resumes_to_identical_result(tmp_path):
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    final = killed.root / "train" / "SAR" / "gdm" / "seed0" / "ckpt" / "final"
+    final = job.checkpoint(killed.root)
     assert not final.exists(), "killed too late: the run had already finished"
     resumed = subprocess.run([*cmd, str(killed.root)], env=env, capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr
@@ -116,11 +124,11 @@ def test_sigkilled_training_resumes_to_identical_result(tmp_path):
     jobs = [json.loads(p.read_text()) for p in (killed.root / "jobs").glob("*.json")]
     assert jobs[0]["resumed_from"] > 0
     manifests = [
-        json.loads((r.root / "train/SAR/gdm/seed0/ckpt/final/checkpoint.json").read_text())
+        json.loads((job.checkpoint(r.root) / "checkpoint.json").read_text())
         for r in (killed, clean)
     ]
     assert manifests[0]["weights_sha256"] == manifests[1]["weights_sha256"]
-    logs = [(r.root / "train/SAR/gdm/seed0/log.csv").read_text() for r in (killed, clean)]
+    logs = [(job.dir(r.root) / "log.csv").read_text() for r in (killed, clean)]
     assert logs[0] == logs[1]
 
 

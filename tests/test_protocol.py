@@ -5,12 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from graphwm.collect import load_episodes, record_episode, split_path
-from graphwm.evaluate import self_gdd_job
+from graphwm.collect import DataRef, load_episodes, record_episode
+from graphwm.config import Preset
+from graphwm.evaluate import EvalJob, self_gdd_job
 from graphwm.executors import run_jobs
 from graphwm.fit import load_fitted
 from graphwm.jobs import ResultStore
 from graphwm.metric_graph import stack_graphs
+from graphwm.pipeline import fit_job
 from graphwm.protocol import (
     STREAM_ENV,
     env_samples,
@@ -18,20 +20,19 @@ from graphwm.protocol import (
     replay_episode,
     sample_seeds,
     transition_gdd,
+    transition_p_value,
 )
 
 
-def _self_config(paths, env, size=8):
-    return {
-        "kind": "self_gdd",
-        "env": env,
-        "size": size,
-        "seed": 0,
-        "data_dir": str(paths.data),
-        "fit_dir": str(paths.fit(env)),
-        "num_samples": 16,
-        "reference_transitions": 5,
-    }
+def _test_ref(preset, env, size=8) -> DataRef:
+    return DataRef(env, "test", size, Preset.parse(preset).collect.test_episodes, False)
+
+
+def _self_job(preset, env, size=8) -> EvalJob:
+    """Self-GDD of ``env`` at ``size``: 16 samples, 5 reference transitions per episode."""
+    return EvalJob(
+        "self_gdd", env, size, 0, _test_ref(preset, env, size), fit_job(preset, env), 16, 5
+    )
 
 
 @pytest.mark.parametrize("env", ["RGC", "OD", "SAR", "CF"])
@@ -65,27 +66,30 @@ def test_collect_files_roundtrip_and_disjoint_seeds(all_envs_run):
 
 
 def test_self_gdd_rgc_is_exactly_zero_and_stochastic_envs_small_positive(all_envs_run):
-    _, paths = all_envs_run
-    values = {}
+    preset, paths = all_envs_run
+    values, unbiased = {}, {}
     for env in ("RGC", "OD", "SAR", "CF"):
         # N = 20: at 8 nodes CF's overload failures (its only randomness) are too rare
-        result = self_gdd_job(_self_config(paths, env, size=20))
-        values[env] = result["gdd"]
-        assert np.isfinite(result["gdd"])
-    assert values["RGC"] == 0.0
+        result = self_gdd_job(_self_job(preset, env, size=20), paths.root)
+        values[env], unbiased[env] = result.gdd, result.gdd_unbiased
+        assert np.isfinite(result.gdd)
+    assert values["RGC"] == 0.0 and unbiased["RGC"] == 0.0
     for env in ("OD", "SAR", "CF"):
         assert 0.0 < values[env] < 0.5, values
+        # the unbiased estimate drops the within-set diagonal, where the kernel is largest:
+        # below the biased one on the same samples, and near its expectation 0
+        assert unbiased[env] < values[env] and abs(unbiased[env]) < 0.5, (unbiased, values)
 
 
 def test_env_samples_differ_from_a_shifted_transition(all_envs_run):
     """The protocol separates distributions: GDD between the env's next-state samples of two
     different reference transitions is much larger than its self-GDD."""
-    _, paths = all_envs_run
+    preset, paths = all_envs_run
     schema_env = "SAR"
     from graphwm.envs import env_schema
 
-    bandwidths, _ = load_fitted(paths.fit(schema_env))
-    episodes, seeds = load_episodes(split_path(paths.data, schema_env, "test", 8))
+    bandwidths, _ = load_fitted(fit_job(preset, schema_env).dir(paths.root))
+    episodes, seeds = load_episodes(_test_ref(preset, schema_env).path(paths.root))
     ep, seed = episodes[0], int(seeds[0])
     refs = reference_indices(len(ep["reward"]), 20)
     replay = replay_episode(schema_env, 8, seed, ep["actions"], refs, check=ep)
@@ -101,18 +105,38 @@ def test_env_samples_differ_from_a_shifted_transition(all_envs_run):
         )
         sets.append(stack_graphs(graphs[0]))
     far = transition_gdd(sets[0], sets[1], env_schema(schema_env), bandwidths, terminal=False)
-    near = self_gdd_job(_self_config(paths, schema_env))
-    assert far.gdd > 3 * near["gdd"]
+    near = self_gdd_job(_self_job(preset, schema_env), paths.root)
+    assert far.gdd > 3 * near.gdd
+    # the permutation test of the indistinguishability column tells the two apart ...
+    schema = env_schema(schema_env)
+    p_far = transition_p_value(sets[0], sets[1], schema, bandwidths, False, 200, seed=1)
+    assert p_far < 0.05
+    # ... but not two sample sets of one transition
+    graphs, _ = env_samples(
+        schema_env,
+        8,
+        replay.snapshots[t0],
+        ep["actions"][t0 : t0 + 1],
+        sample_seeds(seed, t0, 9, 16),
+    )
+    p_same = transition_p_value(
+        stack_graphs(graphs[0]), sets[0], schema, bandwidths, False, 200, seed=1
+    )
+    assert p_same >= 0.05
+    # fixed seed: the p-value is reproducible
+    assert p_far == transition_p_value(sets[0], sets[1], schema, bandwidths, False, 200, seed=1)
 
 
 def test_ray_executor_matches_local(all_envs_run, tmp_path):
-    _, paths = all_envs_run
-    configs = [_self_config(paths, env) for env in ("RGC", "SAR")]
+    preset, paths = all_envs_run
+    configs = [_self_job(preset, env) for env in ("RGC", "SAR")]
+    log_path = paths.root / "jobs.log"
+    before = len(log_path.read_text().splitlines()) if log_path.exists() else 0
     local = run_jobs(
         self_gdd_job,
         configs,
         ResultStore(tmp_path / "local"),
-        tmp_path,
+        paths.root,
         executor="local",
         max_workers=1,
         progress=False,
@@ -121,15 +145,14 @@ def test_ray_executor_matches_local(all_envs_run, tmp_path):
         self_gdd_job,
         configs,
         ResultStore(tmp_path / "ray"),
-        tmp_path,
+        paths.root,
         executor="ray",
         progress=False,
     )
     for a, b in zip(local, ray_results, strict=True):
-        assert a["gdd"] == b["gdd"]
-        assert a["gdd_episodes"] == b["gdd_episodes"]
+        assert a == b
     import ray
 
     ray.shutdown()
-    log = (tmp_path / "jobs.log").read_text().splitlines()
-    assert len(log) == 4
+    log = log_path.read_text().splitlines()
+    assert len(log) - before == 4

@@ -58,6 +58,9 @@ def _single(env: str, model: str, size: int, seed: int) -> dict:
         "components": components,
         "factor_metrics": {"adjacency_bce": 0.05 + seed, "features": features},
         "num_transitions": 40,
+        "indistinguishable": 0.1 * (seed + 1) if model == "gdm" else 0.0,
+        "num_permutations": 200,
+        "alpha": 0.05,
         "some_future_key": {"ignored": True},
     }
 
@@ -115,7 +118,9 @@ def make_run(run: Path, envs: tuple[str, ...] = ("SAR", "OD", "RGC")) -> Path:
                     _write(run, f"ab-{env}-{size}-{seed}", rec)
                 if "self" in kinds:
                     g = 0.0 if env == "RGC" else 1e-4 * (seed + 1)
+                    u = 0.0 if env == "RGC" else 1e-5 * (seed - 1)
                     obj = {"kind": "self_gdd", "env": env, "size": size, "seed": seed, "gdd": g}
+                    obj["gdd_unbiased"] = u
                     _write(run, f"self-{env}-{size}-{seed}", obj)
             if "multi" in kinds and env != "RGC":
                 for model in models:
@@ -154,7 +159,9 @@ def test_mean_ci_hand_computed():
     assert s.mean == 2.0 and s.n == 3
     assert s.ci == pytest.approx(T_975_2 * 1.0 / math.sqrt(3))
     assert format_mean_ci(s) == "2.000 ± 2.484"
-    assert mean_ci([0.7]).ci == 0.0
+    # one seed: no interval, a dash with a footnote mark (never a measured-looking "± 0.000")
+    assert mean_ci([0.7]).n == 1
+    assert format_mean_ci(mean_ci([0.7])) == "0.700 ± –†"
     assert math.isnan(mean_ci([]).mean)
     assert format_mean_ci(mean_ci([1.0, math.nan])) == "nan ± nan"
     assert format_mean_ci(mean_ci([1.0, math.inf])) == "inf ± nan"
@@ -223,7 +230,7 @@ def test_best_is_lowest_mean_everywhere(full_run):
         env = cells[0] or env
         groups.setdefault(env, []).append(cells)
     for env, group in groups.items():
-        for col in range(2, len(group[0])):
+        for col in range(2, len(group[0]) - 1):  # the last column (Indist.) is no GDD
             means = {}
             for cells in group:
                 m = re.match(r"\**([-\w.]+) ±", cells[col])
@@ -247,7 +254,7 @@ def test_nan_and_inf_are_visible(full_run):
 def test_latex_is_booktabs_and_bolds_best(full_run):
     _, paths = full_run
     tex = paths.tables_tex["gdd_single_step"].read_text()
-    for token in ("\\begin{tabular}{llccc}", "\\toprule", "\\midrule", "\\bottomrule"):
+    for token in ("\\begin{tabular}{llcccc}", "\\toprule", "\\midrule", "\\bottomrule"):
         assert token in tex
     assert "\\textbf{0.600 $\\pm$ 0.248}" in tex
     assert "2.000 $\\pm$ 2.484" in tex
@@ -258,8 +265,14 @@ def test_self_ablation_multi_step_and_components_tables(full_run):
     _, paths = full_run
     self_md = paths.tables_md["self_gdd"].read_text()
     assert "**" not in self_md and "in bold" not in self_md
-    assert _row(self_md, "RGC")[1:3] == ["0 ± 0", "0 ± 0"]
-    assert _row(self_md, "SAR")[1] == f"2.00e-04 ± {T_975_2 * 1e-4 / math.sqrt(3):.2e}"
+    # both estimators side by side: the biased one (the paper's) first, then the unbiased one
+    assert _row(self_md, "RGC")[1:4] == ["biased (paper)", "0 ± 0", "0 ± 0"]
+    sar = self_md.splitlines().index(next(ln for ln in self_md.splitlines() if "| SAR |" in ln))
+    biased = [c.strip() for c in self_md.splitlines()[sar].strip("|").split("|")]
+    unbiased = [c.strip() for c in self_md.splitlines()[sar + 1].strip("|").split("|")]
+    assert biased[2] == f"2.00e-04 ± {T_975_2 * 1e-4 / math.sqrt(3):.2e}"
+    assert unbiased[:3] == ["", "unbiased", f"0 ± {T_975_2 * 1e-5 / math.sqrt(3):.2e}"]
+    assert "U-statistic" in self_md and "V-statistic" in self_md
 
     ab = paths.tables_md["ablations"].read_text()
     assert "N=30" not in ab  # ablations were evaluated at 20 and 50 only
@@ -410,3 +423,28 @@ def test_training_logs_and_curves(tmp_path):
     steps, mean = mean_curve([short, long])
     np.testing.assert_array_equal(steps, [0, 10, 20])
     np.testing.assert_allclose(mean, [2.0, 4.0, 7.0])
+
+
+def test_indistinguishability_column(full_run):
+    _, paths = full_run
+    md = paths.tables_md["gdd_single_step"].read_text()
+    header = _row(md, "Model")
+    assert header[-1] == "Indist."
+    gdm, grssm = _row(md, "GDM", "SAR"), _row(md, "G-RSSM", "SAR")
+    # per seed the share over all sizes (equal weights here), then mean ± CI over seeds
+    assert gdm[-1] == f"0.200 ± {T_975_2 * 0.1 / math.sqrt(3):.3f}"
+    assert grssm[-1] == "0.000 ± 0.000"
+    assert "**" not in gdm[-1]  # higher is better: the lowest-mean bold does not apply
+    assert "permutation test (200 relabelings" in md and "alpha = 0.05" in md
+    assert "Indist." in paths.tables_tex["gdd_single_step"].read_text()
+
+
+def test_one_seed_tables_show_no_interval(tmp_path):
+    _write(tmp_path, "one", _single("SAR", "gdm", 20, 0))
+    _write(tmp_path, "two", _single("SAR", "g-rssm", 20, 0))
+    paths = build_report(tmp_path)
+    md, tex = paths.tables_md["gdd_single_step"].read_text(), paths.tables_tex["gdd_single_step"]
+    assert "± 0.000" not in md and "95% CI" not in md
+    assert _row(md, "GDM")[2] == "**1.000 ± –†**"
+    assert "† one seed: no confidence interval" in md
+    assert "--$^\\dagger$" in tex.read_text() and "% † one seed" in tex.read_text()

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from graphwm.factor_metrics import adjacency_bce, factor_metrics, total_variation, wasserstein1
-from graphwm.jobs import ResultStore, job_key
+from graphwm.jobs import ResultStore
 from graphwm.metric_graph import (
     extend_schema,
     metric_graph,
@@ -101,16 +101,36 @@ def test_factor_metrics_hand_values():
     assert same["adjacency_bce"] == pytest.approx(-np.log(1 - 1e-3), rel=1e-9)
 
 
-def test_result_store_keys_by_full_config(tmp_path):
+def test_result_store_keys_by_content_and_round_trips_records(tmp_path):
+    from graphwm.collect import DataRef
+    from graphwm.evaluate import EvalJob
+    from graphwm.fit import FitJob
+    from graphwm.records import SelfGddRecord
+    from graphwm.store import CorruptFileError, content_key
+
+    data = DataRef("SAR", "test", 8, 2, False)
+    fit = FitJob("SAR", (DataRef("SAR", "train", 8, 2, True),), 8)
+    a = EvalJob("self_gdd", "SAR", 8, 0, data, fit, 16, 5)
+    b = EvalJob("self_gdd", "SAR", 8, 0, data, fit, 16, 6)
+    assert a.key != b.key
+    # a key holds the keys of the inputs: a different training file changes the fit's key,
+    # and with it the evaluation's
+    fit2 = FitJob("SAR", (DataRef("SAR", "train", 8, 3, True),), 8)
+    assert EvalJob("self_gdd", "SAR", 8, 0, data, fit2, 16, 5).key != a.key
+    # threads do not change results: not keyed
+    assert EvalJob("self_gdd", "SAR", 8, 0, data, fit, 16, 5, threads=4).key == a.key
+    assert content_key("x", {"a": 1, "b": 2}) == content_key("x", {"b": 2, "a": 1})
     store = ResultStore(tmp_path)
-    a = {"kind": "train", "env": "SAR", "lr": 1e-3}
-    b = {"kind": "train", "env": "SAR", "lr": 5e-4}
-    assert job_key(a) != job_key(b)
-    assert job_key(a) == job_key(dict(reversed(list(a.items()))))
-    store.save(a, {"x": 1})
+    record = SelfGddRecord("self_gdd", "SAR", 0, 8, 0.25, gdd_unbiased=-0.01)
+    store.save(a, record)
     assert store.has(a) and not store.has(b)
-    assert store.load(a)["x"] == 1
-    assert json.loads(store.path(a).read_text())["config"] == a
+    assert store.load(a) == record
+    stored = json.loads(store.path(a).read_text())
+    assert stored["key"] == a.key and stored["job"]["fit"] == fit.key
+    # a record stored under another job's key is refused, naming the file
+    store.path(a).rename(store.path(b))
+    with pytest.raises(CorruptFileError, match=str(store.path(b).name)):
+        store.load(b)
 
 
 def test_grid_points_cartesian_with_tables():

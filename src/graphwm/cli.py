@@ -3,11 +3,17 @@
 Subcommands: ``demo``, ``collect``, ``fit``, ``train``, ``evaluate``, ``report``, ``reproduce``
 and ``search``. Every stage takes ``--preset`` (a name or a TOML file) and ``--out`` (the run
 directory); rerunning a stage skips finished jobs.
+
+Errors print as one line, ``graphwm: error: ...``; exit code 2 for a problem with the input
+(a bad preset value, a corrupt or missing file, a malformed result), 1 for anything else.
+``--debug`` shows the traceback instead.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
+import sys
 from pathlib import Path
 
 
@@ -16,6 +22,14 @@ def _add_run_args(p: argparse.ArgumentParser, default_out: str = "runs/smoke") -
     p.add_argument("--out", type=Path, default=Path(default_out), help="run directory")
     p.add_argument("--executor", choices=["local", "ray"], help="override the preset's executor")
     p.add_argument("--device", help="override the preset's device (cpu, cuda)")
+    p.add_argument(
+        "--precision", choices=["fp32", "bf16"], help="override the preset's train.precision"
+    )
+    p.add_argument(
+        "--redo-corrupt",
+        action="store_true",
+        help="quarantine corrupt store files (to RUN_DIR/quarantine/) and recompute them",
+    )
     p.add_argument("--workers", type=int, help="local worker processes (0: one per core)")
     p.add_argument("--envs", nargs="+", help="restrict to these envs (RGC OD SAR CF)")
     p.add_argument("--models", nargs="+", help="restrict to these models")
@@ -26,6 +40,7 @@ def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="graphwm", description="Graph world models: envs, GDM and the GDD metric."
     )
+    parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="random-policy episodes of every env, with renders")
     demo.add_argument("--out", type=Path, default=Path("runs/demo"), help="output directory")
@@ -50,6 +65,10 @@ def _build_parser() -> argparse.ArgumentParser:
     cost.add_argument("--models", nargs="+", help="restrict to these models")
     report = sub.add_parser("report", help="rebuild tables and figures from stored results")
     report.add_argument("run_dir", type=Path, help="run directory")
+    for command in sub.choices.values():  # --debug also after the subcommand
+        command.add_argument(
+            "--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks"
+        )
     return parser
 
 
@@ -64,13 +83,53 @@ def _preset(args: argparse.Namespace) -> dict:
             "workers": args.workers,
             "envs": args.envs,
             "models": args.models,
+            "train.precision": args.precision,
         },
     )
 
 
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """Exceptions that mean a problem with the user's input (exit code 2)."""
+    from gdm_models.checkpoint import CheckpointError
+
+    from graphwm.config import PresetError
+    from graphwm.records import ResultsFormatError
+    from graphwm.store import CorruptFileError
+
+    return (
+        PresetError,
+        CorruptFileError,
+        CheckpointError,
+        ResultsFormatError,
+        FileNotFoundError,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the ``graphwm`` CLI."""
+    """Run the ``graphwm`` CLI; returns the exit code (errors: one line on stderr)."""
     args = _build_parser().parse_args(argv)
+    if not logging.getLogger("graphwm").handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("graphwm: %(levelname)s: %(message)s"))
+        logging.getLogger("graphwm").addHandler(handler)
+        logging.getLogger("graphwm").setLevel(logging.INFO)
+    if args.debug:
+        return _run(args)
+    try:
+        return _run(args)
+    except KeyboardInterrupt:
+        print("graphwm: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:  # one clear line; --debug for the traceback
+        user = isinstance(err, _user_errors())
+        message = str(err) if user else f"{type(err).__name__}: {err}"
+        first = message.strip().splitlines()[0] if message.strip() else type(err).__name__
+        hint = "" if user else " (run with --debug for the traceback)"
+        print(f"graphwm: error: {first}{hint}", file=sys.stderr)
+        return 2 if user else 1
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.command == "demo":
         from graphwm.demo import run_demo
 
@@ -87,31 +146,35 @@ def main(argv: list[str] | None = None) -> int:
         from graphwm.cost import estimate, format_estimate
         from graphwm.pipeline import load_preset
 
-        preset = load_preset(args.preset, {"envs": args.envs, "models": args.models})
+        overrides = {"envs": args.envs, "models": args.models}
         if args.models:
-            preset["ablations"] = [a for a in preset.get("ablations", []) if a in args.models]
+            from graphwm.config import read_preset
+
+            ablations = read_preset(args.preset).get("ablations", [])
+            overrides["ablations"] = [a for a in ablations if a in args.models]
+        preset = load_preset(args.preset, overrides)
         print(format_estimate(estimate(preset, args.device, args.steps), args.device))
         return 0
 
     from graphwm import pipeline
 
-    preset = _preset(args)
-    run = pipeline.RunPaths(args.out)
+    preset = _preset(args)  # validated here, before any work
+    run = pipeline.RunPaths(args.out, redo_corrupt=args.redo_corrupt)
     progress = not args.quiet
     if args.command == "reproduce":
-        pipeline.reproduce(preset, args.out, progress=progress)
+        pipeline.reproduce(preset, args.out, progress=progress, redo_corrupt=args.redo_corrupt)
         from graphwm.report import build_report
 
         _print_report(build_report(args.out))
     elif args.command == "collect":
         pipeline.stage_collect(preset, run, progress)
     elif args.command == "fit":
+        pipeline.stage_collect(preset, run, progress)
         pipeline.stage_fit(preset, run)
     elif args.command == "train":
         pipeline.stage_train(preset, run, progress)
     elif args.command == "evaluate":
-        trained = pipeline.stage_train(preset, run, progress)  # finished jobs are skipped
-        pipeline.stage_evaluate(preset, run, trained, progress)
+        pipeline.stage_evaluate(preset, run, progress)  # trains what is not trained yet
     elif args.command == "search":
         from graphwm.search import run_search
 

@@ -1,6 +1,7 @@
 """Stage 1: random-policy rollouts, stored as one compressed npz per env, split and size.
 
-On-disk format (``DATA_DIR/<ENV>/<split>_n<N>.npz``, loaded with ``allow_pickle=False``):
+On-disk format (``RUN_DIR/data/<ENV>/<split>_n<N>-<key>.npz``, see :class:`DataRef`; loaded
+with ``allow_pickle=False``):
 
 * ``seeds`` (E,) int64: the reset seed of each episode (the policy RNG is derived from it);
 * ``lengths`` (E,) int64: transitions per episode T_e;
@@ -11,15 +12,17 @@ On-disk format (``DATA_DIR/<ENV>/<split>_n<N>.npz``, loaded with ``allow_pickle=
   episode contributing T_e + 1 rows (``adjacency`` (sum (T_e + 1), N, N) int8, ...).
 
 Test splits store no observations (they reach 1000 nodes): the evaluation replays each episode
-from its seed and actions, which reproduces it exactly. ``DATA_DIR/manifest.json`` records the
-seeds, sizes, episode counts and package versions.
+from its seed and actions, which reproduces it exactly. Each npz has a sidecar record
+(``.json``: its key, seeds and SHA-256); ``RUN_DIR/data/manifest.json`` gathers them with the
+package versions.
 """
 
 from __future__ import annotations
 
-import json
+import time
+import zipfile
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 
@@ -28,10 +31,20 @@ from gdm_models.data import complete_observation
 from tqdm.auto import tqdm
 
 from graphwm.envs import make_env
+from graphwm.jobs import log_event
 from graphwm.metric_graph import OBS_KEYS
+from graphwm.store import (
+    CorruptFileError,
+    atomic_save_npz,
+    atomic_write_json,
+    content_key,
+    read_json,
+    sha256_file,
+)
 
 SPLIT_SEED_BASE = {"train": 0, "val": 100_000_000, "test": 200_000_000}
 SEEDS_PER_SIZE = 10_000
+DATA_FORMAT = "graphwm-episodes/1"
 
 
 def episode_seed(split: str, num_nodes: int, index: int) -> int:
@@ -43,16 +56,6 @@ def episode_seed(split: str, num_nodes: int, index: int) -> int:
     if not 0 < num_nodes < 10_000:
         raise ValueError(f"num_nodes {num_nodes} outside the seed scheme's range")
     return SPLIT_SEED_BASE[split] + num_nodes * SEEDS_PER_SIZE + index
-
-
-@dataclass(frozen=True)
-class SplitSpec:
-    """Which episodes one split holds."""
-
-    split: str
-    sizes: tuple[int, ...]
-    episodes_per_size: int
-    store_observations: bool
 
 
 def record_episode(
@@ -90,23 +93,27 @@ def record_episode(
 
 
 def save_episodes(path: Path, episodes: list[dict], seeds: Iterable[int]) -> None:
-    """Write episodes to one compressed npz (format in the module docstring)."""
+    """Write episodes to one compressed npz (format in the module docstring), atomically."""
     arrays = {
         "seeds": np.asarray(list(seeds), dtype=np.int64),
         "lengths": np.asarray([len(e["reward"]) for e in episodes], dtype=np.int64),
     }
     for key in episodes[0]:
         arrays[key] = np.concatenate([e[key] for e in episodes])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp.npz")
-    np.savez_compressed(tmp, **arrays)
-    tmp.replace(path)
+    atomic_save_npz(path, arrays)
 
 
 def load_episodes(path: Path) -> tuple[list[dict[str, np.ndarray]], np.ndarray]:
     """Read an npz written by :func:`save_episodes`; returns ``(episodes, seeds)``."""
-    with np.load(path, allow_pickle=False) as data:
-        arrays = {k: data[k] for k in data.files}
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            arrays = {k: data[k] for k in data.files}
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as err:
+        if not Path(path).exists():
+            raise FileNotFoundError(f"episode file {path} does not exist; run collect") from None
+        raise CorruptFileError(Path(path), f"not a readable npz ({err})") from None
+    if "lengths" not in arrays or "seeds" not in arrays:
+        raise CorruptFileError(Path(path), "lacks the 'lengths' or 'seeds' array")
     lengths = arrays.pop("lengths")
     seeds = arrays.pop("seeds")
     has_obs = "adjacency" in arrays
@@ -123,45 +130,127 @@ def load_episodes(path: Path) -> tuple[list[dict[str, np.ndarray]], np.ndarray]:
     return episodes, seeds
 
 
-def split_path(data_dir: Path, env_name: str, split: str, num_nodes: int) -> Path:
-    """Where one env/split/size file lives."""
-    return Path(data_dir) / env_name / f"{split}_n{num_nodes}.npz"
+@dataclass(frozen=True)
+class DataRef:
+    """One collected file: the episodes of one env, split and size (a content-keyed object).
 
-
-def collect(
-    data_dir: Path, env_names: Iterable[str], specs: Iterable[SplitSpec], progress: bool = True
-) -> dict:
-    """Collect every (env, split, size) file that is not on disk yet; write the manifest.
-
-    Idempotent: an existing file is kept (files are written atomically).
+    Everything that determines the file is a field, so the key (and the file name) changes
+    whenever the file would.
     """
-    data_dir = Path(data_dir)
-    manifest_path = data_dir / "manifest.json"
-    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {"files": {}}
-    manifest["versions"] = {
-        pkg: metadata.version(pkg) for pkg in ("graphwm-envs", "gdm-models", "gdd-metric", "graphwm")
+
+    env: str
+    split: str
+    num_nodes: int
+    episodes: int
+    observations: bool
+
+    @property
+    def key(self) -> str:
+        return content_key("data", {**asdict(self), "format": DATA_FORMAT})
+
+    @property
+    def seeds(self) -> list[int]:
+        return [episode_seed(self.split, self.num_nodes, i) for i in range(self.episodes)]
+
+    @property
+    def relpath(self) -> str:
+        """The npz, relative to the run directory."""
+        digest = self.key.split("-", 1)[1]
+        return f"data/{self.env}/{self.split}_n{self.num_nodes}-{digest}.npz"
+
+    def path(self, run_dir: Path) -> Path:
+        return Path(run_dir) / self.relpath
+
+    def record_path(self, run_dir: Path) -> Path:
+        """The sidecar record (seeds and the npz's SHA-256), written after the npz."""
+        return self.path(run_dir).with_suffix(".json")
+
+
+def verify_data(run_dir: Path, ref: DataRef) -> bool:
+    """Whether ``ref`` is collected and intact (``False``: absent).
+
+    Raises:
+        CorruptFileError: the record or the npz is unreadable, or the npz's SHA-256 differs
+            from the record's (names the file).
+    """
+    record_path, path = ref.record_path(run_dir), ref.path(run_dir)
+    if not record_path.exists():
+        return False
+    record = read_json(record_path)
+    if not isinstance(record, dict) or record.get("key") != ref.key or "sha256" not in record:
+        raise CorruptFileError(record_path, "not the record of this data file")
+    if not path.exists():
+        raise CorruptFileError(record_path, f"its data file {path.name} is missing")
+    if sha256_file(path) != record["sha256"]:
+        raise CorruptFileError(path, "SHA-256 differs from its record")
+    return True
+
+
+def collect_file(run_dir: Path, ref: DataRef) -> dict:
+    """Record the episodes of ``ref`` (npz first, then its record); returns the record."""
+    seeds = ref.seeds
+    episodes = [
+        record_episode(ref.env, ref.num_nodes, s, store_observations=ref.observations)
+        for s in seeds
+    ]
+    path = ref.path(run_dir)
+    save_episodes(path, episodes, seeds)
+    record = {
+        "key": ref.key,
+        "file": ref.relpath,
+        **asdict(ref),
+        "seeds": seeds,
+        "sha256": sha256_file(path),
     }
-    manifest["seed_scheme"] = {
-        "split_base": SPLIT_SEED_BASE,
-        "formula": "split_base + num_nodes * 10000 + episode_index",
+    atomic_write_json(ref.record_path(run_dir), record)
+    return record
+
+
+def write_manifest(run_dir: Path) -> dict:
+    """``data/manifest.json``: every collected file's record, seed scheme and versions.
+
+    Derived from the per-file records, so it is simply rewritten (atomically) each time.
+    """
+    data_dir = Path(run_dir) / "data"
+    files = {}
+    for path in sorted(data_dir.glob("*/*.json")):
+        try:
+            record = read_json(path)
+        except CorruptFileError:
+            continue  # reported by verify_data when a stage needs the file
+        if isinstance(record, dict) and "file" in record:
+            files[str(Path(record["file"]).relative_to("data"))] = record
+    manifest = {
+        "files": files,
+        "versions": {
+            pkg: metadata.version(pkg)
+            for pkg in ("graphwm-envs", "gdm-models", "gdd-metric", "graphwm")
+        },
+        "seed_scheme": {
+            "split_base": SPLIT_SEED_BASE,
+            "formula": "split_base + num_nodes * 10000 + episode_index",
+        },
     }
-    jobs = [(env, spec, n) for env in env_names for spec in specs for n in spec.sizes]
-    for env, spec, n in tqdm(jobs, desc="collect", disable=not progress):
-        path = split_path(data_dir, env, spec.split, n)
-        seeds = [episode_seed(spec.split, n, i) for i in range(spec.episodes_per_size)]
-        if not path.exists():
-            episodes = [
-                record_episode(env, n, s, store_observations=spec.store_observations) for s in seeds
-            ]
-            save_episodes(path, episodes, seeds)
-        manifest["files"][str(path.relative_to(data_dir))] = {
-            "env": env,
-            "split": spec.split,
-            "num_nodes": n,
-            "episodes": spec.episodes_per_size,
-            "seeds": seeds,
-            "observations": spec.store_observations,
-        }
-    manifest_path.parent.mkdir(parents=True, exist_ok=True)
-    manifest_path.write_text(json.dumps(manifest, indent=1))
+    atomic_write_json(data_dir / "manifest.json", manifest)
     return manifest
+
+
+def collect(paths, refs: Iterable[DataRef], progress: bool = True) -> list[DataRef]:
+    """Collect every file of ``refs`` that is not on disk yet and write the manifest.
+
+    Idempotent; an intact file is kept. A corrupt one raises :class:`CorruptFileError`, or
+    with ``paths.redo_corrupt`` is quarantined and collected again.
+    """
+    refs = list(dict.fromkeys(refs))
+    for ref in tqdm(refs, desc="collect", disable=not progress):
+        try:
+            done = verify_data(paths.root, ref)
+        except CorruptFileError as err:
+            paths.recover(err, ref.path(paths.root), ref.record_path(paths.root))
+            done = False
+        if not done:
+            started = time.time()
+            collect_file(paths.root, ref)
+            log_event(paths.root, "collect", ref.key, ref.env, None, started, "done")
+    write_manifest(paths.root)
+    return refs

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from graphwm.collect import record_episode
+from graphwm.config import Preset
 from graphwm.envs import env_schema
-from graphwm.pipeline import RunPaths, test_sizes, training_configs
+from graphwm.pipeline import training_jobs
 
 
 @dataclass
@@ -100,41 +100,39 @@ def _time_transition(model, env: str, n: int, kappa: int) -> float:
 
 
 def estimate(
-    preset: dict, device: str = "cpu", steps: int = 5, probe_sizes: tuple[int, int] = (20, 50)
+    preset, device: str = "cpu", steps: int = 5, probe_sizes: tuple[int, int] = (20, 50)
 ) -> list[CostLine]:
     """Measure unit costs on ``device`` and scale them to the preset's job counts."""
     import torch
 
+    preset = Preset.parse(preset)
     torch.set_num_threads(max(1, torch.get_num_threads()))
-    t = preset["train"]
+    t, c = preset.train, preset.collect
     per_job = (
-        int(t["steps"])
-        if "steps" in t
-        else int(t["epochs"])
-        * int(
-            np.ceil(len(preset["collect"]["train_sizes"]) * preset["collect"]["train_episodes"] / 8)
-        )
+        t.steps
+        if t.steps is not None
+        else t.epochs * int(np.ceil(len(c.train_sizes) * c.train_episodes / 8))
     )
-    jobs = training_configs(preset, RunPaths(Path(".")))  # only the job grid
-    ev = preset["evaluate"]
+    jobs = training_jobs(preset)  # only the job grid
+    ev = preset.evaluate
     lines = []
-    for env in preset["envs"]:
-        models = sorted({c["model"] for c in jobs if c["env"] == env})
+    for env in preset.envs:
+        models = sorted({j.model for j in jobs if j.env == env})
         for name in models:
             model, eps, p = _model(env, name, device)
             sec_step = _time_training(model, eps, env_schema(env), p, steps, device)
             model.eval()
             with torch.no_grad():
                 probes = {
-                    n: _time_transition(model, env, n, int(ev["num_samples"])) for n in probe_sizes
+                    n: _time_transition(model, env, n, ev.num_samples) for n in probe_sizes
                 }
             n0, n1 = probe_sizes
             # fit a + b N^2 through the two probes (pairwise terms dominate at large N)
             b = max(probes[n1] - probes[n0], 0.0) / (n1**2 - n0**2)
             a = max(probes[n0] - b * n0**2, 0.0)
-            sizes = test_sizes(preset, env)
-            per_size = ev["reference_transitions"] * preset["collect"]["test_episodes"]
-            n_jobs = sum(1 for c in jobs if c["env"] == env and c["model"] == name)
+            sizes = preset.test_sizes(env)
+            per_size = ev.reference_transitions * c.test_episodes
+            n_jobs = sum(1 for j in jobs if j.env == env and j.model == name)
             lines.append(
                 CostLine(
                     env,

@@ -1,30 +1,32 @@
 """Stages 4-7: single-step GDD, multi-step GDD, self-GDD and ablations (same protocol).
 
-Every function here is a job: ``fn(config) -> result dict`` in the format of
-``docs/reporting.md``. Model samples come from the model's own prediction from the reference
-state: latent models condition on the posterior over the reference trajectory up to the
-reference state (``observe``), state-space models start from the reference observation (their
-``observe`` returns it). Sample seeds derive from (episode seed, step, stream), so a job is
-deterministic.
+Every function here is a job: ``fn(job, run_dir) -> record`` (:mod:`graphwm.records`, format
+in ``docs/reporting.md``) for an :class:`EvalJob`, whose key holds the keys of the training
+job, the test data and the fit it uses. Model samples come from the model's own prediction
+from the reference state: latent models condition on the posterior over the reference
+trajectory up to the reference state (``observe``), state-space models start from the
+reference observation (their ``observe`` returns it). Sample seeds derive from (episode
+seed, step, stream), so a job is deterministic.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from graphwm.collect import load_episodes, split_path
+from graphwm.collect import DataRef, load_episodes
 from graphwm.envs import env_schema
 from graphwm.factor_metrics import average_metrics, factor_metrics
-from graphwm.fit import load_fitted
+from graphwm.fit import FitJob, load_fitted
 from graphwm.metric_graph import OBS_KEYS, extend_schema, model_samples_to_metric, stack_graphs
 from graphwm.protocol import (
     STREAM_ENV,
     STREAM_MODEL,
+    STREAM_PERMUTATION,
     STREAM_POSTERIOR,
     STREAM_SELF,
     ReplayedEpisode,
@@ -33,26 +35,82 @@ from graphwm.protocol import (
     replay_episode,
     sample_seeds,
     transition_gdd,
+    transition_p_value,
 )
+from graphwm.records import MultiStepRecord, SelfGddRecord, SingleStepRecord
+from graphwm.store import content_key
+from graphwm.train import TrainJob
 
 COMPONENTS = ("node", "graph", "edge", "joint")
 
 
-def _load_model(config: Mapping[str, Any]):
+@dataclass(frozen=True)
+class EvalJob:
+    """One evaluation: ``kind`` ``self_gdd``, ``single_step``, ``multi_step`` or
+    ``validation`` (single-step on the validation split, for the search).
+
+    ``data`` is the reference file (test or validation split, ``size`` nodes); ``train`` the
+    training job of the evaluated model (None for self-GDD). ``permutations`` > 0 adds the
+    permutation test (single-step). ``threads`` does not change results (not keyed).
+    """
+
+    kind: str
+    env: str
+    size: int
+    seed: int
+    data: DataRef
+    fit: FitJob
+    num_samples: int
+    reference_transitions: int
+    max_episodes: int | None = None
+    horizon: int = 1
+    train: TrainJob | None = None
+    permutations: int = 0
+    alpha: float = 0.05
+    device: str = "cpu"
+    threads: int = field(default=1, compare=False)
+
+    @property
+    def model(self) -> str | None:
+        return None if self.train is None else self.train.model
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "env": self.env,
+            "size": self.size,
+            "seed": self.seed,
+            "data": self.data.key,
+            "fit": self.fit.key,
+            "num_samples": self.num_samples,
+            "reference_transitions": self.reference_transitions,
+            "max_episodes": self.max_episodes,
+            "horizon": self.horizon,
+            "train": None if self.train is None else self.train.key,
+            "permutations": self.permutations,
+            "alpha": self.alpha,
+            "device": self.device,
+        }
+
+    @property
+    def key(self) -> str:
+        return content_key(self.kind, self.describe())
+
+
+def _load_model(job: EvalJob, run_dir: Path):
     import torch
     from gdm_models import load_checkpoint
 
-    torch.set_num_threads(max(1, int(config.get("threads", 1))))
-    return load_checkpoint(config["checkpoint"], device=config.get("device", "cpu"))
+    torch.set_num_threads(max(1, job.threads))
+    return load_checkpoint(
+        job.train.checkpoint(run_dir), model_name=job.train.model, device=job.device
+    )
 
 
-def _test_episodes(config: Mapping[str, Any]):
-    split = config.get("split", "test")
-    path = split_path(Path(config["data_dir"]), config["env"], split, config["size"])
-    episodes, seeds = load_episodes(path)
-    limit = config.get("max_episodes")
-    if limit is not None:
-        episodes, seeds = episodes[:limit], seeds[:limit]
+def _test_episodes(job: EvalJob, run_dir: Path):
+    episodes, seeds = load_episodes(job.data.path(run_dir))
+    if job.max_episodes is not None:
+        episodes, seeds = episodes[: job.max_episodes], seeds[: job.max_episodes]
     return episodes, seeds
 
 
@@ -81,21 +139,25 @@ class ReferencePoint:
 
 
 def reference_points(
-    config: Mapping[str, Any], horizon: int, keep_observations: bool, stream: int = STREAM_ENV
+    job: EvalJob,
+    run_dir: Path,
+    horizon: int,
+    keep_observations: bool,
+    stream: int = STREAM_ENV,
 ) -> Iterator[ReferencePoint]:
     """Replay every test episode and yield its reference points with kappa env samples each.
 
     Only actions that exist in the reference episode are followed, so the last reference
     points get fewer than ``horizon`` steps.
     """
-    kappa = int(config["num_samples"])
-    for index, (episode, seed) in enumerate(zip(*_test_episodes(config), strict=True)):
+    kappa = job.num_samples
+    for index, (episode, seed) in enumerate(zip(*_test_episodes(job, run_dir), strict=True)):
         seed = int(seed)
         length = len(episode["reward"])
-        refs = reference_indices(length, int(config["reference_transitions"]))
+        refs = reference_indices(length, job.reference_transitions)
         replay = replay_episode(
-            config["env"],
-            config["size"],
+            job.env,
+            job.size,
             seed,
             episode["actions"],
             refs,
@@ -105,8 +167,8 @@ def reference_points(
         for t in map(int, refs):
             steps = min(horizon, length - t)
             graphs, invalid = env_samples(
-                config["env"],
-                config["size"],
+                job.env,
+                job.size,
                 replay.snapshots[t],
                 episode["actions"][t : t + steps],
                 sample_seeds(seed, t, stream, kappa),
@@ -171,59 +233,100 @@ def _components(result) -> dict[str, float]:
     return {k: getattr(result, k) for k in COMPONENTS}
 
 
-def single_step_job(config: Mapping[str, Any]) -> dict[str, Any]:
-    """Single-step GDD of one trained model on one test size (paper section 6.1)."""
-    schema = env_schema(config["env"])
-    bandwidths, _ = load_fitted(Path(config["fit_dir"]))
-    model = _load_model(config)
-    ext = extend_schema(schema)
-    factors = []
+def single_step_job(job: EvalJob, run_dir: str) -> SingleStepRecord:
+    """Single-step GDD of one trained model on one test size (paper section 6.1).
 
-    sampler = ModelSampler(model, int(config["num_samples"]))
+    With ``job.permutations`` > 0, each reference transition also gets gdd-metric's
+    permutation test (GDD statistic, ``job.permutations`` relabelings seeded from the
+    transition); ``indistinguishable`` is the share with p >= ``job.alpha``.
+    """
+    run_dir = Path(run_dir)
+    schema = env_schema(job.env)
+    bandwidths, _ = load_fitted(job.fit.dir(run_dir))
+    model = _load_model(job, run_dir)
+    ext = extend_schema(schema)
+    factors: list[dict] = []
+    p_values: list[float] = []
+
+    sampler = ModelSampler(model, job.num_samples)
 
     def score(point: ReferencePoint):
         model_set = sampler(point)[0]
         env_set, terminal = point.env_sets[0], point.terminal[0]
         result = transition_gdd(model_set, env_set, schema, bandwidths, terminal)
         factors.append(factor_metrics(model_set, env_set, ext, terminal))
+        if job.permutations:
+            seed = sample_seeds(point.seed, point.t, STREAM_PERMUTATION, 1)[0]
+            p_values.append(
+                transition_p_value(
+                    model_set, env_set, schema, bandwidths, terminal, job.permutations, seed
+                )
+            )
         return result.gdd, _components(result)
 
-    gdds, comps = _per_episode(reference_points(config, 1, keep_observations=True), score)
-    out = {
-        "kind": config.get("result_kind", "single_step"),
-        "env": config["env"],
-        "model": config["model"],
-        "seed": config["seed"],
-        "size": config["size"],
-    }
-    out.update(_summarise(gdds, comps))
-    out["factor_metrics"] = average_metrics(factors)
-    return out
+    gdds, comps = _per_episode(reference_points(job, run_dir, 1, keep_observations=True), score)
+    summary = _summarise(gdds, comps)
+    share = None
+    if job.permutations:
+        share = float(np.mean(np.asarray(p_values) >= job.alpha))
+    return SingleStepRecord(
+        kind=job.kind,
+        env=job.env,
+        model=job.model,
+        seed=job.seed,
+        size=job.size,
+        factor_metrics=average_metrics(factors),
+        indistinguishable=share,
+        num_permutations=job.permutations or None,
+        alpha=job.alpha if job.permutations else None,
+        **summary,
+    )
 
 
-def self_gdd_job(config: Mapping[str, Any]) -> dict[str, Any]:
+def _signed_sqrt(x: float) -> float:
+    return float(np.sign(x) * np.sqrt(abs(x)))
+
+
+def self_gdd_job(job: EvalJob, run_dir: str) -> SelfGddRecord:
     """GDD of the environment against itself under the same protocol (paper's sanity table).
 
     The second sample set comes from an independent seed stream of the same reference states.
+    Both estimators are reported on the same samples: the biased V-statistic (the paper's
+    definition, ``gdd``), which is positive even for two sample sets of one distribution (its
+    squared value has expectation of order 1/kappa), and the unbiased U-statistic, whose
+    expectation is 0 there. ``gdd_unbiased`` averages the signed square root of each
+    transition's unbiased MMD^2 exactly as ``gdd`` averages the GDD (over reference transitions,
+    then episodes), so noise shows on both sides of 0 instead of being clamped away; per
+    transition it never exceeds the biased GDD (the kernel is largest on the diagonal).
     """
-    schema = env_schema(config["env"])
-    bandwidths, _ = load_fitted(Path(config["fit_dir"]))
-    kappa = int(config["num_samples"])
+    run_dir = Path(run_dir)
+    schema = env_schema(job.env)
+    bandwidths, _ = load_fitted(job.fit.dir(run_dir))
+    kappa = job.num_samples
+    unbiased: dict[int, list[float]] = {}  # per episode: signed sqrt of the unbiased MMD^2
 
     def score(point: ReferencePoint):
         snapshot = point.replay.snapshots[point.t]
         action = point.replay.actions[point.t : point.t + 1]
         seeds = sample_seeds(point.seed, point.t, STREAM_SELF, kappa)
-        graphs, _ = env_samples(config["env"], config["size"], snapshot, action, seeds)
-        result = transition_gdd(
-            stack_graphs(graphs[0]), point.env_sets[0], schema, bandwidths, point.terminal[0]
+        graphs, _ = env_samples(job.env, job.size, snapshot, action, seeds)
+        other = stack_graphs(graphs[0])
+        result = transition_gdd(other, point.env_sets[0], schema, bandwidths, point.terminal[0])
+        u = transition_gdd(
+            other, point.env_sets[0], schema, bandwidths, point.terminal[0], "unbiased"
         )
+        unbiased.setdefault(point.episode_index, []).append(_signed_sqrt(u.mmd2))
         return result.gdd, _components(result)
 
-    gdds, comps = _per_episode(reference_points(config, 1, keep_observations=False), score)
-    out = {"kind": "self_gdd", "env": config["env"], "seed": config["seed"], "size": config["size"]}
-    out.update(_summarise(gdds, comps))
-    return out
+    gdds, comps = _per_episode(reference_points(job, run_dir, 1, keep_observations=False), score)
+    return SelfGddRecord(
+        kind="self_gdd",
+        env=job.env,
+        seed=job.seed,
+        size=job.size,
+        gdd_unbiased=float(np.mean([np.mean(v) for v in unbiased.values()])),
+        **_summarise(gdds, comps),
+    )
 
 
 def _invalid_rate_model(preds: list[dict], actions: np.ndarray) -> np.ndarray:
@@ -237,23 +340,24 @@ def _invalid_rate_model(preds: list[dict], actions: np.ndarray) -> np.ndarray:
     return np.asarray(rates)
 
 
-def multi_step_job(config: Mapping[str, Any]) -> dict[str, Any]:
+def multi_step_job(job: EvalJob, run_dir: str) -> MultiStepRecord:
     """GDD and invalid-action rates of 1..H-step rollouts along the reference actions.
 
     Only reference states with at least h remaining reference actions contribute to horizon
     h. A reference rollout that terminated at its h-th step is scored on reward and
     continuation at that horizon.
     """
-    schema = env_schema(config["env"])
-    bandwidths, _ = load_fitted(Path(config["fit_dir"]))
-    model = _load_model(config)
-    horizon = int(config["horizon"])
+    run_dir = Path(run_dir)
+    schema = env_schema(job.env)
+    bandwidths, _ = load_fitted(job.fit.dir(run_dir))
+    model = _load_model(job, run_dir)
+    horizon = job.horizon
     per_h: dict[int, dict[str, list]] = {
         h: {"gdd": [], **{k: [] for k in COMPONENTS}, "inv_m": [], "inv_e": []}
         for h in range(1, horizon + 1)
     }
-    sampler = ModelSampler(model, int(config["num_samples"]))
-    for point in reference_points(config, horizon, keep_observations=True):
+    sampler = ModelSampler(model, job.num_samples)
+    for point in reference_points(job, run_dir, horizon, keep_observations=True):
         model_sets = sampler(point)
         nodes = point.replay.action_nodes[point.t : point.t + len(model_sets)]
         inv_m = _invalid_rate_model(model_sets, nodes)
@@ -276,15 +380,15 @@ def multi_step_job(config: Mapping[str, Any]) -> dict[str, Any]:
         return float(np.mean(values)) if values else float("nan")
 
     hs = list(range(1, horizon + 1))
-    return {
-        "kind": "multi_step",
-        "env": config["env"],
-        "model": config["model"],
-        "seed": config["seed"],
-        "size": config["size"],
-        "horizons": hs,
-        "gdd": [mean(per_h[h]["gdd"]) for h in hs],
-        "components": {k: [mean(per_h[h][k]) for h in hs] for k in COMPONENTS},
-        "invalid_rate_model": [mean(per_h[h]["inv_m"]) for h in hs],
-        "invalid_rate_env": [mean(per_h[h]["inv_e"]) for h in hs],
-    }
+    return MultiStepRecord(
+        kind="multi_step",
+        env=job.env,
+        model=job.model,
+        seed=job.seed,
+        size=job.size,
+        horizons=hs,
+        gdd=[mean(per_h[h]["gdd"]) for h in hs],
+        components={k: [mean(per_h[h][k]) for h in hs] for k in COMPONENTS},
+        invalid_rate_model=[mean(per_h[h]["inv_m"]) for h in hs],
+        invalid_rate_env=[mean(per_h[h]["inv_e"]) for h in hs],
+    )

@@ -1,36 +1,41 @@
-"""Executors: run a list of job configs through a job function, locally or on Ray.
+"""Executors: run a list of jobs through a job function, locally or on Ray.
 
-A job function is a module-level callable ``fn(config) -> result dict`` (so it pickles for a
-process pool or Ray). Finished jobs (present in the result store) are skipped, results are
-stored as each job finishes, and a failing job does not lose the others' results.
+A job function is a module-level callable ``fn(job, run_dir) -> record`` (so it pickles for a
+process pool or Ray). Finished jobs (an intact record in the store) are skipped, records are
+stored as each job finishes, and a failing job does not lose the others' records. A corrupt
+record stops the run naming the file, or with ``RunPaths.redo_corrupt`` is quarantined and
+its job rerun.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
 from tqdm.auto import tqdm
 
-from graphwm.jobs import ResultStore, log_job
+from graphwm.jobs import Job, ResultStore, log_job
+from graphwm.paths import RunPaths
+from graphwm.records import Record
+from graphwm.store import CorruptFileError
 
-JobFn = Callable[[Mapping[str, Any]], dict[str, Any]]
+JobFn = Callable[[Any, str], Record]
 
 
-def _run_and_store(fn: JobFn, config: Mapping[str, Any], store_root: str, run_dir: str) -> dict:
+def _run_and_store(fn: JobFn, job: Job, store_root: str, run_dir: str) -> Record:
     started = time.time()
     try:
-        result = fn(config)
+        record = fn(job, run_dir)
     except BaseException:
-        log_job(Path(run_dir), config, started, "failed")
+        log_job(Path(run_dir), job, started, "failed")
         raise
-    ResultStore(Path(store_root)).save(config, result)
-    log_job(Path(run_dir), config, started, "done")
-    return result
+    ResultStore(Path(store_root)).save(job, record)
+    log_job(Path(run_dir), job, started, "done")
+    return record
 
 
 def default_workers() -> int:
@@ -38,26 +43,47 @@ def default_workers() -> int:
     return max(1, os.cpu_count() or 1)
 
 
+def _finished(
+    job: Job, store: ResultStore, paths: RunPaths, verify: Callable[[Record], None] | None
+) -> bool:
+    """Whether ``job`` has an intact record (a corrupt one: see :meth:`RunPaths.recover`)."""
+    if not store.has(job):
+        return False
+    try:
+        record = store.load(job)
+        if verify is not None:
+            verify(record)
+        return True
+    except CorruptFileError as err:
+        paths.recover(err, store.path(job))
+        return False
+
+
 def run_jobs(
     fn: JobFn,
-    configs: Sequence[Mapping[str, Any]],
+    jobs: Sequence[Job],
     store: ResultStore,
-    run_dir: Path,
+    paths: RunPaths | Path,
     *,
     executor: str = "local",
     max_workers: int | None = None,
     num_gpus_per_job: float = 0.0,
     desc: str = "jobs",
     progress: bool = True,
-) -> list[dict[str, Any]]:
-    """Run every unfinished config; return all results in the order of ``configs``.
+    verify: Callable[[Record], None] | None = None,
+) -> list[Record]:
+    """Run every unfinished job; return all records in the order of ``jobs``.
 
     Args:
         executor: ``"local"`` (a process pool; ``max_workers=1`` runs in this process) or
             ``"ray"`` (Ray tasks; connects to ``RAY_ADDRESS`` if set, else starts a local Ray).
         num_gpus_per_job: GPUs requested per Ray task (1 for ``--device cuda`` training).
+        verify: an extra integrity check of a stored record (raises ``CorruptFileError``).
     """
-    todo = [c for c in configs if not store.has(c)]
+    paths = paths if isinstance(paths, RunPaths) else RunPaths(Path(paths))
+    run_dir = paths.root
+    unique = list({job.key: job for job in jobs}.values())
+    todo = [job for job in unique if not _finished(job, store, paths, verify)]
     if todo:
         if executor == "local":
             _run_local(fn, todo, store, run_dir, max_workers or default_workers(), desc, progress)
@@ -65,14 +91,14 @@ def run_jobs(
             _run_ray(fn, todo, store, run_dir, num_gpus_per_job, desc, progress)
         else:
             raise ValueError(f"unknown executor {executor!r}; choose 'local' or 'ray'")
-    return [store.load(c) for c in configs]
+    return [store.load(job) for job in jobs]
 
 
 def _run_local(fn, todo, store, run_dir, workers, desc, progress) -> None:
     bar = tqdm(total=len(todo), desc=desc, disable=not progress)
     if workers <= 1 or len(todo) == 1:
-        for config in todo:
-            _run_and_store(fn, config, str(store.root), str(run_dir))
+        for job in todo:
+            _run_and_store(fn, job, str(store.root), str(run_dir))
             bar.update()
     else:
         import multiprocessing as mp

@@ -8,29 +8,79 @@ of the transition that produced it.
 
 Feature scaling (appendix "Feature Scaling"): :meth:`gdm_models.FeatureScaler.fit` on all
 stored observations and rewards of the training episodes.
+
+The outputs of a :class:`FitJob` live in ``RUN_DIR/fit/<ENV>/<key>/`` (``bandwidths.json``,
+``scaler.json``, ``schema.json``, and ``record.json`` with their SHA-256, written last).
 """
 
 from __future__ import annotations
 
 import json
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from graphwm.collect import load_episodes
+from graphwm.collect import DataRef, load_episodes
 from graphwm.envs import env_schema
-from graphwm.jobs import atomic_write_json
+from graphwm.jobs import log_event
 from graphwm.metric_graph import OBS_KEYS, extend_schema, metric_graph
+from graphwm.store import (
+    CorruptFileError,
+    atomic_write_json,
+    atomic_write_text,
+    content_key,
+    read_json,
+    sha256_file,
+)
+
+FIT_FILES = ("bandwidths.json", "scaler.json", "schema.json")
 
 
-def training_episodes(data_dir: Path, env_name: str) -> list[dict[str, np.ndarray]]:
-    """Every training episode of an env (all training sizes)."""
-    files = sorted((Path(data_dir) / env_name).glob("train_n*.npz"))
-    if not files:
-        raise FileNotFoundError(f"no training data for {env_name} under {data_dir}; run collect")
+@dataclass(frozen=True)
+class FitJob:
+    """Bandwidths and scaling of one env, fitted on the training files ``train_data``."""
+
+    env: str
+    train_data: tuple[DataRef, ...]
+    transitions_per_episode: int
+    seed: int = 0
+
+    kind = "fit"
+
+    def describe(self) -> dict:
+        return {
+            "env": self.env,
+            "train_data": sorted(d.key for d in self.train_data),
+            "transitions_per_episode": self.transitions_per_episode,
+            "seed": self.seed,
+        }
+
+    @property
+    def key(self) -> str:
+        return content_key("fit", self.describe())
+
+    @property
+    def scaler_key(self) -> str:
+        """Key of the feature scaling alone (it depends on the training data only), so a
+        training job is reused when only the bandwidth settings change."""
+        return content_key("scaler", sorted(d.key for d in self.train_data))
+
+    @property
+    def reldir(self) -> str:
+        return f"fit/{self.env}/{self.key.split('-', 1)[1]}"
+
+    def dir(self, run_dir: Path) -> Path:
+        return Path(run_dir) / self.reldir
+
+
+def training_episodes(run_dir: Path, refs: tuple[DataRef, ...]) -> list[dict[str, np.ndarray]]:
+    """Every episode of the training files ``refs``, files in the order of their legacy names
+    (``train_n10`` < ``train_n8``), which fixes the bandwidth draws and the sampler order."""
     episodes = []
-    for path in files:
-        episodes.extend(load_episodes(path)[0])
+    for ref in sorted(refs, key=lambda r: f"{r.split}_n{r.num_nodes}.npz"):
+        episodes.extend(load_episodes(ref.path(run_dir))[0])
     return episodes
 
 
@@ -54,37 +104,88 @@ def bandwidth_transitions(
     return pairs
 
 
-def fit_env(
-    data_dir: Path, env_name: str, out_dir: Path, per_episode: int = 8, seed: int = 0
-) -> dict[str, Path]:
-    """Fit and save ``bandwidths.json`` and ``scaler.json`` for one env (skips if present)."""
+def verify_fit(run_dir: Path, job: FitJob) -> bool:
+    """Whether ``job``'s outputs are present and intact (``False``: not fitted yet).
+
+    Raises:
+        CorruptFileError: the record is unreadable or a file differs from its SHA-256.
+    """
+    out = job.dir(run_dir)
+    record_path = out / "record.json"
+    if not record_path.exists():
+        return False
+    record = read_json(record_path)
+    if not isinstance(record, dict) or record.get("key") != job.key:
+        raise CorruptFileError(record_path, "not the record of this fit")
+    for name in FIT_FILES:
+        path = out / name
+        if not path.exists() or sha256_file(path) != record.get("sha256", {}).get(name):
+            raise CorruptFileError(path, "missing or its SHA-256 differs from record.json")
+    return True
+
+
+def fit_env(run_dir: Path, job: FitJob) -> Path:
+    """Fit and save ``bandwidths.json`` and ``scaler.json`` of ``job``; returns the folder."""
     from gdd_metric import fit_bandwidths
     from gdm_models import FeatureScaler
 
-    out_dir = Path(out_dir)
-    paths = {"bandwidths": out_dir / "bandwidths.json", "scaler": out_dir / "scaler.json"}
-    if all(p.exists() for p in paths.values()):
-        return paths
-    schema = env_schema(env_name)
-    episodes = training_episodes(data_dir, env_name)
-    rng = np.random.default_rng(seed)
+    out = job.dir(run_dir)
+    schema = env_schema(job.env)
+    episodes = training_episodes(run_dir, job.train_data)
+    rng = np.random.default_rng(job.seed)
     bandwidths = fit_bandwidths(
-        bandwidth_transitions(episodes, per_episode, rng), extend_schema(schema)
+        bandwidth_transitions(episodes, job.transitions_per_episode, rng), extend_schema(schema)
     )
     scaler = FeatureScaler.fit(episodes, schema)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    bandwidths.to_json(paths["bandwidths"])
-    atomic_write_json(paths["scaler"], scaler.to_dict())
-    atomic_write_json(out_dir / "schema.json", schema)
-    return paths
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "bandwidths.json", bandwidths.to_json() + "\n")
+    atomic_write_json(out / "scaler.json", scaler.to_dict())
+    atomic_write_json(out / "schema.json", schema)
+    record = {
+        "key": job.key,
+        "job": job.describe(),
+        "sha256": {name: sha256_file(out / name) for name in FIT_FILES},
+    }
+    atomic_write_json(out / "record.json", record)
+    return out
+
+
+def run_fit(paths, job: FitJob) -> Path:
+    """Fit ``job`` unless it is already fitted and intact (corruption: see ``RunPaths``)."""
+    try:
+        done = verify_fit(paths.root, job)
+    except CorruptFileError as err:
+        paths.recover(err, job.dir(paths.root))
+        done = False
+    if not done:
+        started = time.time()
+        fit_env(paths.root, job)
+        log_event(paths.root, "fit", job.key, job.env, None, started, "done")
+    return job.dir(paths.root)
 
 
 def load_fitted(out_dir: Path):
-    """``(bandwidths, scaler)`` saved by :func:`fit_env`."""
+    """``(bandwidths, scaler)`` saved by :func:`fit_env` in ``out_dir``."""
     from gdd_metric import Bandwidths
     from gdm_models import FeatureScaler
 
     out_dir = Path(out_dir)
-    bandwidths = Bandwidths.from_json(out_dir / "bandwidths.json")
-    scaler = FeatureScaler.from_dict(json.loads((out_dir / "scaler.json").read_text()))
+    try:
+        bandwidths = Bandwidths.from_json((out_dir / "bandwidths.json").read_text())
+        scaler = FeatureScaler.from_dict(json.loads((out_dir / "scaler.json").read_text()))
+    except FileNotFoundError:
+        raise
+    except (ValueError, KeyError, TypeError) as err:
+        raise CorruptFileError(out_dir, f"fitted bandwidths/scaler unreadable ({err})") from None
     return bandwidths, scaler
+
+
+__all__ = [
+    "FitJob",
+    "bandwidth_transitions",
+    "fit_env",
+    "load_fitted",
+    "run_fit",
+    "training_episodes",
+    "verify_fit",
+]

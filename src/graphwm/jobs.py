@@ -1,75 +1,115 @@
-"""Jobs keyed by their full config, an atomic result store, and the run log.
+"""Jobs and their result records: a store keyed by content, and the run log.
 
-Every job is a JSON-able config dict; its key is a hash of that dict, so a rerun finds finished
-jobs and skips them (idempotent), and changing any setting makes a new job.
+A job is a frozen dataclass with a ``key`` (a hash of everything that determines its output,
+the keys of its inputs included; see :mod:`graphwm.store`) and a ``kind``. Its result is a
+record (:mod:`graphwm.records`) stored as ``<store root>/<key>.json``, written and read through
+the same record type, so a rerun finds finished jobs and skips them, and a changed setting
+makes a new job.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import socket
 import time
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
+
+from graphwm.records import Record, ResultsFormatError, parse_record
+from graphwm.store import CorruptFileError, atomic_write_json, read_json
+
+__all__ = ["Job", "ResultStore", "atomic_write_json", "log_event", "log_job"]
 
 
-def job_key(config: Mapping[str, Any]) -> str:
-    """A stable key of a job config: ``<kind>-<env>-<sha256 prefix>``."""
-    blob = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
-    digest = hashlib.sha256(blob.encode()).hexdigest()[:16]
-    parts = [str(config.get("kind", "job")), str(config.get("env", ""))]
-    return "-".join(p for p in parts if p) + f"-{digest}"
+class Job(Protocol):
+    """What the store and the executors need of a job."""
 
+    @property
+    def key(self) -> str: ...
 
-def atomic_write_json(path: Path, data: Any) -> None:
-    """Write JSON via a temporary file and rename, so a killed job leaves no partial file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True, allow_nan=True))
-    tmp.replace(path)
+    kind: str
+
+    def describe(self) -> dict[str, Any]:
+        """The JSON-able payload the key hashes (stored next to the result)."""
+        ...
 
 
 class ResultStore:
-    """One JSON file per finished job under ``root`` (``root/<key>.json``)."""
+    """One JSON record per finished job under ``root`` (``root/<key>.json``)."""
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
 
-    def path(self, config: Mapping[str, Any]) -> Path:
-        """Where the result of ``config`` lives."""
-        return self.root / f"{job_key(config)}.json"
+    def path(self, job: Job) -> Path:
+        """Where the record of ``job`` lives."""
+        return self.root / f"{job.key}.json"
 
-    def has(self, config: Mapping[str, Any]) -> bool:
-        """Whether ``config`` has finished."""
-        return self.path(config).exists()
+    def has(self, job: Job) -> bool:
+        """Whether ``job`` has a record (its integrity is checked by :meth:`load`)."""
+        return self.path(job).exists()
 
-    def load(self, config: Mapping[str, Any]) -> dict[str, Any]:
-        """The stored result of ``config``."""
-        return json.loads(self.path(config).read_text())
+    def load(self, job: Job) -> Record:
+        """The stored record of ``job``.
 
-    def save(self, config: Mapping[str, Any], result: Mapping[str, Any]) -> Path:
-        """Store ``result`` (with its config attached) atomically."""
-        path = self.path(config)
-        atomic_write_json(path, {**result, "config": dict(config)})
+        Raises:
+            CorruptFileError: the file is unreadable, is not a valid record, or belongs to
+                another job (names the file).
+        """
+        path = self.path(job)
+        raw = read_json(path)
+        if not isinstance(raw, dict) or raw.get("key") != job.key:
+            raise CorruptFileError(path, f"does not hold the record of job {job.key}")
+        try:
+            return parse_record(raw, path)
+        except ResultsFormatError as err:
+            raise CorruptFileError(path, str(err)) from None
+
+    def save(self, job: Job, record: Record) -> Path:
+        """Store ``record`` atomically, with the job's key and payload attached."""
+        path = self.path(job)
+        atomic_write_json(path, {**record.to_dict(), "key": job.key, "job": job.describe()})
         return path
 
 
-def log_job(run_dir: Path, config: Mapping[str, Any], started: float, status: str) -> None:
-    """Append one line to ``run_dir/jobs.log``: what ran where, for how long."""
-    run_dir.mkdir(parents=True, exist_ok=True)
+def log_event(
+    run_dir: Path,
+    kind: str,
+    key: str,
+    env: str | None,
+    model: str | None,
+    started: float,
+    status: str,
+) -> None:
+    """Append one line to ``run_dir/jobs.log``: what ran where, for how long (one atomic
+    ``O_APPEND`` write, so concurrent writers never interleave a line)."""
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
     line = {
-        "key": job_key(config),
-        "kind": config.get("kind"),
-        "env": config.get("env"),
-        "model": config.get("model"),
+        "key": key,
+        "kind": kind,
+        "env": env,
+        "model": model,
         "host": socket.gethostname(),
         "pid": os.getpid(),
         "started": round(started, 3),
         "seconds": round(time.time() - started, 3),
         "status": status,
     }
-    with open(run_dir / "jobs.log", "a") as fh:
-        fh.write(json.dumps(line) + "\n")
+    fd = os.open(Path(run_dir) / "jobs.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, (json.dumps(line) + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def log_job(run_dir: Path, job: Job, started: float, status: str) -> None:
+    """:func:`log_event` for a job."""
+    log_event(
+        run_dir,
+        job.kind,
+        job.key,
+        getattr(job, "env", None),
+        getattr(job, "model", None),
+        started,
+        status,
+    )

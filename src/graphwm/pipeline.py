@@ -1,247 +1,340 @@
 """The whole experiment as stages; ``reproduce`` runs them all from one preset.
 
 Stages (each also a CLI subcommand): collect -> fit -> train -> evaluate (single-step, self-GDD,
-ablations, multi-step) -> report. Every job is keyed by its full config and stored under
-``RUN_DIR/results`` (evaluation) or ``RUN_DIR/jobs`` (training), so rerunning skips finished
-work and a killed job resumes from its last checkpoint.
+ablations, multi-step) -> report. Each stage's output is content-addressed: its key hashes
+everything that determines it, the keys of its inputs included (collected file -> fit ->
+training job -> evaluation), and every stored path is relative to the run directory. Rerunning
+a changed preset into the same directory computes what changed and reuses exactly what did not;
+a moved run directory reuses everything. ``RUN_DIR/run.json`` names the training runs and
+results of the last preset run (what the report reads). One process at a time works on a run
+directory (:func:`graphwm.store.run_lock`); a killed training job resumes from its last
+checkpoint.
 """
 
 from __future__ import annotations
 
-import copy
-import tomllib
-from dataclasses import dataclass
-from importlib import resources
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from graphwm.collect import SplitSpec, collect
-from graphwm.evaluate import multi_step_job, self_gdd_job, single_step_job
+from graphwm.collect import DataRef, collect
+from graphwm.config import (
+    PRESET_NAMES,
+    Preset,
+    PresetError,
+    apply_overrides,
+    read_preset,
+)
+from graphwm.evaluate import EvalJob, multi_step_job, self_gdd_job, single_step_job
 from graphwm.executors import default_workers, run_jobs
-from graphwm.fit import fit_env
+from graphwm.fit import FitJob, run_fit
 from graphwm.jobs import ResultStore
-from graphwm.train import train_job
+from graphwm.paths import RunPaths
+from graphwm.records import Record, TrainRecord
+from graphwm.store import atomic_write_json, read_json, run_lock
+from graphwm.train import TrainJob, make_train_job, train_job, verify_trained
 
-PRESET_NAMES = ("smoke", "paper", "tiny")
+__all__ = [
+    "PRESET_NAMES",
+    "Preset",
+    "PresetError",
+    "RunPaths",
+    "data_refs",
+    "evaluation_jobs",
+    "executor_args",
+    "fit_job",
+    "load_preset",
+    "reproduce",
+    "stage_collect",
+    "stage_evaluate",
+    "stage_fit",
+    "stage_train",
+    "test_sizes",
+    "training_jobs",
+]
+
+PresetLike = Preset | Mapping[str, Any]
 
 
 def load_preset(name_or_path: str | Path, overrides: dict[str, Any] | None = None) -> dict:
-    """A preset by name (``smoke``, ``paper``, ``tiny``) or from a TOML file path."""
-    path = Path(name_or_path)
-    if path.suffix == ".toml" and path.exists():
-        preset = tomllib.loads(path.read_text())
-    elif str(name_or_path) in PRESET_NAMES:
-        text = resources.files("graphwm.presets").joinpath(f"{name_or_path}.toml").read_text()
-        preset = tomllib.loads(text)
-    else:
-        raise ValueError(f"unknown preset {name_or_path!r}: give one of {PRESET_NAMES} or a .toml")
-    preset = copy.deepcopy(preset)
-    for key, value in (overrides or {}).items():
-        if value is not None:
-            preset[key] = value
-    return preset
+    """A validated preset dict by name (``smoke``, ``paper``, ``tiny``) or from a TOML file.
+
+    ``overrides`` replace top-level keys (``"train.precision"`` style keys set nested ones;
+    ``None`` values are skipped). Raises :class:`PresetError` naming a bad key.
+    """
+    raw = apply_overrides(read_preset(name_or_path), overrides)
+    Preset.parse(raw)
+    return raw
 
 
-@dataclass(frozen=True)
-class RunPaths:
-    """Directory layout of a run."""
-
-    root: Path
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "root", Path(self.root))
-
-    @property
-    def data(self) -> Path:
-        return self.root / "data"
-
-    def fit(self, env: str) -> Path:
-        return self.root / "fit" / env
-
-    @property
-    def results(self) -> Path:
-        return self.root / "results"
-
-    @property
-    def jobs(self) -> Path:
-        return self.root / "jobs"
+def _preset(preset: PresetLike) -> Preset:
+    return Preset.parse(preset)
 
 
-def _workers(preset: dict) -> int:
-    return int(preset.get("workers", 0)) or default_workers()
+def _workers(preset: Preset) -> int:
+    return preset.workers or default_workers()
 
 
-def executor_args(preset: dict, gpu: bool = False) -> dict:
+def _threads(preset: Preset) -> int:
+    return 1 if _workers(preset) > 1 else 2
+
+
+def executor_args(preset: PresetLike, gpu: bool = False) -> dict:
+    """Executor keyword arguments of :func:`graphwm.executors.run_jobs` for a preset."""
+    preset = _preset(preset)
     return {
-        "executor": preset.get("executor", "local"),
+        "executor": preset.executor,
         "max_workers": _workers(preset),
-        "num_gpus_per_job": 1.0 if gpu and preset.get("device", "cpu") == "cuda" else 0.0,
+        "num_gpus_per_job": 1.0 if gpu and preset.device == "cuda" else 0.0,
     }
 
 
-def test_sizes(preset: dict, env: str) -> list[int]:
+def test_sizes(preset: PresetLike, env: str) -> tuple[int, ...]:
     """Test sizes of an env (RGC is capped: its episodes are quadratic in N)."""
-    sizes = preset["collect"]["test_sizes"]
-    if env == "RGC":
-        sizes = [n for n in sizes if n <= preset["collect"].get("rgc_max_test_size", 200)]
-    return sizes
+    return _preset(preset).test_sizes(env)
 
 
-def stage_collect(preset: dict, paths: RunPaths, progress: bool = True) -> None:
-    """Stage 1: random-policy rollouts for every env and split."""
-    c = preset["collect"]
-    multi = preset.get("multi_step", {}).get("size")
-    for env in preset["envs"]:
-        sizes = sorted(set(test_sizes(preset, env)) | ({multi} if multi else set()))
-        specs = [
-            SplitSpec("train", tuple(c["train_sizes"]), c["train_episodes"], True),
-            SplitSpec("val", tuple(c["val_sizes"]), c["val_episodes"], True),
-            SplitSpec("test", tuple(sizes), c["test_episodes"], False),
-        ]
-        collect(paths.data, [env], specs, progress=progress)
-
-
-def stage_fit(preset: dict, paths: RunPaths) -> None:
-    """Stage 2: bandwidths and feature scaling per env."""
-    per_episode = int(preset.get("fit", {}).get("transitions_per_episode", 8))
-    for env in preset["envs"]:
-        fit_env(paths.data, env, paths.fit(env), per_episode=per_episode)
-
-
-def train_config(preset: dict, paths: RunPaths, env: str, model: str, seed: int) -> dict:
-    t = preset["train"]
-    base = model.split(":", 1)[0]
-    config = {
-        "kind": "train",
-        "env": env,
-        "model": model,
-        "seed": seed,
-        "run_dir": str(paths.root),
-        "data_dir": str(paths.data),
-        "fit_dir": str(paths.fit(env)),
-        "device": preset.get("device", "cpu"),
-        "checkpoint_every": int(t.get("checkpoint_every", 1000)),
-        "model_overrides": dict(t.get("model_overrides", {}).get(base, {})),
-        "train_overrides": dict(t.get("train_overrides", {})),
-        "threads": 1 if _workers(preset) > 1 else 2,
+# ---------------------------------------------------------------------------------------------
+# Jobs of a preset (pure: no work, no I/O)
+# ---------------------------------------------------------------------------------------------
+def data_refs(preset: PresetLike, env: str) -> dict[str, list[DataRef]]:
+    """Every collected file of an env, per split (test: test sizes + the multi-step size)."""
+    p = _preset(preset)
+    c = p.collect
+    test = set(p.test_sizes(env)) | ({p.multi_step.size} if p.multi_step else set())
+    return {
+        "train": [DataRef(env, "train", n, c.train_episodes, True) for n in c.train_sizes],
+        "val": [DataRef(env, "val", n, c.val_episodes, True) for n in c.val_sizes],
+        "test": [DataRef(env, "test", n, c.test_episodes, False) for n in sorted(test)],
     }
-    if "steps" in t:
-        config["steps"] = int(t["steps"])
-    else:
-        config["epochs"] = int(t["epochs"])
-    return config
 
 
-def training_configs(preset: dict, paths: RunPaths) -> list[dict]:
-    """Every (env, model, seed) training job, ablations included."""
-    configs = []
-    for env in preset["envs"]:
-        models = list(preset["models"])
-        if env in preset.get("ablation_envs", preset["envs"]):
-            models += [a for a in preset.get("ablations", []) if a not in models]
-        for model in models:
-            for seed in preset["seeds"]:
-                configs.append(train_config(preset, paths, env, model, seed))
-    return configs
-
-
-def stage_train(preset: dict, paths: RunPaths, progress: bool = True) -> list[dict]:
-    """Stage 3: train every model (and ablation) on every env and seed."""
-    return run_jobs(
-        train_job,
-        training_configs(preset, paths),
-        ResultStore(paths.jobs),
-        paths.root,
-        desc="train",
-        progress=progress,
-        **executor_args(preset, gpu=True),
+def fit_job(preset: PresetLike, env: str) -> FitJob:
+    """The bandwidth/scaler fit of an env."""
+    p = _preset(preset)
+    return FitJob(
+        env=env,
+        train_data=tuple(data_refs(p, env)["train"]),
+        transitions_per_episode=p.fit.transitions_per_episode,
+        seed=p.fit.seed,
     )
 
 
-def eval_config_base(preset: dict, paths: RunPaths, env: str, section: str) -> dict:
-    e = preset[section]
-    config = {
-        "env": env,
-        "data_dir": str(paths.data),
-        "fit_dir": str(paths.fit(env)),
-        "num_samples": int(e["num_samples"]),
-        "reference_transitions": int(e["reference_transitions"]),
-        "device": preset.get("device", "cpu"),
-        "threads": 1 if _workers(preset) > 1 else 2,
-    }
-    if e.get("max_episodes") is not None:
-        config["max_episodes"] = int(e["max_episodes"])
-    return config
+def train_job_for(
+    preset: PresetLike,
+    env: str,
+    model: str,
+    seed: int,
+    model_overrides: Mapping[str, Any] | None = None,
+    train_overrides: Mapping[str, Any] | None = None,
+) -> TrainJob:
+    """The training job of (env, model, seed); extra overrides on top of the preset's."""
+    p = _preset(preset)
+    t = p.train
+    base = model.split(":", 1)[0]
+    return make_train_job(
+        env,
+        model,
+        seed,
+        fit_job(p, env),
+        steps=t.steps,
+        epochs=t.epochs,
+        model_overrides={**t.model_overrides.get(base, {}), **(model_overrides or {})},
+        train_overrides={**t.train_overrides, **(train_overrides or {})},
+        device=p.device,
+        precision=t.precision,
+        compile=t.compile,
+        checkpoint_every=t.checkpoint_every,
+        log_every=t.log_every,
+        threads=_threads(p),
+    )
 
 
-def stage_evaluate(preset: dict, paths: RunPaths, trained: list[dict], progress: bool = True):
-    """Stages 4-7: self-GDD, single-step GDD (models and ablations), multi-step GDD."""
+def training_jobs(preset: PresetLike) -> list[TrainJob]:
+    """Every (env, model, seed) training job, ablations included."""
+    p = _preset(preset)
+    return [
+        train_job_for(p, env, model, seed)
+        for env in p.envs
+        for model in p.models_of(env)
+        for seed in p.seeds
+    ]
+
+
+def _test_ref(preset: Preset, env: str, size: int) -> DataRef:
+    return DataRef(env, "test", size, preset.collect.test_episodes, False)
+
+
+def evaluation_jobs(preset: PresetLike) -> list[EvalJob]:
+    """Self-GDD, single-step (models and ablations) and multi-step jobs of a preset."""
+    p = _preset(preset)
+    e, threads = p.evaluate, _threads(p)
+    jobs: list[EvalJob] = []
+    for env in p.envs:
+        fit = fit_job(p, env)
+        for size in p.test_sizes(env):
+            for seed in p.seeds:
+                jobs.append(
+                    EvalJob(
+                        "self_gdd",
+                        env,
+                        size,
+                        seed,
+                        _test_ref(p, env, size),
+                        fit,
+                        e.num_samples,
+                        e.reference_transitions,
+                        e.max_episodes,
+                        threads=threads,
+                    )
+                )
+    for train in training_jobs(p):
+        fit = train.fit
+        for size in p.test_sizes(train.env):
+            jobs.append(
+                EvalJob(
+                    "single_step",
+                    train.env,
+                    size,
+                    train.seed,
+                    _test_ref(p, train.env, size),
+                    fit,
+                    e.num_samples,
+                    e.reference_transitions,
+                    e.max_episodes,
+                    train=train,
+                    permutations=e.permutations,
+                    alpha=e.alpha,
+                    device=p.device,
+                    threads=threads,
+                )
+            )
+        m = p.multi_step
+        if m is not None and train.model in p.models:
+            jobs.append(
+                EvalJob(
+                    "multi_step",
+                    train.env,
+                    m.size,
+                    train.seed,
+                    _test_ref(p, train.env, m.size),
+                    fit,
+                    m.num_samples,
+                    m.reference_transitions,
+                    m.max_episodes,
+                    horizon=m.horizon,
+                    train=train,
+                    device=p.device,
+                    threads=threads,
+                )
+            )
+    return jobs
+
+
+# ---------------------------------------------------------------------------------------------
+# Stages
+# ---------------------------------------------------------------------------------------------
+def _update_run_record(paths: RunPaths, **entries: Any) -> None:
+    """Merge ``entries`` into ``run.json`` (rebuilt from scratch if unreadable)."""
+    current: dict[str, Any] = {}
+    if paths.run_record.exists():
+        try:
+            loaded = read_json(paths.run_record)
+            current = loaded if isinstance(loaded, dict) else {}
+        except Exception:  # run.json is derived: a corrupt one is simply rewritten
+            current = {}
+    current.update(entries)
+    atomic_write_json(paths.run_record, current)
+
+
+def stage_collect(preset: PresetLike, paths: RunPaths, progress: bool = True) -> list[DataRef]:
+    """Stage 1: random-policy rollouts for every env and split."""
+    p = _preset(preset)
+    refs = [ref for env in p.envs for split in data_refs(p, env).values() for ref in split]
+    with run_lock(paths.root):
+        return collect(paths, refs, progress=progress)
+
+
+def stage_fit(preset: PresetLike, paths: RunPaths) -> dict[str, Path]:
+    """Stage 2: bandwidths and feature scaling per env; returns env -> fit folder."""
+    p = _preset(preset)
+    with run_lock(paths.root):
+        return {env: run_fit(paths, fit_job(p, env)) for env in p.envs}
+
+
+def stage_train(preset: PresetLike, paths: RunPaths, progress: bool = True) -> list[TrainRecord]:
+    """Stage 3: train every model (and ablation) on every env and seed."""
+    p = _preset(preset)
+    jobs = training_jobs(p)
+    with run_lock(paths.root):
+        stage_collect(p, paths, progress)
+        stage_fit(p, paths)
+        records = run_jobs(
+            train_job,
+            jobs,
+            ResultStore(paths.jobs),
+            paths,
+            desc="train",
+            progress=progress,
+            verify=lambda r: verify_trained(paths.root, r),
+            **executor_args(p, gpu=True),
+        )
+        _update_run_record(
+            paths,
+            preset=p.name,
+            train=[
+                {"env": j.env, "model": j.model, "seed": j.seed, "key": j.key, "dir": j.reldir}
+                for j in jobs
+            ],
+        )
+    return records
+
+
+def stage_evaluate(preset: PresetLike, paths: RunPaths, progress: bool = True) -> list[Record]:
+    """Stages 4-7: self-GDD, single-step GDD (models and ablations), multi-step GDD.
+
+    Trains whatever is not trained yet first (finished training jobs are skipped).
+    """
+    p = _preset(preset)
+    jobs = evaluation_jobs(p)
     store = ResultStore(paths.results)
-    jobs: list[tuple[Any, dict]] = []
-    for env in preset["envs"]:
-        for size in test_sizes(preset, env):
-            for seed in preset["seeds"]:
-                cfg = eval_config_base(preset, paths, env, "evaluate")
-                jobs.append((self_gdd_job, {**cfg, "kind": "self_gdd", "size": size, "seed": seed}))
-    for t in trained:
-        env = t["env"]
-        for size in test_sizes(preset, env):
-            cfg = eval_config_base(preset, paths, env, "evaluate")
-            jobs.append(
-                (
-                    single_step_job,
-                    {
-                        **cfg,
-                        "kind": "single_step",
-                        "size": size,
-                        "model": t["model"],
-                        "seed": t["seed"],
-                        "checkpoint": t["checkpoint"],
-                    },
+    with run_lock(paths.root):
+        stage_train(p, paths, progress)
+        records: list[Record] = []
+        for fn, kind in (
+            (self_gdd_job, "self_gdd"),
+            (single_step_job, "single_step"),
+            (multi_step_job, "multi_step"),
+        ):
+            batch = [j for j in jobs if j.kind == kind]
+            if batch:
+                records += run_jobs(
+                    fn,
+                    batch,
+                    store,
+                    paths,
+                    desc=fn.__name__,
+                    progress=progress,
+                    **executor_args(p),
                 )
-            )
-        if "multi_step" in preset and t["model"] in preset["models"]:
-            m = preset["multi_step"]
-            cfg = eval_config_base(preset, paths, env, "multi_step")
-            jobs.append(
-                (
-                    multi_step_job,
-                    {
-                        **cfg,
-                        "kind": "multi_step",
-                        "size": int(m["size"]),
-                        "horizon": int(m["horizon"]),
-                        "model": t["model"],
-                        "seed": t["seed"],
-                        "checkpoint": t["checkpoint"],
-                    },
-                )
-            )
-    results = []
-    for fn in (self_gdd_job, single_step_job, multi_step_job):
-        configs = [c for f, c in jobs if f is fn]
-        if configs:
-            results += run_jobs(
-                fn,
-                configs,
-                store,
-                paths.root,
-                desc=fn.__name__,
-                progress=progress,
-                **executor_args(preset),
-            )
-    return results
+        _update_run_record(
+            paths, results=sorted(f"results/{j.key}.json" for j in jobs), evaluated=p.name
+        )
+    return records
 
 
-def reproduce(preset: dict, out: Path, progress: bool = True) -> Path:
-    """Run every stage of ``preset`` into ``out``; returns the report directory."""
+def reproduce(
+    preset: PresetLike, out: Path, progress: bool = True, redo_corrupt: bool = False
+) -> Path:
+    """Run every stage of ``preset`` into ``out``; returns the report directory.
+
+    The preset is validated before any work starts.
+    """
     from graphwm.report import build_report
 
-    paths = RunPaths(Path(out))
-    paths.root.mkdir(parents=True, exist_ok=True)
-    stage_collect(preset, paths, progress)
-    stage_fit(preset, paths)
-    trained = stage_train(preset, paths, progress)
-    stage_evaluate(preset, paths, trained, progress)
-    build_report(paths.root)
+    p = _preset(preset)
+    paths = RunPaths(Path(out), redo_corrupt=redo_corrupt)
+    with run_lock(paths.root):
+        stage_evaluate(p, paths, progress)
+        build_report(paths.root)
     return paths.root / "report"

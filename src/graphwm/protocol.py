@@ -32,6 +32,7 @@ STREAM_ENV = 0
 STREAM_SELF = 1
 STREAM_MODEL = 2
 STREAM_POSTERIOR = 3  # the model's posterior pass over a whole reference episode
+STREAM_PERMUTATION = 4  # the relabelings of the indistinguishability test
 
 
 def reference_indices(num_transitions: int, count: int = 20) -> np.ndarray:
@@ -153,14 +154,43 @@ def transition_gdd(
     schema: Mapping[str, Any],
     bandwidths: Any,
     terminal: bool,
+    estimator: str = "biased",
 ):
     """GDD between model and environment metric sample sets of one transition.
 
     ``schema`` is the env schema; it is extended with reward/continuation/action mask here. A
-    terminal reference transition is scored on reward and continuation only.
+    terminal reference transition is scored on reward and continuation only. ``estimator``:
+    "biased" (the paper's V-statistic) or "unbiased" (U-statistic).
     """
     from gdd_metric import gdd
 
     if terminal:
-        return gdd(terminal_view(model_set), terminal_view(env_set), terminal_schema(), bandwidths)
-    return gdd(model_set, env_set, extend_schema(schema), bandwidths)
+        return gdd(
+            terminal_view(model_set),
+            terminal_view(env_set),
+            terminal_schema(),
+            bandwidths,
+            estimator=estimator,
+        )
+    return gdd(model_set, env_set, extend_schema(schema), bandwidths, estimator=estimator)
+
+
+def transition_p_value(
+    model_set: Mapping[str, np.ndarray],
+    env_set: Mapping[str, np.ndarray],
+    schema: Mapping[str, Any],
+    bandwidths: Any,
+    terminal: bool,
+    num_permutations: int,
+    seed: int,
+) -> float:
+    """p-value of gdd-metric's permutation test (GDD statistic, same view as
+    :func:`transition_gdd`) of "model and env samples come from one distribution"."""
+    from gdd_metric import permutation_test
+
+    rng = np.random.default_rng(seed)
+    if terminal:
+        args = (terminal_view(model_set), terminal_view(env_set), terminal_schema())
+    else:
+        args = (model_set, env_set, extend_schema(schema))
+    return permutation_test(*args, bandwidths, num_permutations, rng)[1]

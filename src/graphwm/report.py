@@ -1,24 +1,27 @@
 """Stage 8 of the pipeline, ``graphwm report RUN_DIR``: tables and figures from stored results.
 
-Reads ``RUN_DIR/results/*.json`` (one evaluation job each) and the training logs
-``RUN_DIR/train/<ENV>/<model>/seed<k>/log.csv``, and writes the paper-shaped tables
+Reads the results of the last preset run (``RUN_DIR/run.json`` lists them; without it every
+``RUN_DIR/results/*.json``, one evaluation job each) through their record types, and the
+training logs (:mod:`graphwm.training_logs`), and writes the paper-shaped tables
 (Markdown and LaTeX) and matplotlib figures into ``RUN_DIR/report/``. Nothing is recomputed;
 rebuilding from the same results gives the same files (see docs/reporting.md, "Reports").
 """
 
 from __future__ import annotations
 
-import csv
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from graphwm import report_figures
+from graphwm.records import (
+    RECORD_TYPES,
+    RESULT_KINDS,
+    Record,
+    ResultsFormatError,
+    parse_record,
+)
 from graphwm.report_tables import (
-    COMPONENTS,
     SeedStats,
     Table,
     aggregate,
@@ -29,6 +32,8 @@ from graphwm.report_tables import (
     to_latex,
     to_markdown,
 )
+from graphwm.store import CorruptFileError, read_json
+from graphwm.training_logs import TrainingLog, load_training_logs
 
 __all__ = [
     "KINDS",
@@ -47,148 +52,70 @@ __all__ = [
     "t_critical",
 ]
 
-KINDS = ("single_step", "multi_step", "self_gdd")
-# Keys the report reads, per kind (other documented or unknown keys are ignored).
-REQUIRED_KEYS: dict[str, tuple[str, ...]] = {
-    "single_step": ("env", "model", "seed", "size", "gdd", "components", "factor_metrics"),
-    "multi_step": (
-        "env",
-        "model",
-        "seed",
-        "size",
-        "horizons",
-        "gdd",
-        "components",
-        "invalid_rate_model",
-        "invalid_rate_env",
-    ),
-    "self_gdd": ("env", "size", "seed", "gdd"),
-}
+KINDS = RESULT_KINDS
+# Keys a result file must hold, per kind (other documented or unknown keys are optional).
+REQUIRED_KEYS: dict[str, tuple[str, ...]] = {k: RECORD_TYPES[k].REQUIRED for k in KINDS}
 REPORT_DIRNAME = "report"
 MAIN_TABLE = "gdd_single_step"
-
-
-class ResultsFormatError(ValueError):
-    """A results or training-log file does not follow the results-store format."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Loading and validation of results/*.json
-# ---------------------------------------------------------------------------------------------
-def _number(value: object, where: str, path: Path) -> float:
-    """A JSON number as float; ``null`` reads as NaN (so it shows as ``nan``, not a crash)."""
-    if value is None:
-        return math.nan
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ResultsFormatError(f"{path}: {where} must be a number, got {value!r}")
-    return float(value)
-
-
-def _integer(value: object, where: str, path: Path) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ResultsFormatError(f"{path}: {where} must be an integer, got {value!r}")
-    return value
-
-
-def _string(value: object, where: str, path: Path) -> str:
-    if not isinstance(value, str) or not value:
-        raise ResultsFormatError(f"{path}: {where} must be a non-empty string, got {value!r}")
-    return value
-
-
-def _mapping(value: object, where: str, path: Path) -> dict:
-    if not isinstance(value, dict):
-        raise ResultsFormatError(f"{path}: {where} must be an object, got {value!r}")
-    return value
-
-
-def _numbers(value: object, where: str, path: Path, length: int | None = None) -> list[float]:
-    if not isinstance(value, list):
-        raise ResultsFormatError(f"{path}: {where} must be a list, got {value!r}")
-    if length is not None and len(value) != length:
-        raise ResultsFormatError(
-            f"{path}: {where} has {len(value)} entries, expected {length} (one per horizon)"
-        )
-    return [_number(v, f"{where}[{i}]", path) for i, v in enumerate(value)]
-
-
-def _components(value: object, where: str, path: Path, length: int | None) -> dict:
-    comps = _mapping(value, where, path)
-    out = {}
-    for c in COMPONENTS:
-        if c not in comps:
-            raise ResultsFormatError(f"{path}: {where} lacks component {c!r}")
-        sub = f"{where}.{c}"
-        out[c] = (
-            _number(comps[c], sub, path)
-            if length is None
-            else _numbers(comps[c], sub, path, length)
-        )
-    return out
-
-
-def _validate(raw: object, path: Path) -> dict:
-    """Check one results object against the store format; return a normalised copy."""
-    record = _mapping(raw, "the top level", path)
-    kind = record.get("kind")
-    if kind not in KINDS:
-        raise ResultsFormatError(
-            f"{path}: unknown or missing 'kind' {kind!r}; expected one of {KINDS}"
-        )
-    missing = [k for k in REQUIRED_KEYS[kind] if k not in record]
-    if missing:
-        raise ResultsFormatError(f"{path}: kind {kind!r} lacks required key(s) {missing}")
-    out: dict = {
-        "kind": kind,
-        "env": _string(record["env"], "'env'", path),
-        "seed": _integer(record["seed"], "'seed'", path),
-        "size": _integer(record["size"], "'size'", path),
-    }
-    if kind == "self_gdd":
-        out["gdd"] = _number(record["gdd"], "'gdd'", path)
-        return out
-    out["model"] = _string(record["model"], "'model'", path)
-    if kind == "single_step":
-        out["gdd"] = _number(record["gdd"], "'gdd'", path)
-        out["components"] = _components(record["components"], "'components'", path, None)
-        fm = _mapping(record["factor_metrics"], "'factor_metrics'", path)
-        if "adjacency_bce" not in fm or "features" not in fm:
-            raise ResultsFormatError(
-                f"{path}: 'factor_metrics' needs keys 'adjacency_bce' and 'features'"
-            )
-        features = _mapping(fm["features"], "'factor_metrics.features'", path)
-        out["factor_metrics"] = {
-            "adjacency_bce": _number(fm["adjacency_bce"], "'factor_metrics.adjacency_bce'", path),
-            "features": {
-                str(k): _number(v, f"'factor_metrics.features.{k}'", path)
-                for k, v in features.items()
-            },
-        }
-        return out
-    # multi_step
-    if not isinstance(record["horizons"], list) or not record["horizons"]:
-        raise ResultsFormatError(f"{path}: 'horizons' must be a non-empty list of integers")
-    horizons = [_integer(h, f"'horizons[{i}]'", path) for i, h in enumerate(record["horizons"])]
-    if len(set(horizons)) != len(horizons):
-        raise ResultsFormatError(f"{path}: 'horizons' has duplicates: {horizons}")
-    n = len(horizons)
-    out["horizons"] = horizons
-    out["gdd"] = _numbers(record["gdd"], "'gdd'", path, n)
-    out["components"] = _components(record["components"], "'components'", path, n)
-    for key in ("invalid_rate_model", "invalid_rate_env"):
-        out[key] = _numbers(record[key], f"'{key}'", path, n)
-    return out
 
 
 def _identity(record: dict) -> tuple:
     return (record["kind"], record["env"], record.get("model"), record["size"], record["seed"])
 
 
-def load_results(run_dir: Path | str) -> list[dict]:
-    """Read and validate every ``RUN_DIR/results/*.json`` (sorted by file name).
+def _report_view(record: Record) -> dict:
+    """The keys the report reads (``None`` fields left out)."""
+    return {k: v for k, v in record.to_dict().items() if k in _REPORT_KEYS and v is not None}
 
-    Returns normalised copies holding only the keys the report reads (numbers as float,
-    ``null`` as NaN; unknown extra keys are dropped). An absent ``results/`` folder gives ``[]``.
+
+_REPORT_KEYS = {
+    "kind",
+    "env",
+    "model",
+    "seed",
+    "size",
+    "gdd",
+    "gdd_unbiased",
+    "components",
+    "factor_metrics",
+    "indistinguishable",
+    "num_permutations",
+    "alpha",
+    "num_transitions",
+    "horizons",
+    "invalid_rate_model",
+    "invalid_rate_env",
+}
+
+
+def result_files(run_dir: Path) -> list[Path]:
+    """The result files of a run: those ``run.json`` lists (the last preset run), else every
+    ``results/*.json``.
+
+    Raises:
+        ResultsFormatError: ``run.json`` is unreadable or lists a missing file.
+    """
+    record = run_dir / "run.json"
+    if record.exists():
+        try:
+            listed = read_json(record).get("results")
+        except (CorruptFileError, AttributeError) as err:
+            raise ResultsFormatError(f"{record}: unreadable ({err})") from None
+        if listed is not None:
+            files = [run_dir / rel for rel in listed]
+            missing = [str(f) for f in files if not f.exists()]
+            if missing:
+                raise ResultsFormatError(f"{record} lists missing result file(s) {missing[:3]}")
+            return sorted(files)
+    return sorted((run_dir / "results").glob("*.json"))
+
+
+def load_results(run_dir: Path | str) -> list[dict]:
+    """Read and validate the results of a run (:func:`result_files`), sorted by file name.
+
+    Each file is parsed through its record type (:mod:`graphwm.records`); returns the keys the
+    report reads as dicts (numbers as float, ``null`` as NaN; unknown extra keys are dropped).
+    An absent ``results/`` folder gives ``[]``.
 
     Raises:
         FileNotFoundError: ``run_dir`` is not a directory.
@@ -199,17 +126,14 @@ def load_results(run_dir: Path | str) -> list[dict]:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise FileNotFoundError(f"run directory {run_dir} does not exist")
-    results_dir = run_dir / "results"
-    if not results_dir.is_dir():
-        return []
     records: list[dict] = []
     seen: dict[tuple, Path] = {}
-    for path in sorted(results_dir.glob("*.json")):
+    for path in result_files(run_dir):
         try:
             raw = json.loads(path.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
             raise ResultsFormatError(f"{path}: not valid JSON ({err})") from err
-        record = _validate(raw, path)
+        record = _report_view(parse_record(raw, path, KINDS))
         ident = _identity(record)
         if ident in seen:
             raise ResultsFormatError(
@@ -218,63 +142,6 @@ def load_results(run_dir: Path | str) -> list[dict]:
         seen[ident] = path
         records.append(record)
     return records
-
-
-# ---------------------------------------------------------------------------------------------
-# Training logs
-# ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class TrainingLog:
-    """The ``step`` and total-loss (``loss`` or ``total``) columns of one job's ``log.csv``."""
-
-    env: str
-    model: str
-    seed: int
-    step: np.ndarray
-    total: np.ndarray
-    path: Path
-
-
-def _read_log(path: Path, env: str, model: str, seed: int) -> TrainingLog:
-    with path.open(newline="", encoding="utf-8") as fh:
-        rows = list(csv.reader(fh))
-    # gdm_models' trainer names the total loss "loss"; "total" is accepted as well
-    if not rows or rows[0][:2] not in (["step", "total"], ["step", "loss"]):
-        raise ResultsFormatError(f"{path}: header must start with 'step,loss' (or 'step,total')")
-    steps, totals = [], []
-    for line, row in enumerate(rows[1:], start=2):
-        if not row:
-            continue
-        if len(row) != len(rows[0]):
-            raise ResultsFormatError(
-                f"{path}: line {line} has {len(row)} fields, header has {len(rows[0])}"
-            )
-        try:
-            steps.append(int(float(row[0])))
-            totals.append(float(row[1]) if row[1] != "" else math.nan)
-        except ValueError as err:
-            raise ResultsFormatError(f"{path}: line {line}: {err}") from err
-    return TrainingLog(env, model, seed, np.asarray(steps), np.asarray(totals, float), path)
-
-
-def load_training_logs(run_dir: Path | str) -> list[TrainingLog]:
-    """Read every ``RUN_DIR/train/<ENV>/<model>/seed<k>/log.csv`` (``__`` in a path = ``:``).
-
-    Only the ``step`` and ``total`` columns are kept (term columns differ between models).
-    Logs without data rows are skipped. Raises :class:`ResultsFormatError` naming the file
-    on a bad header or row.
-    """
-    logs = []
-    for path in sorted(Path(run_dir).glob("train/*/*/seed*/log.csv")):
-        seed_dir, model_dir, env_dir = path.parent, path.parent.parent, path.parent.parent.parent
-        try:
-            seed = int(seed_dir.name.removeprefix("seed"))
-        except ValueError as err:
-            raise ResultsFormatError(f"{path}: folder {seed_dir.name!r} is not seed<k>") from err
-        log = _read_log(path, env_dir.name, model_dir.name.replace("__", ":"), seed)
-        if log.step.size:
-            logs.append(log)
-    return logs
 
 
 # ---------------------------------------------------------------------------------------------

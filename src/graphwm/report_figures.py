@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 from matplotlib.axes import Axes
@@ -31,9 +30,7 @@ from graphwm.report_tables import (
     reference_size,
     split_models,
 )
-
-if TYPE_CHECKING:
-    from graphwm.report import TrainingLog
+from graphwm.training_logs import TrainingLog
 
 FIGURE_TITLES = {
     "gdd_vs_size": "Single-step GDD vs graph size",

@@ -1,19 +1,37 @@
-"""Seed aggregation and the paper-shaped result tables (Markdown and LaTeX/booktabs).
+"""The paper-shaped result tables: ordering and names of models and envs, and the builders.
 
-Every table is first built as a :class:`Table` (label columns + ``mean ± CI`` cells) and then
-rendered by :func:`to_markdown` and :func:`to_latex`, so both formats always agree.
-Input records are the validated dicts returned by :func:`graphwm.report.load_results`.
+Every table is built as a :class:`~graphwm.table_model.Table` (label columns + ``mean ± CI``
+cells, statistics from :mod:`graphwm.stats`) and rendered by :mod:`graphwm.table_format`, so
+Markdown and LaTeX always agree. Input records are the validated dicts returned by
+:func:`graphwm.report.load_results`.
 """
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
 
-import numpy as np
-from scipy import stats
+from graphwm.stats import SeedStats, aggregate, mean_ci, t_critical
+from graphwm.table_format import format_mean_ci, format_number, latex_escape, to_latex, to_markdown
+from graphwm.table_model import Cell, Row, Table, mark_best
+
+# re-exported for the report and older imports
+__all__ = [
+    "Cell",
+    "Row",
+    "SeedStats",
+    "Table",
+    "aggregate",
+    "build_tables",
+    "format_mean_ci",
+    "format_number",
+    "latex_escape",
+    "mark_best",
+    "mean_ci",
+    "t_critical",
+    "to_latex",
+    "to_markdown",
+]
 
 # Display order and names of the paper's models (section "Experiments", "Baselines"). Several
 # spellings are accepted because the report must not depend on the models package; an
@@ -44,59 +62,6 @@ ENV_ORDER = ("RGC", "OD", "SAR", "CF")
 COMPONENTS = ("node", "graph", "edge", "joint")
 # Separator of ablation names, e.g. "gdm:no-h-plus" (models package naming).
 ABLATION_SEP = ":"
-
-
-# ---------------------------------------------------------------------------------------------
-# Aggregation over seeds
-# ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class SeedStats:
-    """Mean and 95% confidence half-width of one quantity over ``n`` seeds."""
-
-    mean: float
-    ci: float
-    n: int
-
-
-def t_critical(n: int, confidence: float = 0.95) -> float:
-    """Two-sided Student-t critical value ``t_{(1+confidence)/2, n-1}`` for ``n >= 2`` seeds."""
-    if n < 2:
-        raise ValueError(f"t_critical needs n >= 2 samples, got n={n}")
-    return float(stats.t.ppf(0.5 + confidence / 2.0, df=n - 1))
-
-
-def mean_ci(values: Iterable[float], confidence: float = 0.95) -> SeedStats:
-    """Mean and Student-t confidence half-width over seeds.
-
-    ``ci = t_{0.975, n-1} * std(ddof=1) / sqrt(n)``; ``ci = 0`` when ``n == 1``; mean and ci are
-    NaN when ``n == 0``. NaN or inf values propagate (the cell then reads ``nan``/``inf``), so a
-    broken seed is visible in the table instead of silently dropped.
-    """
-    x = np.asarray(list(values), dtype=np.float64)
-    n = int(x.size)
-    if n == 0:
-        return SeedStats(math.nan, math.nan, 0)
-    with np.errstate(invalid="ignore", over="ignore"):
-        mean = float(np.mean(x))
-        if n == 1:
-            return SeedStats(mean, 0.0 if math.isfinite(mean) else math.nan, 1)
-        half = t_critical(n, confidence) * float(np.std(x, ddof=1)) / math.sqrt(n)
-    return SeedStats(mean, half, n)
-
-
-def aggregate(
-    records: Iterable[dict],
-    key: Callable[[dict], tuple],
-    value: Callable[[dict], float],
-) -> dict[tuple, SeedStats]:
-    """Group ``records`` by ``key(record)`` and aggregate ``value(record)`` over the group.
-
-    Each group holds one record per seed (duplicates are rejected by ``load_results``).
-    """
-    groups: dict[tuple, list[float]] = defaultdict(list)
-    for record in records:
-        groups[key(record)].append(value(record))
-    return {k: mean_ci(v) for k, v in groups.items()}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -165,159 +130,6 @@ def reference_size(records: Iterable[dict], env: str) -> int | None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Table model and renderers
-# ---------------------------------------------------------------------------------------------
-@dataclass
-class Cell:
-    """One ``mean ± CI`` cell; ``bold`` marks the best (lowest mean) entry of its column group."""
-
-    stats: SeedStats
-    bold: bool = False
-
-
-@dataclass
-class Row:
-    """A table row: label strings (env, model, ...) followed by value cells (None = missing)."""
-
-    labels: list[str]
-    cells: list[Cell | None]
-    group_start: bool = False
-
-
-@dataclass
-class Table:
-    """A result table rendered identically to Markdown and LaTeX."""
-
-    name: str
-    caption: str
-    label_columns: list[str]
-    value_columns: list[str]
-    rows: list[Row] = field(default_factory=list)
-    digits: int = 3
-    scientific: bool = False
-    bold_best: bool = True
-
-    def seed_counts(self) -> list[int]:
-        """Number of seeds of every present cell."""
-        return [c.stats.n for row in self.rows for c in row.cells if c is not None]
-
-
-def format_number(x: float, digits: int = 3, scientific: bool = False) -> str:
-    """Fixed-point (``2.000``) or scientific (``1.23e-04``) text; ``nan``/``inf`` verbatim."""
-    if not math.isfinite(x):
-        return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
-    if scientific:
-        return "0" if x == 0 else f"{x:.{digits - 1}e}"
-    return f"{x:.{digits}f}"
-
-
-def format_mean_ci(s: SeedStats, digits: int = 3, scientific: bool = False) -> str:
-    """``"mean ± ci"`` text of a cell, e.g. ``"2.000 ± 2.484"``."""
-    return (
-        f"{format_number(s.mean, digits, scientific)} ± {format_number(s.ci, digits, scientific)}"
-    )
-
-
-def mark_best(cells: Sequence[Cell | None]) -> None:
-    """Bold the cell(s) with the lowest finite mean (ties all bold; NaN/inf never bold)."""
-    finite = [c for c in cells if c is not None and math.isfinite(c.stats.mean)]
-    if not finite:
-        return
-    best = min(c.stats.mean for c in finite)
-    for c in finite:
-        c.bold = c.stats.mean == best
-
-
-def _seed_note(table: Table) -> str:
-    counts = table.seed_counts()
-    if not counts:
-        return ""
-    lo, hi = min(counts), max(counts)
-    seeds = (
-        f"{lo} seed{'' if lo == 1 else 's'}" if lo == hi else f"{lo}-{hi} seeds (varies per cell)"
-    )
-    note = f"Mean ± 95% CI (Student t) over {seeds}"
-    return note + ("; lowest mean in bold." if table.bold_best else ".")
-
-
-def _md_escape(text: str) -> str:
-    return text.replace("|", "\\|")
-
-
-def to_markdown(table: Table) -> str:
-    """GitHub-flavoured Markdown rendering (title, note, pipe table)."""
-    header = table.label_columns + table.value_columns
-    lines = [f"### {table.caption}", ""]
-    note = _seed_note(table)
-    if note:
-        lines += [note, ""]
-    lines.append("| " + " | ".join(_md_escape(h) for h in header) + " |")
-    aligns = [":--"] * len(table.label_columns) + ["--:"] * len(table.value_columns)
-    lines.append("|" + "|".join(aligns) + "|")
-    for row in table.rows:
-        texts = [_md_escape(s) for s in row.labels]
-        for cell in row.cells:
-            if cell is None:
-                texts.append("—")
-                continue
-            text = format_mean_ci(cell.stats, table.digits, table.scientific)
-            texts.append(f"**{text}**" if cell.bold else text)
-        lines.append("| " + " | ".join(texts) + " |")
-    return "\n".join(lines) + "\n"
-
-
-_LATEX_SPECIAL = {
-    "\\": r"\textbackslash{}",
-    "&": r"\&",
-    "%": r"\%",
-    "$": r"\$",
-    "#": r"\#",
-    "_": r"\_",
-    "{": r"\{",
-    "}": r"\}",
-    "~": r"\textasciitilde{}",
-    "^": r"\textasciicircum{}",
-}
-
-
-def latex_escape(text: str) -> str:
-    """Escape LaTeX special characters in plain text."""
-    return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in text)
-
-
-def _latex_value(cell: Cell, table: Table) -> str:
-    mean = format_number(cell.stats.mean, table.digits, table.scientific)
-    ci = format_number(cell.stats.ci, table.digits, table.scientific)
-    text = f"{mean} $\\pm$ {ci}"
-    return f"\\textbf{{{text}}}" if cell.bold else text
-
-
-def to_latex(table: Table) -> str:
-    """A booktabs ``tabular`` (to ``\\input`` inside a ``table`` float, as in the paper).
-
-    Needs ``\\usepackage{booktabs}``. Missing cells read ``--``; groups (one per environment)
-    are separated by ``\\midrule``.
-    """
-    spec = "l" * len(table.label_columns) + "c" * len(table.value_columns)
-    header = [latex_escape(h) for h in table.label_columns + table.value_columns]
-    lines = [
-        f"% {table.caption}. {_seed_note(table)}".rstrip(),
-        f"\\begin{{tabular}}{{{spec}}}",
-        "\\toprule",
-        " & ".join(header) + " \\\\",
-        "\\midrule",
-    ]
-    for i, row in enumerate(table.rows):
-        if row.group_start and i > 0:
-            lines.append("\\midrule")
-        texts = [latex_escape(s) for s in row.labels]
-        texts += ["--" if c is None else _latex_value(c, table) for c in row.cells]
-        lines.append(" & ".join(texts) + " \\\\")
-    lines += ["\\bottomrule", "\\end{tabular}"]
-    return "\n".join(lines) + "\n"
-
-
-# ---------------------------------------------------------------------------------------------
 # Builders (each returns None when its kind is absent)
 # ---------------------------------------------------------------------------------------------
 def _model_size_table(
@@ -345,19 +157,63 @@ def _model_size_table(
     return table
 
 
+INDISTINGUISHABLE_COLUMN = "Indist."
+
+
+def _indistinguishable_note(records: list[dict]) -> str:
+    perms = sorted({r.get("num_permutations") for r in records} - {None})
+    alphas = sorted({r.get("alpha") for r in records} - {None})
+    return (
+        f"{INDISTINGUISHABLE_COLUMN}: share of reference transitions (all sizes) where a"
+        f" permutation test ({', '.join(map(str, perms))} relabelings, GDD statistic) cannot tell"
+        f" model samples from environment samples at level alpha ="
+        f" {', '.join(map(str, alphas))} (higher is better; beyond the paper)."
+    )
+
+
+def _indistinguishable_share(records: list[dict]) -> float:
+    """Share over every reference transition of a model's records (one seed)."""
+    weights = [r.get("num_transitions") or 1 for r in records]
+    shares = [r["indistinguishable"] for r in records]
+    return float(sum(w * s for w, s in zip(weights, shares, strict=True)) / sum(weights))
+
+
 def single_step_table(records: list[dict]) -> Table | None:
-    """(a) Single-step GDD (paper table "ood_eval"): env x model rows, size columns."""
+    """(a) Single-step GDD (paper table "ood_eval"): env x model rows, size columns.
+
+    When the results hold the permutation test, one more column gives per model the share of
+    reference transitions whose model and environment samples it cannot tell apart (mean and
+    CI over seeds of the per-seed share over all sizes).
+    """
     models, _ = split_models(by_kind(records, "single_step"))
 
     def models_of_env(env: str) -> list[str]:
         return order_models(r["model"] for r in models if r["env"] == env)
 
-    return _model_size_table(
+    table = _model_size_table(
         models,
         "gdd_single_step",
         "GDD score (lower is better) for single-step predictions on test sets of different sizes",
         models_of_env,
     )
+    tested = [r for r in models if "indistinguishable" in r]
+    if table is None or not tested:
+        return table
+    per_seed: dict[tuple, list[dict]] = defaultdict(list)
+    for r in tested:
+        per_seed[(r["env"], r["model"], r["seed"])].append(r)
+    shares: dict[tuple, list[float]] = defaultdict(list)
+    for (env, model, _), group in per_seed.items():
+        shares[(env, model)].append(_indistinguishable_share(group))
+    table.value_columns.append(INDISTINGUISHABLE_COLUMN)
+    env = ""
+    for row in table.rows:
+        env = row.labels[0] or env
+        model = next(m for m in models_of_env(env) if model_display(m) == row.labels[1])
+        values = shares.get((env, model))
+        row.cells.append(Cell(mean_ci(values)) if values else None)
+    table.notes.append(_indistinguishable_note(tested))
+    return table
 
 
 def ablation_table(records: list[dict], reference_model: str = "gdm") -> Table | None:
@@ -391,26 +247,44 @@ def ablation_table(records: list[dict], reference_model: str = "gdm") -> Table |
     )
 
 
+SELF_GDD_NOTE = (
+    "Biased: the paper's V-statistic estimate; it is positive even for two sample sets of one"
+    " distribution (its square has expectation of order 1/kappa), so it is the floor a model's"
+    " GDD can reach at this sample size. Unbiased: the U-statistic on the same samples (signed"
+    " square root of the mean unbiased MMD^2), whose expectation is 0 here."
+)
+
+
 def self_gdd_table(records: list[dict]) -> Table | None:
-    """(b) Self-GDD of each environment against itself (paper table "self_mmd"): env x size."""
+    """(b) Self-GDD of each environment against itself (paper table "self_mmd"): env x size.
+
+    One row per estimator: the biased one (the paper's definition) and, when the results hold
+    it, the unbiased one on the same samples, side by side.
+    """
     selfs = by_kind(records, "self_gdd")
     if not selfs:
         return None
-    agg = aggregate(selfs, lambda r: (r["env"], r["size"]), lambda r: r["gdd"])
     sizes = sorted({r["size"] for r in selfs})
     table = Table(
         "self_gdd",
         "Self-GDD between the reference environment distribution and a sampled environment"
         " distribution",
-        ["Env"],
+        ["Env", "Estimator"],
         [f"N={n}" for n in sizes],
         digits=3,
         scientific=True,
         bold_best=False,
     )
+    estimators = [("biased (paper)", "gdd")]
+    if any("gdd_unbiased" in r for r in selfs):
+        estimators.append(("unbiased", "gdd_unbiased"))
+        table.notes.append(SELF_GDD_NOTE)
     for env in order_envs(r["env"] for r in selfs):
-        cells = [Cell(agg[(env, n)]) if (env, n) in agg else None for n in sizes]
-        table.rows.append(Row([env], cells, group_start=True))
+        for i, (label, field_name) in enumerate(estimators):
+            mine = [r for r in selfs if r["env"] == env and field_name in r]
+            agg = aggregate(mine, lambda r: (r["size"],), lambda r, f=field_name: r[f])
+            cells = [Cell(agg[(n,)]) if (n,) in agg else None for n in sizes]
+            table.rows.append(Row([env if i == 0 else "", label], cells, group_start=i == 0))
     return table
 
 

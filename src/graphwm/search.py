@@ -16,20 +16,21 @@ from typing import Any
 
 import numpy as np
 
-from graphwm.evaluate import single_step_job
+from graphwm.collect import DataRef
+from graphwm.config import TRAINER_KEYS, Preset
+from graphwm.evaluate import EvalJob, single_step_job
 from graphwm.executors import run_jobs
-from graphwm.jobs import ResultStore, atomic_write_json, job_key
+from graphwm.jobs import ResultStore
 from graphwm.pipeline import (
     RunPaths,
-    eval_config_base,
+    _threads,
     executor_args,
     stage_collect,
     stage_fit,
-    train_config,
+    train_job_for,
 )
-from graphwm.train import train_job
-
-TRAINER_KEYS = {"lr", "batch_size", "seq_len"}
+from graphwm.store import atomic_write_json, content_key, run_lock
+from graphwm.train import train_job, verify_trained
 
 
 def grid_points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
@@ -47,71 +48,75 @@ def grid_points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
     return points
 
 
-def run_search(preset: dict, paths: RunPaths, progress: bool = True) -> dict[str, Any]:
+def run_search(preset, paths: RunPaths, progress: bool = True) -> dict[str, Any]:
     """Train and validate every grid point; return ``{"<env>/<model>": best point}``."""
-    search = preset.get("search", {})
-    grids = search.get("grid", {})
+    p = Preset.parse(preset)
+    grids = p.search.grid if p.search is not None else {}
     if not grids:
         raise ValueError("the preset has no [search.grid.<model>] tables")
-    stage_collect(preset, paths, progress)
-    stage_fit(preset, paths)
-    val_sizes = search.get("val_sizes", preset["collect"]["val_sizes"])
-    train_cfgs, owners = [], []
-    for env in preset["envs"]:
+    with run_lock(paths.root):
+        return _search(p, grids, paths, progress)
+
+
+def _search(p: Preset, grids: dict, paths: RunPaths, progress: bool) -> dict[str, Any]:
+    stage_collect(p, paths, progress)
+    stage_fit(p, paths)
+    val_sizes = (p.search.val_sizes if p.search else None) or p.collect.val_sizes
+    jobs, owners = [], []
+    for env in p.envs:
         for model, grid in grids.items():
             for point in grid_points(grid):
-                for seed in preset["seeds"]:
-                    cfg = train_config(preset, paths, env, model, seed)
-                    cfg["model_overrides"] = {
-                        **cfg["model_overrides"],
-                        **{k: v for k, v in point.items() if k not in TRAINER_KEYS},
-                    }
-                    cfg["train_overrides"] = {
-                        **cfg["train_overrides"],
-                        **{k: v for k, v in point.items() if k in TRAINER_KEYS},
-                    }
-                    cfg["subdir"] = "search"
-                    cfg["tag"] = job_key({"point": point})
-                    train_cfgs.append(cfg)
-                    owners.append((env, model, point))
+                tag = content_key("point", point)
+                train_point = {k: v for k, v in point.items() if k in TRAINER_KEYS}
+                model_point = {k: v for k, v in point.items() if k not in TRAINER_KEYS}
+                for seed in p.seeds:
+                    job = train_job_for(p, env, model, seed, model_point, train_point)
+                    jobs.append(job)
+                    owners.append((env, model, tag, point))
     trained = run_jobs(
         train_job,
-        train_cfgs,
+        jobs,
         ResultStore(paths.jobs),
-        paths.root,
+        paths,
         desc="search-train",
         progress=progress,
-        **executor_args(preset, gpu=True),
+        verify=lambda r: verify_trained(paths.root, r),
+        **executor_args(p, gpu=True),
     )
-    eval_cfgs, eval_owner = [], []
-    for (env, model, point), t in zip(owners, trained, strict=True):
+    e = p.evaluate
+    eval_jobs, eval_owner = [], []
+    for (env, model, tag, point), job, record in zip(owners, jobs, trained, strict=True):
         for size in val_sizes:
-            cfg = eval_config_base(preset, paths, env, "evaluate")
-            cfg.update(
-                kind="validation",
-                result_kind="validation",
-                split="val",
-                size=size,
-                model=model,
-                seed=t["seed"],
-                checkpoint=t["checkpoint"],
-                point=point,
+            eval_jobs.append(
+                EvalJob(
+                    "validation",
+                    env,
+                    size,
+                    record.seed,
+                    DataRef(env, "val", size, p.collect.val_episodes, True),
+                    job.fit,
+                    e.num_samples,
+                    e.reference_transitions,
+                    e.max_episodes,
+                    train=job,
+                    device=p.device,
+                    threads=_threads(p),
+                )
             )
-            eval_cfgs.append(cfg)
-            eval_owner.append((env, model, job_key({"point": point}), point, t["seed"]))
+            eval_owner.append((env, model, tag, point, record.seed))
     scores = run_jobs(
         single_step_job,
-        eval_cfgs,
+        eval_jobs,
         ResultStore(paths.root / "search" / "results"),
-        paths.root,
+        paths,
         desc="search-eval",
         progress=progress,
-        **executor_args(preset),
+        **executor_args(p),
     )
     table: dict[tuple, dict[int, list[float]]] = {}
     points: dict[tuple, dict] = {}
     for (env, model, tag, point, seed), result in zip(eval_owner, scores, strict=True):
-        table.setdefault((env, model, tag), {}).setdefault(seed, []).append(result["gdd"])
+        table.setdefault((env, model, tag), {}).setdefault(seed, []).append(result.gdd)
         points[(env, model, tag)] = point
     best: dict[str, Any] = {}
     summary = []

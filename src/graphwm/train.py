@@ -1,19 +1,29 @@
-"""Stage 3: train one model on one env's training data (a job keyed by its full config).
+"""Stage 3: train one model on one env's training data (a content-keyed job).
 
-Training is resumable: checkpoints go to a directory derived from the job key, so rerunning a
-job killed midway continues from its last checkpoint (the trainer restores model, optimiser,
-sampler and RNG states) and ends with the same weights as an uninterrupted run.
+A :class:`TrainJob` holds every resolved setting that determines its weights (model and trainer
+hyperparameters after the paper presets and the preset's overrides, length, seed, device,
+precision, and the key of the fit, which holds the keys of the training data). Its folder
+``RUN_DIR/train/<ENV>/<model>/seed<k>-<key>/`` keeps the log and the checkpoints, so a changed
+setting trains a new model from scratch and an unchanged one is reused.
+
+Training is resumable: rerunning a job killed midway continues from its last checkpoint (the
+trainer restores model, optimiser, sampler and RNG states) and ends with the same weights as
+an uninterrupted run. A corrupt ``latest/`` checkpoint falls back to the previous good one
+(``.latest_old``, left by a save that was cut short) or to a restart, said in the log.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import inspect
+import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from graphwm.envs import env_schema
-from graphwm.fit import load_fitted, training_episodes
-from graphwm.jobs import job_key
+from graphwm.fit import FitJob, load_fitted, training_episodes
+from graphwm.records import TrainRecord
+from graphwm.store import CorruptFileError, content_key, note, quarantine
 
 
 def model_dir_name(model: str) -> str:
@@ -21,68 +31,208 @@ def model_dir_name(model: str) -> str:
     return model.replace(":", "__")
 
 
-def train_dir(config: Mapping[str, Any]) -> Path:
-    """Where a training job keeps its log and checkpoints."""
-    base = Path(config["run_dir"]) / config.get("subdir", "train") / config["env"]
-    path = base / model_dir_name(config["model"])
-    if config.get("tag"):
-        path = path / config["tag"]
-    return path / f"seed{config['seed']}"
+@dataclass(frozen=True)
+class TrainJob:
+    """One training run; fields after ``precision`` do not change the weights (not keyed).
+
+    ``model_config`` / ``trainer`` are sorted ``(name, value)`` pairs: the model's
+    hyperparameters and ``lr``/``batch_size``/``seq_len`` after presets and overrides.
+    """
+
+    env: str
+    model: str
+    seed: int
+    fit: FitJob
+    model_config: tuple[tuple[str, Any], ...]
+    trainer: tuple[tuple[str, Any], ...]
+    steps: int | None = None
+    epochs: int | None = None
+    device: str = "cpu"
+    precision: str = "fp32"
+    compile: bool = False
+    checkpoint_every: int = field(default=1000, compare=False)
+    log_every: int = field(default=1, compare=False)
+    threads: int = field(default=1, compare=False)
+
+    kind = "train"
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "env": self.env,
+            "model": self.model,
+            "seed": self.seed,
+            "scaler": self.fit.scaler_key,  # holds the training data's keys
+            "model_config": dict(self.model_config),
+            "trainer": dict(self.trainer),
+            "steps": self.steps,
+            "epochs": self.epochs,
+            "device": self.device,
+            "precision": self.precision,
+            "compile": self.compile,
+        }
+
+    @property
+    def key(self) -> str:
+        return content_key("train", self.describe())
+
+    @property
+    def reldir(self) -> str:
+        digest = self.key.split("-", 1)[1]
+        return f"train/{self.env}/{model_dir_name(self.model)}/seed{self.seed}-{digest}"
+
+    def dir(self, run_dir: Path) -> Path:
+        return Path(run_dir) / self.reldir
+
+    def checkpoint(self, run_dir: Path) -> Path:
+        """The final checkpoint of this job."""
+        return self.dir(run_dir) / "ckpt" / "final"
 
 
-def build_model(config: Mapping[str, Any]):
-    """The model of a training config: the paper's preset plus the config's overrides."""
+def make_train_job(
+    env: str,
+    model: str,
+    seed: int,
+    fit: FitJob,
+    *,
+    steps: int | None = None,
+    epochs: int | None = None,
+    model_overrides: dict[str, Any] | None = None,
+    train_overrides: dict[str, Any] | None = None,
+    **options: Any,
+) -> TrainJob:
+    """A job with the paper's preset of ``model`` on ``env`` resolved under the overrides."""
+    from gdm_models import get_preset
+
+    preset = get_preset(model, env)
+    model_config = {**preset["model"], **(model_overrides or {})}
+    trainer = {**preset["train"], **(train_overrides or {})}
+    return TrainJob(
+        env=env,
+        model=model,
+        seed=seed,
+        fit=fit,
+        model_config=tuple(sorted(model_config.items())),
+        trainer=tuple(sorted(trainer.items())),
+        steps=steps,
+        epochs=epochs,
+        **options,
+    )
+
+
+def build_model(job: TrainJob, run_dir: Path):
+    """The freshly initialised model of a job (seeded by the job's seed)."""
     import torch
-    from gdm_models import get_preset, make_model
+    from gdm_models import make_model
 
-    _, scaler = load_fitted(Path(config["fit_dir"]))
-    preset = get_preset(config["model"], config["env"])
-    overrides = {**preset["model"], **config.get("model_overrides", {})}
-    torch.manual_seed(int(config["seed"]))
-    return make_model(config["model"], env_schema(config["env"]), scaler, **overrides), preset
+    _, scaler = load_fitted(job.fit.dir(run_dir))
+    torch.manual_seed(int(job.seed))
+    return make_model(job.model, env_schema(job.env), scaler, **dict(job.model_config))
 
 
-def train_job(config: Mapping[str, Any]) -> dict[str, Any]:
-    """Train ``config["model"]`` on ``config["env"]``; returns the checkpoint path and losses."""
+def trainer_options(job: TrainJob) -> dict[str, Any]:
+    """``precision``/``compile``/``log_every`` for the installed trainer.
+
+    They are passed only where ``gdm_models.train`` accepts them; asking for a non-default
+    value of one it lacks is an error rather than a silent fp32 run.
+    """
+    from gdm_models import train
+
+    accepted = inspect.signature(train).parameters
+    wanted = {"precision": job.precision, "compile": job.compile, "log_every": job.log_every}
+    defaults = {"precision": "fp32", "compile": False, "log_every": 1}
+    for name, value in wanted.items():
+        if name not in accepted and value != defaults[name]:
+            raise ValueError(
+                f"train.{name} = {value!r} needs a gdm-models trainer with a {name!r} argument"
+            )
+    return {k: v for k, v in wanted.items() if k in accepted}
+
+
+def recover_latest(run_dir: Path, ckpt_dir: Path) -> None:
+    """Make ``ckpt_dir/latest`` a verified checkpoint, an earlier good one, or absent.
+
+    A corrupt ``latest/`` is quarantined; ``.latest_old`` (the previous checkpoint, left when a
+    save was cut short) replaces it if it verifies, else training restarts from step 0.
+    """
+    from gdm_models.checkpoint import CheckpointError, verify_checkpoint
+
+    latest, old = ckpt_dir / "latest", ckpt_dir / ".latest_old"
+    problem = None
+    if latest.exists():
+        try:
+            verify_checkpoint(latest)
+            return
+        except CheckpointError as err:
+            problem = str(err)
+            quarantine(run_dir, latest, problem)
+    if old.exists():
+        try:
+            verify_checkpoint(old)
+            os.replace(old, latest)
+            note(run_dir, f"{ckpt_dir}: resuming from the previous good checkpoint (.latest_old)")
+            return
+        except CheckpointError as err:
+            quarantine(run_dir, old, str(err))
+            problem = problem or str(err)
+    if problem is not None:
+        note(run_dir, f"{ckpt_dir}: no good checkpoint left; training restarts from step 0")
+
+
+def train_job(job: TrainJob, run_dir: str) -> TrainRecord:
+    """Train ``job.model`` on ``job.env``; returns the record of the final checkpoint."""
     import torch
     from gdm_models import EpisodeDataset, train
+    from gdm_models.checkpoint import checkpoint_digest
 
-    torch.set_num_threads(max(1, int(config.get("threads", 1))))
-    model, preset = build_model(config)
-    train_args = {**preset["train"], **config.get("train_overrides", {})}
-    seq_len = int(train_args.get("seq_len", 20))
+    run_dir_path = Path(run_dir)
+    torch.set_num_threads(max(1, job.threads))
+    model = build_model(job, run_dir_path)
+    trainer = dict(job.trainer)
+    seq_len = int(trainer["seq_len"])
     dataset = EpisodeDataset(
-        training_episodes(Path(config["data_dir"]), config["env"]),
-        env_schema(config["env"]),
-        seq_len=seq_len,
+        training_episodes(run_dir_path, job.fit.train_data), env_schema(job.env), seq_len=seq_len
     )
-    out = train_dir(config)
-    length = (
-        {"steps": int(config["steps"])} if "steps" in config else {"epochs": int(config["epochs"])}
-    )
+    out = job.dir(run_dir_path)
+    recover_latest(run_dir_path, out / "ckpt")
+    length = {"steps": job.steps} if job.steps is not None else {"epochs": job.epochs}
     result = train(
         model,
         dataset,
         **length,
-        batch_size=int(train_args.get("batch_size", 8)),
+        batch_size=int(trainer["batch_size"]),
         seq_len=seq_len,
-        lr=float(train_args["lr"]),
-        seed=int(config["seed"]),
-        device=config.get("device", "cpu"),
+        lr=float(trainer["lr"]),
+        seed=job.seed,
+        device=job.device,
         log_csv=out / "log.csv",
         checkpoint_dir=out / "ckpt",
-        checkpoint_every=int(config.get("checkpoint_every", 50)),
+        checkpoint_every=job.checkpoint_every,
         resume=True,
-        progress=bool(config.get("progress", False)),
+        progress=False,
+        **trainer_options(job),
     )
-    return {
-        "kind": "train",
-        "env": config["env"],
-        "model": config["model"],
-        "seed": config["seed"],
-        "checkpoint": str(out / "ckpt" / "final"),
-        "steps": result.steps,
-        "resumed_from": result.resumed_from,
-        "last_terms": result.last_terms,
-        "job": job_key(config),
-    }
+    final = job.checkpoint(run_dir_path)
+    return TrainRecord(
+        kind="train",
+        env=job.env,
+        model=job.model,
+        seed=job.seed,
+        steps=result.steps,
+        resumed_from=result.resumed_from,
+        checkpoint=final.relative_to(run_dir_path).as_posix(),
+        checkpoint_digest=checkpoint_digest(final),
+        last_terms=dict(result.last_terms),
+    )
+
+
+def verify_trained(run_dir: Path, record: TrainRecord) -> None:
+    """Raise :class:`CorruptFileError` unless the record's checkpoint is intact and its own."""
+    from gdm_models.checkpoint import CheckpointError, checkpoint_digest
+
+    path = Path(run_dir) / record.checkpoint
+    try:
+        digest = checkpoint_digest(path)
+    except CheckpointError as err:
+        raise CorruptFileError(path, str(err)) from None
+    if digest != record.checkpoint_digest:
+        raise CorruptFileError(path, "its digest differs from the training record's")

@@ -1,0 +1,102 @@
+"""Training logs of a run (``log.csv`` of every training job) for the report's curves.
+
+The jobs of the last preset run are those ``RUN_DIR/run.json`` lists; without it every
+``RUN_DIR/train/<ENV>/<model>/seed<k>[-<key>]/log.csv`` is read (``__`` in a folder = ``:``).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from graphwm.records import ResultsFormatError
+from graphwm.store import CorruptFileError, read_json
+
+__all__ = ["TrainingLog", "load_training_logs", "read_log"]
+
+_SEED_DIR = re.compile(r"seed(\d+)(?:-[0-9a-f]+)?")
+
+
+@dataclass(frozen=True)
+class TrainingLog:
+    """The ``step`` and total-loss (``loss`` or ``total``) columns of one job's ``log.csv``."""
+
+    env: str
+    model: str
+    seed: int
+    step: np.ndarray
+    total: np.ndarray
+    path: Path
+
+
+def read_log(path: Path, env: str, model: str, seed: int) -> TrainingLog:
+    """One ``log.csv``; raises :class:`ResultsFormatError` naming the file on a bad row."""
+    with path.open(newline="", encoding="utf-8") as fh:
+        rows = list(csv.reader(fh))
+    # gdm_models' trainer names the total loss "loss"; "total" is accepted as well
+    if not rows or rows[0][:2] not in (["step", "total"], ["step", "loss"]):
+        raise ResultsFormatError(f"{path}: header must start with 'step,loss' (or 'step,total')")
+    steps, totals = [], []
+    for line, row in enumerate(rows[1:], start=2):
+        if not row:
+            continue
+        if len(row) != len(rows[0]):
+            raise ResultsFormatError(
+                f"{path}: line {line} has {len(row)} fields, header has {len(rows[0])}"
+            )
+        try:
+            steps.append(int(float(row[0])))
+            totals.append(float(row[1]) if row[1] != "" else math.nan)
+        except ValueError as err:
+            raise ResultsFormatError(f"{path}: line {line}: {err}") from err
+    return TrainingLog(env, model, seed, np.asarray(steps), np.asarray(totals, float), path)
+
+
+def _listed_logs(run_dir: Path) -> list[tuple[Path, str, str, int]] | None:
+    record = run_dir / "run.json"
+    if not record.exists():
+        return None
+    try:
+        train = read_json(record).get("train")
+    except (CorruptFileError, AttributeError) as err:
+        raise ResultsFormatError(f"{record}: unreadable ({err})") from None
+    if train is None:
+        return None
+    return [(run_dir / t["dir"] / "log.csv", t["env"], t["model"], int(t["seed"])) for t in train]
+
+
+def _globbed_logs(run_dir: Path) -> list[tuple[Path, str, str, int]]:
+    found = []
+    for path in sorted(run_dir.glob("train/*/*/seed*/log.csv")):
+        seed_dir, model_dir, env_dir = path.parent, path.parent.parent, path.parent.parent.parent
+        match = _SEED_DIR.fullmatch(seed_dir.name)
+        if match is None:
+            raise ResultsFormatError(f"{path}: folder {seed_dir.name!r} is not seed<k>")
+        found.append((path, env_dir.name, model_dir.name.replace("__", ":"), int(match[1])))
+    return found
+
+
+def load_training_logs(run_dir: Path | str) -> list[TrainingLog]:
+    """Read the training logs of a run (see the module docstring).
+
+    Only the ``step`` and total-loss columns are kept (term columns differ between models).
+    Logs without data rows, and listed jobs without a log yet, are skipped. Raises
+    :class:`ResultsFormatError` naming the file on a bad header or row.
+    """
+    run_dir = Path(run_dir)
+    entries = _listed_logs(run_dir)
+    if entries is None:
+        entries = _globbed_logs(run_dir)
+    logs = []
+    for path, env, model, seed in entries:
+        if not path.exists():
+            continue
+        log = read_log(path, env, model, seed)
+        if log.step.size:
+            logs.append(log)
+    return logs

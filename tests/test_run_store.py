@@ -1,0 +1,275 @@
+"""The run store (issue 12): reruns with a changed preset equal a fresh run and recompute only
+what changed; moved run directories; concurrent runs; corruption detection and recovery."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from graphwm.paths import RunPaths
+from graphwm.pipeline import load_preset, reproduce, stage_train
+from graphwm.report import load_results
+from graphwm.store import CorruptFileError
+
+
+def small_preset() -> dict:
+    """The tiny preset cut to one env and one fast model (seconds per run)."""
+    preset = load_preset("tiny")
+    preset.update(envs=["SAR"], models=["vanilla-gwm"], ablations=[])
+    preset.pop("multi_step")
+    preset["evaluate"] = {"num_samples": 4, "reference_transitions": 2, "max_episodes": 1}
+    return preset
+
+
+def results_of(run_dir: Path) -> list[dict]:
+    """The report's view of a run's results, in a stable order (NaN-safe comparison)."""
+    rows = load_results(run_dir)
+    return sorted(
+        (json.dumps(r, sort_keys=True) for r in rows),
+    )
+
+
+def done_jobs(run_dir: Path) -> Counter:
+    """How many jobs of each kind have finished in this run directory so far."""
+    lines = (run_dir / "jobs.log").read_text().splitlines()
+    return Counter(json.loads(line)["kind"] for line in lines if '"done"' in line)
+
+
+@pytest.fixture(scope="module")
+def base_run(tmp_path_factory) -> tuple[dict, Path]:
+    preset = small_preset()
+    root = tmp_path_factory.mktemp("base") / "run"
+    reproduce(preset, root, progress=False)
+    return preset, root
+
+
+def _copy(base: Path, tmp_path: Path, name: str = "run") -> Path:
+    dst = tmp_path / name
+    shutil.copytree(base, dst)
+    return dst
+
+
+def _change(preset: dict, path: str, value) -> dict:
+    preset = copy.deepcopy(preset)
+    *parents, leaf = path.split(".")
+    table = preset
+    for p in parents:
+        table = table.setdefault(p, {})
+    table[leaf] = value
+    return preset
+
+
+# (preset key, new value, jobs that must be recomputed) -- the table of issue 12 and more
+CHANGES = [
+    ("train.steps", 6, {"train": 1, "single_step": 1}),
+    ("train.steps", 2, {"train": 1, "single_step": 1}),
+    ("train.train_overrides", {"lr": 3e-3}, {"train": 1, "single_step": 1}),
+    (
+        "collect.train_episodes",
+        3,
+        {"collect": 2, "fit": 1, "train": 1, "self_gdd": 1, "single_step": 1},
+    ),
+    ("collect.test_episodes", 2, {"collect": 1, "self_gdd": 1, "single_step": 1}),
+    ("fit.transitions_per_episode", 3, {"fit": 1, "self_gdd": 1, "single_step": 1}),
+    ("train.model_overrides.vanilla-gwm", {"hidden_dim": 6}, {"train": 1, "single_step": 1}),
+]
+
+
+@pytest.mark.parametrize(("key", "value", "recomputed"), CHANGES, ids=[c[0] for c in CHANGES])
+def test_changed_preset_rerun_equals_fresh_run(base_run, tmp_path, key, value, recomputed):
+    preset, base = base_run
+    changed = _change(preset, key, value)
+    if key == "collect.test_episodes":  # evaluate the new episode too
+        changed = _change(changed, "evaluate.max_episodes", 2)
+    reused = _copy(base, tmp_path)
+    before = done_jobs(reused)
+    reproduce(changed, reused, progress=False)
+    assert done_jobs(reused) - before == Counter(recomputed)
+    fresh = tmp_path / "fresh"
+    reproduce(changed, fresh, progress=False)
+    assert results_of(reused) == results_of(fresh)
+    assert results_of(reused) != results_of(base)
+    # and going back to the old preset recomputes nothing
+    before = done_jobs(reused)
+    reproduce(preset, reused, progress=False)
+    assert done_jobs(reused) == before
+    assert results_of(reused) == results_of(base)
+
+
+def test_moved_run_directory_reruns_nothing(base_run, tmp_path):
+    preset, base = base_run
+    moved = _copy(base, tmp_path, "elsewhere")
+    before = done_jobs(moved)
+    report = reproduce(preset, moved, progress=False)
+    assert done_jobs(moved) == before
+    assert (report / "report.md").exists()
+    assert results_of(moved) == results_of(base)
+    jobs = [json.loads(p.read_text()) for p in (moved / "jobs").glob("*.json")]
+    assert jobs and all(not Path(j["checkpoint"]).is_absolute() for j in jobs)
+
+
+def test_two_concurrent_reproduce_into_one_directory(base_run, tmp_path):
+    preset, base = base_run
+    preset_file = tmp_path / "preset.json"
+    preset_file.write_text(json.dumps(preset))
+    script = (
+        "import json, sys\n"
+        "from graphwm.pipeline import reproduce\n"
+        "reproduce(json.load(open(sys.argv[1])), sys.argv[2], progress=False)\n"
+    )
+    out = tmp_path / "shared"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, str(preset_file), str(out)],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    errors = [p.communicate(timeout=300)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], errors
+    assert not any("Traceback" in e for e in errors), errors
+    assert results_of(out) == results_of(base)
+    # each job ran once: the second process waited for the lock and found everything done
+    assert done_jobs(out) == done_jobs(base)
+
+
+WRITER = """
+import sys
+from pathlib import Path
+from graphwm.store import atomic_write_json
+writer = int(sys.argv[2])
+for _ in range(15):
+    atomic_write_json(Path(sys.argv[1]), {"writer": writer, "data": [writer] * 20000})
+"""
+
+
+def test_concurrent_writers_of_one_file_never_install_a_corrupt_one(tmp_path):
+    path = tmp_path / "shared.json"
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(path), str(w)]) for w in range(3)]
+    reads = 0
+    while any(p.poll() is None for p in procs):
+        if path.exists():
+            data = json.loads(path.read_text())  # never a partial or mixed file
+            assert data["data"] == [data["writer"]] * 20000
+            reads += 1
+    assert [p.wait(timeout=60) for p in procs] == [0, 0, 0]
+    assert json.loads(path.read_text())["writer"] in {0, 1, 2}
+    assert [p.name for p in tmp_path.iterdir()] == ["shared.json"]  # no temp file left
+
+
+# ---------------------------------------------------------------------------------------------
+# Corruption: detected with the file named; --redo-corrupt recovers
+# ---------------------------------------------------------------------------------------------
+def _truncate(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def _flip_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def _edit_json(path: Path, edit) -> None:
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+
+
+def _one(run: Path, pattern: str) -> Path:
+    (path,) = sorted(run.glob(pattern))
+    return path
+
+
+CORRUPTIONS = {
+    "data npz truncated": (lambda r: _one(r, "data/SAR/test_n7-*.npz"), _truncate),
+    "data npz bit flip": (lambda r: _one(r, "data/SAR/train_n6-*.npz"), _flip_byte),
+    "data record": (lambda r: _one(r, "data/SAR/train_n7-*.json"), _truncate),
+    "fit bandwidths": (
+        lambda r: _one(r, "fit/SAR/*/bandwidths.json"),
+        lambda p: _edit_json(p, lambda d: d["sigma"].update({k: 9.0 for k in d["sigma"]})),
+    ),
+    "training record": (lambda r: _one(r, "jobs/*.json"), _truncate),
+    "final weights": (
+        lambda r: _one(r, "train/SAR/*/*/ckpt/final/weights.safetensors"),
+        _flip_byte,
+    ),
+    "final scaler": (
+        lambda r: _one(r, "train/SAR/*/*/ckpt/final/checkpoint.json"),
+        lambda p: _edit_json(p, lambda d: d["scaler"].update(reward_std=7.0)),
+    ),
+    "result json": (lambda r: _one(r, "results/single_step-*.json"), _truncate),
+    "result record": (
+        lambda r: _one(r, "results/self_gdd-*.json"),
+        lambda p: _edit_json(p, lambda d: d.update(gdd="high")),
+    ),
+}
+
+
+@pytest.mark.parametrize("what", list(CORRUPTIONS))
+def test_corruption_is_named_and_redo_corrupt_recovers(base_run, tmp_path, what):
+    preset, base = base_run
+    run = _copy(base, tmp_path)
+    locate, corrupt = CORRUPTIONS[what]
+    target = locate(run)
+    corrupt(target)
+    with pytest.raises(CorruptFileError) as err:
+        reproduce(preset, run, progress=False)
+    assert err.value.path.name in (target.name, target.parent.name), err.value
+    assert "--redo-corrupt" in str(err.value)
+    reproduce(preset, run, progress=False, redo_corrupt=True)
+    assert results_of(run) == results_of(base)
+    assert list((run / "quarantine").rglob("*"))
+    assert "quarantined" in (run / "events.log").read_text()
+
+
+def test_truncated_manifest_is_rewritten(base_run, tmp_path):
+    preset, base = base_run
+    run = _copy(base, tmp_path)
+    _truncate(run / "data" / "manifest.json")
+    reproduce(preset, run, progress=False)
+    manifest = json.loads((run / "data" / "manifest.json").read_text())
+    assert len(manifest["files"]) == 4  # train n6, n7, val n7, test n7
+
+
+def test_corrupt_latest_checkpoint_falls_back(base_run, tmp_path, caplog):
+    """A corrupt latest/ resumes from the previous good one (.latest_old) or restarts."""
+    preset, base = base_run
+    for fallback in ("previous", "restart"):
+        run = _copy(base, tmp_path, fallback)
+        (record,) = list((run / "jobs").glob("*.json"))
+        final = run / json.loads(record.read_text())["checkpoint"]
+        ckpt = final.parent
+        shutil.rmtree(final)  # as if killed after the last checkpoint
+        record.unlink()
+        if fallback == "previous":
+            shutil.copytree(ckpt / "latest", ckpt / ".latest_old")
+        _flip_byte(ckpt / "latest" / "trainer_state.pt")
+        with caplog.at_level("WARNING", logger="graphwm"):
+            stage_train(preset, RunPaths(run), progress=False)
+        events = (run / "events.log").read_text()
+        assert "quarantined" in events
+        if fallback == "previous":
+            assert "previous good checkpoint" in events
+        else:
+            assert "restarts from step 0" in events
+        assert "trainer_state.pt" in caplog.text
+        reproduce(preset, run, progress=False)
+        assert results_of(run) == results_of(base)
+
+
+def test_base_run_results_are_finite(base_run):
+    _, base = base_run
+    rows = [json.loads(r) for r in results_of(base)]
+    assert sorted(r["kind"] for r in rows) == ["self_gdd", "single_step"]
+    assert all(math.isfinite(r["gdd"]) and r["gdd"] >= 0 for r in rows)
