@@ -47,7 +47,7 @@ from .compiling import compile_or_eager, default_compile_mode
 from .data import Batch
 from .decoder import GraphHeads, InnovationDecoder, NodeHeads, PairDotAdjacencyHead
 from .encoder import ActionEmbedding, FeatureEncoder, ObservedGraphEncoder
-from .gdm_sequence import posterior_cell, sequence_loss_terms, sequence_tail
+from .gdm_sequence import pad_batch_nodes, sequence_core, sequence_loss_terms
 from .losses import (
     adjacency_kl,
     bce_with_logits,
@@ -292,7 +292,7 @@ class GDM(WorldModel):
     ) -> None:
         config = GDMConfig() if config is None else config
         super().__init__(schema, scaler, config)
-        self._compiled: tuple[Any, Any] | None = None  # see enable_compile
+        self._compiled: Any = None  # see enable_compile
         c = config
         H, E, M = c.hidden_dim, c.embed_dim, c.mlp_width
         self.zn_dim = c.node_latent_groups * c.node_latent_classes
@@ -327,18 +327,22 @@ class GDM(WorldModel):
         self.node_heads = NodeHeads(self.schema, H)
         self.graph_heads = GraphHeads(self.schema, H)
 
-    def enable_compile(self, mode: str | None = None) -> bool:
-        """Run the training step's posterior cell and tail through ``torch.compile``.
+    #: under compile, batches are zero-padded to a multiple of this many nodes (static shapes)
+    compile_pad_multiple: int = 16
 
-        ``mode`` defaults to "reduce-overhead" on CUDA, "default" elsewhere. Falls back to
-        eager (one :class:`~gdm_models.compiling.CompileFallbackWarning`) when torch.compile
-        is unavailable or fails. Returns whether the compiled path is active.
+    def enable_compile(self, mode: str | None = None) -> bool:
+        """Run the training loss (after the noise draw) through ``torch.compile`` as one graph.
+
+        ``mode`` defaults to "reduce-overhead" (CUDA graphs) on CUDA, "default" elsewhere.
+        Batches are padded to a multiple of :attr:`compile_pad_multiple` nodes (the loss is
+        unchanged; the noise then has the padded shape). Falls back to eager with one
+        :class:`~gdm_models.compiling.CompileFallbackWarning` when torch.compile is
+        unavailable or fails. Returns whether the compiled path is active.
         """
         mode = mode or default_compile_mode(self.device)
-        cell = compile_or_eager(partial(posterior_cell, self), "the GDM cell", mode=mode)
-        tail = compile_or_eager(partial(sequence_tail, self), "the GDM tail", mode=mode)
-        self._compiled = (cell, tail)
-        return cell.is_compiled and tail.is_compiled
+        compiled = compile_or_eager(partial(sequence_core, self), "the GDM loss", mode=mode)
+        self._compiled = compiled if compiled.is_compiled else None
+        return compiled.is_compiled
 
     def disable_compile(self) -> None:
         """Back to the eager fast path."""
@@ -634,9 +638,12 @@ class GDM(WorldModel):
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         if reference:
             per_step = self._reference_step_terms(batch, noise)
+        elif self._compiled is not None and self._compiled.is_compiled:
+            m = self.compile_pad_multiple
+            padded = pad_batch_nodes(batch, -(-batch.num_nodes // m) * m)
+            per_step = sequence_loss_terms(self, padded, noise, self._compiled)
         else:
-            cell, tail = self._compiled if self._compiled is not None else (None, None)
-            per_step = sequence_loss_terms(self, batch, noise, cell, tail)
+            per_step = sequence_loss_terms(self, batch, noise)
         return self._combine_terms(per_step, batch.step_mask)
 
     def _reference_step_terms(self, batch: Batch, noise: Noise) -> dict[str, torch.Tensor]:

@@ -8,10 +8,17 @@ z^+ and the teacher-forced adjacency). Everything else is computed for all steps
   embeddings and their pools, the normalised message-passing weights of the observed
   adjacencies, and every uniform of the window (one draw per kind, batch axis first);
 * the recurrence: :func:`posterior_cell`, a function of tensors only (no noise object, no
-  Python ints specialised per step), so ``torch.compile`` can capture it once;
+  Python ints specialised per step);
 * after the recurrence: the prior branch of every transition (it depends only on h^-_t, h_g^-_t
   and A_{t-1}, never feeds the recurrence), the decoder and all loss terms, as one batch of
   B*L graphs (:func:`sequence_tail`).
+
+Everything after the noise draw is :func:`sequence_core`, a function of tensors only, which
+``GDM.enable_compile`` hands to ``torch.compile`` as one graph (one forward and one backward
+graph per step; with mode "reduce-overhead" on CUDA, CUDA graphs replay them in a few
+launches). Under compile the batch is zero-padded to a multiple of
+``GDM.compile_pad_multiple`` nodes (:func:`pad_batch_nodes`) so a few static shapes cover all
+batches.
 
 Noise keys (``Noise.record``): ``seq/zg_post`` (B,L+1,Gg,Cg), ``seq/zn_post`` (B,L+1,N,Gn,Cn),
 ``seq/zg_prior`` (B,L,Gg,Cg), ``seq/adj`` (B,L,N,N) symmetric, ``seq/zn_prior`` (B,L,N,Gn,Cn),
@@ -22,9 +29,12 @@ keys (``"<t>/<name>"``), which is how the tests check that both paths agree.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import fields
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import torch
+import torch.nn.functional as F
 
 from .data import OBS_KEYS, Batch
 from .message_passing import normalise_weights
@@ -38,7 +48,10 @@ __all__ = [
     "sequence_noise_to_steps",
     "posterior_cell",
     "sequence_tail",
+    "sequence_core",
     "sequence_loss_terms",
+    "pad_batch_nodes",
+    "CORE_FIELDS",
 ]
 
 #: names of the sequence noise tensors, in drawing order; "_post" ones cover steps 0..L
@@ -166,21 +179,54 @@ def _flat(x: torch.Tensor) -> torch.Tensor:
     return x.reshape(x.shape[0] * x.shape[1], *x.shape[2:])
 
 
+#: Batch fields passed to :func:`sequence_core`, in order
+CORE_FIELDS = OBS_KEYS + ("action_nodes", "reward", "continuation", "node_mask")
+
+
+def pad_batch_nodes(batch: Batch, n: int) -> Batch:
+    """The batch with its node axes zero-padded to ``n`` nodes (padded nodes masked out, so
+    the per-transition loss terms are unchanged; used for static shapes under compile)."""
+    pad = n - batch.num_nodes
+    if pad < 0:
+        raise ValueError(f"cannot pad a batch of {batch.num_nodes} nodes to {n}")
+    if pad == 0:
+        return batch
+    out = {f.name: getattr(batch, f.name) for f in fields(batch)}
+    out["adjacency"] = F.pad(out["adjacency"], (0, pad, 0, pad))
+    for k in ("node_continuous", "node_categorical"):
+        out[k] = F.pad(out[k], (0, 0, 0, pad))
+    for k in ("action_mask", "action_nodes", "node_mask"):
+        out[k] = F.pad(out[k], (0, pad))
+    return Batch(**out)
+
+
 def sequence_loss_terms(
     model: GDM,
     batch: Batch,
     noise: Noise,
-    cell: Callable[..., tuple[torch.Tensor, ...]] | None = None,
-    tail: Callable[..., dict[str, torch.Tensor]] | None = None,
+    core: Callable[..., dict[str, torch.Tensor]] | None = None,
 ) -> dict[str, torch.Tensor]:
-    """Per-transition loss terms (B, L) of a batch; ``cell``/``tail`` default to
-    :func:`posterior_cell` / :func:`sequence_tail` (compiled versions may be passed)."""
-    cell = cell or (lambda *a: posterior_cell(model, *a))
-    tail = tail or (lambda *a: sequence_tail(model, *a))
+    """Per-transition loss terms (B, L) of a batch. The uniforms are drawn here (eagerly, from
+    ``noise``); ``core`` (default :func:`sequence_core`; a compiled version may be passed)
+    is a function of tensors only."""
+    u = draw_sequence_noise(model, noise, batch.batch_size, batch.seq_len, batch.num_nodes)
+    core = core or partial(sequence_core, model)
+    return core(*(getattr(batch, k) for k in CORE_FIELDS), *(u[k] for k in SEQUENCE_NOISE))
+
+
+def sequence_core(model: GDM, *tensors: torch.Tensor | None) -> dict[str, torch.Tensor]:
+    """:func:`sequence_loss_terms` on tensors: the :data:`CORE_FIELDS` of a batch, then the
+    :data:`SEQUENCE_NOISE` uniforms (``None`` where switched off)."""
+    nf = len(CORE_FIELDS)
+    fields_ = dict(zip(CORE_FIELDS, tensors[:nf], strict=True))
+    u = dict(zip(SEQUENCE_NOISE, tensors[nf:], strict=True))
+    B, L = fields_["action_nodes"].shape[:2]
+    batch = Batch(**fields_, step_mask=fields_["reward"].new_ones(B, L, dtype=torch.bool))
+    cell = partial(posterior_cell, model)
+    tail = partial(sequence_tail, model)
     c = model.config
     B, L, N = batch.batch_size, batch.seq_len, batch.num_nodes
     nm = batch.node_mask
-    u = draw_sequence_noise(model, noise, B, L, N)
     # ---- everything that does not depend on the recurrence, for all steps at once
     nm_steps = nm[:, None, :].expand(B, L + 1, N).reshape(B * (L + 1), N)
     obs = {k: getattr(batch, k) for k in OBS_KEYS}
