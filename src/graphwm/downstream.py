@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from graphwm.envs import env_id, make_env
+from graphwm.records import Record, ResultsFormatError, register_record
 
 #: agent names of the reference rows (dream-trained agents are ``"dream:<model>"``)
 REAL, RANDOM, GREEDY = "real", "random", "greedy"
@@ -41,8 +42,8 @@ DEFAULT_PPO = {"n_steps": 256, "batch_size": 64, "n_epochs": 4, "learning_rate":
 
 
 @dataclass(frozen=True)
-class DownstreamRecord:
-    """One agent evaluated in the real env.
+class DownstreamRecord(Record):
+    """One agent evaluated in the real env (stored as ``kind = "downstream"``).
 
     Attributes:
         env: short env name (``"SAR"``).
@@ -75,24 +76,25 @@ class DownstreamRecord:
     kind: str = "downstream"
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able dict (with ``kind = "downstream"``)."""
+        """JSON-able dict (with ``kind = "downstream"``; ``None`` fields kept as null)."""
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], path: Any = None) -> DownstreamRecord:
-        """Inverse of :meth:`to_dict`; unknown keys (e.g. a stored config) are ignored, a
-        missing or mistyped field raises ``ValueError`` naming it (and ``path``)."""
+        """Inverse of :meth:`to_dict`; unknown keys (e.g. the stored job) are ignored, a
+        missing or mistyped field raises ``ResultsFormatError`` (a ``ValueError``) naming it
+        (and ``path``)."""
         where = f"{path}: " if path is not None else ""
         names = {f.name for f in fields(cls)}
         required = {f.name for f in fields(cls) if f.default is MISSING}
         missing = sorted(required - set(d))
         if missing:
-            raise ValueError(f"{where}downstream record lacks {missing}")
+            raise ResultsFormatError(f"{where}downstream record lacks {missing}")
         if d.get("kind", "downstream") != "downstream":
-            raise ValueError(f"{where}not a downstream record (kind {d.get('kind')!r})")
+            raise ResultsFormatError(f"{where}not a downstream record (kind {d.get('kind')!r})")
         for key in ("mean_return", "se_return"):
             if d[key] is not None and not isinstance(d[key], int | float):
-                raise ValueError(f"{where}{key} must be a number, got {d[key]!r}")
+                raise ResultsFormatError(f"{where}{key} must be a number, got {d[key]!r}")
         out = {k: v for k, v in d.items() if k in names}
         out["se_return"] = math.nan if out["se_return"] is None else out["se_return"]
         return cls(**out)
@@ -667,3 +669,6 @@ def run_downstream(
     )
     records += yardstick_records(env_name, num_nodes, episodes=episodes)
     return records
+
+
+register_record("downstream", DownstreamRecord)
