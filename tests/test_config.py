@@ -1,0 +1,118 @@
+"""Typed presets (issue 12): every bad value is refused before any work, naming the key."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from graphwm.cli import main
+from graphwm.config import Preset, PresetError
+from graphwm.pipeline import load_preset, reproduce
+
+
+def _set(preset: dict, key: str, value) -> dict:
+    preset = copy.deepcopy(preset)
+    *parents, leaf = key.split(".")
+    table = preset
+    for p in parents:
+        table = table[p]
+    if value is _DELETE:
+        del table[leaf]
+    else:
+        table[leaf] = value
+    return preset
+
+
+_DELETE = object()
+
+BAD_VALUES = [
+    ("collect.train_episodes", 0, r"'collect\.train_episodes': must be an integer >= 1, got 0"),
+    ("train.steps", 0, r"'train\.steps': must be an integer >= 1, got 0"),
+    ("train.steps", -3, r"'train\.steps': must be an integer >= 1, got -3"),
+    ("train.steps", 2.5, r"'train\.steps': must be an integer, got 2\.5"),
+    ("seeds", [0, 1.5], r"'seeds\[1\]': must be an integer, got 1\.5"),
+    ("seeds", [0, 0], r"'seeds': must not repeat a value"),
+    ("evaluate.num_samples", 1, r"'evaluate\.num_samples': must be an integer >= 2, got 1"),
+    ("multi_step.horizon", 0, r"'multi_step\.horizon': must be an integer >= 1"),
+    ("collect.test_sizes", [], r"'collect\.test_sizes': must be a non-empty list"),
+    ("envs", ["SAR", "XYZ"], r"'envs\[1\]': must be one of"),
+    ("models", ["gdm", "nope"], r"'models\[1\]' \('nope'\): no presets for model 'nope'"),
+    ("executor", "slurm", r"'executor': must be one of \['local', 'ray'\]"),
+    ("train.precision", "fp8", r"'train\.precision': must be one of \['fp32', 'bf16'\]"),
+    ("train.compile", "yes", r"'train\.compile': must be true or false"),
+    ("train.train_overrides", {"lr": -1.0}, r"'train\.train_overrides\.lr': must lie in"),
+    ("train.train_overrides", {"momentum": 0.9}, r"'train\.train_overrides\.momentum' is unknown"),
+    ("evaluate.alpha", 1.5, r"'evaluate\.alpha': must lie in \(0\.0, 1\.0\)"),
+    ("collect.train_episode", 3, r"'collect\.train_episode' is unknown"),
+    ("train.epochs", 5, r"'train': give exactly one of 'steps' and 'epochs'"),
+    ("evaluate.num_samples", _DELETE, r"'evaluate\.num_samples' is missing"),
+]
+
+
+@pytest.mark.parametrize(("key", "value", "message"), BAD_VALUES, ids=[b[0] for b in BAD_VALUES])
+def test_bad_preset_value_is_refused_before_collect(tmp_path, key, value, message):
+    bad = _set(load_preset("tiny"), key, value)
+    with pytest.raises(PresetError, match=message):
+        reproduce(bad, tmp_path / "run", progress=False)
+    assert not (tmp_path / "run").exists()  # nothing was collected (or even created)
+
+
+def test_shipped_presets_parse_and_round_trip():
+    for name in ("smoke", "paper", "tiny"):
+        preset = Preset.parse(load_preset(name))
+        assert Preset.parse(preset.to_dict()) == preset
+    tiny = Preset.parse(load_preset("tiny"))
+    # defaults live in one place (graphwm.config) and are filled in at parse time
+    assert tiny.train.precision == "fp32" and tiny.train.compile is False
+    assert tiny.fit.transitions_per_episode == 4 and tiny.collect.rgc_max_test_size == 200
+    assert tiny.models_of("SAR") == ("gdm", "vanilla-gwm", "gdm:no-h-plus")
+    assert tiny.models_of("RGC") == ("gdm", "vanilla-gwm")
+
+
+def test_cli_errors_are_one_line_with_exit_code_2(tmp_path, capsys):
+    toml = tmp_path / "bad.toml"
+    raw = load_preset("tiny")
+    raw["collect"]["train_episodes"] = 0
+    toml.write_text(_to_toml(raw))
+    code = main(["reproduce", "--preset", str(toml), "--out", str(tmp_path / "run"), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.strip().splitlines() == [
+        "graphwm: error: preset key 'collect.train_episodes': must be an integer >= 1, got 0"
+    ]
+    assert "Traceback" not in err
+    assert main(["report", str(tmp_path / "missing")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    with pytest.raises(PresetError):  # --debug: the exception itself, with its traceback
+        main(["reproduce", "--preset", str(toml), "--out", str(tmp_path / "run"), "--debug"])
+    with pytest.raises(SystemExit) as exit_:
+        main(["reproduce", "--precision", "fp16"])  # argparse's own usage error
+    assert exit_.value.code == 2
+
+
+def _to_toml(raw: dict) -> str:
+    """A minimal TOML writer for presets (strings, numbers, bools, lists, nested tables)."""
+
+    def value(v) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, str):
+            return f'"{v}"'
+        if isinstance(v, list):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        return repr(v)
+
+    lines: list[str] = []
+
+    def table(prefix: str, t: dict) -> None:
+        scalars = {k: v for k, v in t.items() if not isinstance(v, dict)}
+        if prefix:
+            lines.append(f"[{prefix}]")
+        lines.extend(f'"{k}" = {value(v)}' for k, v in scalars.items())
+        for k, v in t.items():
+            if isinstance(v, dict):
+                table(f'{prefix}."{k}"' if prefix else f'"{k}"', v)
+
+    table("", raw)
+    return "\n".join(lines) + "\n"
