@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from gdm_models import adjacency
 from gdm_models.adjacency import (
     HC_BETA,
     HC_GAMMA,
@@ -41,8 +42,8 @@ def test_hard_concrete_open_probability_matches_closed_form(logit):
     lo, hi = 0.0, 1.0
     for _ in range(60):
         mid = 0.5 * (lo + hi)
-        opened = hard_concrete_gate(torch.tensor([logit], dtype=torch.float64),
-                                    torch.tensor([mid], dtype=torch.float64)).item() > 0  # fmt: skip
+        x = torch.tensor([logit, mid], dtype=torch.float64)
+        opened = hard_concrete_gate(x[:1], x[1:]).item() > 0
         lo, hi = (lo, mid) if opened else (mid, hi)
     p_open = 1.0 - hi
     closed = 1 / (1 + math.exp(-logit))  # the paper's claim: with the shift, P(c > 0) = sigmoid(l)
@@ -166,7 +167,10 @@ def test_edge_mlp_chunked_equals_dense_at_any_budget(n, chunk_elems):
     assert torch.equal(chunked, chunked.transpose(1, 2))
 
 
-def test_edge_mlp_dense_blocks_with_checkpointing_keep_values_and_gradients():
+@pytest.mark.parametrize("checkpointed", [False, True])
+def test_edge_mlp_dense_blocks_keep_values_and_gradients(checkpointed, monkeypatch):
+    if checkpointed:  # any total size is "large": every block is checkpointed
+        monkeypatch.setitem(adjacency.DENSE_CHECKPOINT_BYTES, "cpu", 0)
     torch.manual_seed(0)
     m = EdgeUpdateMLP(6, 4, 7)
     h = torch.randn(5, 8, 6, requires_grad=True)
@@ -175,10 +179,14 @@ def test_edge_mlp_dense_blocks_with_checkpointing_keep_values_and_gradients():
     w = torch.randn(5, 8, 8)
     whole = m.forward_dense(h, g, a)
     grads = torch.autograd.grad((whole * w).sum(), [h, g, *m.parameters()])
-    # a budget of two graphs -> 3 checkpointed blocks
+    calls = []
+    block = m._dense_block
+    m._dense_block = lambda *args: calls.append(1) or block(*args)
+    # a budget of two graphs -> 3 blocks
     blocks = m.forward_dense(h, g, a, block_elems=2 * 8 * 8 * 7)
-    assert blocks.grad_fn is not None
+    assert len(calls) == 3
     grads_b = torch.autograd.grad((blocks * w).sum(), [h, g, *m.parameters()])
+    assert len(calls) == (6 if checkpointed else 3)  # checkpointed blocks are recomputed
     torch.testing.assert_close(blocks, whole)
     for x, y in zip(grads, grads_b, strict=True):
         torch.testing.assert_close(x, y)
