@@ -313,3 +313,15 @@ def test_gdm_gpu_block_path_matches_the_default_path(monkeypatch):
         obs, *_ = vec.step(np.array([np.flatnonzero(m)[0] for m in vec.action_masks()]))
         assert vec.observation_space.contains(obs)
     assert all(vec.core.state[k].shape == before[k].shape for k in before)
+
+
+@pytest.mark.parametrize("env_name", ["RGC", "CF"])
+def test_dream_env_on_the_other_envs(env_name):
+    model = tiny_trained_model("gdm", env_name, num_nodes=N)
+    run_checkers(DreamEnv(model, make_env(env_name, N), seed=0))
+
+
+def test_pair_action_mode_is_refused_with_a_clear_error():
+    model = tiny_trained_model("vanilla-gwm", "RGC", num_nodes=N)
+    with pytest.raises(NotImplementedError, match="node-selection"):
+        DreamEnv(model, make_env("RGC", N, action_mode="pair"))

@@ -130,6 +130,7 @@ class DreamCore:
         self.masks = torch.ones(
             self.num_episodes, self.num_nodes, dtype=torch.int64, device=self.device
         )
+        self.action_masks(np.ones((1, self.num_nodes), bool))  # a node-selection space?
 
     def seed(self, seed: int | None) -> None:
         """Reseed the generator (``None``: from OS entropy)."""
@@ -219,4 +220,8 @@ class DreamCore:
             return node_masks
         if isinstance(space, gym.spaces.MultiDiscrete) and np.all(space.nvec == self.num_nodes):
             return np.tile(node_masks, (1, len(space.nvec)))
-        raise NotImplementedError(f"no node-mask form of action_masks for {space}")
+        raise NotImplementedError(
+            f"dream envs support node-selection action spaces (Discrete(N), "
+            f"MultiDiscrete([N] * k)); {space} has a mask the node mask cannot express "
+            "(e.g. RGC's action_mode='pair')"
+        )
