@@ -22,6 +22,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ..losses import masked_mean
+
 __all__ = [
     "power_iteration",
     "spectral_loss",
@@ -148,8 +150,7 @@ def critical_node_loss(
     per_node_loss: torch.Tensor, weights: torch.Tensor, node_mask: torch.Tensor
 ) -> torch.Tensor:
     """R_critical per graph: 1/N sum_v c(v) l(v) over real nodes (B,)."""
-    m = node_mask.to(per_node_loss.dtype)
-    return (per_node_loss * weights * m).sum(-1) / m.sum(-1).clamp_min(1.0)
+    return masked_mean(per_node_loss * weights, node_mask, -1)
 
 
 def rollout_consistency_loss(
