@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .rssm import categorical_kl
+from .rssm import _EPS
 
 __all__ = [
     "free_bits",
@@ -32,8 +32,15 @@ def free_bits(kl: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 def kl_dyn_rep(q: torch.Tensor, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(KL(sg(q) || p), KL(q || sg(p))) of factorised categoricals (..., groups, classes)."""
-    return categorical_kl(q.detach(), p), categorical_kl(q, p.detach())
+    """(KL(sg(q) || p), KL(q || sg(p))) of factorised categoricals (..., groups, classes).
+
+    Same values as two :func:`~gdm_models.rssm.categorical_kl` calls; the logs are taken once.
+    """
+    log_q = torch.log(q.clamp_min(_EPS))
+    log_p = torch.log(p.clamp_min(_EPS))
+    dyn = (q.detach() * (log_q.detach() - log_p)).sum(dim=(-1, -2))
+    rep = (q * (log_q - log_p.detach())).sum(dim=(-1, -2))
+    return dyn, rep
 
 
 def adjacency_kl(
