@@ -43,6 +43,7 @@ applies the time-independent parts of the input and posterior layers (action col
 observation embedding's columns, biases) to all steps in one product, runs only the cell
 ``h -> x -> attention -> GRU -> posterior sample`` inside the recurrence and the prior net on all
 steps afterwards, and syncs with the host once per call for the logged terms.
+:meth:`GRSSM.compile_loss` compiles the whole tensor-only loss (:mod:`.compiled`).
 """
 
 from __future__ import annotations
