@@ -273,3 +273,24 @@ def test_base_run_results_are_finite(base_run):
     rows = [json.loads(r) for r in results_of(base)]
     assert sorted(r["kind"] for r in rows) == ["self_gdd", "single_step"]
     assert all(math.isfinite(r["gdd"]) and r["gdd"] >= 0 for r in rows)
+
+
+def test_trainer_options_reach_the_trainer(base_run, tmp_path):
+    """train.log_every / precision / compile go to gdm_models.train; log_every is not keyed
+    (it changes the log, not the weights), precision is."""
+    from graphwm.pipeline import training_jobs
+    from graphwm.train import trainer_options
+
+    preset, base = base_run
+    (job,) = training_jobs(preset)
+    assert trainer_options(job) == {"precision": "fp32", "compile": False, "log_every": 1}
+    sparse = _change(preset, "train.log_every", 2)
+    (sparse_job,) = training_jobs(sparse)
+    assert sparse_job.key == job.key and trainer_options(sparse_job)["log_every"] == 2
+    (bf16_job,) = training_jobs(_change(preset, "train.precision", "bf16"))
+    assert bf16_job.key != job.key
+    run = tmp_path / "sparse"
+    stage_train(_change(sparse, "train.steps", 5), RunPaths(run), progress=False)
+    (log,) = run.glob("train/SAR/*/*/log.csv")
+    steps = [int(line.split(",")[0]) for line in log.read_text().splitlines()[1:]]
+    assert steps == [2, 4, 5]
