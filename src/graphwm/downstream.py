@@ -592,8 +592,11 @@ def downstream_figure(records: Iterable[DownstreamRecord], path: str | Path) -> 
     if not envs:
         raise ValueError("no downstream records to plot")
     fig, axes = plt.subplots(len(envs), 2, figsize=(10, 3.6 * len(envs)), squeeze=False)
-    styles = {REAL: ("tab:green", "-"), GREEDY: ("tab:purple", "--"), RANDOM: ("tab:gray", ":")}
+    styles = {REAL: ("black", "-"), GREEDY: ("tab:purple", "--"), RANDOM: ("tab:gray", ":")}
     corr = correlations(records)
+    models = sorted({r.model for r in records if r.model is not None})
+    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    colour = {m: cycle[i % len(cycle)] for i, m in enumerate(models)}  # same in every panel
     for row, env in enumerate(envs):
         rs = [r for r in records if r.env == env]
         for col, (attr, label) in enumerate(
@@ -603,7 +606,14 @@ def downstream_figure(records: Iterable[DownstreamRecord], path: str | Path) -> 
             pts = [r for r in rs if r.model is not None and getattr(r, attr) is not None]
             for r in pts:
                 x = getattr(r, attr)
-                ax.errorbar(x, r.mean_return, yerr=_nan(r.se_return), fmt="o", capsize=3)
+                ax.errorbar(
+                    x,
+                    r.mean_return,
+                    yerr=_nan(r.se_return),
+                    fmt="o",
+                    capsize=3,
+                    color=colour[r.model],
+                )
                 ax.annotate(
                     r.model,
                     (x, r.mean_return),
