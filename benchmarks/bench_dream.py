@@ -10,8 +10,10 @@ prints env-steps per second (B x steps / seconds) and their ratio, measured in t
     uv run python benchmarks/bench_dream.py --device cuda
 
 The model is untrained at the paper's preset size for the env (``get_preset(model, env)``),
-which has the cost of a trained one; the target on a 2-core CPU is >= 1,000 dream steps/s at
-B = 64, N = 20 (see docs/dream.md for measured numbers).
+which has the cost of a trained one; its continuation head is set to the real env's
+episode-end rate measured in the same run (``--no-calibrate`` keeps the untrained head, which
+ends half of all episodes every step). The target on a 2-core CPU is >= 1,000 dream steps/s
+at B = 64, N = 20 (see docs/dream.md for measured numbers).
 """
 
 from __future__ import annotations
@@ -43,45 +45,63 @@ def actions_from_nodes(space: gym.spaces.Space, nodes: np.ndarray, rng) -> np.nd
     return np.concatenate([nodes[:, None], extra], axis=1).astype(np.int64)
 
 
-def time_loop(reset, step, masks_of, space, min_steps: int, min_seconds: float) -> float:
-    """Env-steps per second of a vector env under a random valid policy."""
+def time_loop(reset, step, space, min_steps: int, min_seconds: float) -> tuple[float, float]:
+    """(env-steps per second, episodes ended per env-step) of a vector env under a random
+    valid policy; ``step(actions) -> (obs, reward, terminated, truncated, info)``."""
     rng = np.random.default_rng(0)
     obs = reset()
     b = len(obs["action_mask"])
     for _ in range(2):  # warm-up
-        obs = step(actions_from_nodes(space, random_valid(masks_of(obs), rng), rng))
-    steps, start = 0, time.perf_counter()
+        obs = step(actions_from_nodes(space, random_valid(obs["action_mask"], rng), rng))[0]
+    steps, ended, start = 0, 0, time.perf_counter()
     while steps < min_steps or time.perf_counter() - start < min_seconds:
-        obs = step(actions_from_nodes(space, random_valid(masks_of(obs), rng), rng))
+        out = step(actions_from_nodes(space, random_valid(obs["action_mask"], rng), rng))
+        obs = out[0]
+        ended += int(np.sum(out[2] | out[3]))
         steps += 1
-    return b * steps / (time.perf_counter() - start)
+    return b * steps / (time.perf_counter() - start), ended / (b * steps)
+
+
+def calibrate_termination(model, rate: float) -> bool:
+    """Give an untrained GDM the real env's per-step episode-end rate: its continuation head
+    becomes the constant logit ``log((1 - rate) / rate)``, so the dream env autoresets as
+    often as the real env (an untrained head ends about half of all episodes every step,
+    which would time resets instead of imagination). Returns whether the model has the head."""
+    head = getattr(getattr(model, "graph_heads", None), "continuation", None)
+    if head is None or not 0.0 < rate < 1.0:
+        return False
+    with torch.no_grad():
+        head.weight.zero_()
+        head.bias.fill_(float(np.log((1.0 - rate) / rate)))
+    return True
 
 
 def bench_dream(
     model, env_name: str, b: int, n: int, min_steps: int, min_seconds: float, pool: int = 0
-):
-    """Dream env steps/s; ``pool > 0`` autoresets from that many stored real start states
-    instead of a fresh real reset each time."""
+) -> tuple[float, float]:
+    """Dream env (steps/s, end rate); ``pool > 0`` autoresets from that many stored real
+    start states instead of a fresh real reset each time."""
     real = make_env(env_name, n)
     starts = [real_start(real, seed) for seed in range(pool)] if pool else None
     vec = DreamVectorEnv(model, real, b, seed=0, start_states=starts)
     return time_loop(
         lambda: vec.reset(seed=0)[0],
-        lambda a: vec.step(a)[0],
-        lambda obs: obs["action_mask"],
+        vec.step,
         vec.single_action_space,
         min_steps,
         min_seconds,
     )
 
 
-def bench_real(env_name: str, b: int, n: int, min_steps: int, min_seconds: float):
+def bench_real(
+    env_name: str, b: int, n: int, min_steps: int, min_seconds: float
+) -> tuple[float, float]:
+    """Real env (steps/s, end rate) through a synchronous ``gym.make_vec``."""
     vec = gym.make_vec(env_id(env_name), num_envs=b, vectorization_mode="sync", num_nodes=n)
     try:
         return time_loop(
             lambda: vec.reset(seed=0)[0],
-            lambda a: vec.step(a)[0],
-            lambda obs: obs["action_mask"],
+            vec.step,
             vec.single_action_space,
             min_steps,
             min_seconds,
@@ -132,6 +152,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[20, 100])
     parser.add_argument("--verify", action="store_true", help="check against the model's API")
     parser.add_argument(
+        "--no-calibrate",
+        action="store_true",
+        help="keep the untrained continuation head (else: the real env's episode-end rate)",
+    )
+    parser.add_argument(
         "--start-pool",
         type=int,
         default=0,
@@ -156,13 +181,17 @@ def main(argv: list[str] | None = None) -> None:
     )
     pool = args.start_pool
     head = f"{'B':>5} {'N':>4} {'dream steps/s':>14} {'real steps/s':>13} {'dream/real':>11}"
+    head += f" {'ends/step real':>15} {'dream':>6}"
     print(head + (f" {'pooled dream/s':>15} {'pooled/real':>12}" if pool else ""))
     for b, n in grid:
-        dream = bench_dream(model, args.env, b, n, min_steps, min_seconds)
-        real = bench_real(args.env, b, n, min_steps, min_seconds)
+        real, real_rate = bench_real(args.env, b, n, min_steps, min_seconds)
+        if not args.no_calibrate and not calibrate_termination(model, real_rate):
+            print("(the model has no GDM continuation head: not calibrated)")
+        dream, dream_rate = bench_dream(model, args.env, b, n, min_steps, min_seconds)
         line = f"{b:>5} {n:>4} {dream:>14.0f} {real:>13.0f} {dream / real:>11.2f}"
+        line += f" {real_rate:>15.3f} {dream_rate:>6.3f}"
         if pool:
-            pooled = bench_dream(model, args.env, b, n, min_steps, min_seconds, pool)
+            pooled, _ = bench_dream(model, args.env, b, n, min_steps, min_seconds, pool)
             line += f" {pooled:>15.0f} {pooled / real:>12.2f}"
         print(line, flush=True)
 
