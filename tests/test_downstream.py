@@ -207,3 +207,18 @@ def test_downstream_config_parse_and_jobs():
     ):
         with pytest.raises(ValueError, match=match):
             DownstreamConfig.parse(bad)
+
+
+def test_downstream_section_is_checked_against_the_preset():
+    from graphwm.downstream import DownstreamConfig
+
+    def models_of(env):
+        return ["gdm", "gdm:no-h-plus"] if env == "SAR" else ["gdm"]
+
+    DownstreamConfig.parse({"budget": 8, "models": ["gdm:no-h-plus"]}).check(["SAR"], models_of)
+    with pytest.raises(ValueError, match=r"downstream.envs\[0\]"):
+        DownstreamConfig.parse({"budget": 8, "envs": ["CF"]}).check(["SAR"], models_of)
+    with pytest.raises(ValueError, match=r"downstream.models\[0\]"):
+        DownstreamConfig.parse({"budget": 8, "envs": ["OD"], "models": ["gdm:no-h-plus"]}).check(
+            ["SAR", "OD"], models_of
+        )

@@ -193,6 +193,23 @@ class DownstreamConfig:
             ppo=ppo,
         )
 
+    def check(self, envs: Sequence[str], models_of: Callable[[str], Sequence[str]]) -> None:
+        """``ValueError`` when the section names an env the preset does not run or a model it
+        does not train (``models_of(env)``: the preset's models and ablations of ``env``)."""
+        for i, env in enumerate(self.envs or ()):
+            if env not in envs:
+                raise ValueError(
+                    f"preset key 'downstream.envs[{i}]' ({env!r}) is not one of the preset's "
+                    f"envs {list(envs)}"
+                )
+        trained = {m for env in (self.envs or envs) for m in models_of(env)}
+        for i, model in enumerate(self.models or ()):
+            if model not in trained:
+                raise ValueError(
+                    f"preset key 'downstream.models[{i}]' ({model!r}) is not trained by the "
+                    f"preset on its downstream envs (trained: {sorted(trained)})"
+                )
+
     def job_configs(
         self,
         env: str,
