@@ -664,24 +664,32 @@ class GDM(WorldModel):
             per_step.append(self._step_terms(batch, t, obs, prev, o, nm, pm, n_real))
         return {k: torch.stack([d[k] for d in per_step], 1) for k in per_step[0]}
 
+    def loss_scales(self) -> dict[str, float]:
+        """Weight of every logged per-transition term in the total (paper eq. loss):
+        beta_pred on each L_pred part, beta_n beta_dyn / beta_n beta_rep on the node KLs,
+        beta_g beta_dyn / beta_g beta_rep on the graph KLs, beta_adj, beta_h."""
+        c = self.config
+        pred = ("pred_node", "pred_graph", "pred_adj", "pred_action", "pred_reward", "pred_cont")
+        return {
+            **dict.fromkeys(pred, c.beta_pred),
+            "kl_n_dyn": c.beta_n * c.beta_dyn,
+            "kl_n_rep": c.beta_n * c.beta_rep,
+            "kl_g_dyn": c.beta_g * c.beta_dyn,
+            "kl_g_rep": c.beta_g * c.beta_rep,
+            "kl_adj": c.beta_adj,
+            "h": c.beta_h,
+        }
+
     def _combine_terms(
         self, per_step: Mapping[str, torch.Tensor], step_mask: torch.Tensor
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Average (B, L) terms over the real transitions and weight them (paper eq. loss)."""
-        c = self.config
+        scale = self.loss_scales()
+        if set(scale) != set(per_step):
+            raise RuntimeError(f"loss terms {sorted(per_step)} != scaled {sorted(scale)}")
         mean = {k: masked_mean(v, step_mask, (0, 1)) for k, v in per_step.items()}
-        pred = (
-            mean["pred_node"]
-            + mean["pred_graph"]
-            + mean["pred_adj"]
-            + mean["pred_action"]
-            + mean["pred_reward"]
-            + mean["pred_cont"]
-        )
-        kl_n = c.beta_dyn * mean["kl_n_dyn"] + c.beta_rep * mean["kl_n_rep"]
-        kl_g = c.beta_dyn * mean["kl_g_dyn"] + c.beta_rep * mean["kl_g_rep"]
-        l_kl = c.beta_n * kl_n + c.beta_g * kl_g + c.beta_adj * mean["kl_adj"]
-        total = c.beta_pred * pred + l_kl + c.beta_h * mean["h"]
+        pred = sum(mean[k] for k in mean if k.startswith("pred_"))
+        total = sum(scale[k] * mean[k] for k in mean)
         terms = {k: v.detach() for k, v in mean.items()}
         terms["pred"] = pred.detach()
         terms["total"] = total.detach()
