@@ -190,3 +190,20 @@ def test_edge_mlp_dense_blocks_keep_values_and_gradients(checkpointed, monkeypat
     torch.testing.assert_close(blocks, whole)
     for x, y in zip(grads, grads_b, strict=True):
         torch.testing.assert_close(x, y)
+
+
+def test_no_grad_gate_and_xor_equal_the_autograd_path_exactly():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 40, 40, generator=g) * 3
+    u = torch.rand(3, 40, 40, generator=g)
+    u[0, 0, :4] = torch.tensor([0.0, 1.0, 1e-9, 1 - 1e-9])  # the clamped ends
+    u_before = u.clone()
+    a_prev = (torch.rand(3, 40, 40, generator=g) < 0.3).float()
+    with torch.no_grad():
+        fast = hard_concrete_gate(logits, u)
+        a_fast, b_fast = xor_update(a_prev, fast)
+    assert torch.equal(u, u_before)  # the caller's uniforms are not modified
+    ref = hard_concrete_gate(logits.requires_grad_(), u)
+    a_ref, b_ref = xor_update(a_prev, ref)
+    assert torch.equal(fast, ref.detach()) and torch.equal(a_fast, a_ref)
+    torch.testing.assert_close(b_fast, b_ref.detach())  # forward of b_bar = A_t

@@ -86,10 +86,19 @@ def hard_concrete_gate(
     l~ = l + beta log(-gamma / zeta);  s = sigmoid((log u - log(1 - u) + l~) / beta);
     c = clip_[0,1](s (zeta - gamma) + gamma).  With the shift, P(c > 0) = sigmoid(l).
     """
-    u = u.clamp(_EPS, 1.0 - _EPS)
-    l_tilde = logits + beta * math.log(-gamma / zeta)  # paper: shifted logit
-    s = torch.sigmoid((torch.log(u) - torch.log1p(-u) + l_tilde) / beta)
-    return torch.clamp(s * (zeta - gamma) + gamma, 0.0, 1.0)
+    if torch.is_grad_enabled() and (logits.requires_grad or u.requires_grad):
+        u = u.clamp(_EPS, 1.0 - _EPS)
+        l_tilde = logits + beta * math.log(-gamma / zeta)  # paper: shifted logit
+        s = torch.sigmoid((torch.log(u) - torch.log1p(-u) + l_tilde) / beta)
+        return torch.clamp(s * (zeta - gamma) + gamma, 0.0, 1.0)
+    # without autograd: the same operations in the order above, in place on two buffers
+    # (imagination at large N: each fresh (S, N, N) buffer costs page faults)
+    x = u.clamp(_EPS, 1.0 - _EPS)
+    l_tilde = torch.log1p(torch.neg(x))
+    x.log_().sub_(l_tilde)
+    torch.add(logits, beta * math.log(-gamma / zeta), out=l_tilde)
+    x.add_(l_tilde).div_(beta).sigmoid_()
+    return x.mul_(zeta - gamma).add_(gamma).clamp_(0.0, 1.0)
 
 
 def hard_concrete_prob_open(
@@ -128,6 +137,8 @@ def xor_update(a_prev: torch.Tensor, gate: torch.Tensor) -> tuple[torch.Tensor, 
     """
     toggle = (gate > 0).to(gate.dtype)
     a_t = a_prev + toggle - 2.0 * a_prev * toggle  # xor on {0, 1}
+    if not (torch.is_grad_enabled() and gate.requires_grad):
+        return a_t, a_t  # no autograd: b_bar's forward value is A_t
     b = (1.0 - a_prev) * gate + a_prev * (1.0 - gate)
     b_bar = b + (a_t - b).detach()
     return a_t, b_bar
