@@ -59,6 +59,16 @@ def test_tiny_preset_end_to_end(tmp_path, capsys):
     numbers = _finite_numbers_in(main_table)
     assert numbers and all(math.isfinite(x) for x in numbers)
     assert "nan" not in main_table.lower()
+    # one seed: no interval; the indistinguishability column and both self-GDD estimators
+    assert "± 0.000" not in main_table and "± –†" in main_table
+    assert "| Indist. |" in main_table
+    shares = [r["indistinguishable"] for r in single]
+    assert all(0.0 <= s <= 1.0 for s in shares)
+    self_table = (report_dir / "self_gdd.md").read_text()
+    assert "biased (paper)" in self_table and "unbiased" in self_table
+    for r in results:
+        if r["kind"] == "self_gdd":
+            assert r["gdd_unbiased"] <= r["gdd"]
     # `graphwm report RUN_DIR` rebuilds from stored results and prints the main table
     from graphwm.cli import main
 

@@ -279,6 +279,19 @@ class SearchConfig:
         )
 
 
+# Optional preset sections owned by other modules: name -> "module:Class", where the class has
+# ``parse(raw, key)`` (raising PresetError) like the configs above. Parsed sections land in
+# ``Preset.sections[name]``; a stage of that module reads them from there.
+SECTIONS: dict[str, str] = {"downstream": "graphwm.downstream:DownstreamConfig"}
+
+
+def _parse_section(name: str, raw: Any) -> Any:
+    import importlib
+
+    module, cls = SECTIONS[name].split(":")
+    return getattr(importlib.import_module(module), cls).parse(raw, name)
+
+
 _TOP_KEYS = (
     "name",
     "envs",
@@ -317,6 +330,7 @@ class Preset:
     workers: int = DEFAULT_WORKERS
     multi_step: EvalConfig | None = None
     search: SearchConfig | None = None
+    sections: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any] | Preset) -> Preset:
@@ -324,7 +338,7 @@ class Preset:
         if isinstance(raw, Preset):
             return raw
         t = _table(raw, "the preset")
-        _no_unknown(t, "", _TOP_KEYS)
+        _no_unknown(t, "", _TOP_KEYS + tuple(SECTIONS))
         envs = tuple(
             _str(e, f"envs[{i}]", ENV_NAMES) for i, e in enumerate(_list(t.get("envs"), "envs"))
         )
@@ -362,6 +376,7 @@ class Preset:
                 else None
             ),
             search=SearchConfig.parse(t["search"]) if "search" in t else None,
+            sections={name: _parse_section(name, t[name]) for name in SECTIONS if name in t},
         )
         preset._check_models()
         return preset
@@ -405,6 +420,9 @@ class Preset:
             return value
 
         out = clean(asdict(self))
+        out.pop("sections")
+        for name, section in self.sections.items():
+            out[name] = section.to_dict() if hasattr(section, "to_dict") else asdict(section)
         if self.train.steps is None:
             out["train"].pop("steps", None)
         if self.multi_step is not None:
