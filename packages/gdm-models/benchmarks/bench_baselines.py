@@ -12,7 +12,7 @@ Printed per path: ms per step (median of the timed steps), and from ``torch.prof
 CUDA kernels launched per step (``--device cuda``) or the aten ops per step (``--device
 cpu``), plus the fast/ref time ratio. Optionally (``--imagine``) one-step imagination of 30
 samples at N = 1000 (seconds), and (``--compile MODE``) a third path, ``compiled``: the fast
-path after ``model.compile_loss(mode=MODE)`` (the whole tensor-only loss compiled, batches
+path after ``model.enable_compile(mode=MODE)`` (the whole tensor-only loss compiled, batches
 padded to a multiple of 8 nodes); its first (compiling) step is reported separately.
 
 Usage::
@@ -96,7 +96,7 @@ def step_fn(model, batch, path: str, compile_mode: str | None = None) -> Callabl
     """One training step (as in the trainer, without its logging) on the chosen path."""
     ref = grssm_loss_reference if model.model_name == "g-rssm" else gwm_loss_reference
     loss_fn = model.loss if path != "ref" else (lambda b, g: ref(model, b, g))
-    if path == "compiled" and not model.compile_loss(mode=compile_mode):
+    if path == "compiled" and not model.enable_compile(mode=compile_mode):
         raise RuntimeError("torch.compile is unavailable")
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
     gen = torch.Generator(device=model.device).manual_seed(0)

@@ -13,9 +13,10 @@ from gdm_models.baselines import _reference as ref
 from gdm_models.baselines import grssm as grssm_mod
 from gdm_models.baselines import gwm as gwm_mod
 from gdm_models.baselines.common import sampled_state, state_from_observation
-from gdm_models.baselines.compiled import pad_nodes
 from gdm_models.baselines.grssm import AllPairsAttention
+from gdm_models.compiling import CompileFallbackWarning
 from gdm_models.data import OBS_KEYS, observation_to_tensors
+from gdm_models.gdm_sequence import pad_batch_nodes
 
 BASELINES = ("vanilla-gwm", "ea-gwm", "g-rssm")
 SCHEMA = {  # SAR-like: every feature type present
@@ -316,7 +317,7 @@ def test_gwm_predictions_see_the_observed_topology(name, monkeypatch):
 def test_node_padding_leaves_the_loss_unchanged(name):
     """The compiled path pads batches to a multiple of 8 nodes: padded nodes must not count."""
     model, batch, _ = setup(name)
-    padded = pad_nodes(batch, 8)
+    padded = pad_batch_nodes(batch, 8)
     assert padded.num_nodes == 8 and batch.num_nodes == 7
     assert not bool(padded.node_mask[:, 7:].any())
     a = loss_and_grads(model, model.loss, batch, seed=1)
@@ -339,7 +340,7 @@ def test_node_padding_leaves_the_loss_unchanged(name):
 
 @pytest.mark.parametrize("name", BASELINES)
 def test_compiled_loss_traces_in_one_graph_and_equals_eager(name):
-    """``compile_loss`` with dynamo's eager backend and ``fullgraph=True``: the tensor-only
+    """``enable_compile`` with dynamo's eager backend and ``fullgraph=True``: the tensor-only
     loss traces without a graph break (what CUDA graphs need) and gives the eager loss and
     gradients."""
     torch._dynamo.reset()
@@ -347,9 +348,9 @@ def test_compiled_loss_traces_in_one_graph_and_equals_eager(name):
     state = {k: v.clone() for k, v in model.state_dict().items()}
     eager = loss_and_grads(model, model.loss, batch, seed=4)
     model.load_state_dict(state)
-    assert model.compile_loss(mode=None, backend="eager", fullgraph=True)
+    assert model.enable_compile(backend="eager", fullgraph=True)
     comp = loss_and_grads(model, model.loss, batch, seed=4)
-    assert model._compiled_loss.active  # no fallback happened
+    assert model._compiled is not None and model._compiled.is_compiled  # no fallback
     torch.testing.assert_close(comp[0], eager[0], rtol=1e-5, atol=1e-6)
     for k in eager[1]:
         assert comp[1][k] == pytest.approx(eager[1][k], rel=1e-5, abs=1e-6), k
@@ -365,7 +366,23 @@ def test_compile_falls_back_to_eager_with_a_warning(monkeypatch):
         raise RuntimeError("no compiler here")
 
     monkeypatch.setattr(torch, "compile", broken)
-    with pytest.warns(RuntimeWarning, match="no compiler here"):
-        assert not model.compile_loss()
+    with pytest.warns(CompileFallbackWarning, match="no compiler here"):
+        assert not model.enable_compile()
     total, _ = model.loss(batch)
     assert torch.isfinite(total)
+
+
+@pytest.mark.parametrize("name", BASELINES)
+def test_training_loss_keeps_the_terms_on_the_device(name):
+    """The trainer's ``training_loss``: the same loss, terms as detached 0-d tensors equal to
+    ``loss``'s floats (read by the trainer only every ``log_every`` steps)."""
+    model, batch, _ = setup(name)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    total, terms = model.training_loss(batch, torch.Generator().manual_seed(2))
+    model.load_state_dict(state)
+    total2, floats = model.loss(batch, torch.Generator().manual_seed(2))
+    torch.testing.assert_close(total, total2)
+    assert list(terms) == list(floats)
+    for k, v in terms.items():
+        assert isinstance(v, torch.Tensor) and v.ndim == 0 and not v.requires_grad, k
+        assert v.item() == pytest.approx(floats[k], rel=1e-6, abs=1e-7), k

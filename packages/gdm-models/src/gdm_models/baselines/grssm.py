@@ -43,7 +43,7 @@ applies the time-independent parts of the input and posterior layers (action col
 observation embedding's columns, biases) to all steps in one product, runs only the cell
 ``h -> x -> attention -> GRU -> posterior sample`` inside the recurrence and the prior net on all
 steps afterwards, and syncs with the host once per call for the logged terms.
-:meth:`GRSSM.compile_loss` compiles the whole tensor-only loss (:mod:`.compiled`).
+:meth:`GRSSM.enable_compile` compiles the whole tensor-only loss.
 """
 
 from __future__ import annotations
@@ -59,7 +59,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..api import WorldModel, predictions_to_numpy
+from ..compiling import compile_or_eager, default_compile_mode
 from ..data import OBS_KEYS, Batch
+from ..gdm_sequence import pad_batch_nodes
 from ..losses import free_bits, masked_mean
 from ..rssm import _EPS, categorical_kl, gumbel_from_uniform, sample_onehot_st, unimix_probs
 from ..scaling import FeatureScaler
@@ -73,7 +75,6 @@ from .common import (
     sampled_state,
     state_from_observation,
 )
-from .compiled import CompiledLoss, pad_nodes
 
 #: the per-item prediction terms of L_pred (observation terms first, then transition terms)
 _PRED_KEYS: tuple[str, ...] = (
@@ -85,7 +86,7 @@ _PRED_KEYS: tuple[str, ...] = (
     "continuation",
 )
 #: order of the values returned by ``GRSSM._loss_tensors``
-_LOGGED: tuple[str, ...] = (*_PRED_KEYS, "kl_dyn", "kl_rep", "kl")
+_LOGGED: tuple[str, ...] = (*_PRED_KEYS, "kl_dyn", "kl_rep", "kl", "pred")
 
 __all__ = [
     "GRSSMConfig",
@@ -518,43 +519,55 @@ class GRSSM(WorldModel):
             "kl_rep": c.beta_rep,
         }
 
+    #: under compile, batches are padded to a multiple of this many nodes (static shapes)
+    compile_pad_multiple: int = 8
+
     def loss(
         self, batch: Batch, generator: torch.Generator | None = None
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """RSSM loss on a padded batch (see the module docstring); ``generator`` drives the
-        latent samples (``None`` = a generator seeded with 0). One host sync (the logged
-        terms); compiled when :meth:`compile_loss` was called."""
+        latent samples (``None`` = a generator seeded with 0). One host sync for the terms."""
+        total, terms = self.training_loss(batch, generator)
+        values = torch.stack(list(terms.values())).tolist()
+        return total, dict(zip(terms, values, strict=True))
+
+    def training_loss(
+        self, batch: Batch, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """:meth:`loss` with the terms as detached 0-d tensors (no host sync); compiled after
+        :meth:`enable_compile`."""
         c = self.config
         gen = self.make_generator(generator if generator is not None else 0)
         B, T1, N = batch.batch_size, batch.seq_len + 1, batch.num_nodes
         shape = (T1, B, N, c.latent_groups, c.latent_classes)
         dev, dt = batch.adjacency.device, batch.node_continuous.dtype
         u = torch.rand(shape, generator=gen, device=dev, dtype=dt)  # the noise of all steps
-        impl = getattr(self, "_compiled_loss", None)
-        if impl is not None and impl.active:
-            batch = pad_nodes(batch, impl.node_multiple)
+        impl = getattr(self, "_compiled", None)
+        if impl is not None and impl.is_compiled:
+            m = self.compile_pad_multiple
+            batch = pad_batch_nodes(batch, -(-N // m) * m)
             u = F.pad(u, (0, 0, 0, 0, 0, batch.num_nodes - N), value=0.5)  # padded nodes' noise
         total, values = (impl or self._loss_tensors)(batch, u)
-        logged = dict(zip(_LOGGED, values.detach().tolist(), strict=True))
-        logged["pred"] = sum(
-            logged[k] * (c.beta_adj if k == "adjacency" else 1.0) for k in _PRED_KEYS
-        )
-        return total, {k: logged[k] for k in GRSSM_TERM_KEYS}
+        terms = dict(zip(_LOGGED, values.detach().unbind(), strict=True))
+        return total, {k: terms[k] for k in GRSSM_TERM_KEYS}
 
-    def compile_loss(
-        self,
-        mode: str | None = "reduce-overhead",
-        backend: str = "inductor",
-        fullgraph: bool = False,
-        node_multiple: int = 8,
-    ) -> bool:
-        """Train with a ``torch.compile``-d loss (see :mod:`.compiled`); batches are padded to a
-        multiple of ``node_multiple`` nodes. Returns whether compilation is active (False:
-        ``torch.compile`` unavailable, eager with a warning)."""
-        self._compiled_loss = CompiledLoss(
-            self._loss_tensors, mode, backend, fullgraph, node_multiple
+    def enable_compile(self, mode: str | None = None, **compile_kwargs: Any) -> bool:
+        """Run the whole tensor-only loss (after the noise draw) through ``torch.compile``
+        (``mode`` default: "reduce-overhead", i.e. CUDA graphs, on CUDA; "default" elsewhere).
+        Batches are padded to a multiple of :attr:`compile_pad_multiple` nodes (the loss is
+        unchanged: padded nodes are masked everywhere and get their own noise). Falls back to
+        eager with one :class:`~gdm_models.compiling.CompileFallbackWarning`. Returns whether
+        the compiled path is active."""
+        mode = mode or default_compile_mode(self.device)
+        compiled = compile_or_eager(
+            self._loss_tensors, "the G-RSSM loss", mode=mode, dynamic=False, **compile_kwargs
         )
-        return self._compiled_loss.active
+        self._compiled = compiled if compiled.is_compiled else None
+        return compiled.is_compiled
+
+    def disable_compile(self) -> None:
+        """Back to the eager fast path."""
+        self._compiled = None
 
     def _loss_tensors(
         self, batch: Batch, uniforms: torch.Tensor
@@ -599,7 +612,8 @@ class GRSSM(WorldModel):
         scale = self.loss_scales()
         assert scale.keys() == terms.keys(), (sorted(scale), sorted(terms))
         total = sum(scale[k] * terms[k] for k in scale)
-        return total, torch.stack([*terms.values(), kl_raw])
+        pred = sum(terms[k] * (c.beta_adj if k == "adjacency" else 1.0) for k in _PRED_KEYS)
+        return total, torch.stack([*terms.values(), kl_raw, pred])
 
     # ------------------------------------------------------------------ inference API
     @torch.no_grad()

@@ -35,8 +35,8 @@ features and reward are the predicted means).
 Speed (same math as the form kept in :mod:`._reference`): the loss builds its masks once,
 gathers the targets of all rollout steps in one pass, reuses the one-step loss as rollout step
 1, applies the action terms of all layers at once, runs the power iterations of all layers
-together and syncs with the host once; :meth:`GWM.compile_loss` compiles the whole tensor-only
-loss (:mod:`.compiled`).
+together and syncs with the host once; :meth:`GWM.enable_compile` compiles the whole tensor-only
+loss.
 """
 
 from __future__ import annotations
@@ -51,7 +51,9 @@ import torch
 from torch import nn
 
 from ..api import NP_DTYPES, WorldModel, predictions_to_numpy
+from ..compiling import compile_or_eager, default_compile_mode
 from ..data import OBS_KEYS, Batch, DataError, observation_to_tensors, validate_observation
+from ..gdm_sequence import pad_batch_nodes
 from ..losses import masked_mean
 from ..scaling import FeatureScaler
 from ..schema import Schema
@@ -67,7 +69,6 @@ from .common import (
     soft_state,
     state_from_observation,
 )
-from .compiled import CompiledLoss, pad_nodes
 from .ea_losses import (
     critical_node_loss,
     critical_node_weights,
@@ -277,6 +278,9 @@ class GWM(WorldModel):
             + parts["continuation"]
         )
 
+    #: under compile, batches are padded to a multiple of this many nodes (static shapes)
+    compile_pad_multiple: int = 8
+
     def loss(
         self, batch: Batch, generator: torch.Generator | None = None
     ) -> tuple[torch.Tensor, dict[str, float]]:
@@ -285,35 +289,47 @@ class GWM(WorldModel):
         Every transition t of every window is an item: input obs[t] (teacher-forced), target
         obs[t+1], reward[t], continuation[t]; padded steps and nodes are masked out. The model is
         deterministic; ``generator`` is unused. ``total = sum_k scale[k] term[k]`` over the
-        terms of :meth:`loss_scales` with a non-zero scale; one host sync for the logged terms;
-        compiled when :meth:`compile_loss` was called.
+        terms of :meth:`loss_scales` with a non-zero scale; one host sync for the logged terms.
         """
-        impl = getattr(self, "_compiled_loss", None)
-        if impl is not None and impl.active:
-            batch = pad_nodes(batch, impl.node_multiple)
-        total, values = (impl or self._loss_tensors)(batch)
-        logged = dict(zip(self.loss_scales(), values.detach().tolist(), strict=True))
-        logged["pred"] = sum(self.loss_scales()[k] * logged[k] for k in _ONE_STEP_KEYS)
-        return total, {k: logged[k] for k in GWM_TERM_KEYS}
+        total, terms = self.training_loss(batch, generator)
+        values = torch.stack(list(terms.values())).tolist()
+        return total, dict(zip(terms, values, strict=True))
 
-    def compile_loss(
-        self,
-        mode: str | None = "reduce-overhead",
-        backend: str = "inductor",
-        fullgraph: bool = False,
-        node_multiple: int = 8,
-    ) -> bool:
-        """Train with a ``torch.compile``-d loss (see :mod:`.compiled`); batches are padded to a
-        multiple of ``node_multiple`` nodes. Returns whether compilation is active (False:
-        ``torch.compile`` unavailable, eager with a warning)."""
-        self._compiled_loss = CompiledLoss(
-            self._loss_tensors, mode, backend, fullgraph, node_multiple
+    def training_loss(
+        self, batch: Batch, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """:meth:`loss` with the terms as detached 0-d tensors (no host sync); compiled after
+        :meth:`enable_compile`."""
+        impl = getattr(self, "_compiled", None)
+        if impl is not None and impl.is_compiled:
+            m = self.compile_pad_multiple
+            batch = pad_batch_nodes(batch, -(-batch.num_nodes // m) * m)
+        total, values = (impl or self._loss_tensors)(batch)
+        terms = dict(zip([*self.loss_scales(), "pred"], values.detach().unbind(), strict=True))
+        return total, {k: terms[k] for k in GWM_TERM_KEYS}
+
+    def enable_compile(self, mode: str | None = None, **compile_kwargs: Any) -> bool:
+        """Run the whole tensor-only loss through ``torch.compile`` (``mode`` default:
+        "reduce-overhead", i.e. CUDA graphs, on CUDA; "default" elsewhere). Batches are padded
+        to a multiple of :attr:`compile_pad_multiple` nodes (the loss is unchanged: padded
+        nodes are masked everywhere). Falls back to eager with one
+        :class:`~gdm_models.compiling.CompileFallbackWarning`. Returns whether the compiled
+        path is active."""
+        mode = mode or default_compile_mode(self.device)
+        name = f"the {self.model_name or 'GWM'} loss"
+        compiled = compile_or_eager(
+            self._loss_tensors, name, mode=mode, dynamic=False, **compile_kwargs
         )
-        return self._compiled_loss.active
+        self._compiled = compiled if compiled.is_compiled else None
+        return compiled.is_compiled
+
+    def disable_compile(self) -> None:
+        """Back to the eager fast path."""
+        self._compiled = None
 
     def _loss_tensors(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """The loss as a function of tensors only: ``(total, values)``, the values of the terms
-        in the order of :meth:`loss_scales` (no host sync)."""
+        in the order of :meth:`loss_scales`, then ``pred`` (no host sync)."""
         cfg = self.config
         B, L = batch.batch_size, batch.seq_len
         K = cfg.rollout_steps if cfg.rollout_weight > 0 else 1
@@ -398,7 +414,8 @@ class GWM(WorldModel):
         scale = self.loss_scales()
         assert scale.keys() == terms.keys(), (sorted(scale), sorted(terms))
         total = sum(scale[k] * terms[k] for k in scale if scale[k])
-        return total, torch.stack([terms[k] for k in scale])
+        pred = sum(scale[k] * terms[k] for k in _ONE_STEP_KEYS)
+        return total, torch.stack([*(terms[k] for k in scale), pred])
 
     # ------------------------------------------------------------------ inference API
     def observe(
