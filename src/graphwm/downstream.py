@@ -140,9 +140,28 @@ class DownstreamConfig:
     eval_seed: int = 1_000_000
     ppo: Mapping[str, Any] | None = None
 
+    def to_dict(self) -> dict[str, Any]:
+        """The TOML/dict form that :meth:`parse` reads back (unset keys left out)."""
+        out = {k: v for k, v in asdict(self).items() if v is not None}
+        for k in ("envs", "models"):
+            if k in out:
+                out[k] = list(out[k])
+        return out
+
     @classmethod
     def parse(cls, raw: Any, key: str = "downstream") -> DownstreamConfig:
-        """Validate the section; ``ValueError`` naming the offending key."""
+        """Validate the section; ``PresetError`` (a ``ValueError``) naming the offending key."""
+        try:
+            return cls._parse(raw, key)
+        except ValueError as err:
+            try:
+                from graphwm.config import PresetError
+            except ImportError:  # pragma: no cover - config always ships with graphwm
+                raise
+            raise PresetError(str(err)) from None
+
+    @classmethod
+    def _parse(cls, raw: Any, key: str) -> DownstreamConfig:
         if not isinstance(raw, Mapping):
             raise ValueError(f"preset key '{key}' must be a table, got {raw!r}")
         known = {f.name for f in fields(cls)}
