@@ -250,8 +250,9 @@ def ablation_table(records: list[dict], reference_model: str = "gdm") -> Table |
 SELF_GDD_NOTE = (
     "Biased: the paper's V-statistic estimate; it is positive even for two sample sets of one"
     " distribution (its square has expectation of order 1/kappa), so it is the floor a model's"
-    " GDD can reach at this sample size. Unbiased: the U-statistic on the same samples (signed"
-    " square root of the mean unbiased MMD^2), whose expectation is 0 here."
+    " GDD can reach at this sample size. Unbiased: the U-statistic on the same samples (per"
+    " reference transition the signed square root of the unbiased MMD^2, averaged like the"
+    " GDD), whose expectation is 0 here."
 )
 
 
