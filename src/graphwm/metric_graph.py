@@ -1,4 +1,5 @@
-"""The metric graph of a transition (docs/architecture.md, contract 4), defined once for the project.
+"""The metric graph of a transition (docs/architecture.md, contract 4), defined once for the
+project.
 
 The next observation is extended with the reward (continuous graph feature ``reward``), the
 continuation flag ``1 - terminated`` (categorical graph feature ``continuation``, 2 values) and

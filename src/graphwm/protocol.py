@@ -1,4 +1,5 @@
-"""The GDD evaluation protocol (paper appendix "Evaluation Details"; docs/architecture.md, contract 4-6).
+"""The GDD evaluation protocol (paper appendix "Evaluation Details"; docs/architecture.md,
+contract 4-6).
 
 For a reference episode (a random-policy rollout replayed from its seed and actions):
 
