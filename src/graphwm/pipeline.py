@@ -46,6 +46,7 @@ __all__ = [
     "load_preset",
     "reproduce",
     "stage_collect",
+    "stage_downstream",
     "stage_evaluate",
     "stage_fit",
     "stage_train",
@@ -323,6 +324,47 @@ def stage_evaluate(preset: PresetLike, paths: RunPaths, progress: bool = True) -
     return records
 
 
+def _downstream_section(p: Preset):
+    """The ``[downstream]`` section checked against the preset's envs and models."""
+    section = p.sections.get("downstream")
+    if section is not None:
+        try:
+            section.check(p.envs, p.models_of)
+        except ValueError as err:
+            raise PresetError(str(err)) from None
+    return section
+
+
+def stage_downstream(preset: PresetLike, paths: RunPaths, progress: bool = True) -> list[Record]:
+    """Stage 8 (``[downstream]``): MaskablePPO in each trained model's dream env, evaluated
+    in the real env, next to the real-env agent and the yardsticks (docs/dream.md).
+
+    Trains whatever is not trained yet first; a preset without the section records none.
+    """
+    from graphwm.downstream_stage import STORE_DIR, downstream_jobs, run_downstream_job
+
+    p = _preset(preset)
+    section = _downstream_section(p)
+    with run_lock(paths.root):
+        if section is None:
+            _update_run_record(paths, downstream=[])
+            return []
+        stage_train(p, paths, progress)
+        # the agents' networks are small: one thread each is fastest
+        jobs = downstream_jobs(section, p.envs, training_jobs(p), device=p.device)
+        records = run_jobs(
+            run_downstream_job,
+            jobs,
+            ResultStore(paths.root / STORE_DIR),
+            paths,
+            desc="downstream",
+            progress=progress,
+            **executor_args(p),
+        )
+        _update_run_record(paths, downstream=sorted(f"{STORE_DIR}/{j.key}.json" for j in jobs))
+    return records
+
+
 def reproduce(
     preset: PresetLike, out: Path, progress: bool = True, redo_corrupt: bool = False
 ) -> Path:
@@ -333,8 +375,10 @@ def reproduce(
     from graphwm.report import build_report
 
     p = _preset(preset)
+    _downstream_section(p)  # a bad [downstream] section fails before any work
     paths = RunPaths(Path(out), redo_corrupt=redo_corrupt)
     with run_lock(paths.root):
         stage_evaluate(p, paths, progress)
+        stage_downstream(p, paths, progress)
         build_report(paths.root)
     return paths.root / "report"

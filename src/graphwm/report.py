@@ -240,6 +240,10 @@ def build_report(run_dir: Path | str) -> ReportPaths:
         _write_if_changed(tables_tex[table.name], to_latex(table))
 
     figures = report_figures.build_figures(records, logs, out)
+    # downstream RL (docs/dream.md): its own table and figure, from RUN_DIR/downstream/
+    from graphwm.downstream_stage import build_downstream_report
+
+    downstream = build_downstream_report(run_dir, out, records)
 
     written = set(tables_md.values()) | set(tables_tex.values()) | set(figures.values())
     stale = [out / f"{n}.{ext}" for n in _TABLE_NAMES for ext in ("md", "tex")]
@@ -249,7 +253,13 @@ def build_report(run_dir: Path | str) -> ReportPaths:
             path.unlink()
 
     index = out / "report.md"
-    _write_if_changed(index, _index(tables, figures))
+    text = _index(tables, figures)
+    if downstream:
+        text += "\n" + downstream["table"].read_text(encoding="utf-8")
+        text += f"\n![downstream]({downstream['figure'].name})\n"
+        tables_md["downstream"] = downstream["table"]
+        figures = {**figures, "downstream": downstream["figure"]}
+    _write_if_changed(index, text)
     main = next((t for t in tables if t.name == MAIN_TABLE), None)
     return ReportPaths(
         report_dir=out,
