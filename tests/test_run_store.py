@@ -25,6 +25,7 @@ def small_preset() -> dict:
     preset = load_preset("tiny")
     preset.update(envs=["SAR"], models=["vanilla-gwm"], ablations=[])
     preset.pop("multi_step")
+    preset.pop("downstream", None)  # the downstream stage has its own tests
     preset["evaluate"] = {"num_samples": 4, "reference_transitions": 2, "max_episodes": 1}
     return preset
 
