@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--env", default="SAR")
     parser.add_argument("--model", default="gdm")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (0: torch default)")
     parser.add_argument("--quick", action="store_true", help="B = 64, N = 20, a few steps")
     parser.add_argument("--batches", type=int, nargs="+", default=[64, 1024])
     parser.add_argument("--sizes", type=int, nargs="+", default=[20, 100])
