@@ -7,7 +7,7 @@ import copy
 import pytest
 
 from graphwm.cli import main
-from graphwm.config import Preset, PresetError
+from graphwm.config import PRESET_NAMES, Preset, PresetError
 from graphwm.pipeline import load_preset, reproduce
 
 
@@ -59,7 +59,7 @@ def test_bad_preset_value_is_refused_before_collect(tmp_path, key, value, messag
 
 
 def test_shipped_presets_parse_and_round_trip():
-    for name in ("smoke", "paper", "tiny"):
+    for name in PRESET_NAMES:
         preset = Preset.parse(load_preset(name))
         assert Preset.parse(preset.to_dict()) == preset
     tiny = Preset.parse(load_preset("tiny"))
@@ -68,6 +68,20 @@ def test_shipped_presets_parse_and_round_trip():
     assert tiny.fit.transitions_per_episode == 4 and tiny.collect.rgc_max_test_size == 200
     assert tiny.models_of("SAR") == ("gdm", "vanilla-gwm", "gdm:no-h-plus")
     assert tiny.models_of("RGC") == ("gdm", "vanilla-gwm")
+
+
+def test_medium_preset_is_the_paper_setting_on_od_and_sar():
+    """Issue 10's medium preset: paper-size training data for OD and SAR, the four models at
+    the paper's hyperparameters (no overrides), single-step GDD at N = 20 and 50, on a GPU."""
+    medium = Preset.parse(load_preset("medium"))
+    paper = Preset.parse(load_preset("paper"))
+    assert medium.envs == ("OD", "SAR") and medium.device == "cuda"
+    assert set(medium.models) == set(paper.models) and medium.ablations == ()
+    assert medium.collect.train_sizes == paper.collect.train_sizes
+    assert medium.collect.train_episodes == paper.collect.train_episodes
+    assert medium.train.model_overrides == {} and medium.train.train_overrides == {}
+    assert medium.test_sizes("OD") == (20, 50) and medium.multi_step is None
+    assert medium.evaluate.num_samples == paper.evaluate.num_samples
 
 
 def test_cli_errors_are_one_line_with_exit_code_2(tmp_path, capsys):

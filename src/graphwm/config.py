@@ -16,7 +16,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-PRESET_NAMES = ("smoke", "paper", "tiny")
+PRESET_NAMES = ("smoke", "medium", "paper", "tiny")
 ENV_NAMES = ("RGC", "OD", "SAR", "CF")
 EXECUTORS = ("local", "ray")
 PRECISIONS = ("fp32", "bf16")
