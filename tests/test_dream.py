@@ -87,20 +87,11 @@ ABLATIONS = ("gdm:no-recurrent-adj", "gdm:no-graph-state+no-h-plus", "gdm:all-pa
 def test_stepper_draws_what_observe_and_imagine_multi_draw(model_name, env_name):
     """Posterior + k steps with one generator == the public observe + imagine_multi."""
     from gdm_models.api import predictions_to_numpy
+    from gdm_models.data import OBS_KEYS
 
     model = trained(model_name, env_name)
     ep = episodes(env_name)[0]
-    obs0 = {
-        k: ep[k][0]
-        for k in (
-            "adjacency",
-            "node_continuous",
-            "node_categorical",
-            "graph_continuous",
-            "graph_categorical",
-            "action_mask",
-        )
-    }
+    obs0 = {k: ep[k][0] for k in OBS_KEYS}
     actions = ep["action_nodes"][:4]
     g = torch.Generator().manual_seed(7)
     latent = model.observe(obs0, None, generator=g)

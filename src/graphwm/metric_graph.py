@@ -15,16 +15,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from gdm_models.data import complete_observation
+from gdm_models.data import OBS_KEYS, complete_observation
 
-OBS_KEYS = (
-    "adjacency",
-    "node_continuous",
-    "node_categorical",
-    "graph_continuous",
-    "graph_categorical",
-    "action_mask",
-)
 METRIC_KEYS = (
     "adjacency",
     "node_continuous",

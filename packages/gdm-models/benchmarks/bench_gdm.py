@@ -31,18 +31,12 @@ import time
 import numpy as np
 import torch
 from gdm_models import EpisodeDataset, FeatureScaler, get_preset, make_model
+from gdm_models.data import OBS_KEYS
 from gdm_models.gdm import Noise
 from gdm_models.synthetic import SYNTHETIC_SCHEMA, random_episode, random_graph
 from torch.profiler import ProfilerActivity, profile
 
-OBS = (
-    "adjacency",
-    "node_continuous",
-    "node_categorical",
-    "graph_continuous",
-    "graph_categorical",
-    "action_mask",
-)
+OBS = OBS_KEYS
 #: the former fixed chunk size of the no-grad edge MLP (the imagination reference)
 OLD_CHUNK_ELEMS = 1 << 17
 #: CUDA runtime/driver calls that start work on the GPU

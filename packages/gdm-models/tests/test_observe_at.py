@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 from gdm_models import DataError, make_model
+from gdm_models.data import OBS_KEYS
 from gdm_models.synthetic import SYNTHETIC_SCHEMA, random_episode
 
 from .conftest import TINY
@@ -16,14 +17,7 @@ SIZES = {
     "ea-gwm": {"hidden_dim": 16},
     "g-rssm": {"hidden_dim": 16, "embed_dim": 16, "latent_groups": 2, "latent_classes": 4},
 }
-OBS = (
-    "adjacency",
-    "node_continuous",
-    "node_categorical",
-    "graph_continuous",
-    "graph_categorical",
-    "action_mask",
-)
+OBS = OBS_KEYS
 
 
 @pytest.mark.parametrize("name", sorted(SIZES))
