@@ -28,3 +28,14 @@ def test_demo_gif_has_a_frame_per_state(tmp_path):
     stats = run_episode("graphenv/CF-v0", seed=1, num_nodes=10, out_dir=tmp_path, gif=True)
     with Image.open(tmp_path / "CF_seed1.gif") as gif:
         assert gif.n_frames == stats.length + 1
+
+
+def test_cli_demo_gif_flag_reaches_run_demo(tmp_path, monkeypatch):
+    import graphwm.demo
+    from graphwm.cli import main
+
+    calls = []
+    monkeypatch.setattr(graphwm.demo, "run_demo", lambda out, **kw: calls.append(kw))
+    main(["demo", "--out", str(tmp_path), "--seeds", "1", "--gif"])
+    main(["demo", "--out", str(tmp_path), "--seeds", "1"])
+    assert [c["gif"] for c in calls] == [True, False]

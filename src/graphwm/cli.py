@@ -46,6 +46,7 @@ def _build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--out", type=Path, default=Path("runs/demo"), help="output directory")
     demo.add_argument("--seeds", type=int, default=3, help="episodes per env")
     demo.add_argument("--num-nodes", type=int, default=20, help="graph size N")
+    demo.add_argument("--gif", action="store_true", help="also write an animation per episode")
     for name, help_text in (
         ("reproduce", "run every stage of a preset and print the result tables"),
         ("collect", "stage 1: random-policy rollouts"),
@@ -134,7 +135,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "demo":
         from graphwm.demo import run_demo
 
-        run_demo(args.out, seeds=args.seeds, num_nodes=args.num_nodes)
+        run_demo(args.out, seeds=args.seeds, num_nodes=args.num_nodes, gif=args.gif)
         return 0
     if args.command == "report":
         from graphwm.report import build_report
