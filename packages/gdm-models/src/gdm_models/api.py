@@ -300,7 +300,8 @@ class WorldModel(nn.Module, abc.ABC):
             raise DataError(f"action_sequence must be (K,N) or (K,S,N), got shape {a.shape}")
         if a.shape[0] < 1:
             raise DataError("action_sequence must contain at least one action")
-        return torch.as_tensor(np.ascontiguousarray(a), dtype=torch.float32, device=self.device)
+        # a copy: the caller's array may be a read-only view (torch warns on those)
+        return torch.tensor(a, dtype=torch.float32, device=self.device)
 
     def config_dict(self) -> dict[str, Any]:
         """The config as a plain dict."""
