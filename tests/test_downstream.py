@@ -222,3 +222,14 @@ def test_downstream_section_is_checked_against_the_preset():
         DownstreamConfig.parse({"budget": 8, "envs": ["OD"], "models": ["gdm:no-h-plus"]}).check(
             ["SAR", "OD"], models_of
         )
+
+
+def test_train_agent_leaves_no_logger_folders(tmp_path, monkeypatch):
+    """SB3's default logger makes an empty SB3-<time> folder in the temp dir per agent."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.delenv("SB3_LOGDIR", raising=False)
+    agent = train_agent(make_env("SAR", 8), 16, 0)
+    assert agent.num_timesteps >= 16
+    assert list(tmp_path.glob("SB3-*")) == []

@@ -279,6 +279,7 @@ def train_agent(env, budget: int, seed: int, ppo_kwargs: Mapping[str, Any] | Non
     """MaskablePPO (``MultiInputPolicy``, CPU) trained for ``budget`` env steps on ``env``."""
     import torch
     from sb3_contrib import MaskablePPO
+    from stable_baselines3.common.logger import Logger
 
     if int(budget) < 1:
         raise ValueError(f"budget must be >= 1 env step, got {budget}")
@@ -289,6 +290,8 @@ def train_agent(env, budget: int, seed: int, ppo_kwargs: Mapping[str, Any] | Non
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # SB3's notes on (N, F) observation shapes
         agent = MaskablePPO("MultiInputPolicy", env, seed=seed, device="cpu", verbose=0, **kwargs)
+        # a silent logger: SB3's default one makes an empty /tmp/SB3-<time> folder per agent
+        agent.set_logger(Logger(folder=None, output_formats=[]))
         agent.learn(total_timesteps=int(budget))
     return agent
 
