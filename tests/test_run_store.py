@@ -295,3 +295,15 @@ def test_trainer_options_reach_the_trainer(base_run, tmp_path):
     (log,) = run.glob("train/SAR/*/*/log.csv")
     steps = [int(line.split(",")[0]) for line in log.read_text().splitlines()[1:]]
     assert steps == [2, 4, 5]
+
+
+def test_keys_change_with_any_package_version(monkeypatch):
+    """An upgraded package must not reuse what an older release stored (stale results)."""
+    import gdm_models
+
+    from graphwm.store import content_key
+
+    before = content_key("train", {"steps": 4})
+    assert content_key("train", {"steps": 4}) == before
+    monkeypatch.setattr(gdm_models, "__version__", "99.0")
+    assert content_key("train", {"steps": 4}) != before

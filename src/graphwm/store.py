@@ -54,9 +54,25 @@ def canonical_json(payload: Any) -> str:
     return json.dumps(payload, sort_keys=True, separators=(",", ":"), allow_nan=True)
 
 
+def code_versions() -> dict[str, str]:
+    """The versions of the four packages whose code produces every stored output."""
+    import gdd_metric
+    import gdm_models
+    import graph_envs
+
+    import graphwm
+
+    return {m.__name__: m.__version__ for m in (graphwm, graph_envs, gdm_models, gdd_metric)}
+
+
 def content_key(kind: str, payload: Any) -> str:
-    """``<kind>-<16 hex digits of sha256(canonical JSON of payload)>``."""
-    digest = hashlib.sha256(canonical_json(payload).encode()).hexdigest()[:16]
+    """``<kind>-<16 hex digits of sha256(canonical JSON of payload and code versions)>``.
+
+    The packages' versions are hashed too, so an upgraded package never reuses what an older
+    release stored in the same run directory.
+    """
+    keyed = {"payload": payload, "code": code_versions()}
+    digest = hashlib.sha256(canonical_json(keyed).encode()).hexdigest()[:16]
     return f"{kind}-{digest}"
 
 
