@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from graphwm.pipeline import RunPaths, load_preset, stage_collect, stage_fit
 
@@ -25,3 +26,12 @@ def all_envs_run(tmp_path_factory) -> tuple[dict, RunPaths]:
     stage_collect(preset, paths, progress=False)
     stage_fit(preset, paths)
     return preset, paths
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Tiny models run fastest on one thread (and the test machine's cores are shared)."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)

@@ -7,7 +7,6 @@ import math
 
 import numpy as np
 import pytest
-import torch
 
 from graphwm.downstream import (
     GREEDY,
@@ -30,13 +29,7 @@ from graphwm.envs import make_env
 pytest.importorskip("sb3_contrib")
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Tiny models run fastest on one thread (and the test machine's cores are shared)."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_agent_trains_in_a_dream_env_and_is_evaluated_in_the_real_env():

@@ -6,7 +6,6 @@ import json
 from types import SimpleNamespace
 
 import pytest
-import torch
 
 from graphwm.downstream import DownstreamConfig, DownstreamRecord
 from graphwm.downstream_stage import (
@@ -22,12 +21,7 @@ from graphwm.jobs import ResultStore
 pytest.importorskip("sb3_contrib")
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_stage_runs_stores_and_reports(tmp_path):
