@@ -123,9 +123,7 @@ def estimate(
             sec_step = _time_training(model, eps, env_schema(env), p, steps, device)
             model.eval()
             with torch.no_grad():
-                probes = {
-                    n: _time_transition(model, env, n, ev.num_samples) for n in probe_sizes
-                }
+                probes = {n: _time_transition(model, env, n, ev.num_samples) for n in probe_sizes}
             n0, n1 = probe_sizes
             # fit a + b N^2 through the two probes (pairwise terms dominate at large N)
             b = max(probes[n1] - probes[n0], 0.0) / (n1**2 - n0**2)
