@@ -74,7 +74,7 @@ def _time_training(model, episodes, schema, preset, steps: int, device: str) -> 
     for step in range(steps + 1):  # step 0 warms up
         batch = ds.sample_batch(int(preset["train"].get("batch_size", 8)), rng).to(device)
         start = time.perf_counter()
-        loss, _ = model.loss(batch, generator=gen)
+        loss, _ = model.training_loss(batch, generator=gen)  # the trainer's path: no host sync
         opt.zero_grad()
         loss.backward()
         opt.step()
