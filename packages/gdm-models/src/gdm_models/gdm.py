@@ -262,8 +262,7 @@ def permute_noise(
 
 def _pool(x: torch.Tensor, node_mask: torch.Tensor) -> torch.Tensor:
     """Pool = mean over the real nodes: (B, N, D) -> (B, D)."""
-    m = node_mask.to(x.dtype)[..., None]
-    return (x * m).sum(1) / m.sum(1).clamp_min(1.0)
+    return masked_mean(x, node_mask[..., None], 1)
 
 
 def _to_floats(terms: Mapping[str, torch.Tensor]) -> dict[str, float]:

@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from .data import OBS_KEYS, Batch
+from .losses import masked_mean
 from .message_passing import normalise_weights
 
 if TYPE_CHECKING:
@@ -95,7 +96,7 @@ def sequence_noise_to_steps(record: Mapping[str, torch.Tensor]) -> dict[str, tor
 
 def _pool_steps(x: torch.Tensor, node_weight: torch.Tensor) -> torch.Tensor:
     """Mean over real nodes of (B, T, N, D) -> (B, T, D); node_weight (B, 1, N, 1) 0/1."""
-    return (x * node_weight).sum(2) / node_weight.sum(2).clamp_min(1.0)
+    return masked_mean(x, node_weight, 2)
 
 
 def _bcast(g: torch.Tensor, n: int) -> torch.Tensor:
