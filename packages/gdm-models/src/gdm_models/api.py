@@ -81,6 +81,12 @@ NP_DTYPES = {
 }
 
 
+def terms_to_floats(terms: Mapping[str, torch.Tensor]) -> dict[str, float]:
+    """Detached 0-d loss-term tensors -> python floats with one host transfer (``loss``)."""
+    values = torch.stack(list(terms.values())).tolist()
+    return dict(zip(terms, values, strict=True))
+
+
 def predictions_to_numpy(pred: Mapping[str, torch.Tensor]) -> dict[str, np.ndarray]:
     """Convert a dict of predicted tensors to numpy arrays with the environment's dtypes."""
     missing = [k for k in PREDICTION_KEYS if k not in pred]

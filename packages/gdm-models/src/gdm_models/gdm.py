@@ -42,7 +42,7 @@ from .adjacency import (
     symmetric_uniform,
     xor_update,
 )
-from .api import WorldModel, predictions_to_numpy
+from .api import WorldModel, predictions_to_numpy, terms_to_floats
 from .compiling import compile_or_eager, default_compile_mode
 from .data import Batch
 from .decoder import GraphHeads, InnovationDecoder, NodeHeads, PairDotAdjacencyHead
@@ -263,12 +263,6 @@ def permute_noise(
 def _pool(x: torch.Tensor, node_mask: torch.Tensor) -> torch.Tensor:
     """Pool = mean over the real nodes: (B, N, D) -> (B, D)."""
     return masked_mean(x, node_mask[..., None], 1)
-
-
-def _to_floats(terms: Mapping[str, torch.Tensor]) -> dict[str, float]:
-    """Detached 0-d tensors -> python floats with one host transfer."""
-    values = torch.stack(list(terms.values())).tolist()
-    return dict(zip(terms, values, strict=True))
 
 
 def _flat(z: torch.Tensor) -> torch.Tensor:
@@ -612,7 +606,7 @@ class GDM(WorldModel):
         ``kl_adj`` instead, so there it is 0 by construction.
         """
         total, terms = self.training_loss(batch, generator)
-        return total, _to_floats(terms)
+        return total, terms_to_floats(terms)
 
     def training_loss(
         self, batch: Batch, generator: torch.Generator | None = None
@@ -630,7 +624,7 @@ class GDM(WorldModel):
         ``"seq/<name>"``). Both compute the same function of the same uniforms.
         """
         total, terms = self._loss_tensors(batch, noise, reference=reference)
-        return total, _to_floats(terms)
+        return total, terms_to_floats(terms)
 
     def _loss_tensors(
         self, batch: Batch, noise: Noise, *, reference: bool

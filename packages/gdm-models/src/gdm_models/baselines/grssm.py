@@ -58,7 +58,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..api import WorldModel, predictions_to_numpy
+from ..api import WorldModel, predictions_to_numpy, terms_to_floats
 from ..compiling import compile_or_eager, default_compile_mode
 from ..data import OBS_KEYS, Batch
 from ..gdm_sequence import pad_batch_nodes
@@ -528,8 +528,7 @@ class GRSSM(WorldModel):
         """RSSM loss on a padded batch (see the module docstring); ``generator`` drives the
         latent samples (``None`` = a generator seeded with 0). One host sync for the terms."""
         total, terms = self.training_loss(batch, generator)
-        values = torch.stack(list(terms.values())).tolist()
-        return total, dict(zip(terms, values, strict=True))
+        return total, terms_to_floats(terms)
 
     def training_loss(
         self, batch: Batch, generator: torch.Generator | None = None

@@ -50,7 +50,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..api import NP_DTYPES, WorldModel, predictions_to_numpy
+from ..api import NP_DTYPES, WorldModel, predictions_to_numpy, terms_to_floats
 from ..compiling import compile_or_eager, default_compile_mode
 from ..data import OBS_KEYS, Batch, DataError, observation_to_tensors, validate_observation
 from ..gdm_sequence import pad_batch_nodes
@@ -292,8 +292,7 @@ class GWM(WorldModel):
         terms of :meth:`loss_scales` with a non-zero scale; one host sync for the logged terms.
         """
         total, terms = self.training_loss(batch, generator)
-        values = torch.stack(list(terms.values())).tolist()
-        return total, dict(zip(terms, values, strict=True))
+        return total, terms_to_floats(terms)
 
     def training_loss(
         self, batch: Batch, generator: torch.Generator | None = None
