@@ -49,14 +49,14 @@ from .decoder import GraphHeads, InnovationDecoder, NodeHeads, PairDotAdjacencyH
 from .encoder import ActionEmbedding, FeatureEncoder, ObservedGraphEncoder
 from .gdm_sequence import pad_batch_nodes, sequence_core, sequence_loss_terms
 from .losses import (
+    NodeMasks,
+    Prediction,
     adjacency_kl,
-    bce_with_logits,
-    cross_entropy,
     free_bits,
     h_alignment,
     kl_dyn_rep,
     masked_mean,
-    mse,
+    prediction_loss,
 )
 from .message_passing import GraphMessagePassing
 from .rssm import MLP, CategoricalHead, LayerNormGRU, gumbel_from_uniform, sample_onehot_st
@@ -723,45 +723,34 @@ class GDM(WorldModel):
         n_real: torch.Tensor,
     ) -> dict[str, torch.Tensor]:
         """Per-transition loss terms (B,) for any number B of transitions (one per graph)."""
-        c, s, sc = self.config, self.schema, self.scaler
+        c, sc = self.config, self.scaler
         B = nm.shape[0]
         zeros = torch.zeros(B, device=self.device)
         node_out, graph_out, d_n = self._decode(
             o["h_n_m"], o["z_n_p"], o["p_n"], o["h_g_m"], o["z_g_p"], o["p_g"], nm
         )
-        # ---- prediction loss (paper L_pred; MSE in standardised units, appendix)
-        node_f = []
-        if s.num_node_continuous:
-            target = sc.scale_node(obs["node_continuous"])
-            node_f.append(mse(node_out["node_continuous"], target).sum(-1))
-        for k, logit in enumerate(node_out["node_categorical"]):
-            node_f.append(cross_entropy(logit, obs["node_categorical"][..., k]))
-        if node_f:
-            pred_node = masked_mean(sum(node_f) / s.num_node_features, nm, 1)
-        else:
-            pred_node = zeros
-        graph_f = []
-        if s.num_graph_continuous:
-            target = sc.scale_graph(obs["graph_continuous"])
-            graph_f.append(mse(graph_out["graph_continuous"], target).sum(-1))
-        for k, logit in enumerate(graph_out["graph_categorical"]):
-            graph_f.append(cross_entropy(logit, obs["graph_categorical"][..., k]))
-        pred_graph = sum(graph_f) / s.num_graph_features if graph_f else zeros
-        pred_action = masked_mean(
-            bce_with_logits(node_out["action_mask"], obs["action_mask"]), nm, 1
+        # ---- prediction loss (paper L_pred; the one shared by every model, losses.py)
+        pred = Prediction(
+            node_continuous=node_out["node_continuous"],
+            node_categorical=node_out["node_categorical"],
+            action_mask_logit=node_out["action_mask"],
+            # without the recurrent adjacency a decoder head predicts A_t (BCE); with it the
+            # decoder passes the teacher-forced A_t through (BCE(A_t, A_t) = 0) and topology is
+            # learned through the adjacency KL below
+            adjacency_logit=None if c.recurrent_adjacency else self.adj_head(d_n),
+            graph_continuous=graph_out["graph_continuous"],
+            graph_categorical=graph_out["graph_categorical"],
+            reward=graph_out["reward"],
+            continuation_logit=graph_out["continuation"],
         )
-        pred_reward = mse(graph_out["reward"], sc.scale_reward(reward))
-        pred_cont = bce_with_logits(graph_out["continuation"], continuation)
-        a_obs = obs["adjacency"]
+        target = {**obs, "reward": reward, "continuation": continuation}
+        masks = NodeMasks.of(nm, pred.reward.dtype, pm)
+        lp = prediction_loss(pred, target, masks, sc, adjacency_norm="nodes_squared")
         if c.recurrent_adjacency:
-            # the decoder passes the (teacher-forced) adjacency through: BCE(A_t, A_t) = 0;
-            # topology is learned through the adjacency KL below
-            pred_adj = zeros
-            kl_adj = adjacency_kl(a_obs, next_edge_signed_logit(o["logits"], a_prev), pm, n_real)
+            kl_adj = adjacency_kl(
+                obs["adjacency"], next_edge_signed_logit(o["logits"], a_prev), pm, n_real
+            )
         else:
-            logits = self.adj_head(d_n)
-            bce = torch.where(pm, bce_with_logits(logits, a_obs), torch.zeros_like(logits))
-            pred_adj = bce.sum((-1, -2)) / n_real.to(bce.dtype) ** 2
             kl_adj = zeros
         # ---- KL with dynamics/representation split and free bits
         dyn_n, rep_n = kl_dyn_rep(o["q_n"], o["p_n"])
@@ -777,12 +766,12 @@ class GDM(WorldModel):
         if c.graph_state:
             h = h + h_alignment(o["h_g_m"], o["h_g_p"])
         return {
-            "pred_node": pred_node,
-            "pred_graph": pred_graph,
-            "pred_adj": pred_adj,
-            "pred_action": pred_action,
-            "pred_reward": pred_reward,
-            "pred_cont": pred_cont,
+            "pred_node": lp["node"],
+            "pred_graph": lp["graph"],
+            "pred_adj": lp["adjacency"],
+            "pred_action": lp["action_mask"],
+            "pred_reward": lp["reward"],
+            "pred_cont": lp["continuation"],
             "kl_n_dyn": kl_n_dyn,
             "kl_n_rep": kl_n_rep,
             "kl_g_dyn": kl_g_dyn,

@@ -4,17 +4,30 @@ L = beta_pred L_pred + L_KL + beta_h L_h with
 L_KL = beta_n L_KL^n + beta_g L_KL^g + beta_adj L_KL^adj, where for nodes and graph
 L_KL^x = beta_dyn [KL(sg(q) || p)]_FB + beta_rep [KL(q || sg(p))]_FB, [x]_FB = max(x, eps).
 
-All functions return per-element values; masking/averaging is done by the caller.
+The KL, L_h and elementwise terms return per-element values (masking/averaging by the caller);
+:func:`prediction_loss` is the whole L_pred of every model (GDM and baselines), per graph.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
 import torch
 import torch.nn.functional as F
 
 from .rssm import _EPS
 
+if TYPE_CHECKING:
+    from .scaling import FeatureScaler
+
 __all__ = [
+    "Prediction",
+    "NodeMasks",
+    "pair_mask_of",
+    "prediction_loss",
+    "PREDICTION_LOSS_KEYS",
     "free_bits",
     "kl_dyn_rep",
     "adjacency_kl",
@@ -89,3 +102,134 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 def bce_with_logits(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """Elementwise binary cross-entropy from logits."""
     return F.binary_cross_entropy_with_logits(logits, target.to(logits.dtype), reduction="none")
+
+
+# ---------------------------------------------------------------------------- L_pred
+@dataclass
+class Prediction:
+    """Heads' outputs for one step (B graphs, N nodes), the input of :func:`prediction_loss`.
+
+    ``node_continuous``/``graph_continuous``/``reward`` are in standardised units; the rest are
+    logits. ``adjacency_logit`` is symmetric, or ``None`` for a model whose decoder passes the
+    adjacency through (the GDM with its recurrent adjacency learns topology through L_KL^adj).
+    """
+
+    node_continuous: torch.Tensor  # (B,N,Fnc)
+    node_categorical: list[torch.Tensor]  # (B,N,K_f) logits
+    action_mask_logit: torch.Tensor  # (B,N)
+    adjacency_logit: torch.Tensor | None  # (B,N,N)
+    graph_continuous: torch.Tensor  # (B,Fgc)
+    graph_categorical: list[torch.Tensor]  # (B,K_f) logits
+    reward: torch.Tensor  # (B,)
+    continuation_logit: torch.Tensor  # (B,)
+
+
+def pair_mask_of(node_mask: torch.Tensor) -> torch.Tensor:
+    """(B,N,N) bool mask of real, off-diagonal node pairs."""
+    n = node_mask.shape[-1]
+    m = node_mask[..., :, None] & node_mask[..., None, :]
+    return m & ~torch.eye(n, dtype=torch.bool, device=node_mask.device)
+
+
+@dataclass
+class NodeMasks:
+    """Float forms of a (B,N) node mask, built once per loss and shared by its terms.
+
+    Attributes:
+        node: (B,N) 1.0 on real nodes. count: (B,) real nodes (>= 1).
+        pair: (B,N,N) 1.0 on real off-diagonal pairs. pair_count: (B,) their number (>= 1).
+    """
+
+    node: torch.Tensor
+    count: torch.Tensor
+    pair: torch.Tensor
+    pair_count: torch.Tensor
+
+    @classmethod
+    def of(
+        cls, node_mask: torch.Tensor, dtype: torch.dtype, pair_mask: torch.Tensor | None = None
+    ) -> NodeMasks:
+        """Masks of ``node_mask`` (bool) in ``dtype``; ``pair_mask`` if the caller has it."""
+        m = node_mask.to(dtype)
+        pm = (pair_mask_of(node_mask) if pair_mask is None else pair_mask).to(dtype)
+        return cls(m, m.sum(-1).clamp_min(1.0), pm, pm.sum((-1, -2)).clamp_min(1.0))
+
+
+#: keys of :func:`prediction_loss`' result (per-graph tensors) besides ``node_per_node``.
+PREDICTION_LOSS_KEYS: tuple[str, ...] = (
+    "node",
+    "graph",
+    "adjacency",
+    "action_mask",
+    "reward",
+    "continuation",
+)
+
+
+def prediction_loss(
+    pred: Prediction,
+    target: Mapping[str, torch.Tensor],
+    masks: NodeMasks,
+    scaler: FeatureScaler,
+    *,
+    adjacency_norm: Literal["pairs", "nodes_squared"] = "pairs",
+) -> dict[str, torch.Tensor]:
+    """Per-graph terms of L_pred (paper, "Training"; MSE in standardised units, appendix
+    "Feature Scaling"), the one prediction loss of every model.
+
+    ``target`` holds the next observation's tensors (environment units, categorical as integers)
+    plus ``reward`` (B,) and ``continuation`` (B,) in {0,1}. Returns (B,) tensors:
+
+    * ``node``: 1/(N |F_n|) sum_v sum_f l_f (MSE / CE), 0 if |F_n| = 0;
+    * ``node_per_node``: (B,N) the per-node mean over node features (0 on padding), for
+      EA-GWM's critical-node weighting;
+    * ``graph``: 1/|F_g| sum_f l_f (0 if |F_g| = 0);
+    * ``adjacency``: BCE over real off-diagonal pairs divided by their number N(N-1)
+      (``adjacency_norm="pairs"``, the baselines) or by N^2 (``"nodes_squared"``, the GDM's
+      no-recurrent-adj head, the normalisation of L_KL^adj); 0 when ``pred.adjacency_logit``
+      is None. The paper does not fix this normalisation (docs/models.md);
+    * ``action_mask``: BCE mean over real nodes; ``reward``: MSE (standardised);
+      ``continuation``: BCE.
+    """
+    m, n_real = masks.node, masks.count
+    # node features: 1/|F_n| sum_f l_f(v), masked
+    node_terms: list[torch.Tensor] = []
+    if pred.node_continuous.shape[-1]:
+        z = scaler.scale_node(target["node_continuous"])
+        node_terms.append(mse(pred.node_continuous, z).sum(-1))
+    for i, logits in enumerate(pred.node_categorical):
+        node_terms.append(cross_entropy(logits, target["node_categorical"][..., i]))
+    f_n = pred.node_continuous.shape[-1] + len(pred.node_categorical)  # |F_n|
+    per_node = sum(node_terms) * m / f_n if node_terms else torch.zeros_like(m)
+    node = per_node.sum(-1) / n_real
+    # graph features
+    graph_terms: list[torch.Tensor] = []
+    if pred.graph_continuous.shape[-1]:
+        z = scaler.scale_graph(target["graph_continuous"])
+        graph_terms.append(mse(pred.graph_continuous, z).sum(-1))
+    for i, logits in enumerate(pred.graph_categorical):
+        graph_terms.append(cross_entropy(logits, target["graph_categorical"][..., i]))
+    zeros = torch.zeros_like(pred.reward)
+    f_g = pred.graph_continuous.shape[-1] + len(pred.graph_categorical)  # |F_g|
+    graph = sum(graph_terms) / f_g if graph_terms else zeros
+    # adjacency BCE over real off-diagonal (ordered) pairs == over unordered pairs (symmetric)
+    if adjacency_norm not in ("pairs", "nodes_squared"):
+        raise ValueError(f"adjacency_norm must be 'pairs' or 'nodes_squared': {adjacency_norm!r}")
+    if pred.adjacency_logit is None:
+        adjacency = zeros
+    else:
+        bce = bce_with_logits(pred.adjacency_logit, target["adjacency"]) * masks.pair
+        if adjacency_norm == "pairs":
+            adjacency = bce.sum((-1, -2)) / masks.pair_count
+        else:
+            adjacency = bce.sum((-1, -2)) / n_real**2
+    action_mask = (bce_with_logits(pred.action_mask_logit, target["action_mask"]) * m).sum(-1)
+    return {
+        "node": node,
+        "node_per_node": per_node,
+        "graph": graph,
+        "adjacency": adjacency,
+        "action_mask": action_mask / n_real,
+        "reward": mse(pred.reward, scaler.scale_reward(target["reward"])),
+        "continuation": bce_with_logits(pred.continuation_logit, target["continuation"]),
+    }

@@ -18,13 +18,11 @@ import torch
 import torch.nn.functional as F
 
 from ..data import OBS_KEYS, Batch
-from ..losses import free_bits
+from ..losses import NodeMasks, Prediction, free_bits, prediction_loss
 from ..rssm import categorical_kl, sample_onehot_st, unimix_probs
 from .common import (
     GraphState,
-    Prediction,
     masked_node_mean,
-    pair_mask_of,
     soft_state,
     state_from_observation,
 )
@@ -38,67 +36,19 @@ from .ea_losses import (
 
 if TYPE_CHECKING:
     from ..scaling import FeatureScaler
-    from ..schema import Schema
     from .grssm import GRSSM
     from .gwm import GWM
 
 
 # ---------------------------------------------------------------------------- shared
-def prediction_losses_reference(
+def _prediction_loss(
     pred: Prediction,
     target: Mapping[str, torch.Tensor],
     node_mask: torch.Tensor,
-    schema: Schema,
     scaler: FeatureScaler,
 ) -> dict[str, torch.Tensor]:
-    """Per-graph prediction loss terms (the original ``common.prediction_losses``)."""
-    dt = pred.reward.dtype
-    m = node_mask.to(dt)
-    n_real = m.sum(-1).clamp_min(1.0)
-    per_node = torch.zeros_like(m)
-    fn = schema.num_node_features
-    if schema.num_node_continuous:
-        z = scaler.scale_node(target["node_continuous"].to(dt))
-        per_node = per_node + (pred.node_continuous - z).pow(2).sum(-1)
-    for i, logits in enumerate(pred.node_categorical):
-        tgt = target["node_categorical"][..., i]
-        ce = F.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), reduction="none"
-        )
-        per_node = per_node + ce.reshape(tgt.shape)
-    per_node = per_node * m / max(fn, 1)
-    node = per_node.sum(-1) / n_real
-    graph = torch.zeros_like(pred.reward)
-    if schema.num_graph_continuous:
-        z = scaler.scale_graph(target["graph_continuous"].to(dt))
-        graph = graph + (pred.graph_continuous - z).pow(2).sum(-1)
-    for i, logits in enumerate(pred.graph_categorical):
-        graph = graph + F.cross_entropy(
-            logits, target["graph_categorical"][..., i], reduction="none"
-        )
-    graph = graph / max(schema.num_graph_features, 1)
-    pm = pair_mask_of(node_mask).to(dt)
-    bce = F.binary_cross_entropy_with_logits(
-        pred.adjacency_logit, target["adjacency"].to(dt), reduction="none"
-    )
-    adjacency = (bce * pm).sum((-1, -2)) / pm.sum((-1, -2)).clamp_min(1.0)
-    am = F.binary_cross_entropy_with_logits(
-        pred.action_mask_logit, target["action_mask"].to(dt), reduction="none"
-    )
-    action_mask = (am * m).sum(-1) / n_real
-    reward = (pred.reward - scaler.scale_reward(target["reward"].to(dt))).pow(2)
-    continuation = F.binary_cross_entropy_with_logits(
-        pred.continuation_logit, target["continuation"].to(dt), reduction="none"
-    )
-    return {
-        "node": node,
-        "node_per_node": per_node,
-        "graph": graph,
-        "adjacency": adjacency,
-        "action_mask": action_mask,
-        "reward": reward,
-        "continuation": continuation,
-    }
+    """The shared L_pred (not what the fast paths changed), masks built per call as before."""
+    return prediction_loss(pred, target, NodeMasks.of(node_mask, pred.reward.dtype), scaler)
 
 
 def _vmean(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -203,7 +153,7 @@ def grssm_loss_reference(
     target["continuation"] = torch.cat(
         [batch.continuation.new_ones(B, 1), batch.continuation], 1
     ).reshape(-1)
-    parts = prediction_losses_reference(pred, target, mask_bt, model.schema, model.scaler)
+    parts = _prediction_loss(pred, target, mask_bt, model.scaler)
     true_col = torch.ones(B, 1, dtype=torch.bool, device=dev)
     obs_valid = torch.cat([true_col, batch.step_mask], 1).reshape(-1)
     trans_valid = torch.cat([~true_col, batch.step_mask], 1).reshape(-1)
@@ -321,7 +271,7 @@ def gwm_loss_reference(
     state = state_from_observation(obs_now, node_mask, schema, scaler)
     target, action = gather(t_idx + 1, t_idx)
     pred, _ = gwm_step_reference(model, state, action)
-    parts = prediction_losses_reference(pred, target, node_mask, schema, scaler)
+    parts = _prediction_loss(pred, target, node_mask, scaler)
     per_item = combine(parts)
     one_step = _vmean(per_item, valid)
     q_norm = ((0.5 * (model.Q + model.Q.T)).norm() - 1.0) ** 2
@@ -343,7 +293,7 @@ def gwm_loss_reference(
             t_act = t_idx + j - 1
             ok = (t_act < L) & batch.step_mask[b_idx, t_act.clamp_max(L - 1)]
             tgt, _ = gather((t_act + 1).clamp_max(L), t_act.clamp_max(L - 1))
-            lp = prediction_losses_reference(p, tgt, node_mask, schema, scaler)
+            lp = _prediction_loss(p, tgt, node_mask, scaler)
             return combine(lp), ok
 
         rollout = rollout_consistency_loss(

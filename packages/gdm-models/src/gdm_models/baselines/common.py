@@ -4,13 +4,12 @@
   standardised with the :class:`~gdm_models.scaling.FeatureScaler` (paper, appendix "Feature
   Scaling"), categorical/binary factors as probability vectors (one-hot for observations), the
   adjacency as edge probabilities (0/1 for observations).
-* :class:`Prediction` - the heads' outputs for one step (standardised scalars, logits).
 * :class:`FeatureSetEncoder` - feature-specific linear encoders averaged into one embedding;
   categorical inputs are probability vectors so that differentiable rollouts can feed
   predicted probabilities back (paper, appendix "Baseline Implementations").
 * :class:`FeatureHeads` - feature-specific prediction heads.
-* :func:`prediction_losses` - the per-item prediction loss terms (MSE in standardised units for
-  scalars, CE for categorical factors, BCE for adjacency / action mask / continuation).
+* The heads' outputs are a :class:`gdm_models.losses.Prediction`, scored by the one
+  :func:`gdm_models.losses.prediction_loss` that every model uses.
 * Sampling helpers; every random draw takes a ``torch.Generator``. Undirected graphs: one
   Bernoulli draw per *unordered* pair (upper triangle, mirrored), zero diagonal.
 """
@@ -24,21 +23,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..losses import masked_mean
+from ..losses import NodeMasks, Prediction, masked_mean, pair_mask_of
 from ..scaling import FeatureScaler
 from ..schema import Schema
 
 __all__ = [
     "GraphState",
-    "Prediction",
     "FeatureSetEncoder",
     "FeatureHeads",
-    "pair_mask_of",
-    "NodeMasks",
     "masked_node_mean",
     "state_from_observation",
-    "prediction_losses",
-    "LOSS_KEYS",
     "sample_symmetric_bernoulli",
     "sample_bernoulli",
     "sample_categorical",
@@ -88,54 +82,7 @@ class GraphState:
         )
 
 
-@dataclass
-class Prediction:
-    """Heads' outputs for one step (B graphs, N nodes).
-
-    ``node_continuous``/``graph_continuous``/``reward`` are in standardised units; the rest are
-    logits. ``adjacency_logit`` is symmetric.
-    """
-
-    node_continuous: torch.Tensor  # (B,N,Fnc)
-    node_categorical: list[torch.Tensor]  # (B,N,K_f) logits
-    action_mask_logit: torch.Tensor  # (B,N)
-    adjacency_logit: torch.Tensor  # (B,N,N)
-    graph_continuous: torch.Tensor  # (B,Fgc)
-    graph_categorical: list[torch.Tensor]  # (B,K_f) logits
-    reward: torch.Tensor  # (B,)
-    continuation_logit: torch.Tensor  # (B,)
-
-
 # ---------------------------------------------------------------------------- masks
-def pair_mask_of(node_mask: torch.Tensor) -> torch.Tensor:
-    """(B,N,N) bool mask of real, off-diagonal node pairs."""
-    n = node_mask.shape[-1]
-    m = node_mask[..., :, None] & node_mask[..., None, :]
-    return m & ~torch.eye(n, dtype=torch.bool, device=node_mask.device)
-
-
-@dataclass(frozen=True)
-class NodeMasks:
-    """Float forms of a (B,N) node mask, built once per loss and shared by its terms.
-
-    Attributes:
-        node: (B,N) 1.0 on real nodes. count: (B,) real nodes (>= 1).
-        pair: (B,N,N) 1.0 on real off-diagonal pairs. pair_count: (B,) their number (>= 1).
-    """
-
-    node: torch.Tensor
-    count: torch.Tensor
-    pair: torch.Tensor
-    pair_count: torch.Tensor
-
-    @classmethod
-    def of(cls, node_mask: torch.Tensor, dtype: torch.dtype) -> NodeMasks:
-        """Masks of ``node_mask`` (bool) in ``dtype``."""
-        m = node_mask.to(dtype)
-        pm = pair_mask_of(node_mask).to(dtype)
-        return cls(m, m.sum(-1).clamp_min(1.0), pm, pm.sum((-1, -2)).clamp_min(1.0))
-
-
 def masked_node_mean(x: torch.Tensor, node_mask: torch.Tensor) -> torch.Tensor:
     """Mean of (B,N,D) ``x`` over real nodes -> (B,D) (Pool = mean, paper appendix)."""
     return masked_mean(x, node_mask[..., None], -2)
@@ -230,83 +177,6 @@ def state_from_observation(
         action_mask=obs["action_mask"].to(m.dtype) * m,
         node_mask=node_mask,
     )
-
-
-# ---------------------------------------------------------------------------- losses
-#: keys of :func:`prediction_losses`' result (per-item tensors) besides ``node_per_node``.
-LOSS_KEYS: tuple[str, ...] = ("node", "graph", "adjacency", "action_mask", "reward", "continuation")
-
-
-def prediction_losses(
-    pred: Prediction,
-    target: Mapping[str, torch.Tensor],
-    node_mask: torch.Tensor,
-    schema: Schema,
-    scaler: FeatureScaler,
-    masks: NodeMasks | None = None,
-) -> dict[str, torch.Tensor]:
-    """Per-graph prediction loss terms (paper, "Training": L_pred and appendix "Feature Scaling").
-
-    ``target`` holds observation tensors of the next step (environment units, categorical as
-    integers) plus ``reward`` (B,) and ``continuation`` (B,) in {0,1}. Returns (B,) tensors:
-
-    * ``node``: 1/(N |F_n|) sum_v sum_f l_f (MSE in standardised units / CE), 0 if |F_n| = 0;
-    * ``node_per_node``: (B,N) per-node mean over node features (for critical-node weighting);
-    * ``graph``: 1/|F_g| sum_f l_f; ``adjacency``: BCE mean over real off-diagonal pairs;
-    * ``action_mask``: BCE mean over real nodes; ``reward``: MSE (standardised);
-      ``continuation``: BCE.
-
-    ``masks``: :class:`NodeMasks` of ``node_mask`` when the caller already has them.
-    """
-    dt = pred.reward.dtype
-    masks = NodeMasks.of(node_mask, dt) if masks is None else masks
-    m, n_real = masks.node, masks.count
-    # node features: sum_f l_f(v)
-    per_node = torch.zeros_like(m)
-    fn = schema.num_node_features
-    if schema.num_node_continuous:
-        z = scaler.scale_node(target["node_continuous"].to(dt))
-        per_node = per_node + (pred.node_continuous - z).pow(2).sum(-1)
-    for i, logits in enumerate(pred.node_categorical):
-        tgt = target["node_categorical"][..., i]
-        ce = F.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), reduction="none"
-        )
-        per_node = per_node + ce.reshape(tgt.shape)
-    per_node = per_node * m / max(fn, 1)
-    node = per_node.sum(-1) / n_real
-    # graph features
-    graph = torch.zeros_like(pred.reward)
-    if schema.num_graph_continuous:
-        z = scaler.scale_graph(target["graph_continuous"].to(dt))
-        graph = graph + (pred.graph_continuous - z).pow(2).sum(-1)
-    for i, logits in enumerate(pred.graph_categorical):
-        graph = graph + F.cross_entropy(
-            logits, target["graph_categorical"][..., i], reduction="none"
-        )
-    graph = graph / max(schema.num_graph_features, 1)
-    # adjacency BCE over real off-diagonal (ordered) pairs == over unordered pairs (symmetric)
-    bce = F.binary_cross_entropy_with_logits(
-        pred.adjacency_logit, target["adjacency"].to(dt), reduction="none"
-    )
-    adjacency = (bce * masks.pair).sum((-1, -2)) / masks.pair_count
-    am = F.binary_cross_entropy_with_logits(
-        pred.action_mask_logit, target["action_mask"].to(dt), reduction="none"
-    )
-    action_mask = (am * m).sum(-1) / n_real
-    reward = (pred.reward - scaler.scale_reward(target["reward"].to(dt))).pow(2)
-    continuation = F.binary_cross_entropy_with_logits(
-        pred.continuation_logit, target["continuation"].to(dt), reduction="none"
-    )
-    return {
-        "node": node,
-        "node_per_node": per_node,
-        "graph": graph,
-        "adjacency": adjacency,
-        "action_mask": action_mask,
-        "reward": reward,
-        "continuation": continuation,
-    }
 
 
 # ---------------------------------------------------------------------------- sampling

@@ -62,29 +62,27 @@ from ..api import WorldModel, predictions_to_numpy, terms_to_floats
 from ..compiling import compile_or_eager, default_compile_mode
 from ..data import OBS_KEYS, Batch
 from ..gdm_sequence import pad_batch_nodes
-from ..losses import free_bits, masked_mean
+from ..losses import (
+    PREDICTION_LOSS_KEYS,
+    NodeMasks,
+    Prediction,
+    free_bits,
+    masked_mean,
+    prediction_loss,
+)
 from ..rssm import _EPS, categorical_kl, gumbel_from_uniform, sample_onehot_st, unimix_probs
 from ..scaling import FeatureScaler
 from ..schema import Schema
 from .common import (
     FeatureHeads,
     FeatureSetEncoder,
-    Prediction,
     masked_node_mean,
-    prediction_losses,
     sampled_state,
     state_from_observation,
 )
 
 #: the per-item prediction terms of L_pred (observation terms first, then transition terms)
-_PRED_KEYS: tuple[str, ...] = (
-    "node",
-    "graph",
-    "adjacency",
-    "action_mask",
-    "reward",
-    "continuation",
-)
+_PRED_KEYS: tuple[str, ...] = PREDICTION_LOSS_KEYS
 #: order of the values returned by ``GRSSM._loss_tensors``
 _LOGGED: tuple[str, ...] = (*_PRED_KEYS, "kl_dyn", "kl_rep", "kl", "pred")
 
@@ -104,12 +102,7 @@ _OTHER_DEVICE_BUDGET = 64 * 2**20
 
 GRSSM_TERM_KEYS: tuple[str, ...] = (
     "pred",
-    "node",
-    "graph",
-    "adjacency",
-    "action_mask",
-    "reward",
-    "continuation",
+    *PREDICTION_LOSS_KEYS,
     "kl",
     "kl_dyn",
     "kl_rep",
@@ -589,7 +582,8 @@ class GRSSM(WorldModel):
         target["continuation"] = torch.cat(
             [batch.continuation.new_ones(B, 1), batch.continuation], 1
         ).reshape(-1)
-        parts = prediction_losses(pred, target, mask_bt, self.schema, self.scaler)
+        masks = NodeMasks.of(mask_bt, pred.reward.dtype)
+        parts = prediction_loss(pred, target, masks, self.scaler)
         true_col = torch.ones(B, 1, dtype=torch.bool, device=dev)
         obs_valid = torch.cat([true_col, batch.step_mask], 1).reshape(-1)
         trans_valid = torch.cat([~true_col, batch.step_mask], 1).reshape(-1)

@@ -54,17 +54,20 @@ from ..api import NP_DTYPES, WorldModel, predictions_to_numpy, terms_to_floats
 from ..compiling import compile_or_eager, default_compile_mode
 from ..data import OBS_KEYS, Batch, DataError, observation_to_tensors, validate_observation
 from ..gdm_sequence import pad_batch_nodes
-from ..losses import masked_mean
+from ..losses import (
+    PREDICTION_LOSS_KEYS,
+    NodeMasks,
+    Prediction,
+    masked_mean,
+    prediction_loss,
+)
 from ..scaling import FeatureScaler
 from ..schema import Schema
 from .common import (
     FeatureHeads,
     FeatureSetEncoder,
     GraphState,
-    NodeMasks,
-    Prediction,
     masked_node_mean,
-    prediction_losses,
     sampled_state,
     soft_state,
     state_from_observation,
@@ -88,24 +91,12 @@ EA_DEFAULTS: dict[str, Any] = {
 }
 
 #: the one-step prediction terms of L_pred
-_ONE_STEP_KEYS: tuple[str, ...] = (
-    "node",
-    "graph",
-    "adjacency",
-    "action_mask",
-    "reward",
-    "continuation",
-)
+_ONE_STEP_KEYS: tuple[str, ...] = PREDICTION_LOSS_KEYS
 
 #: logged loss terms (fixed key set for both GWM variants)
 GWM_TERM_KEYS: tuple[str, ...] = (
     "pred",
-    "node",
-    "graph",
-    "adjacency",
-    "action_mask",
-    "reward",
-    "continuation",
+    *PREDICTION_LOSS_KEYS,
     "q_norm",
     "rollout",
     "spectral",
@@ -360,7 +351,7 @@ class GWM(WorldModel):
         )
         q_s = self.symmetric_q()
         pred, _ = self.step(state, actions[0], q_s, masks)
-        parts = prediction_losses(pred, targets[0], node_mask, self.schema, self.scaler, masks)
+        parts = prediction_loss(pred, targets[0], masks, self.scaler)
         terms = dict(
             zip(
                 _ONE_STEP_KEYS,
@@ -384,9 +375,7 @@ class GWM(WorldModel):
             def loss_fn(p: Prediction, j: int) -> tuple[torch.Tensor, torch.Tensor]:
                 if j == 1:  # the one-step loss, already computed
                     return per_item, valid
-                lp = prediction_losses(
-                    p, targets[j - 1], node_mask, self.schema, self.scaler, masks
-                )
+                lp = prediction_loss(p, targets[j - 1], masks, self.scaler)
                 return self._combine(lp), ok[j - 1]
 
             terms["rollout"] = rollout_consistency_loss(
