@@ -33,6 +33,7 @@ import torch
 from gdm_models import EpisodeDataset, FeatureScaler, get_preset, make_model
 from gdm_models.baselines._reference import grssm_loss_reference, gwm_loss_reference
 from gdm_models.data import OBS_KEYS
+from gdm_models.synthetic import schema_episode
 
 SCHEMAS = {
     "OD": {
@@ -52,39 +53,12 @@ MODELS = ("g-rssm", "ea-gwm", "vanilla-gwm")
 SIZES = (15, 18, 20, 23, 25)  # paper preset's training graph sizes
 
 
-def episode(schema: dict, n: int, T: int, rng: np.random.Generator) -> dict:
-    """Random episode with the schema's features; sparse graphs (mean degree ~4)."""
-    adj = np.triu((rng.random((T + 1, n, n)) < 4.0 / n).astype(np.int8), 1)
-    adj = adj | adj.transpose(0, 2, 1)
-    an = np.zeros((T, n), np.int8)
-    an[np.arange(T), rng.integers(0, n, T)] = 1
-    cards = list(schema["node_categorical"].values())
-    gcards = list(schema["graph_categorical"].values())
-    return {
-        "adjacency": adj,
-        "node_continuous": rng.random((T + 1, n, len(schema["node_continuous"]))).astype(
-            np.float32
-        ),
-        "node_categorical": np.stack([rng.integers(0, k, (T + 1, n)) for k in cards], -1),
-        "graph_continuous": rng.random((T + 1, len(schema["graph_continuous"]))).astype(np.float32),
-        "graph_categorical": (
-            np.stack([rng.integers(0, k, T + 1) for k in gcards], -1)
-            if gcards
-            else np.zeros((T + 1, 0), np.int64)
-        ),
-        "action_mask": (rng.random((T + 1, n)) < 0.8).astype(np.int8),
-        "action_nodes": an,
-        "reward": rng.normal(size=T).astype(np.float32),
-        "terminated": np.zeros(T, bool),
-        "truncated": np.r_[np.zeros(T - 1, bool), True],
-    }
-
-
 def setup(name: str, env: str, device: torch.device, B: int = 8, L: int = 20):
     """Model with the paper preset of ``env`` and one padded batch (B windows of L steps)."""
     schema = SCHEMAS[env]
     rng = np.random.default_rng(0)
-    eps = [episode(schema, int(rng.choice(SIZES)), L + 5, rng) for _ in range(B)]
+    # sparse graphs (mean degree ~4), as in the envs
+    eps = [schema_episode(schema, int(n), L + 5, rng, edge_p=4.0 / n) for n in rng.choice(SIZES, B)]
     scaler = FeatureScaler.fit(eps, schema)
     torch.manual_seed(0)
     model = make_model(name, schema, scaler, **get_preset(name, env)["model"]).to(device)
@@ -147,7 +121,7 @@ def count_ops(step: Callable[[], None], device: torch.device) -> int:
 def imagine_seconds(name: str, device: torch.device, n: int = 1000, samples: int = 30) -> float:
     """One-step imagination of ``samples`` samples on an n-node graph (OD preset)."""
     model, _ = setup(name, "OD", device)
-    ep = episode(SCHEMAS["OD"], n, 1, np.random.default_rng(1))
+    ep = schema_episode(SCHEMAS["OD"], n, 1, np.random.default_rng(1), edge_p=4.0 / n)
     latent = model.observe({k: ep[k][:1] for k in OBS_KEYS}, None, generator=0)
     model.imagine(latent, ep["action_nodes"][0], 2, generator=0)  # warm-up
     _sync(device)

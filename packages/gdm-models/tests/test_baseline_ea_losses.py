@@ -17,6 +17,7 @@ from gdm_models.baselines.ea_losses import (
     rollout_consistency_loss,
     spectral_loss,
 )
+from gdm_models.synthetic import schema_episode
 
 SCHEMA = {
     "node_continuous": ["x"],
@@ -27,37 +28,10 @@ SCHEMA = {
 EA_ON = {"rollout_weight": 0.5, "spectral_weight": 0.01, "critical_weight": 0.1}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
-def _episode(n: int, T: int, rng: np.random.Generator) -> dict:
-    adj = np.triu((rng.random((T + 1, n, n)) < 0.4).astype(np.int8), 1)
-    adj = adj | adj.transpose(0, 2, 1)
-    an = np.zeros((T, n), np.int8)
-    an[np.arange(T), rng.integers(0, n, T)] = 1
-    return {
-        "adjacency": adj,
-        "node_continuous": rng.normal(size=(T + 1, n, 1)).astype(np.float32),
-        "node_categorical": rng.integers(0, 3, (T + 1, n, 1)),
-        "graph_continuous": rng.normal(size=(T + 1, 1)).astype(np.float32),
-        "graph_categorical": np.zeros((T + 1, 0), np.int64),
-        "action_mask": np.ones((T + 1, n), np.int8),
-        "action_nodes": an,
-        "reward": rng.normal(size=T).astype(np.float32),
-        "terminated": np.r_[np.zeros(T - 1, bool), True],
-        "truncated": np.zeros(T, bool),
-    }
-
-
 @pytest.fixture(scope="module")
 def batch_and_scaler():
     rng = np.random.default_rng(0)
-    eps = [_episode(n, 5, rng) for n in (4, 6, 5)]
+    eps = [schema_episode(SCHEMA, n, 5, rng) for n in (4, 6, 5)]
     ds = EpisodeDataset(eps, SCHEMA, seq_len=4)
     return ds.make_batch([(0, 0), (1, 1), (2, 3)]), FeatureScaler.fit(eps, SCHEMA)
 
@@ -90,19 +64,15 @@ def test_spectral_power_iteration_warm_start_converges():
     assert sigma.item() == pytest.approx(true, rel=1e-4)
 
 
+def _ea_gwm(sc, seed: int = 0, **config):
+    """A small EA-GWM (hidden 8) built from torch seed ``seed``."""
+    torch.manual_seed(seed)
+    return make_model("ea-gwm", SCHEMA, sc, hidden_dim=8, **config)
+
+
 def test_model_spectral_term_matches_matrix_norms(batch_and_scaler):
     batch, sc = batch_and_scaler
-    torch.manual_seed(0)
-    model = make_model(
-        "ea-gwm",
-        SCHEMA,
-        sc,
-        hidden_dim=8,
-        mp_layers=2,
-        power_iterations=100,
-        rollout_weight=0.0,
-        critical_weight=0.0,
-    )
+    model = _ea_gwm(sc, mp_layers=2, power_iterations=100, rollout_weight=0.0, critical_weight=0.0)
     _, terms = model.loss(batch)
     expected = sum(
         (torch.linalg.matrix_norm(w.weight.detach(), ord=2).item() - 1.0) ** 2
@@ -178,19 +148,10 @@ def test_rollout_consistency_loss_hand_computed_and_teacher_free():
 
 def test_model_rollout_with_one_step_equals_the_one_step_loss(batch_and_scaler):
     batch, sc = batch_and_scaler
-    torch.manual_seed(0)
-    model = make_model(
-        "ea-gwm",
-        SCHEMA,
-        sc,
-        hidden_dim=8,
-        rollout_steps=1,
-        spectral_weight=0.0,
-        critical_weight=0.0,
-    )
+    model = _ea_gwm(sc, rollout_steps=1, spectral_weight=0.0, critical_weight=0.0)
     _, terms = model.loss(batch)
     assert terms["rollout"] == pytest.approx(terms["pred"], rel=1e-6)
-    model2 = make_model("ea-gwm", SCHEMA, sc, hidden_dim=8, rollout_steps=3)
+    model2 = _ea_gwm(sc, rollout_steps=3)
     model2.load_state_dict(model.state_dict())
     _, terms2 = model2.loss(batch)
     assert terms2["rollout"] != pytest.approx(terms2["pred"], rel=1e-3)
@@ -200,8 +161,7 @@ def test_model_rollout_with_one_step_equals_the_one_step_loss(batch_and_scaler):
 def _pair(sc, **ea):
     torch.manual_seed(123)
     vanilla = make_model("vanilla-gwm", SCHEMA, sc, hidden_dim=8)
-    torch.manual_seed(123)
-    ea_model = make_model("ea-gwm", SCHEMA, sc, hidden_dim=8, **ea)
+    ea_model = _ea_gwm(sc, seed=123, **ea)
     return vanilla, ea_model
 
 

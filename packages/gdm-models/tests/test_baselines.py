@@ -41,15 +41,6 @@ EMPTY: dict = {}  # RGC-like: no node or graph features at all
 ROLE = {"node_categorical": {"role": 2}}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # tiny models: one thread avoids oversubscription on the 2-core CI machine
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def tiny(name: str, **kw) -> dict:
     if name == "g-rssm":
         base = dict(hidden_dim=16, embed_dim=16, latent_groups=2, latent_classes=4, attn_heads=2)

@@ -17,6 +17,7 @@ from gdm_models.baselines.grssm import AllPairsAttention
 from gdm_models.compiling import CompileFallbackWarning
 from gdm_models.data import OBS_KEYS, observation_to_tensors
 from gdm_models.gdm_sequence import pad_batch_nodes
+from gdm_models.synthetic import schema_episode
 
 BASELINES = ("vanilla-gwm", "ea-gwm", "g-rssm")
 SCHEMA = {  # SAR-like: every feature type present
@@ -43,38 +44,10 @@ def tiny(name: str, **kw) -> dict:
     return {**base, **kw}
 
 
-def episode(schema: dict, n: int, T: int, rng: np.random.Generator) -> dict:
-    cards = list(schema["node_categorical"].values())
-    gcards = list(schema["graph_categorical"].values())
-    up = np.triu(rng.random((T + 1, n, n)) < 0.4, 1)
-    an = np.zeros((T, n), np.int8)
-    an[np.arange(T), rng.integers(0, n, T)] = 1
-    return {
-        "adjacency": (up | up.transpose(0, 2, 1)).astype(np.int8),
-        "node_continuous": rng.normal(size=(T + 1, n, len(schema["node_continuous"]))).astype(
-            np.float32
-        ),
-        "node_categorical": np.stack([rng.integers(0, k, (T + 1, n)) for k in cards], -1),
-        "graph_continuous": rng.normal(size=(T + 1, len(schema["graph_continuous"]))).astype(
-            np.float32
-        ),
-        "graph_categorical": (
-            np.stack([rng.integers(0, k, T + 1) for k in gcards], -1)
-            if gcards
-            else np.zeros((T + 1, 0), np.int64)
-        ),
-        "action_mask": (rng.random((T + 1, n)) < 0.8).astype(np.int8),
-        "action_nodes": an,
-        "reward": rng.normal(size=T).astype(np.float32),
-        "terminated": np.zeros(T, bool),
-        "truncated": np.r_[np.zeros(T - 1, bool), True],
-    }
-
-
 def setup(name: str, schema: dict = SCHEMA, seed: int = 0, **kw):
     """Tiny model and a padded batch (3 graph sizes, one window cut short)."""
     rng = np.random.default_rng(seed)
-    eps = [episode(schema, n, 6, rng) for n in (4, 7, 5)]
+    eps = [schema_episode(schema, n, 6, rng) for n in (4, 7, 5)]
     sc = FeatureScaler.fit(eps, schema)
     torch.manual_seed(seed)
     model = make_model(name, schema, sc, **tiny(name, **kw))

@@ -128,15 +128,20 @@ class WorldModel(nn.Module, abc.ABC):
         self.config = config
 
     # ------------------------------------------------------------------ abstract API
-    @abc.abstractmethod
+    @torch.no_grad()
     def observe(
         self,
         obs_sequence: Mapping[str, Any] | Sequence[Mapping[str, Any]],
         actions: Any,
         generator: torch.Generator | int | None = None,
     ) -> Any:
-        """Condition on T+1 observations and T actions; return the latent of the last step."""
+        """Condition on T+1 observations and T actions; return the latent of the last step
+        (the posterior latent; a state-space model returns the last observation)."""
+        obs, act = self.prepare_sequence(obs_sequence, actions)
+        last = obs["adjacency"].shape[0] - 1
+        return self._observe_at(obs, act, [last], self.make_generator(generator))[0]
 
+    @torch.no_grad()
     def observe_at(
         self,
         obs_sequence: Mapping[str, Any] | Sequence[Mapping[str, Any]],
@@ -146,10 +151,9 @@ class WorldModel(nn.Module, abc.ABC):
     ) -> list[Any]:
         """Latents at several steps of one trajectory, ``[observe(obs[:t+1], actions[:t])]``.
 
-        Models override :meth:`_observe_at` with a single pass over the trajectory (O(T)
-        instead of O(T * len(steps))); with the same seed the latent at step t then equals
-        ``observe`` of the prefix up to t, because the posterior consumes its noise step by
-        step.
+        One pass over the trajectory (O(T) instead of O(T * len(steps))); with the same seed
+        the latent at step t equals ``observe`` of the prefix up to t, because the posterior
+        consumes its noise step by step.
         """
         obs, act = self.prepare_sequence(obs_sequence, actions)
         idx = self.check_steps(steps, obs["adjacency"].shape[0])
@@ -157,6 +161,7 @@ class WorldModel(nn.Module, abc.ABC):
             return []
         return self._observe_at(obs, act, idx, self.make_generator(generator))
 
+    @abc.abstractmethod
     def _observe_at(
         self,
         obs: dict[str, torch.Tensor],
@@ -164,23 +169,9 @@ class WorldModel(nn.Module, abc.ABC):
         steps: list[int],
         generator: torch.Generator,
     ) -> list[Any]:
-        """Validated tensors (T+1 obs, T actions) -> latents at ``steps``.
-
-        This default re-observes each prefix from the same generator state (so each latent
-        equals ``observe`` of its prefix with that seed); models override it with one pass.
-        """
-        start = generator.get_state()
-        latents = []
-        for t in steps:
-            generator.set_state(start)
-            latents.append(
-                self.observe(
-                    {k: v[: t + 1].cpu().numpy() for k, v in obs.items()},
-                    actions[:t].cpu().numpy(),
-                    generator=generator,
-                )
-            )
-        return latents
+        """Validated tensors (T+1 obs, T actions) -> latents at ``steps`` (non-empty, in
+        range), from one pass over the trajectory: what every model implements, and what
+        :meth:`observe` (``steps = [T]``) and :meth:`observe_at` call."""
 
     @staticmethod
     def check_steps(steps: Sequence[int], num_observations: int) -> list[int]:

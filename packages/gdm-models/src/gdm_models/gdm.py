@@ -810,16 +810,6 @@ class GDM(WorldModel):
                 found[t] = latent
         return [found[t] for t in capture]
 
-    def observe(
-        self,
-        obs_sequence: Mapping[str, Any] | Sequence[Mapping[str, Any]],
-        actions: Any,
-        generator: torch.Generator | int | None = None,
-    ) -> GDMLatent:
-        """Posterior latent after observing T+1 observations and the T actions between them."""
-        obs, act = self.prepare_sequence(obs_sequence, actions)
-        return self.observe_tensors(obs, act, Noise(self.make_generator(generator), self.device))
-
     def _observe_at(
         self,
         obs: dict[str, torch.Tensor],

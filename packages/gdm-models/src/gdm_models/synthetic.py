@@ -12,6 +12,7 @@ __all__ = [
     "toggle_schema",
     "random_graph",
     "random_episode",
+    "schema_episode",
     "toggle_edge_episodes",
 ]
 
@@ -81,6 +82,42 @@ def random_episode(
         "reward": rew,
         "terminated": term,
         "truncated": ~term & (np.arange(t) == t - 1),
+    }
+
+
+def schema_episode(
+    schema: dict[str, Any], n: int, t: int, rng: np.random.Generator, *, edge_p: float = 0.4
+) -> dict[str, np.ndarray]:
+    """Episode of T transitions on N nodes with i.i.d. random values for any ``schema`` (dict
+    form): Erdos-Renyi graphs G(N, ``edge_p``) drawn afresh every step, one random action per
+    step, standard-normal continuous features and rewards, uniform categorical values, action
+    mask entries 1 w.p. 0.8; truncated at the end. No dynamics: for tests and benchmarks
+    that need valid data of a given shape, not something to learn."""
+    cards = list(schema["node_categorical"].values())
+    gcards = list(schema["graph_categorical"].values())
+    up = np.triu(rng.random((t + 1, n, n)) < edge_p, 1)
+    an = np.zeros((t, n), np.int8)
+    an[np.arange(t), rng.integers(0, n, t)] = 1
+    fnc, fgc = len(schema["node_continuous"]), len(schema["graph_continuous"])
+    return {
+        "adjacency": (up | up.transpose(0, 2, 1)).astype(np.int8),
+        "node_continuous": rng.normal(size=(t + 1, n, fnc)).astype(np.float32),
+        "node_categorical": (
+            np.stack([rng.integers(0, k, (t + 1, n)) for k in cards], -1)
+            if cards
+            else np.zeros((t + 1, n, 0), np.int64)
+        ),
+        "graph_continuous": rng.normal(size=(t + 1, fgc)).astype(np.float32),
+        "graph_categorical": (
+            np.stack([rng.integers(0, k, t + 1) for k in gcards], -1)
+            if gcards
+            else np.zeros((t + 1, 0), np.int64)
+        ),
+        "action_mask": (rng.random((t + 1, n)) < 0.8).astype(np.int8),
+        "action_nodes": an,
+        "reward": rng.normal(size=t).astype(np.float32),
+        "terminated": np.zeros(t, bool),
+        "truncated": np.arange(t) == t - 1,
     }
 
 

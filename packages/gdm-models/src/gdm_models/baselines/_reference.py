@@ -22,7 +22,6 @@ from ..losses import NodeMasks, Prediction, free_bits, prediction_loss
 from ..rssm import categorical_kl, sample_onehot_st, unimix_probs
 from .common import (
     GraphState,
-    masked_node_mean,
     soft_state,
     state_from_observation,
 )
@@ -30,8 +29,8 @@ from .ea_losses import (
     critical_node_loss,
     critical_node_weights,
     normalized_adjacency,
-    power_iteration,
     rollout_consistency_loss,
+    spectral_loss_per_layer,
 )
 
 if TYPE_CHECKING:
@@ -137,7 +136,7 @@ def grssm_loss_reference(
     model: GRSSM, batch: Batch, generator: torch.Generator | None = None
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The original G-RSSM loss (see :meth:`GRSSM.loss`)."""
-    from .grssm import GRSSM_TERM_KEYS
+    from .grssm import GRSSM_TERM_KEYS, window_targets
 
     c = model.config
     gen = model.make_generator(generator if generator is not None else 0)
@@ -145,18 +144,10 @@ def grssm_loss_reference(
     T1 = L + 1
     obs = {k: getattr(batch, k) for k in OBS_KEYS}
     out = grssm_filter_reference(model, obs, batch.action_nodes, batch.node_mask, gen)
-    dev = batch.adjacency.device
     mask_bt = batch.node_mask[:, None].expand(B, T1, N).reshape(B * T1, N)
     pred = model.decode(out["h"].reshape(B * T1, N, -1), out["z"].reshape(B * T1, N, -1), mask_bt)
-    target = {k: v.reshape(B * T1, *v.shape[2:]) for k, v in obs.items()}
-    target["reward"] = torch.cat([batch.reward.new_zeros(B, 1), batch.reward], 1).reshape(-1)
-    target["continuation"] = torch.cat(
-        [batch.continuation.new_ones(B, 1), batch.continuation], 1
-    ).reshape(-1)
+    target, obs_valid, trans_valid = window_targets(batch, obs)
     parts = _prediction_loss(pred, target, mask_bt, model.scaler)
-    true_col = torch.ones(B, 1, dtype=torch.bool, device=dev)
-    obs_valid = torch.cat([true_col, batch.step_mask], 1).reshape(-1)
-    trans_valid = torch.cat([~true_col, batch.step_mask], 1).reshape(-1)
     means = {k: _vmean(parts[k], obs_valid) for k in ("node", "graph", "adjacency", "action_mask")}
     means.update({k: _vmean(parts[k], trans_valid) for k in ("reward", "continuation")})
     l_pred = (
@@ -206,34 +197,7 @@ def gwm_step_reference(
         msg = a_tilde @ w1(h) + a[..., None] * model.action_weight[i] + model.mp_bias[i]
         h = (h + torch.relu(msg)) * m[..., None]
     pooled_a = (a.sum(-1) / m.sum(-1).clamp_min(1.0))[..., None]
-    g = model.graph_update(torch.cat([e_g, masked_node_mean(h, mask), pooled_a], dim=-1))
-    node_delta, node_cat = model.node_heads(h)
-    graph_delta, graph_cat = model.graph_heads(g)
-    hq = h @ (0.5 * (model.Q + model.Q.T))
-    adj_logit = hq @ h.transpose(-1, -2)
-    pred = Prediction(
-        node_continuous=(state.node_continuous + node_delta) * m[..., None],
-        node_categorical=node_cat,
-        action_mask_logit=model.action_mask_head(h).squeeze(-1),
-        adjacency_logit=adj_logit,
-        graph_continuous=state.graph_continuous + graph_delta,
-        graph_categorical=graph_cat,
-        reward=model.reward_head(g).squeeze(-1),
-        continuation_logit=model.continuation_head(g).squeeze(-1),
-    )
-    return pred, h
-
-
-def _spectral_loss_reference(
-    weights: list[torch.Tensor], us: list[torch.Tensor], num_iterations: int, target: float
-) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    total = weights[0].new_zeros(())
-    new_us = []
-    for w, u in zip(weights, us, strict=True):
-        sigma, u_new = power_iteration(w, u, num_iterations)
-        total = total + (sigma - target) ** 2
-        new_us.append(u_new)
-    return total, new_us
+    return model.readout(state, h, e_g, pooled_a, 0.5 * (model.Q + model.Q.T)), h
 
 
 def gwm_loss_reference(
@@ -302,7 +266,7 @@ def gwm_loss_reference(
         total = total + cfg.rollout_weight * rollout
     if cfg.spectral_weight > 0:
         us = [getattr(model, f"spectral_u_{i}") for i in range(cfg.mp_layers)]
-        spectral, new_us = _spectral_loss_reference(
+        spectral, new_us = spectral_loss_per_layer(
             [w.weight for w in model.mp_weights], us, cfg.power_iterations, cfg.spectral_target
         )
         if model.training:

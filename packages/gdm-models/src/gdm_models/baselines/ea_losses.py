@@ -27,6 +27,7 @@ from ..losses import masked_mean
 __all__ = [
     "power_iteration",
     "spectral_loss",
+    "spectral_loss_per_layer",
     "normalized_adjacency",
     "critical_node_weights",
     "critical_node_loss",
@@ -68,15 +69,23 @@ def spectral_loss(
     if not weights:
         return torch.zeros(()), []
     if len({tuple(w.shape) for w in weights}) > 1:
-        total = weights[0].new_zeros(())
-        new_us = []
-        for w, u in zip(weights, us, strict=True):
-            sigma, u_new = power_iteration(w, u, num_iterations)
-            total = total + (sigma - target) ** 2
-            new_us.append(u_new)
-        return total, new_us
+        return spectral_loss_per_layer(weights, us, num_iterations, target)
     sigma, u_new = _batched_power_iteration(torch.stack(weights), torch.stack(us), num_iterations)
     return ((sigma - target) ** 2).sum(), list(u_new.unbind(0))
+
+
+def spectral_loss_per_layer(
+    weights: list[torch.Tensor], us: list[torch.Tensor], num_iterations: int, target: float
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """:func:`spectral_loss` with one :func:`power_iteration` per layer (any shapes; the
+    reference the batched form is tested against)."""
+    total = weights[0].new_zeros(())
+    new_us = []
+    for w, u in zip(weights, us, strict=True):
+        sigma, u_new = power_iteration(w, u, num_iterations)
+        total = total + (sigma - target) ** 2
+        new_us.append(u_new)
+    return total, new_us
 
 
 def _batched_power_iteration(

@@ -49,7 +49,7 @@ steps afterwards, and syncs with the host once per call for the logged terms.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,6 +83,30 @@ from .common import (
 
 #: the per-item prediction terms of L_pred (observation terms first, then transition terms)
 _PRED_KEYS: tuple[str, ...] = PREDICTION_LOSS_KEYS
+
+
+def window_targets(
+    batch: Batch, obs: Mapping[str, torch.Tensor]
+) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
+    """Targets of the B*(L+1) decoded steps of a window and which of them count.
+
+    Step t's target is observation t; the reward and continuation of the transition t-1 -> t
+    sit at the observation they lead to (t >= 1). Returns ``(target, obs_valid,
+    trans_valid)``: observation terms count at t = 0 and at real steps, transition terms at
+    real steps t >= 1 only.
+    """
+    B = batch.batch_size
+    target = {k: v.reshape(v.shape[0] * v.shape[1], *v.shape[2:]) for k, v in obs.items()}
+    target["reward"] = torch.cat([batch.reward.new_zeros(B, 1), batch.reward], 1).reshape(-1)
+    target["continuation"] = torch.cat(
+        [batch.continuation.new_ones(B, 1), batch.continuation], 1
+    ).reshape(-1)
+    true_col = torch.ones(B, 1, dtype=torch.bool, device=batch.step_mask.device)
+    obs_valid = torch.cat([true_col, batch.step_mask], 1).reshape(-1)
+    trans_valid = torch.cat([~true_col, batch.step_mask], 1).reshape(-1)
+    return target, obs_valid, trans_valid
+
+
 #: order of the values returned by ``GRSSM._loss_tensors``
 _LOGGED: tuple[str, ...] = (*_PRED_KEYS, "kl_dyn", "kl_rep", "kl", "pred")
 
@@ -571,22 +595,13 @@ class GRSSM(WorldModel):
         T1 = L + 1
         obs = {k: getattr(batch, k) for k in OBS_KEYS}
         out = self._filter(obs, batch.action_nodes, batch.node_mask, None, uniforms)
-        dev = batch.adjacency.device
         mask_bt = batch.node_mask[:, None].expand(B, T1, N).reshape(B * T1, N)
         pred = self.decode(
             out["h"].reshape(B * T1, N, -1), out["z"].reshape(B * T1, N, -1), mask_bt
         )
-        target = {k: v.reshape(B * T1, *v.shape[2:]) for k, v in obs.items()}
-        # transition targets sit at the observation they lead to (t >= 1)
-        target["reward"] = torch.cat([batch.reward.new_zeros(B, 1), batch.reward], 1).reshape(-1)
-        target["continuation"] = torch.cat(
-            [batch.continuation.new_ones(B, 1), batch.continuation], 1
-        ).reshape(-1)
+        target, obs_valid, trans_valid = window_targets(batch, obs)
         masks = NodeMasks.of(mask_bt, pred.reward.dtype)
         parts = prediction_loss(pred, target, masks, self.scaler)
-        true_col = torch.ones(B, 1, dtype=torch.bool, device=dev)
-        obs_valid = torch.cat([true_col, batch.step_mask], 1).reshape(-1)
-        trans_valid = torch.cat([~true_col, batch.step_mask], 1).reshape(-1)
         obs_keys, trans_keys = _PRED_KEYS[:4], _PRED_KEYS[4:]
         means = torch.cat(
             [
@@ -610,20 +625,6 @@ class GRSSM(WorldModel):
 
     # ------------------------------------------------------------------ inference API
     @torch.no_grad()
-    def observe(
-        self,
-        obs_sequence: Mapping[str, Any] | Sequence[Mapping[str, Any]],
-        actions: Any,
-        generator: torch.Generator | int | None = None,
-    ) -> GRSSMLatent:
-        """Posterior filtering over the trajectory; returns the latent of the last step."""
-        obs, acts = self.prepare_sequence(obs_sequence, actions)
-        gen = self.make_generator(generator)
-        n = obs["adjacency"].shape[-1]
-        mask = torch.ones(1, n, dtype=torch.bool, device=self.device)
-        out = self._filter({k: v[None] for k, v in obs.items()}, acts[None], mask, gen)
-        return GRSSMLatent(h=out["h"][0, -1], posterior=out["posterior"][0, -1])
-
     def _observe_at(
         self,
         obs: dict[str, torch.Tensor],

@@ -42,7 +42,7 @@ loss.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -222,14 +222,27 @@ class GWM(WorldModel):
             # sigma(A~ h W_1 + U a 1^T), residual (paper "Related Work"; Song et al.)
             h = (h + torch.relu(a_tilde @ w1(h) + act)) * m
         pooled_a = (a.sum(-1) / masks.count)[..., None]
+        q_s = self.symmetric_q() if q_s is None else q_s
+        return self.readout(state, h, e_g, pooled_a, q_s), h
+
+    def readout(
+        self,
+        state: GraphState,
+        h: torch.Tensor,
+        e_g: torch.Tensor,
+        pooled_a: torch.Tensor,
+        q_s: torch.Tensor,
+    ) -> Prediction:
+        """Heads on the final node embeddings ``h``: the graph update g from [e_g, Pool h,
+        pooled action], residual continuous features, logits, and h_i^T Q_s h_j."""
+        mask = state.node_mask
         g = self.graph_update(torch.cat([e_g, masked_node_mean(h, mask), pooled_a], dim=-1))
         node_delta, node_cat = self.node_heads(h)
         graph_delta, graph_cat = self.graph_heads(g)
-        hq = h @ (self.symmetric_q() if q_s is None else q_s)
-        adj_logit = hq @ h.transpose(-1, -2)  # h_i^T Q_s h_j
-        pred = Prediction(
+        adj_logit = (h @ q_s) @ h.transpose(-1, -2)  # h_i^T Q_s h_j
+        return Prediction(
             # continuous features: residual change of the current value (standardised units)
-            node_continuous=(state.node_continuous + node_delta) * m,
+            node_continuous=(state.node_continuous + node_delta) * mask[..., None].to(h.dtype),
             node_categorical=node_cat,
             action_mask_logit=self.action_mask_head(h).squeeze(-1),
             adjacency_logit=adj_logit,
@@ -238,7 +251,6 @@ class GWM(WorldModel):
             reward=self.reward_head(g).squeeze(-1),
             continuation_logit=self.continuation_head(g).squeeze(-1),
         )
-        return pred, h
 
     # ------------------------------------------------------------------ training
     def loss_scales(self) -> dict[str, float]:
@@ -406,18 +418,6 @@ class GWM(WorldModel):
         return total, torch.stack([*(terms[k] for k in scale), pred])
 
     # ------------------------------------------------------------------ inference API
-    def observe(
-        self,
-        obs_sequence: Mapping[str, Any] | Sequence[Mapping[str, Any]],
-        actions: Any,
-        generator: torch.Generator | int | None = None,
-    ) -> dict[str, np.ndarray]:
-        """Validate the trajectory and return its last observation (the GWM's state)."""
-        obs, _ = self.prepare_sequence(obs_sequence, actions)
-        return {
-            k: np.ascontiguousarray(obs[k][-1].cpu().numpy().astype(NP_DTYPES[k])) for k in OBS_KEYS
-        }
-
     def _observe_at(
         self,
         obs: dict[str, torch.Tensor],
