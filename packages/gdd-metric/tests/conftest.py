@@ -53,6 +53,22 @@ def make_set(
     }
 
 
+def make_problem(
+    rng: np.random.Generator,
+    counts: tuple[int, int, int, int],
+    sizes: tuple[int, int],
+    n: int,
+    shift: float,
+) -> tuple[dict, Bandwidths, dict, dict]:
+    """Schema with ``counts`` features of each type, random bandwidths, and two sets of
+    ``sizes`` graphs on ``n`` nodes, the second with its continuous features shifted."""
+    schema = make_schema(*counts)
+    bw = make_bandwidths(schema, rng)
+    x = make_set(schema, sizes[0], n, rng)
+    y = make_set(schema, sizes[1], n, rng, shift=shift)
+    return schema, bw, x, y
+
+
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(12345)
@@ -66,5 +82,6 @@ def helpers():
         schema = staticmethod(make_schema)
         bandwidths = staticmethod(make_bandwidths)
         samples = staticmethod(make_set)
+        problem = staticmethod(make_problem)
 
     return H

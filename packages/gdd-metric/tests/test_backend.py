@@ -47,10 +47,7 @@ def test_selection_is_explicit():
 
 
 def test_every_heavy_piece_runs_through_the_backend(helpers, rng):
-    schema = helpers.schema(2, 2, 1, 1)
-    bw = helpers.bandwidths(schema, rng)
-    x = helpers.samples(schema, 5, 6, rng)
-    y = helpers.samples(schema, 4, 6, rng, shift=0.5)
+    schema, bw, x, y = helpers.problem(rng, (2, 2, 1, 1), (5, 4), 6, shift=0.5)
     rec = RecordingBackend()
     got = gdd(x, y, schema, bw, backend=rec)
     assert set(rec.calls) == {"node_continuous_terms", "node_categorical_terms", "edge_counts"}

@@ -26,10 +26,7 @@ def test_identical_sets_give_exactly_zero(helpers, seed):
 @pytest.mark.parametrize("seed", range(5))
 def test_symmetric(helpers, seed):
     rng = np.random.default_rng(seed)
-    schema = helpers.schema(2, 2, 2, 2)
-    bw = helpers.bandwidths(schema, rng)
-    x = helpers.samples(schema, 7, 6, rng)
-    y = helpers.samples(schema, 4, 6, rng, shift=0.5)
+    schema, bw, x, y = helpers.problem(rng, (2, 2, 2, 2), (7, 4), 6, shift=0.5)
     for est in ("biased", "unbiased"):
         a, b = gdd(x, y, schema, bw, estimator=est), gdd(y, x, schema, bw, estimator=est)
         for field in ("mmd2",) + COMPONENTS:
@@ -40,10 +37,7 @@ def test_symmetric(helpers, seed):
 def test_component_identity(helpers, seed):
     """GDD^2 = w_n node + w_g graph + w_e edge + eps joint (mmd2 comes from the full K)."""
     rng = np.random.default_rng(seed)
-    schema = helpers.schema(1, 2, 1, 1)
-    bw = helpers.bandwidths(schema, rng)
-    x = helpers.samples(schema, 9, 5, rng)
-    y = helpers.samples(schema, 6, 5, rng, shift=0.2)
+    schema, bw, x, y = helpers.problem(rng, (1, 2, 1, 1), (9, 6), 5, shift=0.2)
     w = tuple(rng.uniform(0, 1, 3))
     eps = float(rng.uniform(0.1, 3))
     for est in ("biased", "unbiased"):

@@ -24,10 +24,7 @@ def assert_same(a, b, tol=1e-9):
 @pytest.mark.parametrize("estimator", ["biased", "unbiased"])
 def test_matches_reference_every_feature_mix(helpers, mix, estimator):
     rng = np.random.default_rng(sum(mix) * 7 + len(estimator))
-    schema = helpers.schema(*mix)
-    bw = helpers.bandwidths(schema, rng)
-    pred = helpers.samples(schema, 6, 5, rng)
-    true = helpers.samples(schema, 4, 5, rng, shift=0.3)
+    schema, bw, pred, true = helpers.problem(rng, mix, (6, 4), 5, shift=0.3)
     fast = gdd(pred, true, schema, bw, estimator=estimator)
     ref = reference_gdd(pred, true, schema, bw, estimator=estimator)
     assert_same(fast, ref)

@@ -18,10 +18,7 @@ FIELDS = ("gdd", "mmd2", "node", "graph", "edge", "joint")
 @pytest.mark.parametrize("mix", list(itertools.product((0, 2), (0, 2), (0, 1), (0, 1)))[::3])
 def test_torch_matches_numpy(helpers, device, mix):
     rng = np.random.default_rng(sum(mix))
-    schema = helpers.schema(*mix)
-    bw = helpers.bandwidths(schema, rng)
-    x = helpers.samples(schema, 6, 9, rng)
-    y = helpers.samples(schema, 5, 9, rng, shift=0.4)
+    schema, bw, x, y = helpers.problem(rng, mix, (6, 5), 9, shift=0.4)
     a = gdd(x, y, schema, bw)
     b = gdd(x, y, schema, bw, backend="torch", device=device)
     for field in FIELDS:

@@ -9,11 +9,7 @@ from gdd_metric import Bandwidths, gdd, normalise_schema, validate_samples
 
 @pytest.fixture
 def case(helpers, rng):
-    schema = helpers.schema(1, 1, 1, 1)
-    bw = helpers.bandwidths(schema, rng)
-    x = helpers.samples(schema, 4, 5, rng)
-    y = helpers.samples(schema, 3, 5, rng)
-    return schema, bw, x, y
+    return helpers.problem(rng, (1, 1, 1, 1), (4, 3), 5, shift=0.0)
 
 
 def test_mismatched_node_counts(helpers, case, rng):

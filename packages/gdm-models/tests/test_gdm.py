@@ -10,17 +10,6 @@ from gdm_models import OBS_KEYS, EpisodeDataset, make_model
 from gdm_models.gdm import ABLATIONS, GDM, GDMConfig, Noise, permute_noise
 from gdm_models.synthetic import SYNTHETIC_SCHEMA, random_episode
 
-ENV_DTYPES = {
-    "adjacency": np.int8,
-    "node_continuous": np.float32,
-    "node_categorical": np.int64,
-    "graph_continuous": np.float32,
-    "graph_categorical": np.int64,
-    "action_mask": np.int8,
-    "reward": np.float32,
-    "continuation": np.int64,
-}
-
 
 def _traj(ep, t):
     return {k: ep[k][: t + 1] for k in OBS_KEYS}, ep["action_nodes"][:t]
@@ -32,19 +21,19 @@ def test_imagine_shapes_dtypes_and_symmetry(make_tiny, n):
     ep = random_episode(n, 4, np.random.default_rng(n))
     lat = m.observe(*_traj(ep, 2), generator=0)
     out = m.imagine(lat, ep["action_nodes"][2], 6, generator=1)
-    shapes = {
-        "adjacency": (6, n, n),
-        "node_continuous": (6, n, 2),
-        "node_categorical": (6, n, 2),
-        "graph_continuous": (6, 1),
-        "graph_categorical": (6, 1),
-        "action_mask": (6, n),
-        "reward": (6,),
-        "continuation": (6,),
+    # the envs' dtypes (docs/contract.md), sample axis first
+    expected = {
+        "adjacency": ((6, n, n), np.int8),
+        "node_continuous": ((6, n, 2), np.float32),
+        "node_categorical": ((6, n, 2), np.int64),
+        "graph_continuous": ((6, 1), np.float32),
+        "graph_categorical": ((6, 1), np.int64),
+        "action_mask": ((6, n), np.int8),
+        "reward": ((6,), np.float32),
+        "continuation": ((6,), np.int64),
     }
-    for k, shape in shapes.items():
-        assert out[k].shape == shape, k
-        assert out[k].dtype == ENV_DTYPES[k], k
+    for k, (shape, dtype) in expected.items():
+        assert out[k].shape == shape and out[k].dtype == dtype, k
     adj = out["adjacency"]
     assert np.array_equal(adj, adj.transpose(0, 2, 1))
     assert not adj[:, range(n), range(n)].any()

@@ -39,34 +39,43 @@ def _obs(ep, t=0):
     return {k: ep[k][t] for k in OBS_KEYS}
 
 
-def test_observation_validation_errors():
+def _set(key, index, value):
+    def corrupt(o):
+        o[key] = o[key].copy()
+        o[key][index] = value
+
+    return corrupt
+
+
+def _asymmetric(o):
+    o["adjacency"] = o["adjacency"].copy()
+    o["adjacency"][0, 1], o["adjacency"][1, 0] = 1, 0
+
+
+@pytest.mark.parametrize(
+    ("corrupt", "message"),
+    [
+        (_asymmetric, "symmetric"),
+        (_set("adjacency", (2, 2), 1), "diagonal"),
+        (_set("node_continuous", (0, 0), np.nan), "NaN"),
+        (_set("node_categorical", (0, 0), 3), "outside"),
+        (lambda o: o.update(action_mask=np.ones(4, np.int8)), "action_mask"),
+    ],
+    ids=["asymmetric", "diagonal", "nan", "category", "action-mask-length"],
+)
+def test_observation_validation_errors(corrupt, message):
     s = Schema.from_dict(SYNTHETIC_SCHEMA)
     ep = random_episode(5, 2, np.random.default_rng(0))
     assert validate_observation(_obs(ep), s) == 5
     o = _obs(ep)
-    o["adjacency"] = o["adjacency"].copy()
-    o["adjacency"][0, 1], o["adjacency"][1, 0] = 1, 0
-    with pytest.raises(DataError, match="symmetric"):
+    corrupt(o)
+    with pytest.raises(DataError, match=message):
         validate_observation(o, s)
-    o = _obs(ep)
-    o["adjacency"] = o["adjacency"].copy()
-    o["adjacency"][2, 2] = 1
-    with pytest.raises(DataError, match="diagonal"):
-        validate_observation(o, s)
-    o = _obs(ep)
-    o["node_continuous"] = o["node_continuous"].copy()
-    o["node_continuous"][0, 0] = np.nan
-    with pytest.raises(DataError, match="NaN"):
-        validate_observation(o, s)
-    o = _obs(ep)
-    o["node_categorical"] = o["node_categorical"].copy()
-    o["node_categorical"][0, 0] = 3
-    with pytest.raises(DataError, match="outside"):
-        validate_observation(o, s)
-    o = _obs(ep)
-    o["action_mask"] = np.ones(4, np.int8)
-    with pytest.raises(DataError, match="action_mask"):
-        validate_observation(o, s)
+
+
+def test_episode_validation_errors():
+    s = Schema.from_dict(SYNTHETIC_SCHEMA)
+    ep = random_episode(5, 2, np.random.default_rng(0))
     bad = dict(ep)
     bad["reward"] = ep["reward"][:-1]
     with pytest.raises(DataError, match="reward"):

@@ -164,23 +164,6 @@ def test_reseeded_restores_match_the_failure_probability() -> None:
     assert abs(fails / trials - 0.5) < 4 * np.sqrt(0.25 / trials)
 
 
-def test_replay_without_seed_is_identical() -> None:
-    env = CFEnv(60)
-    env.reset(seed=5)
-    rng = np.random.default_rng(0)
-    for _ in range(3):
-        env.step(env.sample_valid_action(rng))
-    snap = env.clone_state()
-    actions = [env.sample_valid_action(rng) for _ in range(5)]
-    first = [env.step(a) for a in actions]
-    env.restore_state(snap)
-    second = [env.step(a) for a in actions]
-    for (o1, r1, t1, *_), (o2, r2, t2, *_) in zip(first, second, strict=True):
-        assert r1 == r2 and t1 == t2
-        for key in o1:
-            assert np.array_equal(o1[key], o2[key])
-
-
 # ------------------------------------------------------------------ generator and hidden xi
 @pytest.mark.parametrize("n", [5, 20, 50])
 def test_reset_state(n: int) -> None:

@@ -170,9 +170,11 @@ def _rollout(env, actions):
     return out
 
 
+@pytest.mark.parametrize("n", [12, 50])
 @pytest.mark.parametrize("env_id", ENV_IDS)
-def test_clone_restore_replays_exactly(env_id):
-    env = _make(env_id, 12)
+def test_clone_restore_replays_exactly(env_id, n):
+    """Restoring a snapshot replays every env exactly, with no reseeding."""
+    env = _make(env_id, n)
     rng = np.random.default_rng(0)
     for seed in range(6):
         env.reset(seed=seed)

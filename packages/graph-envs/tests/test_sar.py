@@ -406,13 +406,20 @@ def test_truncation_after_n_times_initial_survivors():
 
 
 # ------------------------------------------------------------- stochastic transitions
+SAMPLES = 600  # reseeded restores per test; 4 binomial sd ~ 49 around 300
+
+
+def path_snapshot(stability: list[float]):
+    """Env and snapshot on PATH at node 1, one survivor at 4, with the given stabilities."""
+    env = env_with(hand_state(PATH, stability, location=1, survivors=(4,)))
+    env.np_random = np.random.default_rng(0)
+    return env, env.clone_state()
+
+
 def test_reseeded_restores_match_the_stability_loss_probability():
     """Restores with different seeds: the 0.5 loss shows up at the binomial rate."""
-    state = hand_state(PATH, [1, 0.9, 0.65, 0.9, 0.9], location=1, survivors=(4,))
-    env = env_with(state)
-    env.np_random = np.random.default_rng(0)
-    snap = env.clone_state()
-    samples = 600
+    env, snap = path_snapshot([1, 0.9, 0.65, 0.9, 0.9])
+    samples = SAMPLES
     losses = collapses = 0
     next_states = set()
     for seed in range(samples):
@@ -431,11 +438,8 @@ def test_reseeded_restores_match_the_stability_loss_probability():
 def test_reseeded_restores_collapse_frequency():
     """With a fragile neighbourhood, the next graph is the collapsed one w.p. 0.5."""
     # visiting 2 (0.6): a loss gives 0.3; edges to 1 (0.6) and 3 (0.65) collapse, none otherwise
-    state = hand_state(PATH, [1, 0.6, 0.6, 0.65, 0.9], location=1, survivors=(4,))
-    env = env_with(state)
-    env.np_random = np.random.default_rng(0)
-    snap = env.clone_state()
-    samples = 600
+    env, snap = path_snapshot([1, 0.6, 0.6, 0.65, 0.9])
+    samples = SAMPLES
     outcomes = {}
     for seed in range(samples):
         env.restore_state(snap, seed=seed)
