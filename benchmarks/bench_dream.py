@@ -62,6 +62,13 @@ def time_loop(reset, step, space, min_steps: int, min_seconds: float) -> tuple[f
     return b * steps / (time.perf_counter() - start), ended / (b * steps)
 
 
+def time_vec(vec, min_steps: int, min_seconds: float) -> tuple[float, float]:
+    """:func:`time_loop` of a vector env (dream or real) reset with seed 0."""
+    return time_loop(
+        lambda: vec.reset(seed=0)[0], vec.step, vec.single_action_space, min_steps, min_seconds
+    )
+
+
 def calibrate_termination(model, rate: float) -> bool:
     """Give an untrained GDM the real env's per-step episode-end rate: its continuation head
     becomes the constant logit ``log((1 - rate) / rate)``, so the dream env autoresets as
@@ -84,13 +91,7 @@ def bench_dream(
     real = make_env(env_name, n)
     starts = [real_start(real, seed) for seed in range(pool)] if pool else None
     vec = DreamVectorEnv(model, real, b, seed=0, start_states=starts)
-    return time_loop(
-        lambda: vec.reset(seed=0)[0],
-        vec.step,
-        vec.single_action_space,
-        min_steps,
-        min_seconds,
-    )
+    return time_vec(vec, min_steps, min_seconds)
 
 
 def bench_real(
@@ -99,13 +100,7 @@ def bench_real(
     """Real env (steps/s, end rate) through a synchronous ``gym.make_vec``."""
     vec = gym.make_vec(env_id(env_name), num_envs=b, vectorization_mode="sync", num_nodes=n)
     try:
-        return time_loop(
-            lambda: vec.reset(seed=0)[0],
-            vec.step,
-            vec.single_action_space,
-            min_steps,
-            min_seconds,
-        )
+        return time_vec(vec, min_steps, min_seconds)
     finally:
         vec.close()
 

@@ -24,6 +24,18 @@ pytest.importorskip("sb3_contrib")
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
+def run_stage_jobs(jobs, run):
+    """The downstream jobs in this process, stored under ``run/downstream``."""
+    return run_jobs(
+        run_downstream_job,
+        jobs,
+        ResultStore(run / "downstream"),
+        run,
+        max_workers=1,
+        progress=False,
+    )
+
+
 def test_stage_runs_stores_and_reports(tmp_path):
     run = tmp_path / "run"
     reldir = "train/SAR/gdm/seed0-abc"
@@ -43,14 +55,7 @@ def test_stage_runs_stores_and_reports(tmp_path):
     )
     assert other[0].key != jobs[0].key
 
-    records = run_jobs(
-        run_downstream_job,
-        jobs,
-        ResultStore(run / "downstream"),
-        run,
-        max_workers=1,
-        progress=False,
-    )
+    records = run_stage_jobs(jobs, run)
     assert [r.agent for r in records] == ["dream:gdm", "real", "random", "greedy"]
     assert len(load_downstream(run)) == 4
     results = [
@@ -69,14 +74,7 @@ def test_stage_runs_stores_and_reports(tmp_path):
     assert "dream:gdm" in table and "0.2500" in table and "0.6000" in table
     assert out["figure"].stat().st_size > 5000
     # a rerun finds every job finished (the stored records come back unchanged)
-    again = run_jobs(
-        run_downstream_job,
-        jobs,
-        ResultStore(run / "downstream"),
-        run,
-        max_workers=1,
-        progress=False,
-    )
+    again = run_stage_jobs(jobs, run)
     assert again == records
     # run.json scopes the report to the last preset run
     (run / "run.json").write_text(json.dumps({"downstream": []}))

@@ -263,6 +263,23 @@ def stage_fit(preset: PresetLike, paths: RunPaths) -> dict[str, Path]:
         return {env: run_fit(paths, fit_job(p, env)) for env in p.envs}
 
 
+def run_training_jobs(
+    preset: PresetLike, paths: RunPaths, jobs: list[TrainJob], desc: str, progress: bool = True
+) -> list[TrainRecord]:
+    """Run training jobs in the run's job store (shared by ``stage_train`` and the search),
+    re-verifying every stored result's checkpoint before it is reused."""
+    return run_jobs(
+        train_job,
+        jobs,
+        ResultStore(paths.jobs),
+        paths,
+        desc=desc,
+        progress=progress,
+        verify=lambda r: verify_trained(paths.root, r),
+        **executor_args(preset, gpu=True),
+    )
+
+
 def stage_train(preset: PresetLike, paths: RunPaths, progress: bool = True) -> list[TrainRecord]:
     """Stage 3: train every model (and ablation) on every env and seed."""
     p = _preset(preset)
@@ -270,16 +287,7 @@ def stage_train(preset: PresetLike, paths: RunPaths, progress: bool = True) -> l
     with run_lock(paths.root):
         stage_collect(p, paths, progress)
         stage_fit(p, paths)
-        records = run_jobs(
-            train_job,
-            jobs,
-            ResultStore(paths.jobs),
-            paths,
-            desc="train",
-            progress=progress,
-            verify=lambda r: verify_trained(paths.root, r),
-            **executor_args(p, gpu=True),
-        )
+        records = run_training_jobs(p, paths, jobs, desc="train", progress=progress)
         _update_run_record(
             paths,
             preset=p.name,

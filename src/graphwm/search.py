@@ -25,12 +25,12 @@ from graphwm.pipeline import (
     RunPaths,
     _threads,
     executor_args,
+    run_training_jobs,
     stage_collect,
     stage_fit,
     train_job_for,
 )
 from graphwm.store import atomic_write_json, content_key, run_lock
-from graphwm.train import train_job, verify_trained
 
 
 def grid_points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
@@ -73,16 +73,7 @@ def _search(p: Preset, grids: dict, paths: RunPaths, progress: bool) -> dict[str
                     job = train_job_for(p, env, model, seed, model_point, train_point)
                     jobs.append(job)
                     owners.append((env, model, tag, point))
-    trained = run_jobs(
-        train_job,
-        jobs,
-        ResultStore(paths.jobs),
-        paths,
-        desc="search-train",
-        progress=progress,
-        verify=lambda r: verify_trained(paths.root, r),
-        **executor_args(p, gpu=True),
-    )
+    trained = run_training_jobs(p, paths, jobs, desc="search-train", progress=progress)
     e = p.evaluate
     eval_jobs, eval_owner = [], []
     for (env, model, tag, point), job, record in zip(owners, jobs, trained, strict=True):

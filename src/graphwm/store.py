@@ -78,11 +78,8 @@ def content_key(kind: str, payload: Any) -> str:
 
 def sha256_file(path: Path) -> str:
     """SHA-256 hex digest of a file's bytes."""
-    h = hashlib.sha256()
     with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 # ---------------------------------------------------------------------------------------------

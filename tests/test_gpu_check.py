@@ -1,0 +1,54 @@
+"""benchmarks/gpu_check.sh, the prepared device call for issue 10: it parses, refuses an
+unknown stage, and every script and flag it names exists (so a GPU session does not spend
+its device minutes on a stale command); the quick CPU run of the bench stage is slow."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "gpu_check.sh"
+
+
+def _run(*args: str, **env: str) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "PYTHON": sys.executable, **env}
+    return subprocess.run(
+        ["bash", str(SCRIPT), *args], cwd=ROOT, env=full_env, capture_output=True, text=True
+    )
+
+
+def test_script_parses_and_refuses_an_unknown_stage(tmp_path):
+    assert subprocess.run(["bash", "-n", str(SCRIPT)]).returncode == 0
+    res = _run("train", OUT=str(tmp_path))
+    assert res.returncode == 2 and "unknown stage 'train'" in res.stderr
+
+
+def test_every_benchmark_flag_the_script_uses_exists():
+    text = SCRIPT.read_text()
+    for bench in ("bench_gdm.py", "bench_baselines.py"):
+        path = ROOT / "packages" / "gdm-models" / "benchmarks" / bench
+        assert path.exists() and f"benchmarks/{bench}" in text
+        helptext = subprocess.run(
+            [sys.executable, str(path), "--help"], capture_output=True, text=True, check=True
+        ).stdout
+        args_var = "gdm_args" if bench == "bench_gdm.py" else "base_args"
+        used = set(re.findall(rf"{args_var}\+?=\(([^)]*)\)", text))
+        flags = {f for chunk in used for f in re.findall(r"--[a-z-]+", chunk)}
+        assert flags, bench
+        for flag in flags:
+            assert flag in helptext, f"{bench} has no {flag}"
+    assert (ROOT / "src" / "graphwm" / "presets" / "medium.toml").exists()
+
+
+@pytest.mark.slow
+def test_quick_bench_stage_runs_on_the_cpu(tmp_path):
+    res = _run("bench", OUT=str(tmp_path), GPU_CHECK_DEVICE="cpu", GPU_CHECK_QUICK="1")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "ms/step" in (tmp_path / "bench_gdm.txt").read_text()
+    assert "vanilla-gwm" in (tmp_path / "bench_baselines.txt").read_text()
