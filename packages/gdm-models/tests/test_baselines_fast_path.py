@@ -16,7 +16,6 @@ from gdm_models.baselines.common import sampled_state, state_from_observation
 from gdm_models.baselines.grssm import AllPairsAttention
 from gdm_models.compiling import CompileFallbackWarning
 from gdm_models.data import OBS_KEYS, observation_to_tensors
-from gdm_models.gdm_sequence import pad_batch_nodes
 from gdm_models.synthetic import schema_episode
 
 BASELINES = ("vanilla-gwm", "ea-gwm", "g-rssm")
@@ -290,7 +289,7 @@ def test_gwm_predictions_see_the_observed_topology(name, monkeypatch):
 def test_node_padding_leaves_the_loss_unchanged(name):
     """The compiled path pads batches to a multiple of 8 nodes: padded nodes must not count."""
     model, batch, _ = setup(name)
-    padded = pad_batch_nodes(batch, 8)
+    padded = batch.pad_nodes(8)
     assert padded.num_nodes == 8 and batch.num_nodes == 7
     assert not bool(padded.node_mask[:, 7:].any())
     a = loss_and_grads(model, model.loss, batch, seed=1)
@@ -323,7 +322,7 @@ def test_compiled_loss_traces_in_one_graph_and_equals_eager(name):
     model.load_state_dict(state)
     assert model.enable_compile(backend="eager", fullgraph=True)
     comp = loss_and_grads(model, model.loss, batch, seed=4)
-    assert model._compiled is not None and model._compiled.is_compiled  # no fallback
+    assert model.compiled  # no fallback
     torch.testing.assert_close(comp[0], eager[0], rtol=1e-5, atol=1e-6)
     for k in eager[1]:
         assert comp[1][k] == pytest.approx(eager[1][k], rel=1e-5, abs=1e-6), k

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from .compiling import compile_or_eager, default_compile_mode
 from .data import (
     OBS_KEYS,
     Batch,
@@ -196,18 +197,59 @@ class WorldModel(nn.Module, abc.ABC):
         """Sample ``num_samples`` rollouts over K actions; return K prediction dicts."""
 
     @abc.abstractmethod
+    def training_loss(
+        self, batch: Batch, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Training loss on a padded batch: ``(total, terms)`` with the logged terms as
+        detached 0-d tensors on the device (no host synchronisation; the trainer reads them
+        every ``log_every`` steps). ``generator`` drives the model's noise (``None``: seed 0
+        for the stochastic models). Compiled after :meth:`enable_compile`."""
+
+    # ------------------------------------------------------------------ derived API
     def loss(
         self, batch: Batch, generator: torch.Generator | None = None
     ) -> tuple[torch.Tensor, dict[str, float]]:
-        """Training loss on a padded batch: ``(total, per-term floats)``."""
+        """:meth:`training_loss` with the terms as floats (one host synchronisation)."""
+        total, terms = self.training_loss(batch, generator)
+        return total, terms_to_floats(terms)
 
-    # ------------------------------------------------------------------ derived API
-    def training_loss(
-        self, batch: Batch, generator: torch.Generator | None = None
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor | float]]:
-        """:meth:`loss` for the trainer: the terms may stay on the device as detached 0-d
-        tensors (the trainer reads them only every ``log_every`` steps). Default: ``loss``."""
-        return self.loss(batch, generator)
+    # ------------------------------------------------------------------ torch.compile
+    #: under compile, batches are zero-padded to a multiple of this many nodes (static shapes)
+    compile_pad_multiple: int = 8
+    #: the compiled tensor-only loss after :meth:`enable_compile` (``None``: eager)
+    _compiled: Any = None
+
+    def _compile_target(self) -> Callable[..., Any]:
+        """The tensor-only function :meth:`enable_compile` compiles (the whole loss after the
+        noise draw); a model without one cannot be compiled."""
+        raise NotImplementedError(f"{type(self).__name__} has no compilable loss")
+
+    def enable_compile(self, mode: str | None = None, **compile_kwargs: Any) -> bool:
+        """Run the whole tensor-only loss (after the noise draw) through ``torch.compile`` as
+        one graph with static shapes.
+
+        ``mode`` defaults to "reduce-overhead" (CUDA graphs) on CUDA, "default" elsewhere.
+        Batches are padded to a multiple of :attr:`compile_pad_multiple` nodes (the loss is
+        unchanged: padded nodes are masked everywhere). Falls back to eager with one
+        :class:`~gdm_models.compiling.CompileFallbackWarning` when torch.compile is
+        unavailable or fails. Returns whether the compiled path is active.
+        """
+        name = f"the {self.model_name or type(self).__name__} loss"
+        mode = mode or default_compile_mode(self.device)
+        compiled = compile_or_eager(
+            self._compile_target(), name, mode=mode, dynamic=False, **compile_kwargs
+        )
+        self._compiled = compiled if compiled.is_compiled else None
+        return compiled.is_compiled
+
+    def disable_compile(self) -> None:
+        """Back to the eager path."""
+        self._compiled = None
+
+    @property
+    def compiled(self) -> bool:
+        """Whether :meth:`training_loss` runs the compiled loss."""
+        return self._compiled is not None and self._compiled.is_compiled
 
     def imagine(
         self,

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from .schema import Schema
 
@@ -283,6 +284,26 @@ class Batch:
     def to(self, device: torch.device | str) -> Batch:
         """Return a copy with every tensor moved to ``device``."""
         return Batch(**{f.name: getattr(self, f.name).to(device) for f in fields(self)})
+
+    def pad_nodes(self, n: int) -> Batch:
+        """The batch with its node axes zero-padded to ``n`` nodes (padded nodes are masked
+        out, so every loss term is unchanged; static shapes under ``torch.compile``)."""
+        pad = n - self.num_nodes
+        if pad < 0:
+            raise ValueError(f"cannot pad a batch of {self.num_nodes} nodes to {n}")
+        if pad == 0:
+            return self
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["adjacency"] = F.pad(out["adjacency"], (0, pad, 0, pad))
+        for k in ("node_continuous", "node_categorical"):
+            out[k] = F.pad(out[k], (0, 0, 0, pad))
+        for k in ("action_mask", "action_nodes", "node_mask"):
+            out[k] = F.pad(out[k], (0, pad))
+        return Batch(**out)
+
+    def pad_nodes_to_multiple(self, multiple: int) -> Batch:
+        """:meth:`pad_nodes` to the next multiple of ``multiple`` nodes."""
+        return self.pad_nodes(-(-self.num_nodes // multiple) * multiple)
 
 
 class EpisodeDataset:

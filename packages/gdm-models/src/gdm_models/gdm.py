@@ -26,7 +26,7 @@ posterior; the losses are taken on the L transitions 1..L.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -43,11 +43,10 @@ from .adjacency import (
     xor_update,
 )
 from .api import WorldModel, predictions_to_numpy, terms_to_floats
-from .compiling import compile_or_eager, default_compile_mode
 from .data import Batch
 from .decoder import GraphHeads, InnovationDecoder, NodeHeads, PairDotAdjacencyHead
 from .encoder import ActionEmbedding, FeatureEncoder, ObservedGraphEncoder
-from .gdm_sequence import pad_batch_nodes, sequence_core, sequence_loss_terms
+from .gdm_sequence import sequence_core, sequence_loss_terms
 from .losses import (
     NodeMasks,
     Prediction,
@@ -285,7 +284,6 @@ class GDM(WorldModel):
     ) -> None:
         config = GDMConfig() if config is None else config
         super().__init__(schema, scaler, config)
-        self._compiled: Any = None  # see enable_compile
         c = config
         H, E, M = c.hidden_dim, c.embed_dim, c.mlp_width
         self.zn_dim = c.node_latent_groups * c.node_latent_classes
@@ -323,23 +321,10 @@ class GDM(WorldModel):
     #: under compile, batches are zero-padded to a multiple of this many nodes (static shapes)
     compile_pad_multiple: int = 16
 
-    def enable_compile(self, mode: str | None = None) -> bool:
-        """Run the training loss (after the noise draw) through ``torch.compile`` as one graph.
-
-        ``mode`` defaults to "reduce-overhead" (CUDA graphs) on CUDA, "default" elsewhere.
-        Batches are padded to a multiple of :attr:`compile_pad_multiple` nodes (the loss is
-        unchanged; the noise then has the padded shape). Falls back to eager with one
-        :class:`~gdm_models.compiling.CompileFallbackWarning` when torch.compile is
-        unavailable or fails. Returns whether the compiled path is active.
-        """
-        mode = mode or default_compile_mode(self.device)
-        compiled = compile_or_eager(partial(sequence_core, self), "the GDM loss", mode=mode)
-        self._compiled = compiled if compiled.is_compiled else None
-        return compiled.is_compiled
-
-    def disable_compile(self) -> None:
-        """Back to the eager fast path."""
-        self._compiled = None
+    def _compile_target(self) -> Callable[..., Any]:
+        """The time-vectorised loss core (:func:`~gdm_models.gdm_sequence.sequence_core`);
+        the noise is drawn eagerly before it (padded batches get noise of the padded shape)."""
+        return partial(sequence_core, self)
 
     # ================================================================== building blocks
     def initial_latent(self, b: int, n: int) -> GDMLatent:
@@ -593,9 +578,9 @@ class GDM(WorldModel):
         return e_v, e_g
 
     # ================================================================== training
-    def loss(
+    def training_loss(
         self, batch: Batch, generator: torch.Generator | None = None
-    ) -> tuple[torch.Tensor, dict[str, float]]:
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Loss of paper eq. (loss) averaged over the L transitions of each window.
 
         Terms (logged): ``pred`` and its parts ``pred_node``, ``pred_graph``, ``pred_adj``,
@@ -605,13 +590,6 @@ class GDM(WorldModel):
         with the recurrent adjacency the decoder passes A_t through and topology is learned by
         ``kl_adj`` instead, so there it is 0 by construction.
         """
-        total, terms = self.training_loss(batch, generator)
-        return total, terms_to_floats(terms)
-
-    def training_loss(
-        self, batch: Batch, generator: torch.Generator | None = None
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """:meth:`loss` with the terms as detached 0-d tensors (no host synchronisation)."""
         return self._loss_tensors(batch, Noise(generator, self.device), reference=False)
 
     def loss_terms(
@@ -631,9 +609,8 @@ class GDM(WorldModel):
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         if reference:
             per_step = self._reference_step_terms(batch, noise)
-        elif self._compiled is not None and self._compiled.is_compiled:
-            m = self.compile_pad_multiple
-            padded = pad_batch_nodes(batch, -(-batch.num_nodes // m) * m)
+        elif self.compiled:
+            padded = batch.pad_nodes_to_multiple(self.compile_pad_multiple)
             per_step = sequence_loss_terms(self, padded, noise, self._compiled)
         else:
             per_step = sequence_loss_terms(self, batch, noise)

@@ -17,8 +17,8 @@ Everything after the noise draw is :func:`sequence_core`, a function of tensors 
 ``GDM.enable_compile`` hands to ``torch.compile`` as one graph (one forward and one backward
 graph per step; with mode "reduce-overhead" on CUDA, CUDA graphs replay them in a few
 launches). Under compile the batch is zero-padded to a multiple of
-``GDM.compile_pad_multiple`` nodes (:func:`pad_batch_nodes`) so a few static shapes cover all
-batches.
+``GDM.compile_pad_multiple`` nodes (:meth:`~gdm_models.data.Batch.pad_nodes`) so a few
+static shapes cover all batches.
 
 Noise keys (``Noise.record``): ``seq/zg_post`` (B,L+1,Gg,Cg), ``seq/zn_post`` (B,L+1,N,Gn,Cn),
 ``seq/zg_prior`` (B,L,Gg,Cg), ``seq/adj`` (B,L,N,N) symmetric, ``seq/zn_prior`` (B,L,N,Gn,Cn),
@@ -29,12 +29,10 @@ keys (``"<t>/<name>"``), which is how the tests check that both paths agree.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import fields
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import torch
-import torch.nn.functional as F
 
 from .data import OBS_KEYS, Batch
 from .losses import masked_mean
@@ -51,7 +49,6 @@ __all__ = [
     "sequence_tail",
     "sequence_core",
     "sequence_loss_terms",
-    "pad_batch_nodes",
     "CORE_FIELDS",
 ]
 
@@ -182,23 +179,6 @@ def _flat(x: torch.Tensor) -> torch.Tensor:
 
 #: Batch fields passed to :func:`sequence_core`, in order
 CORE_FIELDS = OBS_KEYS + ("action_nodes", "reward", "continuation", "node_mask")
-
-
-def pad_batch_nodes(batch: Batch, n: int) -> Batch:
-    """The batch with its node axes zero-padded to ``n`` nodes (padded nodes masked out, so
-    the per-transition loss terms are unchanged; used for static shapes under compile)."""
-    pad = n - batch.num_nodes
-    if pad < 0:
-        raise ValueError(f"cannot pad a batch of {batch.num_nodes} nodes to {n}")
-    if pad == 0:
-        return batch
-    out = {f.name: getattr(batch, f.name) for f in fields(batch)}
-    out["adjacency"] = F.pad(out["adjacency"], (0, pad, 0, pad))
-    for k in ("node_continuous", "node_categorical"):
-        out[k] = F.pad(out[k], (0, 0, 0, pad))
-    for k in ("action_mask", "action_nodes", "node_mask"):
-        out[k] = F.pad(out[k], (0, pad))
-    return Batch(**out)
 
 
 def sequence_loss_terms(

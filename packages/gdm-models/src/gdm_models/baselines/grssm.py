@@ -49,7 +49,7 @@ steps afterwards, and syncs with the host once per call for the logged terms.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,10 +58,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..api import WorldModel, predictions_to_numpy, terms_to_floats
-from ..compiling import compile_or_eager, default_compile_mode
+from ..api import WorldModel, predictions_to_numpy
 from ..data import OBS_KEYS, Batch
-from ..gdm_sequence import pad_batch_nodes
 from ..losses import (
     PREDICTION_LOSS_KEYS,
     NodeMasks,
@@ -536,54 +534,29 @@ class GRSSM(WorldModel):
             "kl_rep": c.beta_rep,
         }
 
-    #: under compile, batches are padded to a multiple of this many nodes (static shapes)
-    compile_pad_multiple: int = 8
-
-    def loss(
-        self, batch: Batch, generator: torch.Generator | None = None
-    ) -> tuple[torch.Tensor, dict[str, float]]:
-        """RSSM loss on a padded batch (see the module docstring); ``generator`` drives the
-        latent samples (``None`` = a generator seeded with 0). One host sync for the terms."""
-        total, terms = self.training_loss(batch, generator)
-        return total, terms_to_floats(terms)
-
     def training_loss(
         self, batch: Batch, generator: torch.Generator | None = None
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """:meth:`loss` with the terms as detached 0-d tensors (no host sync); compiled after
-        :meth:`enable_compile`."""
+        """RSSM loss on a padded batch (see the module docstring); ``generator`` drives the
+        latent samples (``None`` = a generator seeded with 0). Terms as detached 0-d tensors
+        (no host sync); compiled after :meth:`enable_compile`."""
         c = self.config
         gen = self.make_generator(generator if generator is not None else 0)
         B, T1, N = batch.batch_size, batch.seq_len + 1, batch.num_nodes
         shape = (T1, B, N, c.latent_groups, c.latent_classes)
         dev, dt = batch.adjacency.device, batch.node_continuous.dtype
         u = torch.rand(shape, generator=gen, device=dev, dtype=dt)  # the noise of all steps
-        impl = getattr(self, "_compiled", None)
-        if impl is not None and impl.is_compiled:
-            m = self.compile_pad_multiple
-            batch = pad_batch_nodes(batch, -(-N // m) * m)
+        loss_fn = self._loss_tensors
+        if self.compiled:
+            batch = batch.pad_nodes_to_multiple(self.compile_pad_multiple)
             u = F.pad(u, (0, 0, 0, 0, 0, batch.num_nodes - N), value=0.5)  # padded nodes' noise
-        total, values = (impl or self._loss_tensors)(batch, u)
+            loss_fn = self._compiled
+        total, values = loss_fn(batch, u)
         terms = dict(zip(_LOGGED, values.detach().unbind(), strict=True))
         return total, {k: terms[k] for k in GRSSM_TERM_KEYS}
 
-    def enable_compile(self, mode: str | None = None, **compile_kwargs: Any) -> bool:
-        """Run the whole tensor-only loss (after the noise draw) through ``torch.compile``
-        (``mode`` default: "reduce-overhead", i.e. CUDA graphs, on CUDA; "default" elsewhere).
-        Batches are padded to a multiple of :attr:`compile_pad_multiple` nodes (the loss is
-        unchanged: padded nodes are masked everywhere and get their own noise). Falls back to
-        eager with one :class:`~gdm_models.compiling.CompileFallbackWarning`. Returns whether
-        the compiled path is active."""
-        mode = mode or default_compile_mode(self.device)
-        compiled = compile_or_eager(
-            self._loss_tensors, "the G-RSSM loss", mode=mode, dynamic=False, **compile_kwargs
-        )
-        self._compiled = compiled if compiled.is_compiled else None
-        return compiled.is_compiled
-
-    def disable_compile(self) -> None:
-        """Back to the eager fast path."""
-        self._compiled = None
+    def _compile_target(self) -> Callable[..., Any]:
+        return self._loss_tensors
 
     def _loss_tensors(
         self, batch: Batch, uniforms: torch.Tensor

@@ -42,7 +42,7 @@ loss.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,10 +50,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..api import NP_DTYPES, WorldModel, predictions_to_numpy, terms_to_floats
-from ..compiling import compile_or_eager, default_compile_mode
+from ..api import NP_DTYPES, WorldModel, predictions_to_numpy
 from ..data import OBS_KEYS, Batch, DataError, observation_to_tensors, validate_observation
-from ..gdm_sequence import pad_batch_nodes
 from ..losses import (
     PREDICTION_LOSS_KEYS,
     NodeMasks,
@@ -281,53 +279,27 @@ class GWM(WorldModel):
             + parts["continuation"]
         )
 
-    #: under compile, batches are padded to a multiple of this many nodes (static shapes)
-    compile_pad_multiple: int = 8
-
-    def loss(
+    def training_loss(
         self, batch: Batch, generator: torch.Generator | None = None
-    ) -> tuple[torch.Tensor, dict[str, float]]:
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """One-step prediction losses (+ EA-GWM's extra losses where their weight is > 0).
 
         Every transition t of every window is an item: input obs[t] (teacher-forced), target
         obs[t+1], reward[t], continuation[t]; padded steps and nodes are masked out. The model is
         deterministic; ``generator`` is unused. ``total = sum_k scale[k] term[k]`` over the
-        terms of :meth:`loss_scales` with a non-zero scale; one host sync for the logged terms.
+        terms of :meth:`loss_scales` with a non-zero scale. Terms as detached 0-d tensors (no
+        host sync); compiled after :meth:`enable_compile`.
         """
-        total, terms = self.training_loss(batch, generator)
-        return total, terms_to_floats(terms)
-
-    def training_loss(
-        self, batch: Batch, generator: torch.Generator | None = None
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """:meth:`loss` with the terms as detached 0-d tensors (no host sync); compiled after
-        :meth:`enable_compile`."""
-        impl = getattr(self, "_compiled", None)
-        if impl is not None and impl.is_compiled:
-            m = self.compile_pad_multiple
-            batch = pad_batch_nodes(batch, -(-batch.num_nodes // m) * m)
-        total, values = (impl or self._loss_tensors)(batch)
+        loss_fn = self._loss_tensors
+        if self.compiled:
+            batch = batch.pad_nodes_to_multiple(self.compile_pad_multiple)
+            loss_fn = self._compiled
+        total, values = loss_fn(batch)
         terms = dict(zip([*self.loss_scales(), "pred"], values.detach().unbind(), strict=True))
         return total, {k: terms[k] for k in GWM_TERM_KEYS}
 
-    def enable_compile(self, mode: str | None = None, **compile_kwargs: Any) -> bool:
-        """Run the whole tensor-only loss through ``torch.compile`` (``mode`` default:
-        "reduce-overhead", i.e. CUDA graphs, on CUDA; "default" elsewhere). Batches are padded
-        to a multiple of :attr:`compile_pad_multiple` nodes (the loss is unchanged: padded
-        nodes are masked everywhere). Falls back to eager with one
-        :class:`~gdm_models.compiling.CompileFallbackWarning`. Returns whether the compiled
-        path is active."""
-        mode = mode or default_compile_mode(self.device)
-        name = f"the {self.model_name or 'GWM'} loss"
-        compiled = compile_or_eager(
-            self._loss_tensors, name, mode=mode, dynamic=False, **compile_kwargs
-        )
-        self._compiled = compiled if compiled.is_compiled else None
-        return compiled.is_compiled
-
-    def disable_compile(self) -> None:
-        """Back to the eager fast path."""
-        self._compiled = None
+    def _compile_target(self) -> Callable[..., Any]:
+        return self._loss_tensors
 
     def _loss_tensors(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """The loss as a function of tensors only: ``(total, values)``, the values of the terms
