@@ -58,6 +58,7 @@ from .data import (
     OBS_KEYS,
     Batch,
     DataError,
+    TensorObs,
     observation_to_tensors,
     stack_observations,
     validate_action_nodes,
@@ -164,11 +165,7 @@ class WorldModel(nn.Module, abc.ABC):
 
     @abc.abstractmethod
     def _observe_at(
-        self,
-        obs: dict[str, torch.Tensor],
-        actions: torch.Tensor,
-        steps: list[int],
-        generator: torch.Generator,
+        self, obs: TensorObs, actions: torch.Tensor, steps: list[int], generator: torch.Generator
     ) -> list[Any]:
         """Validated tensors (T+1 obs, T actions) -> latents at ``steps`` (non-empty, in
         range), from one pass over the trajectory: what every model implements, and what
@@ -186,7 +183,7 @@ class WorldModel(nn.Module, abc.ABC):
             )
         return idx
 
-    @abc.abstractmethod
+    @torch.no_grad()
     def imagine_multi(
         self,
         latent: Any,
@@ -194,7 +191,26 @@ class WorldModel(nn.Module, abc.ABC):
         num_samples: int,
         generator: torch.Generator | int | None = None,
     ) -> list[dict[str, np.ndarray]]:
-        """Sample ``num_samples`` rollouts over K actions; return K prediction dicts."""
+        """Sample ``num_samples`` rollouts over K actions ((K, N) the same for every sample,
+        or (K, S, N)) from ``latent``; return K prediction dicts (see :meth:`imagine`)."""
+        if isinstance(num_samples, bool) or not isinstance(num_samples, int | np.integer):
+            raise TypeError(f"num_samples must be an int, got {type(num_samples).__name__}")
+        if num_samples < 1:
+            raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+        n = self._latent_num_nodes(latent)
+        actions = self.prepare_actions(action_sequence, n, int(num_samples))
+        return self._imagine(latent, actions, self.make_generator(generator))
+
+    @abc.abstractmethod
+    def _latent_num_nodes(self, latent: Any) -> int:
+        """Check that ``latent`` is what this model's :meth:`observe` returns (else a clear
+        ``TypeError``/``DataError``) and return its number of nodes N."""
+
+    @abc.abstractmethod
+    def _imagine(
+        self, latent: Any, actions: torch.Tensor, generator: torch.Generator
+    ) -> list[dict[str, np.ndarray]]:
+        """Checked latent and (K, S, N) float actions -> K sampled prediction dicts."""
 
     @abc.abstractmethod
     def training_loss(

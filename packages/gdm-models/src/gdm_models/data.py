@@ -37,6 +37,7 @@ from .schema import Schema
 __all__ = [
     "OBS_KEYS",
     "EPISODE_KEYS",
+    "TensorObs",
     "DataError",
     "Batch",
     "EpisodeDataset",
@@ -59,6 +60,8 @@ OBS_KEYS: tuple[str, ...] = (
     "action_mask",
 )
 EPISODE_KEYS: tuple[str, ...] = OBS_KEYS + ("action_nodes", "reward", "terminated", "truncated")
+#: observation tensors by key (see :func:`observation_to_tensors`)
+TensorObs = dict[str, torch.Tensor]
 _FEATURE_DTYPES = {
     "node_continuous": np.float32,
     "node_categorical": np.int64,

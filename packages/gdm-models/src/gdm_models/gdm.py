@@ -43,7 +43,7 @@ from .adjacency import (
     xor_update,
 )
 from .api import WorldModel, predictions_to_numpy, terms_to_floats
-from .data import Batch
+from .data import Batch, TensorObs
 from .decoder import GraphHeads, InnovationDecoder, NodeHeads, PairDotAdjacencyHead
 from .encoder import ActionEmbedding, FeatureEncoder, ObservedGraphEncoder
 from .gdm_sequence import sequence_core, sequence_loss_terms
@@ -788,11 +788,7 @@ class GDM(WorldModel):
         return [found[t] for t in capture]
 
     def _observe_at(
-        self,
-        obs: dict[str, torch.Tensor],
-        actions: torch.Tensor,
-        steps: list[int],
-        generator: torch.Generator,
+        self, obs: TensorObs, actions: torch.Tensor, steps: list[int], generator: torch.Generator
     ) -> list[GDMLatent]:
         """Posterior latents at several steps from one pass (see ``WorldModel.observe_at``)."""
         return self._posterior_pass(obs, actions, Noise(generator, self.device), steps)
@@ -851,21 +847,15 @@ class GDM(WorldModel):
             return torch.zeros(*lead, 0, dtype=torch.long, device=self.device)
         return torch.stack(cols, -1)
 
-    def imagine_multi(
-        self,
-        latent: GDMLatent,
-        action_sequence: Any,
-        num_samples: int,
-        generator: torch.Generator | int | None = None,
-    ) -> list[dict[str, np.ndarray]]:
-        """Sample ``num_samples`` rollouts over K actions ((K, N) or (K, S, N))."""
+    def _latent_num_nodes(self, latent: Any) -> int:
         if not isinstance(latent, GDMLatent):
             raise TypeError("latent must be a GDMLatent returned by GDM.observe")
-        if num_samples < 1:
-            raise ValueError("num_samples must be >= 1")
-        actions = self.prepare_actions(action_sequence, latent.num_nodes, num_samples)
-        noise = Noise(self.make_generator(generator), self.device)
-        preds, _ = self.imagine_tensors(latent, actions, noise)
+        return latent.num_nodes
+
+    def _imagine(
+        self, latent: GDMLatent, actions: torch.Tensor, generator: torch.Generator
+    ) -> list[dict[str, np.ndarray]]:
+        preds, _ = self.imagine_tensors(latent, actions, Noise(generator, self.device))
         return [predictions_to_numpy(p) for p in preds]
 
 

@@ -59,7 +59,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..api import WorldModel, predictions_to_numpy
-from ..data import OBS_KEYS, Batch
+from ..data import OBS_KEYS, Batch, TensorObs
 from ..losses import (
     PREDICTION_LOSS_KEYS,
     NodeMasks,
@@ -599,11 +599,7 @@ class GRSSM(WorldModel):
     # ------------------------------------------------------------------ inference API
     @torch.no_grad()
     def _observe_at(
-        self,
-        obs: dict[str, torch.Tensor],
-        actions: torch.Tensor,
-        steps: list[int],
-        generator: torch.Generator,
+        self, obs: TensorObs, actions: torch.Tensor, steps: list[int], generator: torch.Generator
     ) -> list[GRSSMLatent]:
         """Posterior latents at several steps from one filtering pass."""
         last = max(steps)
@@ -612,36 +608,27 @@ class GRSSM(WorldModel):
         out = self._filter(prefix, actions[None, :last], mask, generator)
         return [GRSSMLatent(h=out["h"][0, t], posterior=out["posterior"][0, t]) for t in steps]
 
-    @torch.no_grad()
-    def imagine_multi(
-        self,
-        latent: GRSSMLatent,
-        action_sequence: Any,
-        num_samples: int,
-        generator: torch.Generator | int | None = None,
-    ) -> list[dict[str, np.ndarray]]:
-        """Sample ``num_samples`` prior rollouts over the K actions from ``latent``."""
+    def _latent_num_nodes(self, latent: Any) -> int:
         if not isinstance(latent, GRSSMLatent):
             raise TypeError(f"expected a GRSSMLatent from observe(), got {type(latent).__name__}")
-        if isinstance(num_samples, bool) or not isinstance(num_samples, int | np.integer):
-            raise TypeError(f"num_samples must be an int, got {type(num_samples).__name__}")
-        if num_samples < 1:
-            raise ValueError(f"num_samples must be >= 1, got {num_samples}")
-        S, n = int(num_samples), latent.num_nodes
-        actions = self.prepare_actions(action_sequence, n, S)
-        gen = self.make_generator(generator)
+        return latent.num_nodes
+
+    def _imagine(
+        self, latent: GRSSMLatent, actions: torch.Tensor, generator: torch.Generator
+    ) -> list[dict[str, np.ndarray]]:
+        """Prior rollouts from one posterior draw of ``latent`` per sample."""
+        S, n = actions.shape[1], latent.num_nodes
         mask = torch.ones(S, n, dtype=torch.bool, device=self.device)
         h = latent.h.to(self.device).expand(S, *latent.h.shape).contiguous()
         post = latent.posterior.to(self.device).expand(S, *latent.posterior.shape)
-        z = self.sample_z(post, gen)  # one posterior draw per sample
+        z = self.sample_z(post, generator)  # one posterior draw per sample
         out = []
         for k in range(actions.shape[0]):
             h = self.transition(h, z, actions[k], mask)
-            z = self.sample_z(self.prior(h), gen)
+            z = self.sample_z(self.prior(h), generator)
             pred = self.decode(h, z, mask)
-            out.append(
-                predictions_to_numpy(sampled_state(pred, mask, self.schema, self.scaler, gen).obs)
-            )
+            sample = sampled_state(pred, mask, self.schema, self.scaler, generator)
+            out.append(predictions_to_numpy(sample.obs))
         return out
 
 

@@ -51,7 +51,14 @@ import torch
 from torch import nn
 
 from ..api import NP_DTYPES, WorldModel, predictions_to_numpy
-from ..data import OBS_KEYS, Batch, DataError, observation_to_tensors, validate_observation
+from ..data import (
+    OBS_KEYS,
+    Batch,
+    DataError,
+    TensorObs,
+    observation_to_tensors,
+    validate_observation,
+)
 from ..losses import (
     PREDICTION_LOSS_KEYS,
     NodeMasks,
@@ -391,11 +398,7 @@ class GWM(WorldModel):
 
     # ------------------------------------------------------------------ inference API
     def _observe_at(
-        self,
-        obs: dict[str, torch.Tensor],
-        actions: torch.Tensor,
-        steps: list[int],
-        generator: torch.Generator,
+        self, obs: TensorObs, actions: torch.Tensor, steps: list[int], generator: torch.Generator
     ) -> list[dict[str, np.ndarray]]:
         """The observations at ``steps`` (a state-space model's state is the observation)."""
         return [
@@ -406,35 +409,27 @@ class GWM(WorldModel):
             for t in steps
         ]
 
-    @torch.no_grad()
-    def imagine_multi(
-        self,
-        latent: Mapping[str, Any],
-        action_sequence: Any,
-        num_samples: int,
-        generator: torch.Generator | int | None = None,
-    ) -> list[dict[str, np.ndarray]]:
-        """Roll ``num_samples`` sampled trajectories from the observation ``latent``."""
-        if isinstance(num_samples, bool) or not isinstance(num_samples, int | np.integer):
-            raise TypeError(f"num_samples must be an int, got {type(num_samples).__name__}")
-        if num_samples < 1:
-            raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+    def _latent_num_nodes(self, latent: Any) -> int:
         if not isinstance(latent, Mapping):
             raise TypeError("a GWM latent is an observation dict (as returned by observe)")
         n = validate_observation(latent, self.schema)
         if n < 1:
             raise DataError("cannot imagine on a graph with no nodes")
-        actions = self.prepare_actions(action_sequence, n, int(num_samples))
-        gen = self.make_generator(generator)
+        return n
+
+    def _imagine(
+        self, latent: Mapping[str, Any], actions: torch.Tensor, generator: torch.Generator
+    ) -> list[dict[str, np.ndarray]]:
+        """Sampled trajectories from the observation ``latent``, each sample fed back."""
+        n = actions.shape[-1]
         obs = {k: v[None] for k, v in observation_to_tensors(latent, self.device).items()}
         node_mask = torch.ones(1, n, dtype=torch.bool, device=self.device)
         state = state_from_observation(obs, node_mask, self.schema, self.scaler)
-        state = state.expand(int(num_samples))
-        mask = state.node_mask
+        state = state.expand(actions.shape[1])
         out = []
         for k in range(actions.shape[0]):
             pred, _ = self.step(state, actions[k])
-            sample = sampled_state(pred, mask, self.schema, self.scaler, gen)
+            sample = sampled_state(pred, state.node_mask, self.schema, self.scaler, generator)
             out.append(predictions_to_numpy(sample.obs))
             state = sample.state
         return out
