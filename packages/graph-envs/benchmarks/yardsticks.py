@@ -73,6 +73,7 @@ def train(env_id: str, num_nodes: int, policy: str, steps: int):
     import graph_envs  # noqa: F401
     import gymnasium as gym
     import torch
+    from stable_baselines3.common.logger import Logger
 
     torch.set_num_threads(1)
     env = gym.make(env_id, **env_kwargs(env_id, num_nodes, policy))
@@ -86,6 +87,8 @@ def train(env_id: str, num_nodes: int, policy: str, steps: int):
             from stable_baselines3 import PPO
 
             model = PPO("MultiInputPolicy", env, seed=0, device="cpu", **PPO_KWARGS)
+        # a silent logger: SB3's default one leaves an empty /tmp/SB3-<time> folder per run
+        model.set_logger(Logger(folder=None, output_formats=[]))
         model.learn(total_timesteps=steps)
     return model
 

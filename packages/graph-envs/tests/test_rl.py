@@ -4,7 +4,9 @@ observations included) and ``predict`` works, with no observation wrapper."""
 
 from __future__ import annotations
 
+import tempfile
 import warnings
+from pathlib import Path
 
 import graph_envs
 import gymnasium as gym
@@ -24,15 +26,20 @@ def _unwrapped(env_id: str, **kwargs) -> gym.Env:
 
 def _train(algo, env: gym.Env):
     import torch
+    from stable_baselines3.common.logger import Logger
 
     torch.set_num_threads(1)
+    before = set(Path(tempfile.gettempdir()).glob("SB3-*"))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = algo(
             "MultiInputPolicy", env, n_steps=64, batch_size=64, n_epochs=1, seed=0, device="cpu"
         )
+        # a silent logger: SB3's default one leaves an empty /tmp/SB3-<time> folder per run
+        model.set_logger(Logger(folder=None, output_formats=[]))
         model.learn(total_timesteps=TIMESTEPS)
     assert model.num_timesteps >= TIMESTEPS
+    assert set(Path(tempfile.gettempdir()).glob("SB3-*")) <= before  # no stray log folders
     # SB3's Monitor logs one entry per finished episode: the terminal observations went through
     assert len(model.ep_info_buffer) >= 3
     return model
