@@ -617,6 +617,30 @@ def _nan(v: float | None) -> float:
     return math.nan if v is None else float(v)
 
 
+def label_rows(
+    xs: Sequence[float], ys: Sequence[float], near: tuple[float, float] = (0.15, 0.08)
+) -> list[int]:
+    """Row of each point's label so that labels of nearby points do not overlap: a point
+    within ``near`` (fractions of the x and y ranges) of earlier points' labels in the same
+    row moves one row down. Points are taken in the given order."""
+    if not xs:
+        return []
+    sx = (max(xs) - min(xs)) or 1.0
+    sy = (max(ys) - min(ys)) or 1.0
+    placed: list[tuple[float, float, int]] = []
+    rows = []
+    for x, y in zip(xs, ys, strict=True):
+        row = 0
+        while any(
+            r == row and abs(x - px) / sx < near[0] and abs(y - py) / sy < near[1]
+            for px, py, r in placed
+        ):
+            row += 1
+        placed.append((x, y, row))
+        rows.append(row)
+    return rows
+
+
 def downstream_figure(records: Iterable[DownstreamRecord], path: str | Path) -> Path:
     """Scatter of real-env return (+- s.e.) against single- and multi-step GDD, one row per
     env, one point per dream agent (labelled by model), the real-env agent and the
@@ -643,7 +667,8 @@ def downstream_figure(records: Iterable[DownstreamRecord], path: str | Path) -> 
         ):
             ax = axes[row, col]
             pts = [r for r in rs if r.model is not None and getattr(r, attr) is not None]
-            for r in pts:
+            rows = label_rows([getattr(r, attr) for r in pts], [r.mean_return for r in pts])
+            for r, label_row in zip(pts, rows, strict=True):
                 x = getattr(r, attr)
                 ax.errorbar(
                     x,
@@ -657,7 +682,7 @@ def downstream_figure(records: Iterable[DownstreamRecord], path: str | Path) -> 
                     r.model,
                     (x, r.mean_return),
                     textcoords="offset points",
-                    xytext=(4, 4),
+                    xytext=(4, 4 - 9 * label_row),  # close points: labels stacked downwards
                     fontsize=8,
                 )
             for r in rs:
