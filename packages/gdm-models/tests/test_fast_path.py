@@ -188,3 +188,27 @@ def test_gdm_loss_traces_in_one_graph_and_equals_eager(variant, scaler, tiny, da
     assert comp[1] == pytest.approx(eager[1], rel=1e-5, abs=1e-6)
     for a, e in zip(comp[2], eager[2], strict=True):
         torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["gdm", "g-rssm", "ea-gwm"])
+def test_compiled_loss_compiles_once_per_padded_node_count(name, scaler, dataset):
+    """Under ``enable_compile`` a new graph is traced only for a new padded node count: no
+    recompilation per step (noise keys, step indices or batch contents must not be baked in)."""
+    from gdm_models import make_model
+    from gdm_models.synthetic import SYNTHETIC_SCHEMA
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    torch.manual_seed(0)
+    kw = {"embed_dim": 8, "hidden_dim": 16} if name == "gdm" else {"hidden_dim": 16}
+    m = make_model(name, SYNTHETIC_SCHEMA, scaler, **kw)
+    assert m.enable_compile(backend="eager")
+    padded = set()
+    for i in range(6):
+        b = dataset.sample_batch(2, np.random.default_rng(i), seq_len=3)
+        padded.add(-(-b.num_nodes // m.compile_pad_multiple) * m.compile_pad_multiple)
+        loss, _ = m.loss(b, torch.Generator().manual_seed(i))
+        loss.backward()
+    assert m.compiled
+    assert counters["stats"]["unique_graphs"] == len(padded)
