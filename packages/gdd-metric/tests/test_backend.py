@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from gdd_metric import Backend, gdd, gdd_many, get_backend, gram_matrices, permutation_test
 from gdd_metric.backend import NumpyBackend
-from gdd_metric.kernels import jaccard_gram
+from gdd_metric.grams import jaccard_gram
 
 
 class RecordingBackend(NumpyBackend):
@@ -90,3 +90,23 @@ def test_docstring_examples_run(module):
     assert result.failed == 0
     if module in ("mmd", "bandwidths", "stats"):
         assert result.attempted > 3
+
+
+def test_the_numpy_path_never_imports_torch():
+    """gdd-metric's core is numpy only: importing it and computing a GDD loads no torch."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy as np, gdd_metric as g\n"
+        "s = {'node_continuous': ['x'], 'node_categorical': {}, 'graph_continuous': [],"
+        " 'graph_categorical': {}}\n"
+        "rng = np.random.default_rng(0)\n"
+        "x = {'adjacency': np.zeros((3, 4, 4), np.int8),"
+        " 'node_continuous': rng.normal(size=(3, 4, 1))}\n"
+        "print(g.gdd(x, x, s, g.Bandwidths(sigma={'x': 1.0}, lam={})).gdd)\n"
+        "assert 'torch' not in sys.modules\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "0.0"

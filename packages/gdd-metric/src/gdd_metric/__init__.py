@@ -13,7 +13,7 @@ Public API:
 
 from .backend import BACKENDS, Backend, get_backend
 from .bandwidths import MIN_BANDWIDTH, Bandwidths, fit_bandwidths
-from .kernels import ComponentGrams
+from .grams import ComponentGrams
 from .mmd import (
     DEFAULT_EPSILON,
     DEFAULT_MULTIPLIERS,

@@ -8,19 +8,25 @@ all backends. Inputs and outputs are numpy float64 arrays whatever the backend, 
 of different backends agree to round-off.
 
 Backends are chosen explicitly by name with :func:`get_backend`: ``"numpy"`` (default, no
-extra dependency) or ``"torch"`` (optional extra; runs on a torch device such as ``"cuda"``).
+extra dependency) or ``"torch"`` (optional extra, ``pip install 'gdd-metric[torch]'``; runs
+on a torch device such as ``"cuda"``). torch is imported only when a :class:`TorchBackend` is
+made; it computes in float64 with the same formulas as :mod:`gdd_metric.kernels` and returns
+numpy arrays.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from types import ModuleType
+from typing import Any
 
 import numpy as np
 
 from . import kernels
+from .kernels import pair_indices, symmetric_from_pairs
 
-__all__ = ["BACKENDS", "Backend", "NumpyBackend", "get_backend"]
+__all__ = ["BACKENDS", "Backend", "NumpyBackend", "TorchBackend", "get_backend", "load_torch"]
 
 #: Names accepted by :func:`get_backend`.
 BACKENDS = ("numpy", "torch")
@@ -35,7 +41,7 @@ class Backend(ABC):
     Attributes:
         name: the backend's name (one of :data:`BACKENDS`).
         chunk_bytes: size of one Jaccard column chunk; the chunk loop itself lives in
-            :func:`gdd_metric.kernels.jaccard_gram` and is shared by every backend.
+            :func:`gdd_metric.grams.jaccard_gram` and is shared by every backend.
     """
 
     name: str
@@ -84,6 +90,89 @@ class NumpyBackend(Backend):
         return kernels.edge_counts(z)
 
 
+# ---------------------------------------------------------------------------- torch
+def load_torch() -> ModuleType:
+    """Import torch or raise an ImportError that says how to install it."""
+    try:
+        import torch
+    except ImportError as err:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "backend='torch' needs PyTorch; install it with pip install 'gdd-metric[torch]'"
+        ) from err
+    return torch
+
+
+class TorchBackend(Backend):
+    """Torch versions of the node-level terms and the Jaccard counts on ``device``."""
+
+    name = "torch"
+
+    def __init__(self, device: str | None = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES):
+        self.torch = load_torch()
+        self.device = self.torch.device(device or "cpu")
+        self.chunk_bytes = chunk_bytes
+
+    def _t(self, a: np.ndarray, dtype: Any = None) -> Any:
+        """``a`` as a contiguous tensor on this backend's device."""
+        return self.torch.as_tensor(np.ascontiguousarray(a), device=self.device, dtype=dtype)
+
+    def node_continuous_terms(
+        self, x: np.ndarray, sigma: np.ndarray, multipliers: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """See :func:`gdd_metric.kernels.node_continuous_terms`."""
+        torch = self.torch
+        b, t, n, f_count = x.shape
+        if f_count == 0 or n == 0:
+            z = np.zeros((b, t, t))
+            return z, z
+        i_all, j_all = (self._t(ix, torch.long) for ix in pair_indices(t))
+        p = i_all.numel()
+        xt = self._t(np.moveaxis(x, 3, 1), torch.float64)  # (B, F, T, N)
+        add = torch.zeros((b, p), dtype=torch.float64, device=self.device)
+        dist = torch.zeros((b, p), dtype=torch.float64, device=self.device)
+        step = max(1, self.chunk_bytes // (8 * b * n))
+        for f in range(f_count):
+            xf = xt[:, f]
+            inv_var = 1.0 / float(sigma[f]) ** 2
+            for start in range(0, p, step):
+                sl = slice(start, start + step)
+                u = (xf[:, i_all[sl]] - xf[:, j_all[sl]]) ** 2 * inv_var
+                dist[:, sl] += u.sum(-1)
+                acc = sum(torch.exp(u * (-0.5 / float(r) ** 2)).sum(-1) for r in multipliers)
+                add[:, sl] += acc / len(multipliers)
+        return (
+            symmetric_from_pairs(add.cpu().numpy(), t, float(n * f_count)),
+            symmetric_from_pairs(dist.cpu().numpy() / f_count, t, 0.0),
+        )
+
+    def node_categorical_terms(
+        self, x: np.ndarray, cardinalities: Sequence[int], lam: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """See :func:`gdd_metric.kernels.node_categorical_terms` (one-hot products)."""
+        torch = self.torch
+        b, t, n, f_count = x.shape
+        add = torch.zeros((b, t, t), dtype=torch.float64, device=self.device)
+        dist = torch.zeros((b, t, t), dtype=torch.float64, device=self.device)
+        if f_count == 0 or n == 0:
+            return add.cpu().numpy(), dist.cpu().numpy()
+        codes = self._t(x, torch.long)
+        for f in range(f_count):
+            oh = torch.nn.functional.one_hot(codes[..., f], int(cardinalities[f]))
+            oh = oh.to(torch.float64).reshape(b, t, -1)
+            matches = oh @ oh.transpose(1, 2)
+            mismatches = n - matches
+            add += matches + mismatches * float(np.exp(-float(lam[f])))
+            dist += float(lam[f]) * mismatches
+        return add.cpu().numpy(), dist.cpu().numpy() / f_count
+
+    def edge_counts(self, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """See :func:`gdd_metric.kernels.edge_counts` (float32 products count exactly)."""
+        zt = self._t(z, self.torch.float32)
+        inter = (zt @ zt.T).double().cpu().numpy()
+        sizes = zt.sum(1, dtype=self.torch.float64).cpu().numpy()
+        return inter, sizes
+
+
 def get_backend(name: str | Backend = "numpy", device: str | None = None) -> Backend:
     """The backend called ``name``.
 
@@ -106,7 +195,5 @@ def get_backend(name: str | Backend = "numpy", device: str | None = None) -> Bac
             raise ValueError(f"the numpy backend runs on the CPU; got device={device!r}")
         return NumpyBackend()
     if name == "torch":
-        from .torch_backend import TorchBackend  # torch is imported only here
-
-        return TorchBackend(device)
+        return TorchBackend(device)  # torch is imported only here
     raise ValueError(f"backend must be one of {BACKENDS}, got {name!r}")

@@ -17,7 +17,7 @@ import numpy as np
 
 from .backend import Backend, get_backend
 from .bandwidths import Bandwidths, as_bandwidths
-from .kernels import ComponentGrams, component_grams, jaccard_gram
+from .grams import ComponentGrams, component_grams, jaccard_gram
 from .schema import SampleSet, Schema, check_same_nodes, normalise_schema, validate_samples
 
 __all__ = [
