@@ -590,7 +590,8 @@ class GDM(WorldModel):
         with the recurrent adjacency the decoder passes A_t through and topology is learned by
         ``kl_adj`` instead, so there it is 0 by construction.
         """
-        return self._loss_tensors(batch, Noise(generator, self.device), reference=False)
+        gen = self.make_generator(generator if generator is not None else 0)
+        return self._loss_tensors(batch, Noise(gen, self.device), reference=False)
 
     def loss_terms(
         self, batch: Batch, noise: Noise, *, reference: bool = False

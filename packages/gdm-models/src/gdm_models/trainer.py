@@ -3,7 +3,7 @@
 Adam, gradient-norm clipping, batches of B windows of L transitions drawn epoch-wise from an
 :class:`~gdm_models.data.EpisodeDataset` (see :class:`~gdm_models.data.EpochSampler`),
 deterministic under a seed, tqdm progress bar, one CSV row of loss terms per step, periodic
-checkpoints and exact resume. The trainer only calls ``model.loss(batch, generator)``.
+checkpoints and exact resume. The trainer only calls ``model.training_loss(batch, generator)``.
 
 Checkpoint layout (``checkpoint_dir``)::
 
