@@ -12,15 +12,17 @@ P_TOGGLE = 0.3
 
 def test_toggle_edge_probability_is_learned(tiny):
     rng = np.random.default_rng(0)
-    eps = toggle_edge_episodes(24, 16, 4, P_TOGGLE, rng)
+    # 400 episodes (no memorising of training windows) and 2000 steps: the edge MLP starts
+    # at a 1.8 % update probability (bias -4) and needs that long to reach the data's rate.
+    # Measured over training seeds 0-5 (model init and noise): mean learned rate 0.26, 0.33,
+    # 0.36, 0.36, 0.27, 0.36, every test episode within 0.11 of 0.3; at 300 steps and 24
+    # episodes it ranged from 0.09 to 0.33 (slow convergence, not a bias of the model).
+    eps = toggle_edge_episodes(400, 16, 4, P_TOGGLE, rng)
     ds = EpisodeDataset(eps, toggle_schema(4), seq_len=6)
     torch.manual_seed(0)
     model = make_model("gdm", toggle_schema(4), None, **tiny)
-    # 300 steps at lr 1e-2 are seed-sensitive: the learned toggle rate over three training
-    # seeds was 0.28 / 0.30 / 0.04 with the step-by-step loss and 0.21 / 0.15 / 0.23 with the
-    # time-vectorised one (same function, different random stream; issue 10)
     res = train(
-        model, ds, steps=300, batch_size=8, seq_len=6, lr=1e-2, seed=2, device="cpu",
+        model, ds, steps=2000, batch_size=8, seq_len=6, lr=1e-2, seed=0, device="cpu",
         progress=False, keep_history=True,
     )  # fmt: skip
     first = np.mean([r["kl_adj"] for r in res.history[:10]])
