@@ -17,6 +17,7 @@ from __future__ import annotations
 import doctest
 import json
 import re
+import tempfile
 import tomllib
 from pathlib import Path
 
@@ -99,6 +100,9 @@ def test_no_run_is_used_sparingly():
 @pytest.mark.parametrize("path", doc_files(), ids=rel)
 def test_doc_code_blocks_run(path, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    # temporary files the examples make (SB3's default logger makes a /tmp/SB3-<time> folder)
+    # land in tmp_path, not in the machine's temp dir
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     run_file(path)
 
 
