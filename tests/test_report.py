@@ -448,3 +448,40 @@ def test_one_seed_tables_show_no_interval(tmp_path):
     assert _row(md, "GDM")[2] == "**1.000 ± –†**"
     assert "† one seed: no confidence interval" in md
     assert "--$^\\dagger$" in tex.read_text() and "% † one seed" in tex.read_text()
+
+
+def test_factor_metric_names_follow_the_feature_types():
+    from graphwm.envs import env_schema
+    from graphwm.factor_metrics import metric_name
+
+    sar = env_schema("SAR")
+    assert metric_name("adjacency_bce", sar) == "BCE"
+    assert metric_name("stability", sar) == "W1"  # node continuous
+    assert metric_name("k", sar) == "W1"  # graph continuous
+    assert metric_name("reward", sar) == "W1"
+    assert metric_name("exit_node", sar) == "TV"  # node categorical
+    assert metric_name("escorting", sar) == "TV"  # graph categorical
+    assert metric_name("action_mask", sar) == "TV" and metric_name("continuation", sar) == "TV"
+
+
+def test_factor_figure_wraps_each_env_onto_rows_of_at_most_five_panels(tmp_path):
+    from graphwm.report_figures import FACTOR_COLUMNS, factor_metrics_figure
+
+    features = {f"f{i}": 0.1 * i for i in range(7)}  # 8 factors with the adjacency BCE
+    records = [
+        {
+            "env": "OD",
+            "model": m,
+            "size": n,
+            "factor_metrics": {"adjacency_bce": 0.5, "features": features},
+        }
+        for m in ("gdm", "g-rssm")
+        for n in (10, 20)
+    ]
+    colors = {"gdm": (0, 0, 1, 1), "g-rssm": (1, 0, 0, 1)}
+    path = factor_metrics_figure(records, tmp_path / "f.png", colors)
+    import matplotlib.image
+
+    height, width = matplotlib.image.imread(path).shape[:2]
+    # two rows of five panels (height/width ~ 0.34), not one row of eight (~ 0.12)
+    assert FACTOR_COLUMNS == 5 and height / width > 0.25

@@ -78,6 +78,16 @@ def factor_metrics(
     return out
 
 
+def metric_name(factor: str, schema: Mapping[str, Any]) -> str:
+    """The metric behind one factor of :func:`factor_metrics`: ``"BCE"`` (adjacency),
+    ``"W1"`` (continuous features and the reward) or ``"TV"`` (categorical features, the
+    action mask and the continuation); ``schema`` is the env's feature schema."""
+    if factor == "adjacency_bce":
+        return "BCE"
+    continuous = {*schema["node_continuous"], *schema["graph_continuous"], "reward"}
+    return "W1" if factor in continuous else "TV"
+
+
 def average_metrics(items: list[dict[str, Any]]) -> dict[str, Any]:
     """Mean of factor-metric dicts (each key averaged over the items that have it)."""
     bces = [d["adjacency_bce"] for d in items if "adjacency_bce" in d]

@@ -263,22 +263,34 @@ def components_figure(records: list[dict], path: Path, colors: dict[str, tuple])
     return _save(fig, path)
 
 
+#: panels per row of the factor-metrics figure (an env with more factors wraps onto more rows)
+FACTOR_COLUMNS = 5
+
+
 def factor_metrics_figure(records: list[dict], path: Path, colors: dict[str, tuple]) -> Path | None:
-    """Rows env, one panel per factor (adjacency BCE, features): metric vs size per model."""
+    """One panel per env and factor (adjacency BCE, then each feature's W1 or TV distance):
+    metric vs size per model; each env starts a new row and wraps after
+    :data:`FACTOR_COLUMNS` panels."""
+    from graphwm.envs import env_schema
+    from graphwm.factor_metrics import metric_name
+
     if not records:
         return None
     envs = order_envs(r["env"] for r in records)
     factors = {env: factor_names(r for r in records if r["env"] == env) for env in envs}
-    fig, axes = _grid(len(envs), max(len(f) for f in factors.values()))
-    for row, env in enumerate(envs):
+    cols = min(FACTOR_COLUMNS, max(len(f) for f in factors.values()))
+    rows_of = {env: -(-len(factors[env]) // cols) for env in envs}
+    fig, axes = _grid(sum(rows_of.values()), cols)
+    for ax in axes.flat:
+        ax.set_axis_off()  # panels in use are switched back on below
+    first_row = 0
+    for env in envs:
         mine = [r for r in records if r["env"] == env]
         sizes = sorted({r["size"] for r in mine})
-        for col in range(axes.shape[1]):
-            ax = axes[row, col]
-            if col >= len(factors[env]):
-                ax.set_axis_off()
-                continue
-            factor = factors[env][col]
+        schema = env_schema(env)
+        for i, factor in enumerate(factors[env]):
+            ax = axes[first_row + i // cols, i % cols]
+            ax.set_axis_on()
             for model in order_models(r["model"] for r in mine):
                 xs, series = [], []
                 for n in sizes:
@@ -295,6 +307,8 @@ def factor_metrics_figure(records: list[dict], path: Path, colors: dict[str, tup
                     _line_with_band(ax, xs, series, model_display(model), colors[model])
             _log_size_axis(ax, sizes)
             ax.set_title(f"{env}: {factor}", fontsize="medium")
+            ax.set_ylabel(metric_name(factor, schema))
+        first_row += rows_of[env]
     return _save(fig, path)
 
 
