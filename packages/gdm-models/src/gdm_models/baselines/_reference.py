@@ -197,7 +197,8 @@ def gwm_step_reference(
         msg = a_tilde @ w1(h) + a[..., None] * model.action_weight[i] + model.mp_bias[i]
         h = (h + torch.relu(msg)) * m[..., None]
     pooled_a = (a.sum(-1) / m.sum(-1).clamp_min(1.0))[..., None]
-    return model.readout(state, h, e_g, pooled_a, 0.5 * (model.Q + model.Q.T)), h
+    q_s = 0.5 * (model.Q + model.Q.T)
+    return model.readout(state, h, e_g, pooled_a, q_s, m[..., None]), h
 
 
 def gwm_loss_reference(

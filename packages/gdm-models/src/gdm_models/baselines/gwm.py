@@ -228,7 +228,7 @@ class GWM(WorldModel):
             h = (h + torch.relu(a_tilde @ w1(h) + act)) * m
         pooled_a = (a.sum(-1) / masks.count)[..., None]
         q_s = self.symmetric_q() if q_s is None else q_s
-        return self.readout(state, h, e_g, pooled_a, q_s), h
+        return self.readout(state, h, e_g, pooled_a, q_s, m), h
 
     def readout(
         self,
@@ -237,9 +237,11 @@ class GWM(WorldModel):
         e_g: torch.Tensor,
         pooled_a: torch.Tensor,
         q_s: torch.Tensor,
+        node_weight: torch.Tensor,
     ) -> Prediction:
         """Heads on the final node embeddings ``h``: the graph update g from [e_g, Pool h,
-        pooled action], residual continuous features, logits, and h_i^T Q_s h_j."""
+        pooled action], residual continuous features, logits, and h_i^T Q_s h_j.
+        ``node_weight``: (B,N,1) 1.0 on real nodes (the caller's float mask)."""
         mask = state.node_mask
         g = self.graph_update(torch.cat([e_g, masked_node_mean(h, mask), pooled_a], dim=-1))
         node_delta, node_cat = self.node_heads(h)
@@ -247,7 +249,7 @@ class GWM(WorldModel):
         adj_logit = (h @ q_s) @ h.transpose(-1, -2)  # h_i^T Q_s h_j
         return Prediction(
             # continuous features: residual change of the current value (standardised units)
-            node_continuous=(state.node_continuous + node_delta) * mask[..., None].to(h.dtype),
+            node_continuous=(state.node_continuous + node_delta) * node_weight,
             node_categorical=node_cat,
             action_mask_logit=self.action_mask_head(h).squeeze(-1),
             adjacency_logit=adj_logit,
