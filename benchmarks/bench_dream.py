@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 import time
 
-import graph_envs  # noqa: F401  (registers graphenv/*)
+import graphwm_envs  # noqa: F401  (registers graphenv/*)
 import gymnasium as gym
 import numpy as np
 import torch

@@ -1,10 +1,10 @@
 """The data contract, restated in each package by design, agrees across the packages (issue 14).
 
-graph_envs, gdm_models and gdd_metric never import each other; each reads the plain schema
+graphwm_envs, gdm_models and gdd_metric never import each other; each reads the plain schema
 dict and observation arrays of docs/contract.md with its own code. For every registered env:
 the schema reads the same through the three schema APIs (names, column order, cardinalities,
 widths), a real observation passes each package's validation, and the dtype tables (the env's
-observation space, graph_envs, gdm_models and the contract page) agree.
+observation space, graphwm_envs, gdm_models and the contract page) agree.
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from pathlib import Path
 
 import gdd_metric
 import gdm_models
-import graph_envs  # noqa: F401  (registers graphenv/*)
+import graphwm_envs  # noqa: F401  (registers graphenv/*)
 import gymnasium as gym
 import numpy as np
 import pytest
 from gdm_models.api import NP_DTYPES
 from gdm_models.data import OBS_KEYS, complete_observation, validate_observation
-from graph_envs.core.schema import FEATURE_KEYS, FeatureSchema
-from graph_envs.core.validation import OBS_DTYPES
+from graphwm_envs.core.schema import FEATURE_KEYS, FeatureSchema
+from graphwm_envs.core.validation import OBS_DTYPES
 
 CONTRACT = Path(__file__).resolve().parents[1] / "docs" / "contract.md"
 ENV_IDS = sorted(env_id for env_id in gym.registry if env_id.startswith("graphenv/"))
@@ -106,7 +106,7 @@ def test_dtype_tables_agree(env_id):
     assert set(contract) == set(OBS_KEYS) == set(OBS_DTYPES)
     for key in OBS_KEYS:
         want = np.dtype(contract[key])
-        assert np.dtype(OBS_DTYPES[key]) == want, key  # graph_envs' table
+        assert np.dtype(OBS_DTYPES[key]) == want, key  # graphwm_envs' table
         assert np.dtype(NP_DTYPES[key]) == want, key  # gdm_models' table (model samples)
         if key in obs:  # the env's actual arrays and its declared observation space
             assert obs[key].dtype == want, key

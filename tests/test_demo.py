@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import graph_envs
+import graphwm_envs
 import numpy as np
 from PIL import Image
 
@@ -12,7 +12,7 @@ from graphwm.demo import run_demo, run_episode, short_name
 def test_demo_renders_every_seed_of_every_env(tmp_path, capsys):
     stats = run_demo(tmp_path, seeds=2, num_nodes=6, gif=False)
     assert [(s.env_id, s.seed) for s in stats] == [
-        (env_id, seed) for env_id in graph_envs.ENV_IDS for seed in range(2)
+        (env_id, seed) for env_id in graphwm_envs.ENV_IDS for seed in range(2)
     ]
     for s in stats:
         stem = f"{short_name(s.env_id)}_seed{s.seed}"

@@ -74,8 +74,8 @@ def test_train_agent_rejects_a_zero_budget():
         train_agent(make_env("SAR", 8), 0, 0)
 
 
-def test_yardsticks_match_graph_envs_policies():
-    from graph_envs.policies import evaluate_policy, random_action
+def test_yardsticks_match_graphwm_envs_policies():
+    from graphwm_envs.policies import evaluate_policy, random_action
 
     records = yardstick_records("SAR", 8, episodes=3, eval_seed=7)
     assert [r.agent for r in records] == [RANDOM, GREEDY]

@@ -12,7 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = {  # distribution -> (import name, folder holding pyproject.toml and LICENSE)
-    "graphwm-envs": ("graph_envs", ROOT / "packages" / "graph-envs"),
+    "graphwm-envs": ("graphwm_envs", ROOT / "packages" / "graph-envs"),
     "gdm-models": ("gdm_models", ROOT / "packages" / "gdm-models"),
     "gdd-metric": ("gdd_metric", ROOT / "packages" / "gdd-metric"),
     "graphwm": ("graphwm", ROOT),

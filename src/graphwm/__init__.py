@@ -1,4 +1,4 @@
-"""graphwm: the paper's experiments, wiring graph_envs, gdm_models and gdd_metric together.
+"""graphwm: the paper's experiments, wiring graphwm_envs, gdm_models and gdd_metric together.
 
 Stages (``graphwm.pipeline``): collect -> fit -> train -> evaluate -> report, each a CLI
 subcommand of ``graphwm`` and a Python function; ``graphwm reproduce`` runs them all from a

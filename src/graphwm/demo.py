@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import graph_envs
+import graphwm_envs
 import gymnasium as gym
 import numpy as np
-from graph_envs.animation import save_gif
-from graph_envs.policies import random_action
+from graphwm_envs.animation import save_gif
+from graphwm_envs.policies import random_action
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ def run_demo(
     header = f"{'env':<18}{'seed':>5}{'length':>8}{'return':>10}{'removed':>9}{'added':>7}"
     print(header)
     print("-" * len(header))
-    for env_id in graph_envs.ENV_IDS:
+    for env_id in graphwm_envs.ENV_IDS:
         for seed in range(seeds):
             s = run_episode(env_id, seed, num_nodes, out_dir, gif=gif)
             stats.append(s)

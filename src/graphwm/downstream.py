@@ -8,7 +8,7 @@ reinforcement learning" open (section "Limitations"). This module measures it:
    env;
 2. :func:`evaluate_agent` evaluates it in the **real** env: mean undiscounted return +- its
    standard error over seeded episodes (episode e resets with ``seed + e``, the convention of
-   ``graph_envs.policies.evaluate_policy``, so every agent and yardstick meets the same
+   ``graphwm_envs.policies.evaluate_policy``, so every agent and yardstick meets the same
    initial states);
 3. :func:`dream_record` / :func:`real_record` / :func:`yardstick_records` produce
    :class:`DownstreamRecord` s; :func:`attach_gdd` adds each model's single- and multi-step GDD;
@@ -49,7 +49,7 @@ class DownstreamRecord(Record):
         env: short env name (``"SAR"``).
         num_nodes: N of the training and evaluation episodes.
         agent: ``"dream:<model>"`` (trained in the model's dream env), ``"real"`` (trained in
-            the real env), ``"random"`` or ``"greedy"`` (graph_envs.policies yardsticks).
+            the real env), ``"random"`` or ``"greedy"`` (graphwm_envs.policies yardsticks).
         model: the world model (registry name) of a dream agent, else ``None``.
         seed: seed of the world model's training run (dream agents) / of the agent.
         budget: env steps of agent training (0 for the yardsticks).
@@ -406,9 +406,9 @@ YARDSTICKS = (RANDOM, GREEDY)
 def yardstick_record(
     env_name: str, num_nodes: int, name: str, *, episodes: int = 100, eval_seed: int = 1_000_000
 ) -> DownstreamRecord:
-    """The random policy or the greedy heuristic of ``graph_envs.policies`` on the evaluation
+    """The random policy or the greedy heuristic of ``graphwm_envs.policies`` on the evaluation
     episodes (``TypeError`` when the env has no greedy heuristic)."""
-    from graph_envs.policies import evaluate_policy, greedy_action, random_action
+    from graphwm_envs.policies import evaluate_policy, greedy_action, random_action
 
     policy = {RANDOM: random_action, GREEDY: greedy_action}.get(name)
     if policy is None:
@@ -485,8 +485,8 @@ def downstream_job(config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def has_greedy(env_name: str) -> bool:
-    """Whether ``graph_envs.policies`` has a greedy heuristic for the env."""
-    from graph_envs.policies import greedy_action
+    """Whether ``graphwm_envs.policies`` has a greedy heuristic for the env."""
+    from graphwm_envs.policies import greedy_action
 
     env = make_env(env_name, 5)
     env.reset(seed=0)

@@ -26,7 +26,7 @@ def make_env(name: str, num_nodes: int, **kwargs) -> gym.Env:
     The experiments drive the env through clone/restore and never rely on wrapper behaviour
     (the envs handle their own truncation), so the unwrapped env is returned.
     """
-    import graph_envs  # noqa: F401  (registers graphenv/*)
+    import graphwm_envs  # noqa: F401  (registers graphenv/*)
 
     return gym.make(env_id(name), num_nodes=num_nodes, disable_env_checker=True, **kwargs).unwrapped
 

@@ -58,11 +58,11 @@ def code_versions() -> dict[str, str]:
     """The versions of the four packages whose code produces every stored output."""
     import gdd_metric
     import gdm_models
-    import graph_envs
+    import graphwm_envs
 
     import graphwm
 
-    return {m.__name__: m.__version__ for m in (graphwm, graph_envs, gdm_models, gdd_metric)}
+    return {m.__name__: m.__version__ for m in (graphwm, graphwm_envs, gdm_models, gdd_metric)}
 
 
 def content_key(kind: str, payload: Any) -> str:

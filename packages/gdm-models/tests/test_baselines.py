@@ -1,6 +1,6 @@
 """Tests of the baselines Vanilla GWM, EA-GWM and G-RSSM behind the common WorldModel API.
 
-Synthetic episodes are generated here (no graph_envs import): nodes 0 and 1 carry role 1 and
+Synthetic episodes are generated here (no graphwm_envs import): nodes 0 and 1 carry role 1 and
 the edge (0, 1) is present with probability p at every step, independently; there are no other
 edges.
 """

@@ -1,7 +1,7 @@
 """Speed of the CF load and of CF / OD at N = 1000 (issue targets; prints PASS/FAIL).
 
 * CF steps/s at N = 1000 with random valid actions, resets included (target >= 20);
-* the fast load (igraph, :func:`graph_envs.cf.loads.betweenness_load`) against a networkx
+* the fast load (igraph, :func:`graphwm_envs.cf.loads.betweenness_load`) against a networkx
   betweenness reference on the same SHK graph, measured in this run (target ratio >= 20);
   single-threaded rustworkx (the previous implementation) is timed alongside for comparison;
 * OD steps/s at N = 1000 with random valid actions, resets included (target >= 200).
@@ -16,13 +16,13 @@ import statistics
 import sys
 import time
 
-import graph_envs  # noqa: F401  (registers the ids)
+import graphwm_envs  # noqa: F401  (registers the ids)
 import gymnasium as gym
 import networkx as nx
 import numpy as np
 import rustworkx as rx
-from graph_envs.cf.loads import betweenness_load, pair_count
-from graph_envs.cf.shk import shk_graph
+from graphwm_envs.cf.loads import betweenness_load, pair_count
+from graphwm_envs.cf.shk import shk_graph
 
 N = 1000
 CF_TARGET = 20.0

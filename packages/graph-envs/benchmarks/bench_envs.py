@@ -25,7 +25,7 @@ import time
 import warnings
 from pathlib import Path
 
-import graph_envs
+import graphwm_envs
 import gymnasium as gym
 import numpy as np
 
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     print(header)
     print("-" * len(header))
     results: dict[tuple[str, int], float] = {}
-    for env_id in args.envs or graph_envs.ENV_IDS:
+    for env_id in args.envs or graphwm_envs.ENV_IDS:
         for n in SIZES_BY_ENV.get(env_id, SIZES):
             r = measure(env_id, n, args.seconds)
             results[(env_id, n)] = r["steps_per_s"]

@@ -8,8 +8,8 @@ For each env and N in ``--sizes`` (default 20 and 50) it evaluates, over ``--epi
 (default 100) episodes with initial states ``reset(seed=e)``, e = 0 .. episodes - 1 (the same
 states for every policy):
 
-* ``random``: :func:`graph_envs.policies.random_action`, a uniformly random valid action;
-* ``greedy``: :func:`graph_envs.policies.greedy_action`, the env's greedy heuristic;
+* ``random``: :func:`graphwm_envs.policies.random_action`, a uniformly random valid action;
+* ``greedy``: :func:`graphwm_envs.policies.greedy_action`, the env's greedy heuristic;
 * ``PPO`` and ``MaskablePPO`` (stable-baselines3 / sb3-contrib, ``MultiInputPolicy``, library
   defaults, seed 0) trained for ``--ppo-steps`` env steps (default 20,000) on the unwrapped env
   of the same N, then run deterministically (MaskablePPO with the env's action masks). RGC
@@ -57,7 +57,7 @@ class Cell:
 
 def env_kwargs(env_id: str, num_nodes: int, policy: str) -> dict:
     """Constructor arguments of a cell: RGC's exact pair masks for the learned policies."""
-    import graph_envs  # noqa: F401
+    import graphwm_envs  # noqa: F401
     import gymnasium as gym
 
     kwargs: dict = {"num_nodes": num_nodes}
@@ -70,7 +70,7 @@ def env_kwargs(env_id: str, num_nodes: int, policy: str) -> dict:
 
 def train(env_id: str, num_nodes: int, policy: str, steps: int):
     """A PPO or MaskablePPO model trained for ``steps`` env steps (library defaults, seed 0)."""
-    import graph_envs  # noqa: F401
+    import graphwm_envs  # noqa: F401
     import gymnasium as gym
     import torch
     from stable_baselines3.common.logger import Logger
@@ -95,9 +95,9 @@ def train(env_id: str, num_nodes: int, policy: str, steps: int):
 
 def run_cell(cell: Cell, ppo_steps: int) -> dict:
     """The returns of one cell (a PPO cell trains first; its training time is reported)."""
-    import graph_envs  # noqa: F401
+    import graphwm_envs  # noqa: F401
     import gymnasium as gym
-    from graph_envs.policies import episode_returns, greedy_action, random_action
+    from graphwm_envs.policies import episode_returns, greedy_action, random_action
 
     t0 = time.perf_counter()
     if cell.policy in ("random", "greedy"):
@@ -199,10 +199,10 @@ def _order(env_id: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Run every cell and print the markdown table."""
-    import graph_envs
+    import graphwm_envs
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--envs", nargs="*", default=list(graph_envs.ENV_IDS))
+    parser.add_argument("--envs", nargs="*", default=list(graphwm_envs.ENV_IDS))
     parser.add_argument("--sizes", nargs="*", type=int, default=[20, 50])
     parser.add_argument("--policies", nargs="*", default=list(POLICIES), choices=POLICIES)
     parser.add_argument("--episodes", type=int, default=100)
@@ -253,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _preload(env_ids: Iterable[str], policies: Iterable[str]) -> None:
     """Import everything the workers use before they fork (they then share one code state)."""
-    import graph_envs.policies  # noqa: F401
+    import graphwm_envs.policies  # noqa: F401
     import gymnasium as gym
 
     for env_id in env_ids:

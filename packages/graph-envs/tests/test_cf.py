@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 
-import graph_envs  # noqa: F401  (registers the ids)
+import graphwm_envs  # noqa: F401  (registers the ids)
 import gymnasium as gym
 import numpy as np
 import pytest
-from graph_envs.cf.dynamics import failure_probability
-from graph_envs.cf.env import CFEnv
-from graph_envs.cf.loads import betweenness_load
-from graph_envs.cf.types import CFParams, CFState
-from graph_envs.core.graph_ops import is_connected, largest_component_size
-from graph_envs.core.validation import validate_observation
+from graphwm_envs.cf.dynamics import failure_probability
+from graphwm_envs.cf.env import CFEnv
+from graphwm_envs.cf.loads import betweenness_load
+from graphwm_envs.cf.types import CFParams, CFState
+from graphwm_envs.core.graph_ops import is_connected, largest_component_size
+from graphwm_envs.core.validation import validate_observation
 
 
 def _graph(n: int, edges: list[tuple[int, int]]) -> np.ndarray:

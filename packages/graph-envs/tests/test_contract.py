@@ -14,15 +14,15 @@ import subprocess
 import sys
 import warnings
 
-import graph_envs
+import graphwm_envs
 import gymnasium as gym
 import numpy as np
 import pytest
-from graph_envs.core.base import EnvSnapshot
-from graph_envs.core.validation import validate_observation
+from graphwm_envs.core.base import EnvSnapshot
+from graphwm_envs.core.validation import validate_observation
 from gymnasium import spaces
 
-ENV_IDS = graph_envs.ENV_IDS
+ENV_IDS = graphwm_envs.ENV_IDS
 SIZES = (5, 20, 50)
 
 
@@ -101,12 +101,12 @@ def test_registration_after_import(env_id):
 
 
 def test_registration_without_import_in_fresh_process():
-    """``gym.make("graph_envs:graphenv/X-v0")`` works with no prior ``import graph_envs``."""
+    """``gym.make("graphwm_envs:graphenv/X-v0")`` works with no prior ``import graphwm_envs``."""
     code = (
         "import sys, gymnasium as gym\n"
-        "assert 'graph_envs' not in sys.modules\n"
+        "assert 'graphwm_envs' not in sys.modules\n"
         f"for env_id in {ENV_IDS!r}:\n"
-        "    env = gym.make('graph_envs:' + env_id, num_nodes=7)\n"
+        "    env = gym.make('graphwm_envs:' + env_id, num_nodes=7)\n"
         "    obs, _ = env.reset(seed=1)\n"
         "    assert obs['adjacency'].shape == (7, 7), env_id\n"
         "print('ok', len(sys.argv))\n"

@@ -6,13 +6,13 @@ from __future__ import annotations
 import doctest
 import pydoc
 
-import graph_envs
+import graphwm_envs
 import gymnasium as gym
 import numpy as np
 import pytest
-from graph_envs.rgc import RGCParams
-from graph_envs.rgc.env import edge_budget, num_pairs
-from graph_envs.sar import SARParams
+from graphwm_envs.rgc import RGCParams
+from graphwm_envs.rgc.env import edge_budget, num_pairs
+from graphwm_envs.sar import SARParams
 
 SECTIONS = (
     "Description",
@@ -30,7 +30,7 @@ def _env_class(env_id: str) -> type:
     return type(gym.make(env_id, num_nodes=5).unwrapped)
 
 
-@pytest.mark.parametrize("env_id", graph_envs.ENV_IDS)
+@pytest.mark.parametrize("env_id", graphwm_envs.ENV_IDS)
 def test_class_docstring_is_the_spec(env_id):
     cls = _env_class(env_id)
     doc = cls.__doc__ or ""
@@ -41,7 +41,7 @@ def test_class_docstring_is_the_spec(env_id):
     assert "## Action Space" in pydoc.render_doc(cls, renderer=pydoc.plaintext)
 
 
-@pytest.mark.parametrize("env_id", graph_envs.ENV_IDS)
+@pytest.mark.parametrize("env_id", graphwm_envs.ENV_IDS)
 def test_class_docstring_example_runs(env_id):
     cls = _env_class(env_id)
     tests = doctest.DocTestFinder(recurse=False).find(cls, cls.__name__, globs={})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-import graph_envs
+import graphwm_envs
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -19,7 +19,7 @@ def _run_until_done(env, rng, max_steps=10_000):
     raise AssertionError("episode did not end")
 
 
-@pytest.mark.parametrize("env_id", graph_envs.ENV_IDS)
+@pytest.mark.parametrize("env_id", graphwm_envs.ENV_IDS)
 def test_step_after_the_end_raises_until_reset(env_id):
     env = gym.make(env_id, num_nodes=8).unwrapped
     rng = np.random.default_rng(0)
@@ -37,7 +37,7 @@ def test_step_after_the_end_raises_until_reset(env_id):
     env.step(env.sample_valid_action(rng))  # fine again after reset
 
 
-@pytest.mark.parametrize("env_id", graph_envs.ENV_IDS)
+@pytest.mark.parametrize("env_id", graphwm_envs.ENV_IDS)
 def test_restoring_a_live_snapshot_after_the_end_allows_steps(env_id):
     env = gym.make(env_id, num_nodes=8).unwrapped
     rng = np.random.default_rng(1)
@@ -56,7 +56,7 @@ def _masked_sample(space: spaces.Space, mask: np.ndarray, rng: np.random.Generat
     return rng.choice(valid, size=len(space.nvec)).astype(np.int64)
 
 
-@pytest.mark.parametrize("env_id", graph_envs.ENV_IDS)
+@pytest.mark.parametrize("env_id", graphwm_envs.ENV_IDS)
 def test_make_vec_with_a_masked_sampler_runs_10k_steps(env_id):
     """Next-step autoreset hands the terminal observation to the sampler: its mask must be
     usable, and the vector env must never step a finished sub-env."""
@@ -74,7 +74,7 @@ def test_make_vec_with_a_masked_sampler_runs_10k_steps(env_id):
     assert episodes >= num_envs  # every run saw terminal observations
 
 
-@pytest.mark.parametrize("env_id", graph_envs.ENV_IDS)
+@pytest.mark.parametrize("env_id", graphwm_envs.ENV_IDS)
 def test_same_step_autoreset_also_works(env_id):
     vec = gym.make_vec(
         env_id,
@@ -99,7 +99,7 @@ def test_same_step_autoreset_also_works(env_id):
 
 
 # ------------------------------------------------------------------------------ size limits
-@pytest.mark.parametrize("env_id", graph_envs.ENV_IDS)
+@pytest.mark.parametrize("env_id", graphwm_envs.ENV_IDS)
 def test_over_limit_sizes_fail_fast_with_the_reason(env_id):
     cls = type(gym.make(env_id, num_nodes=5).unwrapped)
     assert 200 <= cls.max_nodes <= 10_000 and cls.max_nodes_reason
@@ -112,7 +112,7 @@ def test_over_limit_sizes_fail_fast_with_the_reason(env_id):
 
 
 def test_the_limit_itself_is_accepted():
-    from graph_envs.rgc.env import RGCEnv
+    from graphwm_envs.rgc.env import RGCEnv
 
     env = RGCEnv(num_nodes=RGCEnv.max_nodes)  # construction allocates nothing N^2-sized
     assert env.num_nodes == RGCEnv.max_nodes

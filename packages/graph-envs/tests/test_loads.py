@@ -5,8 +5,8 @@ from __future__ import annotations
 import networkx as nx
 import numpy as np
 import pytest
-from graph_envs.cf.loads import betweenness_load, pair_count, update_loads
-from graph_envs.cf.shk import shk_graph
+from graphwm_envs.cf.loads import betweenness_load, pair_count, update_loads
+from graphwm_envs.cf.shk import shk_graph
 
 
 def _reference_load(adj: np.ndarray) -> np.ndarray:

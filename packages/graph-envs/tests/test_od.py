@@ -4,21 +4,21 @@ from __future__ import annotations
 
 import dataclasses
 
-import graph_envs  # noqa: F401  (registers the ids)
+import graphwm_envs  # noqa: F401  (registers the ids)
 import gymnasium as gym
 import numpy as np
 import pytest
-from graph_envs.core.graph_ops import connected_erdos_renyi, is_connected
-from graph_envs.core.validation import validate_observation
-from graph_envs.od.dynamics import (
+from graphwm_envs.core.graph_ops import connected_erdos_renyi, is_connected
+from graphwm_envs.core.validation import validate_observation
+from graphwm_envs.od.dynamics import (
     agent_influence,
     copy_opinion,
     rewire,
     rewire_candidates,
     softmax_sample,
 )
-from graph_envs.od.env import ODEnv
-from graph_envs.od.types import ODParams, ODState, fraction_count
+from graphwm_envs.od.env import ODEnv
+from graphwm_envs.od.types import ODParams, ODState, fraction_count
 
 
 def _graph(n: int, edges: list[tuple[int, int]]) -> np.ndarray:

@@ -24,9 +24,9 @@ SCRIPT = r"""
 import json, sys
 from importlib import metadata
 from pathlib import Path
-import numpy as np, gymnasium as gym, graph_envs
+import numpy as np, gymnasium as gym, graphwm_envs
 
-for env_id in graph_envs.ENV_IDS:
+for env_id in graphwm_envs.ENV_IDS:
     env = gym.make(env_id, num_nodes=12)
     obs, _ = env.reset(seed=0)
     assert env.observation_space.contains(obs), env_id
@@ -40,10 +40,10 @@ dist = metadata.distribution("graphwm-envs")
 names = [str(f) for f in dist.files]
 print(json.dumps({
     "versions": {d: metadata.version(d) for d in json.loads(sys.argv[1])},
-    "py_typed": (Path(graph_envs.__file__).parent / "py.typed").is_file(),
+    "py_typed": (Path(graphwm_envs.__file__).parent / "py.typed").is_file(),
     "license_files": [n for n in names if n.endswith("LICENSE")],
     "license": dist.metadata.get("License-Expression"),
-    "version": graph_envs.__version__ == dist.version,
+    "version": graphwm_envs.__version__ == dist.version,
 }))
 """
 

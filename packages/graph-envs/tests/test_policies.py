@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import math
 
-import graph_envs  # noqa: F401
+import graphwm_envs  # noqa: F401
 import gymnasium as gym
 import numpy as np
 import pytest
-from graph_envs.policies import episode_returns, evaluate_policy, greedy_action, random_action
+from graphwm_envs.policies import episode_returns, evaluate_policy, greedy_action, random_action
 
 ENV_IDS = ("graphenv/RGC-v0", "graphenv/OD-v0", "graphenv/SAR-v0", "graphenv/CF-v0")
 
@@ -115,7 +115,7 @@ def test_greedy_rgc_adds_the_edge_with_the_best_one_step_reward():
 
 
 def test_greedy_sar_ignores_survivors_the_agent_cannot_see():
-    from graph_envs.sar.dynamics import visible_nodes
+    from graphwm_envs.sar.dynamics import visible_nodes
 
     env = make("graphenv/SAR-v0", num_nodes=30)
     for seed in range(10):

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import graph_envs  # noqa: F401
+import graphwm_envs  # noqa: F401
 import gymnasium as gym
 import numpy as np
 import pytest
-from graph_envs.animation import animate_episode, record_episode, save_gif
-from graph_envs.core import render
-from graph_envs.policies import greedy_action, random_action
-from graph_envs.sar import viewer as sar_viewer
-from graph_envs.sar.dynamics import visible_nodes
+from graphwm_envs.animation import animate_episode, record_episode, save_gif
+from graphwm_envs.core import render
+from graphwm_envs.policies import greedy_action, random_action
+from graphwm_envs.sar import viewer as sar_viewer
+from graphwm_envs.sar.dynamics import visible_nodes
 from matplotlib.colors import to_rgb
 from PIL import Image
 

@@ -7,21 +7,21 @@ import math
 import subprocess
 import sys
 
-import graph_envs  # noqa: F401
+import graphwm_envs  # noqa: F401
 import gymnasium as gym
 import networkx as nx
 import numpy as np
 import pytest
-from graph_envs.core.graph_ops import connected_erdos_renyi
-from graph_envs.rgc.env import edge_budget, num_pairs
-from graph_envs.rgc.robustness import (
+from graphwm_envs.core.graph_ops import connected_erdos_renyi
+from graphwm_envs.rgc.env import edge_budget, num_pairs
+from graphwm_envs.rgc.robustness import (
     critical_counts,
     default_num_samples,
     removal_orders,
     targeted_robustness,
     tiebreak_keys,
 )
-from graph_envs.rgc.types import RGCParams, RGCState
+from graphwm_envs.rgc.types import RGCParams, RGCState
 
 
 def make_env(num_nodes: int = 20, **kwargs):
@@ -136,7 +136,7 @@ def test_robustness_is_a_pure_function_of_the_graph():
     # identical in a fresh process (no hidden global state)
     code = (
         "import numpy as np, sys\n"
-        "from graph_envs.rgc.robustness import targeted_robustness\n"
+        "from graphwm_envs.rgc.robustness import targeted_robustness\n"
         "adj = np.frombuffer(bytes.fromhex(sys.argv[1]), dtype=np.int8).reshape(30, 30)\n"
         "print(repr(targeted_robustness(adj)))\n"
     )

@@ -8,7 +8,7 @@ import tempfile
 import warnings
 from pathlib import Path
 
-import graph_envs
+import graphwm_envs
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -46,10 +46,10 @@ def _train(algo, env: gym.Env):
 
 
 def test_sizes_cover_every_env():
-    assert set(SIZES) == set(graph_envs.ENV_IDS)
+    assert set(SIZES) == set(graphwm_envs.ENV_IDS)
 
 
-@pytest.mark.parametrize("env_id", graph_envs.ENV_IDS)
+@pytest.mark.parametrize("env_id", graphwm_envs.ENV_IDS)
 def test_ppo_learns_across_episode_ends_and_predicts(env_id):
     from stable_baselines3 import PPO
 
@@ -64,7 +64,7 @@ def test_ppo_learns_across_episode_ends_and_predicts(env_id):
     env.step(action)
 
 
-@pytest.mark.parametrize("env_id", graph_envs.ENV_IDS)
+@pytest.mark.parametrize("env_id", graphwm_envs.ENV_IDS)
 def test_maskable_ppo_learns_across_episode_ends_and_respects_the_mask(env_id):
     from sb3_contrib import MaskablePPO
 

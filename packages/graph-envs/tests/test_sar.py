@@ -3,14 +3,14 @@ observability and the stochastic transition's frequencies."""
 
 from __future__ import annotations
 
-import graph_envs  # noqa: F401
+import graphwm_envs  # noqa: F401
 import gymnasium as gym
 import numpy as np
 import pytest
-from graph_envs.core.graph_ops import within_hops
-from graph_envs.sar.dynamics import visible_nodes
-from graph_envs.sar.generator import num_survivors, reverse_index
-from graph_envs.sar.types import SARState
+from graphwm_envs.core.graph_ops import within_hops
+from graphwm_envs.sar.dynamics import visible_nodes
+from graphwm_envs.sar.generator import num_survivors, reverse_index
+from graphwm_envs.sar.types import SARState
 from scipy.spatial import Delaunay
 
 SCHEMA = {
@@ -77,7 +77,7 @@ def hand_state(
         csr_reverse=reverse_index(indptr, indices),
         edge_alive=np.ones(len(indices), dtype=bool),
     )
-    from graph_envs.sar.dynamics import reachable_mask
+    from graphwm_envs.sar.dynamics import reachable_mask
 
     state.exit_reachable = reachable_mask(state, exit_node)
     return state
@@ -195,7 +195,7 @@ def test_dynamics_invariants_over_many_seeds(n):
                 assert np.isclose(s.stability[u], max(0.0, before.stability[u] - 0.3))
             assert s.stability[s.exit_node] == 1.0
             # reachability cache agrees with a fresh computation
-            from graph_envs.core.graph_ops import reachable_from
+            from graphwm_envs.core.graph_ops import reachable_from
 
             np.testing.assert_array_equal(s.exit_reachable, reachable_from(adj, s.exit_node))
             # at most one survivor escorted; survivors only disappear

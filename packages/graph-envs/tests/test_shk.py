@@ -1,4 +1,4 @@
-"""Tests of the Schultz-Heitzig-Kurths generator (graph_envs.cf.shk)."""
+"""Tests of the Schultz-Heitzig-Kurths generator (graphwm_envs.cf.shk)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 import networkx as nx
 import numpy as np
 import pytest
-from graph_envs.cf.shk import SHKParams, _initial_phase, shk_graph
-from graph_envs.core.graph_ops import is_connected
+from graphwm_envs.cf.shk import SHKParams, _initial_phase, shk_graph
+from graphwm_envs.core.graph_ops import is_connected
 
 
 def _edges(adj: np.ndarray) -> set[tuple[int, int]]:

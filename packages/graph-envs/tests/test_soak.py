@@ -7,11 +7,11 @@ definition, the reward rule, which edges may change and the hidden/fixed variabl
 
 from __future__ import annotations
 
-import graph_envs
+import graphwm_envs
 import gymnasium as gym
 import numpy as np
 import pytest
-from graph_envs.core.validation import validate_observation
+from graphwm_envs.core.validation import validate_observation
 
 N = 100
 
@@ -41,7 +41,7 @@ def _env_specific_checks(
         mask = unwrapped._mask()
     state = unwrapped.state
     if name == "SAREnv":
-        from graph_envs.core.graph_ops import reachable_from, within_hops
+        from graphwm_envs.core.graph_ops import reachable_from, within_hops
 
         u = state.location
         assert not (adj & ~prev_adj).any(), "SAR edges only disappear"
@@ -67,7 +67,7 @@ def _env_specific_checks(
         }[info["outcome"]]
         assert reward == base + extra and terminated == (info["outcome"] is not None)
     elif name == "RGCEnv":
-        from graph_envs.rgc.robustness import targeted_robustness
+        from graphwm_envs.rgc.robustness import targeted_robustness
 
         assert not (prev_adj & ~adj).any(), "RGC edges are only added"
         assert (adj & ~prev_adj).sum() == 2 * int(info["edge_added"])
@@ -88,9 +88,9 @@ def _env_specific_checks(
         assert reward == pytest.approx(frac - np.mean(prev["node_categorical"][:, 0] == 0))
         assert not terminated
     elif name == "CFEnv":
-        from graph_envs.cf.dynamics import failure_probability
-        from graph_envs.cf.loads import betweenness_load
-        from graph_envs.core.graph_ops import largest_component_size
+        from graphwm_envs.cf.dynamics import failure_probability
+        from graphwm_envs.cf.loads import betweenness_load
+        from graphwm_envs.core.graph_ops import largest_component_size
 
         assert not (adj & ~prev_adj).any(), "CF edges only disappear"
         np.testing.assert_allclose(state.load, betweenness_load(adj), rtol=0, atol=1e-12)
@@ -152,7 +152,7 @@ def _soak(env_id: str, steps: int) -> None:
     env.close()
 
 
-@pytest.mark.parametrize("env_id", graph_envs.ENV_IDS)
+@pytest.mark.parametrize("env_id", graphwm_envs.ENV_IDS)
 def test_soak_full(env_id: str) -> None:
     """The issue's 2,000-step soak at N = 100, every invariant checked at every step."""
     _soak(env_id, 2000)

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from graph_envs.policies import evaluate_policy, greedy_action, random_action
+from graphwm_envs.policies import evaluate_policy, greedy_action, random_action
 
 SCRIPT = Path(__file__).parents[1] / "benchmarks" / "yardsticks.py"
 

@@ -1,7 +1,0 @@
-"""Opinion Dynamics (``graphenv/OD-v0``): Holme-Newman co-evolving opinions and topology."""
-
-from graph_envs.od.env import ODEnv
-from graph_envs.od.generator import ODGenerator
-from graph_envs.od.types import ODParams, ODState
-
-__all__ = ["ODEnv", "ODGenerator", "ODParams", "ODState"]

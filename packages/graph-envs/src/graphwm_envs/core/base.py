@@ -1,0 +1,369 @@
+"""Base class of every graph env: the step loop, action checks, masks and clone/restore.
+
+Subclasses implement a small set of hooks (``_make_schema``, ``_make_action_space``,
+``_initial_state``, ``_transition``, ``_node_features``, ``_graph_features``, ``_mask``,
+``action_to_nodes``) on a mutable state object (a dataclass of numpy arrays). Everything the
+GDD protocol and RL agents need is provided here once:
+
+* ``action_mask`` in every observation and :meth:`GraphEnv.action_masks` for MaskablePPO; the
+  published mask is never all-zero (see :meth:`GraphEnv.node_mask`);
+* episode-end discipline: ``step`` after termination or truncation raises ``RuntimeError``
+  until ``reset`` (Gymnasium's vector envs reset instead of stepping, so autoreset works);
+* a size limit per env (``max_nodes``, with ``max_nodes_reason``) checked in the constructor,
+  so an impossible size fails at once instead of after minutes or tens of GiB;
+* actions outside the action space raise ``ValueError``; actions inside the space but not
+  allowed by the mask are a noop (``info["invalid_action"] = True``) unless
+  ``invalid_action="raise"``;
+* :meth:`GraphEnv.clone_state` / :meth:`GraphEnv.restore_state` snapshot the *full* state
+  (hidden variables, step count and RNG included).
+"""
+
+from __future__ import annotations
+
+import copy
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from graphwm_envs.core.schema import FeatureSchema
+from graphwm_envs.core.spaces import build_observation_space
+
+InvalidActionMode = Literal["noop", "raise"]
+MIN_NODES = 5
+
+
+@dataclass(frozen=True)
+class EnvSnapshot:
+    """An independent snapshot of an env's full state (see :meth:`GraphEnv.clone_state`)."""
+
+    env_class: str
+    num_nodes: int
+    state: Any
+    steps: int
+    done: bool
+    rng_class: str
+    rng_state: dict[str, Any]
+
+
+class GraphEnv(gym.Env[dict[str, np.ndarray], Any], ABC):
+    """Common machinery of the graph environments.
+
+    Args:
+        num_nodes: number of nodes N, ``5 <= N <= max_nodes`` (the env's documented limit).
+        invalid_action: ``"noop"`` (default) turns an action the mask forbids into a noop and
+            reports ``info["invalid_action"] = True``; ``"raise"`` raises ``ValueError``.
+        render_mode: ``None`` or ``"rgb_array"``.
+    """
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 4}
+
+    #: Largest accepted ``num_nodes``, and why (each env sets both from its own algorithms).
+    max_nodes: ClassVar[int] = 5000
+    max_nodes_reason: ClassVar[str] = (
+        "every observation carries a dense (N, N) int8 adjacency (25 MB at N = 5000), so "
+        "rollout buffers and recorded episodes grow as N^2"
+    )
+
+    def __init__(
+        self,
+        num_nodes: int = 20,
+        *,
+        invalid_action: InvalidActionMode = "noop",
+        render_mode: str | None = None,
+    ) -> None:
+        if isinstance(num_nodes, bool) or not isinstance(num_nodes, int | np.integer):
+            raise TypeError(f"num_nodes must be an int, got {num_nodes!r}")
+        if num_nodes < MIN_NODES:
+            raise ValueError(f"num_nodes must be >= {MIN_NODES}, got {num_nodes}")
+        if num_nodes > self.max_nodes:
+            raise ValueError(
+                f"num_nodes must be <= {self.max_nodes} for {type(self).__name__}, got "
+                f"{num_nodes}: {self.max_nodes_reason}"
+            )
+        if invalid_action not in ("noop", "raise"):
+            raise ValueError(f"invalid_action must be 'noop' or 'raise', got {invalid_action!r}")
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"unsupported render_mode {render_mode!r}")
+        self.num_nodes = int(num_nodes)
+        self.invalid_action = invalid_action
+        self.render_mode = render_mode
+        self.schema: FeatureSchema = self._make_schema()
+        self.observation_space = build_observation_space(self.schema, self.num_nodes)
+        self.action_space = self._make_action_space()
+        self._state: Any = None
+        self._steps = 0
+        self._done = False
+        self._layout_cache: np.ndarray | None = None
+        self._render_trace: Any = None  # core.render.EpisodeTrace when rendering
+
+    # ------------------------------------------------------------------ hooks
+    @abstractmethod
+    def _make_schema(self) -> FeatureSchema:
+        """The env's feature schema."""
+
+    @abstractmethod
+    def _make_action_space(self) -> spaces.Space:
+        """The env's action space."""
+
+    @abstractmethod
+    def _initial_state(self, rng: np.random.Generator) -> Any:
+        """Sample an initial state (must hold ``adjacency`` as an (N, N) bool/int8 array)."""
+
+    @abstractmethod
+    def _transition(self, action: Any | None, rng: np.random.Generator) -> tuple[float, bool, dict]:
+        """Advance ``self._state`` in place; ``action`` is ``None`` for an invalid-action noop.
+
+        Returns ``(reward, terminated, info)``.
+        """
+
+    @abstractmethod
+    def _node_features(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(node_continuous (N, Fnc) float32, node_categorical (N, Fnk) int64)``."""
+
+    @abstractmethod
+    def _graph_features(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(graph_continuous (Fgc,) float32, graph_categorical (Fgk,) int64)``."""
+
+    @abstractmethod
+    def _mask(self) -> np.ndarray:
+        """Boolean (N,) mask of the nodes the agent may select now."""
+
+    @abstractmethod
+    def action_to_nodes(self, action: Any) -> np.ndarray:
+        """The (N,) int8 node-selection indicator of ``action`` (the models' action input)."""
+
+    def _is_valid(self, action: Any) -> bool:
+        """Whether an in-space action is allowed by the mask (default: every node selected)."""
+        return bool(np.all(self._mask()[self.action_to_nodes(action).astype(bool)]))
+
+    def _max_steps(self) -> int | None:
+        """Truncation length of the current episode (``None``: never truncated)."""
+        return None
+
+    def _node_positions(self) -> np.ndarray | None:
+        """(N, 2) coordinates for spatial envs; ``None`` for a computed layout."""
+        return None
+
+    # ------------------------------------------------------------ Gymnasium API
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """Sample a new episode; deterministic in ``seed``."""
+        super().reset(seed=seed)
+        self._state = self._initial_state(self.np_random)
+        self._steps = 0
+        self._done = False
+        self._layout_cache = None
+        self._start_render_trace()
+        return self._observation(), {}
+
+    def step(self, action: Any) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
+        """Apply ``action``; see the class docstring for invalid-action handling.
+
+        Raises ``RuntimeError`` before the first ``reset`` and after the episode has ended
+        (terminated or truncated) until the next ``reset``.
+        """
+        if self._state is None:
+            raise RuntimeError("call reset() before step()")
+        if self._done:
+            raise RuntimeError(
+                f"{type(self).__name__}: the episode ended at step {self._steps} (terminated or "
+                "truncated); call reset() before step()"
+            )
+        action = self._coerce_action(action)
+        valid = self._is_valid(action)
+        if not valid and self.invalid_action == "raise":
+            raise ValueError(f"action {action!r} is not allowed by the current action mask")
+        if self._render_trace is not None:
+            self._render_trace.before_step(self)
+        reward, terminated, info = self._transition(action if valid else None, self.np_random)
+        self._steps += 1
+        max_steps = self._max_steps()
+        truncated = bool(not terminated and max_steps is not None and self._steps >= max_steps)
+        self._done = bool(terminated or truncated)
+        info = dict(info)
+        info["invalid_action"] = not valid
+        info["step"] = self._steps
+        if self._render_trace is not None:
+            self._render_trace.after_step(self, action, valid, reward, terminated, truncated, info)
+        return self._observation(), float(reward), bool(terminated), truncated, info
+
+    def render(self) -> np.ndarray | None:
+        """An RGB image (H, W, 3) uint8 of the current state when ``render_mode="rgb_array"``.
+
+        Drawn by :func:`graphwm_envs.core.render.render_env` with the env's ``viewer`` module:
+        categorical features with a discrete legend, continuous ones on a scale fixed per
+        episode, unobserved parts as unknown, the last step's edge changes and action marked,
+        and the step, reward, return and outcome in the title.
+        """
+        if self.render_mode is None:
+            gym.logger.warn("render() called without a render_mode; pass render_mode='rgb_array'")
+            return None
+        if self._state is None:
+            raise RuntimeError("call reset() before render()")
+        from graphwm_envs.core.render import render_env
+
+        return render_env(self)
+
+    def _start_render_trace(self) -> None:
+        """Start recording what frames show beyond the state (only with a render_mode)."""
+        if self.render_mode is not None:
+            from graphwm_envs.core.render import EpisodeTrace
+
+            self._render_trace = EpisodeTrace(self)
+
+    # ---------------------------------------------------------- public helpers
+    def node_mask(self) -> np.ndarray:
+        """The published (N,) boolean node mask: ``obs["action_mask"]``.
+
+        It is the env's mask rule, except where the rule leaves no node at all (only in
+        terminal states: SAR's agent stranded on an isolated node, CF with no edge left): then
+        every node is marked, so masked samplers and MaskablePPO's distribution stay defined
+        on the terminal observation that autoreset vector envs return. No action is taken there
+        (``step`` raises until ``reset``), and validity of an action always follows the rule.
+        """
+        mask = self._mask().astype(bool)
+        if not mask.any():
+            mask = np.ones_like(mask)
+        return mask
+
+    def action_masks(self) -> np.ndarray:
+        """Boolean action mask in the form sb3-contrib's MaskablePPO expects.
+
+        ``Discrete(N)``: the (N,) node mask. ``MultiDiscrete([N] * k)``: the node mask repeated
+        once per component, concatenated to shape (k * N,). Built on :meth:`node_mask`, so it
+        is never all-zero.
+        """
+        mask = self.node_mask()
+        if isinstance(self.action_space, spaces.MultiDiscrete):
+            return np.tile(mask, len(self.action_space.nvec))
+        return mask
+
+    def sample_valid_action(self, rng: np.random.Generator) -> Any:
+        """A uniformly random valid action: k distinct nodes drawn from the mask.
+
+        This is the paper's random policy (``{a subset of mask, |a| = k}``). If fewer than k
+        nodes are valid, the missing components are drawn from all nodes (the step is then an
+        invalid-action noop).
+        """
+        mask = self._mask().astype(bool)
+        valid_nodes = np.flatnonzero(mask)
+        space = self.action_space
+        k = 1 if isinstance(space, spaces.Discrete) else len(space.nvec)
+        if len(valid_nodes) >= k:
+            chosen = rng.choice(valid_nodes, size=k, replace=False)
+        else:
+            chosen = rng.integers(0, self.num_nodes, size=k)
+        if isinstance(space, spaces.Discrete):
+            return int(chosen[0])
+        return chosen.astype(np.int64)
+
+    def clone_state(self) -> EnvSnapshot:
+        """An independent snapshot of the full state (hidden variables, steps, RNG included).
+
+        Later steps of the env never change a snapshot.
+        """
+        if self._state is None:
+            raise RuntimeError("call reset() before clone_state()")
+        bitgen = self.np_random.bit_generator
+        return EnvSnapshot(
+            env_class=type(self).__qualname__,
+            num_nodes=self.num_nodes,
+            state=copy.deepcopy(self._state),
+            steps=self._steps,
+            done=self._done,
+            rng_class=type(bitgen).__name__,
+            rng_state=copy.deepcopy(bitgen.state),
+        )
+
+    def restore_state(
+        self, snapshot: EnvSnapshot, seed: int | None = None
+    ) -> dict[str, np.ndarray]:
+        """Restore ``snapshot`` and return its observation.
+
+        With ``seed=None`` the RNG is restored too, so the future replays exactly. With an
+        integer ``seed`` the transition randomness is reseeded from it, so restores with
+        different seeds draw independent next states (the GDD protocol's env samples).
+        """
+        if not isinstance(snapshot, EnvSnapshot):
+            raise TypeError(f"expected an EnvSnapshot, got {type(snapshot).__name__}")
+        if snapshot.env_class != type(self).__qualname__:
+            raise ValueError(
+                f"snapshot of {snapshot.env_class} cannot restore a {type(self).__qualname__}"
+            )
+        if snapshot.num_nodes != self.num_nodes:
+            raise ValueError(
+                f"snapshot has {snapshot.num_nodes} nodes but this env has {self.num_nodes}"
+            )
+        self._state = copy.deepcopy(snapshot.state)
+        self._steps = snapshot.steps
+        self._done = snapshot.done
+        self._layout_cache = None
+        self._start_render_trace()
+        if seed is None:
+            bitgen = getattr(np.random, snapshot.rng_class)()
+            bitgen.state = copy.deepcopy(snapshot.rng_state)
+            self.np_random = np.random.Generator(bitgen)
+        else:
+            self.np_random = np.random.default_rng(seed)
+        return self._observation()
+
+    @property
+    def state(self) -> Any:
+        """The current (mutable) full state; use :meth:`clone_state` for a copy."""
+        return self._state
+
+    @property
+    def elapsed_steps(self) -> int:
+        """Transitions taken in the current episode."""
+        return self._steps
+
+    # --------------------------------------------------------------- internals
+    def _adjacency(self) -> np.ndarray:
+        return self._state.adjacency
+
+    def _observation(self) -> dict[str, np.ndarray]:
+        node_cont, node_cat = self._node_features()
+        graph_cont, graph_cat = self._graph_features()
+        features = {
+            "node_continuous": np.asarray(node_cont, dtype=np.float32),
+            "node_categorical": np.asarray(node_cat, dtype=np.int64),
+            "graph_continuous": np.asarray(graph_cont, dtype=np.float32),
+            "graph_categorical": np.asarray(graph_cat, dtype=np.int64),
+        }
+        obs = {"adjacency": np.asarray(self._adjacency(), dtype=np.int8).copy()}
+        # A feature type the env lacks is absent, not zero-width (see core/spaces.py).
+        obs.update((k, v) for k, v in features.items() if v.shape[-1])
+        obs["action_mask"] = self.node_mask().astype(np.int8)
+        return obs
+
+    def _coerce_action(self, action: Any) -> Any:
+        space = self.action_space
+        if isinstance(space, spaces.Discrete):
+            arr = np.asarray(action)
+            if arr.shape != () or not np.issubdtype(arr.dtype, np.integer):
+                raise ValueError(f"action {action!r} is not an integer in {space}")
+            if not space.contains(arr.astype(np.int64)):
+                raise ValueError(f"action {action!r} is outside the action space {space}")
+            return int(arr)
+        if isinstance(space, spaces.MultiDiscrete):
+            arr = np.asarray(action)
+            if arr.shape != space.shape or not np.issubdtype(arr.dtype, np.integer):
+                raise ValueError(
+                    f"action {action!r} must be an integer array of shape {space.shape} for {space}"
+                )
+            if not space.contains(arr.astype(space.dtype)):
+                raise ValueError(f"action {action!r} is outside the action space {space}")
+            return arr.astype(np.int64)
+        raise NotImplementedError(f"unsupported action space {space}")
+
+    def _computed_layout(self) -> np.ndarray:
+        import networkx as nx
+
+        graph = nx.from_numpy_array(np.asarray(self._adjacency(), dtype=np.int8))
+        pos = nx.spring_layout(graph, seed=0)
+        return np.array([pos[i] for i in range(self.num_nodes)], dtype=np.float64)

@@ -1,0 +1,90 @@
+"""Check that an observation dict honours the data contract (used by tests and the soak run)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from graphwm_envs.core.schema import FeatureSchema
+from graphwm_envs.core.spaces import observation_keys
+
+OBS_DTYPES = {
+    "adjacency": np.int8,
+    "node_continuous": np.float32,
+    "node_categorical": np.int64,
+    "graph_continuous": np.float32,
+    "graph_categorical": np.int64,
+    "action_mask": np.int8,
+}
+
+
+def validate_observation(
+    obs: Mapping[str, np.ndarray], schema: FeatureSchema, num_nodes: int
+) -> None:
+    """Raise ``ValueError`` naming the first violation of the observation contract.
+
+    Checks keys (a feature type the schema lacks must be absent), shapes, dtypes, a symmetric
+    0/1 adjacency with zero diagonal, a non-empty 0/1 action mask, finite continuous values
+    inside the declared ranges and categorical values inside their cardinalities.
+    """
+    keys = observation_keys(schema)
+    if set(obs) != set(keys):
+        raise ValueError(f"observation keys {sorted(obs)} != contract keys {sorted(keys)}")
+    n = num_nodes
+    sizes = schema.sizes
+    shapes = {
+        "adjacency": (n, n),
+        "node_continuous": (n, sizes["node_continuous"]),
+        "node_categorical": (n, sizes["node_categorical"]),
+        "graph_continuous": (sizes["graph_continuous"],),
+        "graph_categorical": (sizes["graph_categorical"],),
+        "action_mask": (n,),
+    }
+    for key in keys:
+        dtype = OBS_DTYPES[key]
+        arr = obs[key]
+        if not isinstance(arr, np.ndarray):
+            raise ValueError(f"{key} must be a numpy array, got {type(arr).__name__}")
+        if arr.dtype != dtype:
+            raise ValueError(f"{key} has dtype {arr.dtype}, expected {np.dtype(dtype)}")
+        if arr.shape != shapes[key]:
+            raise ValueError(f"{key} has shape {arr.shape}, expected {shapes[key]}")
+    adj = obs["adjacency"]
+    if not np.isin(adj, (0, 1)).all():
+        raise ValueError("adjacency has entries other than 0/1")
+    if not np.array_equal(adj, adj.T):
+        raise ValueError("adjacency is not symmetric")
+    if np.any(np.diagonal(adj)):
+        raise ValueError("adjacency has self-loops")
+    if not np.isin(obs["action_mask"], (0, 1)).all():
+        raise ValueError("action_mask has entries other than 0/1")
+    if not obs["action_mask"].any():
+        raise ValueError("action_mask is all zero (the contract's mask always has a valid node)")
+    for key, names in (
+        ("node_continuous", schema.node_continuous),
+        ("graph_continuous", schema.graph_continuous),
+    ):
+        if key not in obs:
+            continue
+        arr = obs[key]
+        if not np.isfinite(arr).all():
+            raise ValueError(f"{key} has NaN or inf")
+        for col, name in enumerate(names):
+            lo, hi = schema.range_of(name)
+            values = arr[..., col]
+            if values.size and (values.min() < lo or values.max() > hi):
+                raise ValueError(
+                    f"{name} out of its range [{lo}, {hi}]: [{values.min()}, {values.max()}]"
+                )
+    for key, cats in (
+        ("node_categorical", schema.node_categorical),
+        ("graph_categorical", schema.graph_categorical),
+    ):
+        if key not in obs:
+            continue
+        arr = obs[key]
+        for col, (name, card) in enumerate(cats):
+            values = arr[..., col]
+            if values.size and (values.min() < 0 or values.max() >= card):
+                raise ValueError(f"{name} outside [0, {card - 1}]: {np.unique(values)}")
