@@ -17,11 +17,9 @@ import time
 
 import numpy as np
 
-from graphwm.collect import record_episode
 from graphwm.envs import env_schema
-from graphwm.fit import bandwidth_transitions
-from graphwm.metric_graph import extend_schema, stack_graphs
-from graphwm.protocol import (
+from graphwm.metric.graph import extend_schema, stack_graphs
+from graphwm.metric.protocol import (
     STREAM_ENV,
     STREAM_SELF,
     env_samples,
@@ -30,6 +28,8 @@ from graphwm.protocol import (
     transition_gdd,
     transition_p_value,
 )
+from graphwm.stages.collect import record_episode
+from graphwm.stages.fit import bandwidth_transitions
 
 
 def _sets(env: str, n: int, kappa: int):

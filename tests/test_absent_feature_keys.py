@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from graphwm.collect import record_episode
 from graphwm.envs import make_env
-from graphwm.metric_graph import OBS_KEYS, metric_graph
+from graphwm.metric.graph import OBS_KEYS, metric_graph
+from graphwm.stages.collect import record_episode
 
 
 def test_recorded_rgc_episode_has_every_key_with_zero_width_arrays():

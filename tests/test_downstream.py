@@ -8,22 +8,12 @@ import math
 import numpy as np
 import pytest
 
-from graphwm.downstream import (
-    GREEDY,
-    RANDOM,
-    REAL,
-    DownstreamRecord,
-    attach_gdd,
-    correlations,
-    downstream_figure,
-    downstream_table,
-    dream_record,
-    evaluate_agent,
-    label_rows,
-    spearman,
-    train_agent,
-    yardstick_records,
-)
+from graphwm.downstream.agents import evaluate_agent, train_agent
+from graphwm.downstream.config import GREEDY, RANDOM, REAL
+from graphwm.downstream.gdd import attach_gdd, correlations, spearman
+from graphwm.downstream.record import DownstreamRecord
+from graphwm.downstream.report import downstream_figure, downstream_table, label_rows
+from graphwm.downstream.runs import dream_record, yardstick_records
 from graphwm.dream.tiny import tiny_trained_model
 from graphwm.envs import make_env
 
@@ -137,7 +127,8 @@ def test_labels_of_nearby_points_are_stacked():
 
 
 def test_downstream_job_for_each_agent_kind(tmp_path):
-    from graphwm.downstream import downstream_job, has_greedy
+    from graphwm.downstream.config import has_greedy
+    from graphwm.downstream.runs import run_agent_job
 
     model = tiny_trained_model("vanilla-gwm", "OD")
     model.save(tmp_path / "ckpt")
@@ -150,18 +141,18 @@ def test_downstream_job_for_each_agent_kind(tmp_path):
         "eval_seed": 3,
         "threads": 1,
     }
-    dream = downstream_job(
+    dream = run_agent_job(
         {**base, "agent": "dream", "model": "vanilla-gwm", "checkpoint": str(tmp_path / "ckpt")}
     )
     rec = DownstreamRecord.from_dict(dream)
     assert rec.agent == "dream:vanilla-gwm" and rec.kind == "downstream" and rec.budget == 64
     # OD: 50 steps, reward = change of the target fraction, so |return| <= 1
     assert -1.0 <= rec.mean_return <= 1.0
-    rand = DownstreamRecord.from_dict(downstream_job({**base, "agent": RANDOM}))
+    rand = DownstreamRecord.from_dict(run_agent_job({**base, "agent": RANDOM}))
     assert rand.budget == 0 and rand.model is None
     assert has_greedy("OD") and has_greedy("SAR")
     with pytest.raises(ValueError, match="unknown yardstick"):
-        downstream_job({**base, "agent": "oracle"})
+        run_agent_job({**base, "agent": "oracle"})
 
 
 def test_record_validation_and_gdd_maps():
@@ -172,7 +163,7 @@ def test_record_validation_and_gdd_maps():
         DownstreamRecord.from_dict({**good, "mean_return": "high"})
     with pytest.raises(ValueError, match="not a downstream record"):
         DownstreamRecord.from_dict({**good, "kind": "single_step"})
-    from graphwm.downstream import gdd_maps
+    from graphwm.downstream.gdd import gdd_maps
 
     single = [
         {"env": "SAR", "model": "gdm", "seed": 0, "size": 10, "gdd": 0.2},
@@ -191,7 +182,7 @@ def test_record_validation_and_gdd_maps():
 
 
 def test_downstream_config_parse_and_jobs():
-    from graphwm.downstream import DownstreamConfig
+    from graphwm.downstream.config import DownstreamConfig
 
     cfg = DownstreamConfig.parse(
         {"budget": 256, "episodes": 5, "num_nodes": 8, "models": ["gdm"], "ppo": {"n_steps": 64}}
@@ -214,7 +205,7 @@ def test_downstream_config_parse_and_jobs():
 
 
 def test_downstream_section_is_checked_against_the_preset():
-    from graphwm.downstream import DownstreamConfig
+    from graphwm.downstream.config import DownstreamConfig
 
     def models_of(env):
         return ["gdm", "gdm:no-h-plus"] if env == "SAR" else ["gdm"]

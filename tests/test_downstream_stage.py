@@ -7,16 +7,17 @@ from types import SimpleNamespace
 
 import pytest
 
-from graphwm.downstream import DownstreamConfig, DownstreamRecord
-from graphwm.downstream_stage import (
+from graphwm.downstream.config import DownstreamConfig
+from graphwm.downstream.record import DownstreamRecord
+from graphwm.dream.tiny import tiny_trained_model
+from graphwm.stages.downstream import (
     build_downstream_report,
     downstream_jobs,
+    execute_downstream_job,
     load_downstream,
-    run_downstream_job,
 )
-from graphwm.dream.tiny import tiny_trained_model
-from graphwm.executors import run_jobs
-from graphwm.jobs import ResultStore
+from graphwm.store.executors import run_jobs
+from graphwm.store.results import ResultStore
 
 pytest.importorskip("sb3_contrib")
 
@@ -27,7 +28,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 def run_stage_jobs(jobs, run):
     """The downstream jobs in this process, stored under ``run/downstream``."""
     return run_jobs(
-        run_downstream_job,
+        execute_downstream_job,
         jobs,
         ResultStore(run / "downstream"),
         run,

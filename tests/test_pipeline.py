@@ -23,7 +23,7 @@ from graphwm.pipeline import (
     stage_fit,
     training_jobs,
 )
-from graphwm.report import build_report, load_results
+from graphwm.report.build import build_report, load_results
 
 
 def _finite_numbers_in(text: str) -> list[float]:

@@ -5,15 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from graphwm.collect import DataRef, load_episodes, record_episode
 from graphwm.config import Preset
-from graphwm.evaluate import EvalJob, self_gdd_job
-from graphwm.executors import run_jobs
-from graphwm.fit import load_fitted
-from graphwm.jobs import ResultStore
-from graphwm.metric_graph import stack_graphs
-from graphwm.pipeline import fit_job
-from graphwm.protocol import (
+from graphwm.metric.graph import stack_graphs
+from graphwm.metric.protocol import (
     STREAM_ENV,
     env_samples,
     reference_indices,
@@ -22,6 +16,12 @@ from graphwm.protocol import (
     transition_gdd,
     transition_p_value,
 )
+from graphwm.pipeline import fit_job
+from graphwm.stages.collect import DataRef, load_episodes, record_episode
+from graphwm.stages.evaluate import EvalJob, self_gdd_job
+from graphwm.stages.fit import load_fitted
+from graphwm.store.executors import run_jobs
+from graphwm.store.results import ResultStore
 
 
 def _test_ref(preset, env, size=8) -> DataRef:

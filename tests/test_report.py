@@ -1,4 +1,4 @@
-"""Tests of graphwm.report (stage 8): tables and figures from a hand-made results store."""
+"""Tests of graphwm.report.build (stage 8): tables and figures from a hand-made results store."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from graphwm.report import (
+from graphwm.report.build import (
     ResultsFormatError,
     build_report,
     load_results,
@@ -18,8 +18,8 @@ from graphwm.report import (
     mean_ci,
     t_critical,
 )
-from graphwm.report_figures import mean_curve, smooth
-from graphwm.report_tables import format_mean_ci
+from graphwm.report.figures import mean_curve, smooth
+from graphwm.report.tables import format_mean_ci
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 T_975_2 = 4.302652729911275  # t_{0.975, 2} (statistical tables)
@@ -452,7 +452,7 @@ def test_one_seed_tables_show_no_interval(tmp_path):
 
 def test_factor_metric_names_follow_the_feature_types():
     from graphwm.envs import env_schema
-    from graphwm.factor_metrics import metric_name
+    from graphwm.metric.factor_metrics import metric_name
 
     sar = env_schema("SAR")
     assert metric_name("adjacency_bce", sar) == "BCE"
@@ -465,7 +465,7 @@ def test_factor_metric_names_follow_the_feature_types():
 
 
 def test_factor_figure_wraps_each_env_onto_rows_of_at_most_five_panels(tmp_path):
-    from graphwm.report_figures import FACTOR_COLUMNS, factor_metrics_figure
+    from graphwm.report.figures import FACTOR_COLUMNS, factor_metrics_figure
 
     features = {f"f{i}": 0.1 * i for i in range(7)}  # 8 factors with the adjacency BCE
     records = [

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from graphwm.paths import RunPaths
 from graphwm.pipeline import load_preset, reproduce, stage_train
-from graphwm.report import load_results
-from graphwm.store import CorruptFileError
+from graphwm.report.build import load_results
+from graphwm.store.files import CorruptFileError
+from graphwm.store.paths import RunPaths
 
 
 def small_preset() -> dict:
@@ -146,7 +146,7 @@ def test_two_concurrent_reproduce_into_one_directory(base_run, tmp_path):
 WRITER = """
 import sys
 from pathlib import Path
-from graphwm.store import atomic_write_json
+from graphwm.store.files import atomic_write_json
 writer = int(sys.argv[2])
 for _ in range(15):
     atomic_write_json(Path(sys.argv[1]), {"writer": writer, "data": [writer] * 20000})
@@ -280,7 +280,7 @@ def test_trainer_options_reach_the_trainer(base_run, tmp_path):
     """train.log_every / precision / compile go to gdm_models.train; log_every is not keyed
     (it changes the log, not the weights), precision is."""
     from graphwm.pipeline import training_jobs
-    from graphwm.train import trainer_options
+    from graphwm.stages.train import trainer_options
 
     preset, base = base_run
     (job,) = training_jobs(preset)
@@ -301,7 +301,7 @@ def test_keys_change_with_any_package_version(monkeypatch):
     """An upgraded package must not reuse what an older release stored (stale results)."""
     import gdm_models
 
-    from graphwm.store import content_key
+    from graphwm.store.files import content_key
 
     before = content_key("train", {"steps": 4})
     assert content_key("train", {"steps": 4}) == before

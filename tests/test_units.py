@@ -7,17 +7,22 @@ import json
 import numpy as np
 import pytest
 
-from graphwm.factor_metrics import adjacency_bce, factor_metrics, total_variation, wasserstein1
-from graphwm.jobs import ResultStore
-from graphwm.metric_graph import (
+from graphwm.metric.factor_metrics import (
+    adjacency_bce,
+    factor_metrics,
+    total_variation,
+    wasserstein1,
+)
+from graphwm.metric.graph import (
     extend_schema,
     metric_graph,
     model_samples_to_metric,
     stack_graphs,
     terminal_view,
 )
-from graphwm.protocol import reference_indices, sample_seeds
-from graphwm.search import grid_points
+from graphwm.metric.protocol import reference_indices, sample_seeds
+from graphwm.stages.search import grid_points
+from graphwm.store.results import ResultStore
 
 SCHEMA = {
     "node_continuous": ["stability"],
@@ -102,11 +107,11 @@ def test_factor_metrics_hand_values():
 
 
 def test_result_store_keys_by_content_and_round_trips_records(tmp_path):
-    from graphwm.collect import DataRef
-    from graphwm.evaluate import EvalJob
-    from graphwm.fit import FitJob
-    from graphwm.records import SelfGddRecord
-    from graphwm.store import CorruptFileError, content_key
+    from graphwm.stages.collect import DataRef
+    from graphwm.stages.evaluate import EvalJob
+    from graphwm.stages.fit import FitJob
+    from graphwm.store.files import CorruptFileError, content_key
+    from graphwm.store.records import SelfGddRecord
 
     data = DataRef("SAR", "test", 8, 2, False)
     fit = FitJob("SAR", (DataRef("SAR", "train", 8, 2, True),), 8)

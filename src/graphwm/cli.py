@@ -95,8 +95,8 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from gdm_models.checkpoint import CheckpointError
 
     from graphwm.config import PresetError
-    from graphwm.records import ResultsFormatError
-    from graphwm.store import CorruptFileError
+    from graphwm.store.files import CorruptFileError
+    from graphwm.store.records import ResultsFormatError
 
     return (
         PresetError,
@@ -138,7 +138,7 @@ def _run(args: argparse.Namespace) -> int:
         run_demo(args.out, seeds=args.seeds, num_nodes=args.num_nodes, gif=args.gif)
         return 0
     if args.command == "report":
-        from graphwm.report import build_report
+        from graphwm.report.build import build_report
 
         paths = build_report(args.run_dir)
         _print_report(paths)
@@ -165,7 +165,7 @@ def _run(args: argparse.Namespace) -> int:
     progress = not args.quiet
     if args.command == "reproduce":
         pipeline.reproduce(preset, args.out, progress=progress, redo_corrupt=args.redo_corrupt)
-        from graphwm.report import build_report
+        from graphwm.report.build import build_report
 
         _print_report(build_report(args.out))
     elif args.command == "collect":
@@ -180,7 +180,7 @@ def _run(args: argparse.Namespace) -> int:
     elif args.command == "downstream":
         pipeline.stage_downstream(preset, run, progress)  # trains what is not trained yet
     elif args.command == "search":
-        from graphwm.search import run_search
+        from graphwm.stages.search import run_search
 
         best = run_search(preset, run, progress=progress)
         for key, value in best.items():

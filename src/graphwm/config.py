@@ -282,7 +282,7 @@ class SearchConfig:
 # Optional preset sections owned by other modules: name -> "module:Class", where the class has
 # ``parse(raw, key)`` (raising PresetError) like the configs above. Parsed sections land in
 # ``Preset.sections[name]``; a stage of that module reads them from there.
-SECTIONS: dict[str, str] = {"downstream": "graphwm.downstream:DownstreamConfig"}
+SECTIONS: dict[str, str] = {"downstream": "graphwm.downstream.config:DownstreamConfig"}
 
 
 def _parse_section(name: str, raw: Any) -> Any:

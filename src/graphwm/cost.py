@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from graphwm.collect import record_episode
 from graphwm.config import Preset
 from graphwm.envs import env_schema
 from graphwm.pipeline import training_jobs
+from graphwm.stages.collect import record_episode
 
 
 @dataclass

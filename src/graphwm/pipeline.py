@@ -7,7 +7,7 @@ training job -> evaluation), and every stored path is relative to the run direct
 a changed preset into the same directory computes what changed and reuses exactly what did not;
 a moved run directory reuses everything. ``RUN_DIR/run.json`` names the training runs and
 results of the last preset run (what the report reads). One process at a time works on a run
-directory (:func:`graphwm.store.run_lock`); a killed training job resumes from its last
+directory (:func:`graphwm.store.files.run_lock`); a killed training job resumes from its last
 checkpoint.
 """
 
@@ -17,7 +17,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from graphwm.collect import DataRef, collect
 from graphwm.config import (
     PRESET_NAMES,
     Preset,
@@ -25,14 +24,15 @@ from graphwm.config import (
     apply_overrides,
     read_preset,
 )
-from graphwm.evaluate import EvalJob, multi_step_job, self_gdd_job, single_step_job
-from graphwm.executors import default_workers, run_jobs
-from graphwm.fit import FitJob, run_fit
-from graphwm.jobs import ResultStore
-from graphwm.paths import RunPaths
-from graphwm.records import Record, TrainRecord
-from graphwm.store import atomic_write_json, read_json, run_lock
-from graphwm.train import TrainJob, make_train_job, train_job, verify_trained
+from graphwm.stages.collect import DataRef, collect
+from graphwm.stages.evaluate import EvalJob, multi_step_job, self_gdd_job, single_step_job
+from graphwm.stages.fit import FitJob, run_fit
+from graphwm.stages.train import TrainJob, make_train_job, train_job, verify_trained
+from graphwm.store.executors import default_workers, run_jobs
+from graphwm.store.files import atomic_write_json, read_json, run_lock
+from graphwm.store.paths import RunPaths
+from graphwm.store.records import Record, TrainRecord
+from graphwm.store.results import ResultStore
 
 __all__ = [
     "PRESET_NAMES",
@@ -81,7 +81,7 @@ def _threads(preset: Preset) -> int:
 
 
 def executor_args(preset: PresetLike, gpu: bool = False) -> dict:
-    """Executor keyword arguments of :func:`graphwm.executors.run_jobs` for a preset."""
+    """Executor keyword arguments of :func:`graphwm.store.executors.run_jobs` for a preset."""
     preset = _preset(preset)
     return {
         "executor": preset.executor,
@@ -349,7 +349,7 @@ def stage_downstream(preset: PresetLike, paths: RunPaths, progress: bool = True)
 
     Trains whatever is not trained yet first; a preset without the section records none.
     """
-    from graphwm.downstream_stage import STORE_DIR, downstream_jobs, run_downstream_job
+    from graphwm.stages.downstream import STORE_DIR, downstream_jobs, execute_downstream_job
 
     p = _preset(preset)
     section = _downstream_section(p)
@@ -361,7 +361,7 @@ def stage_downstream(preset: PresetLike, paths: RunPaths, progress: bool = True)
         # the agents' networks are small: one thread each is fastest
         jobs = downstream_jobs(section, p.envs, training_jobs(p), device=p.device)
         records = run_jobs(
-            run_downstream_job,
+            execute_downstream_job,
             jobs,
             ResultStore(paths.root / STORE_DIR),
             paths,
@@ -380,7 +380,7 @@ def reproduce(
 
     The preset is validated before any work starts.
     """
-    from graphwm.report import build_report
+    from graphwm.report.build import build_report
 
     p = _preset(preset)
     _downstream_section(p)  # a bad [downstream] section fails before any work

@@ -19,7 +19,7 @@ import torch
 
 from graphwm.dream.steppers import stepper_for
 from graphwm.dream.validity import ObservationFixer, start_mask, valid_reward
-from graphwm.metric_graph import OBS_KEYS
+from graphwm.metric.graph import OBS_KEYS
 
 _ZERO_WIDTH = {
     "node_continuous": np.float32,

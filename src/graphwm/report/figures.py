@@ -1,7 +1,7 @@
 """The report's matplotlib figures (PNG, Agg canvas; no pyplot global state).
 
 Each ``*_figure`` function draws one figure from validated result records (see
-:func:`graphwm.report.load_results`) or training logs and returns the written path, or
+:func:`graphwm.report.build.load_results`) or training logs and returns the written path, or
 ``None`` when its inputs are absent. Non-finite values are drawn as gaps, never crash.
 """
 
@@ -16,7 +16,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter, NullLocator
 
-from graphwm.report_tables import (
+from graphwm.report.tables import (
     COMPONENTS,
     SeedStats,
     by_kind,
@@ -30,7 +30,7 @@ from graphwm.report_tables import (
     reference_size,
     split_models,
 )
-from graphwm.training_logs import TrainingLog
+from graphwm.report.training_logs import TrainingLog
 
 FIGURE_TITLES = {
     "gdd_vs_size": "Single-step GDD vs graph size",
@@ -272,7 +272,7 @@ def factor_metrics_figure(records: list[dict], path: Path, colors: dict[str, tup
     metric vs size per model; each env starts a new row and wraps after
     :data:`FACTOR_COLUMNS` panels."""
     from graphwm.envs import env_schema
-    from graphwm.factor_metrics import metric_name
+    from graphwm.metric.factor_metrics import metric_name
 
     if not records:
         return None

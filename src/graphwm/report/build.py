@@ -2,7 +2,7 @@
 
 Reads the results of the last preset run (``RUN_DIR/run.json`` lists them; without it every
 ``RUN_DIR/results/*.json``, one evaluation job each) through their record types, and the
-training logs (:mod:`graphwm.training_logs`), and writes the paper-shaped tables
+training logs (:mod:`graphwm.report.training_logs`), and writes the paper-shaped tables
 (Markdown and LaTeX) and matplotlib figures into ``RUN_DIR/report/``. Nothing is recomputed;
 rebuilding from the same results gives the same files (see docs/reporting.md, "Reports").
 """
@@ -13,15 +13,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from graphwm import report_figures
-from graphwm.records import (
-    RECORD_TYPES,
-    RESULT_KINDS,
-    Record,
-    ResultsFormatError,
-    parse_record,
-)
-from graphwm.report_tables import (
+from graphwm.report import figures as report_figures
+from graphwm.report.tables import (
     SeedStats,
     Table,
     aggregate,
@@ -32,8 +25,15 @@ from graphwm.report_tables import (
     to_latex,
     to_markdown,
 )
-from graphwm.store import CorruptFileError, read_json
-from graphwm.training_logs import TrainingLog, load_training_logs
+from graphwm.report.training_logs import TrainingLog, load_training_logs
+from graphwm.store.files import CorruptFileError, read_json
+from graphwm.store.records import (
+    RECORD_TYPES,
+    RESULT_KINDS,
+    Record,
+    ResultsFormatError,
+    parse_record,
+)
 
 __all__ = [
     "KINDS",
@@ -113,7 +113,7 @@ def result_files(run_dir: Path) -> list[Path]:
 def load_results(run_dir: Path | str) -> list[dict]:
     """Read and validate the results of a run (:func:`result_files`), sorted by file name.
 
-    Each file is parsed through its record type (:mod:`graphwm.records`); returns the keys the
+    Each file is parsed through its record type (:mod:`graphwm.store.records`); returns the keys the
     report reads as dicts (numbers as float, ``null`` as NaN; unknown extra keys are dropped).
     An absent ``results/`` folder gives ``[]``.
 
@@ -241,7 +241,7 @@ def build_report(run_dir: Path | str) -> ReportPaths:
 
     figures = report_figures.build_figures(records, logs, out)
     # downstream RL (docs/dream.md): its own table and figure, from RUN_DIR/downstream/
-    from graphwm.downstream_stage import build_downstream_report
+    from graphwm.stages.downstream import build_downstream_report
 
     downstream = build_downstream_report(run_dir, out, records)
 

@@ -22,11 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
-from graphwm.collect import DataRef, load_episodes
 from graphwm.envs import env_schema
-from graphwm.jobs import log_event
-from graphwm.metric_graph import OBS_KEYS, extend_schema, metric_graph
-from graphwm.store import (
+from graphwm.metric.graph import OBS_KEYS, extend_schema, metric_graph
+from graphwm.stages.collect import DataRef, load_episodes
+from graphwm.store.files import (
     CorruptFileError,
     atomic_write_json,
     atomic_write_text,
@@ -34,6 +33,7 @@ from graphwm.store import (
     read_json,
     sha256_file,
 )
+from graphwm.store.results import log_event
 
 FIT_FILES = ("bandwidths.json", "scaler.json", "schema.json")
 

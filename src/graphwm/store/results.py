@@ -1,9 +1,9 @@
 """Jobs and their result records: a store keyed by content, and the run log.
 
 A job is a frozen dataclass with a ``key`` (a hash of everything that determines its output,
-the keys of its inputs included; see :mod:`graphwm.store`) and a ``kind``. Its result is a
-record (:mod:`graphwm.records`) stored as ``<store root>/<key>.json``, written and read through
-the same record type, so a rerun finds finished jobs and skips them, and a changed setting
+the keys of its inputs included; see :mod:`graphwm.store.files`) and a ``kind``. Its result is a
+record (:mod:`graphwm.store.records`) stored as ``<store root>/<key>.json``, written and read
+through the same record type, so a rerun finds finished jobs and skips them, and a changed setting
 makes a new job.
 """
 
@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from graphwm.records import Record, ResultsFormatError, parse_record
-from graphwm.store import CorruptFileError, atomic_write_json, read_json
+from graphwm.store.files import CorruptFileError, atomic_write_json, read_json
+from graphwm.store.records import Record, ResultsFormatError, parse_record
 
 __all__ = ["Job", "ResultStore", "atomic_write_json", "log_event", "log_job"]
 

@@ -1,9 +1,10 @@
 """The paper-shaped result tables: ordering and names of models and envs, and the builders.
 
-Every table is built as a :class:`~graphwm.table_model.Table` (label columns + ``mean ± CI``
-cells, statistics from :mod:`graphwm.stats`) and rendered by :mod:`graphwm.table_format`, so
+Every table is built as a :class:`~graphwm.report.table.Table` (label columns + ``mean ± CI``
+cells, statistics from :mod:`graphwm.report.seed_stats`) and rendered by
+:mod:`graphwm.report.formatting`, so
 Markdown and LaTeX always agree. Input records are the validated dicts returned by
-:func:`graphwm.report.load_results`.
+:func:`graphwm.report.build.load_results`.
 """
 
 from __future__ import annotations
@@ -11,9 +12,15 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 
-from graphwm.stats import SeedStats, aggregate, mean_ci, t_critical
-from graphwm.table_format import format_mean_ci, format_number, latex_escape, to_latex, to_markdown
-from graphwm.table_model import Cell, Row, Table, mark_best
+from graphwm.report.formatting import (
+    format_mean_ci,
+    format_number,
+    latex_escape,
+    to_latex,
+    to_markdown,
+)
+from graphwm.report.seed_stats import SeedStats, aggregate, mean_ci, t_critical
+from graphwm.report.table import Cell, Row, Table, mark_best
 
 # re-exported for the report and older imports
 __all__ = [

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from graphwm.store import CorruptFileError, quarantine
+from graphwm.store.files import CorruptFileError, quarantine
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The table model of the report: label columns plus ``mean ± CI`` cells.
 
-Built by :mod:`graphwm.report_tables`, rendered by :mod:`graphwm.table_format`, so Markdown
+Built by :mod:`graphwm.report.tables`, rendered by :mod:`graphwm.report.formatting`, so Markdown
 and LaTeX always agree.
 """
 
@@ -10,7 +10,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from graphwm.stats import SeedStats
+from graphwm.report.seed_stats import SeedStats
 
 __all__ = ["Cell", "Row", "Table", "mark_best"]
 

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from graphwm.envs import env_schema
-from graphwm.fit import FitJob, load_fitted, training_episodes
-from graphwm.records import TrainRecord
-from graphwm.store import CorruptFileError, content_key, note, quarantine
+from graphwm.stages.fit import FitJob, load_fitted, training_episodes
+from graphwm.store.files import CorruptFileError, content_key, note, quarantine
+from graphwm.store.records import TrainRecord
 
 
 def model_dir_name(model: str) -> str:

@@ -31,9 +31,8 @@ from gdm_models.data import complete_observation
 from tqdm.auto import tqdm
 
 from graphwm.envs import make_env
-from graphwm.jobs import log_event
-from graphwm.metric_graph import OBS_KEYS
-from graphwm.store import (
+from graphwm.metric.graph import OBS_KEYS
+from graphwm.store.files import (
     CorruptFileError,
     atomic_save_npz,
     atomic_write_json,
@@ -41,6 +40,7 @@ from graphwm.store import (
     read_json,
     sha256_file,
 )
+from graphwm.store.results import log_event
 
 SPLIT_SEED_BASE = {"train": 0, "val": 100_000_000, "test": 200_000_000}
 SEEDS_PER_SIZE = 10_000

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from graphwm.records import ResultsFormatError
-from graphwm.store import CorruptFileError, read_json
+from graphwm.store.files import CorruptFileError, read_json
+from graphwm.store.records import ResultsFormatError
 
 __all__ = ["TrainingLog", "load_training_logs", "read_log"]
 

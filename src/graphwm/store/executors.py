@@ -18,10 +18,10 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from graphwm.jobs import Job, ResultStore, log_job
-from graphwm.paths import RunPaths
-from graphwm.records import Record
-from graphwm.store import CorruptFileError
+from graphwm.store.files import CorruptFileError
+from graphwm.store.paths import RunPaths
+from graphwm.store.records import Record
+from graphwm.store.results import Job, ResultStore, log_job
 
 JobFn = Callable[[Any, str], Record]
 

@@ -16,11 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from graphwm.collect import DataRef
 from graphwm.config import TRAINER_KEYS, Preset
-from graphwm.evaluate import EvalJob, single_step_job
-from graphwm.executors import run_jobs
-from graphwm.jobs import ResultStore
 from graphwm.pipeline import (
     RunPaths,
     _threads,
@@ -30,7 +26,11 @@ from graphwm.pipeline import (
     stage_fit,
     train_job_for,
 )
-from graphwm.store import atomic_write_json, content_key, run_lock
+from graphwm.stages.collect import DataRef
+from graphwm.stages.evaluate import EvalJob, single_step_job
+from graphwm.store.executors import run_jobs
+from graphwm.store.files import atomic_write_json, content_key, run_lock
+from graphwm.store.results import ResultStore
 
 
 def grid_points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:

@@ -1,6 +1,6 @@
 """Stages 4-7: single-step GDD, multi-step GDD, self-GDD and ablations (same protocol).
 
-Every function here is a job: ``fn(job, run_dir) -> record`` (:mod:`graphwm.records`, format
+Every function here is a job: ``fn(job, run_dir) -> record`` (:mod:`graphwm.store.records`, format
 in ``docs/reporting.md``) for an :class:`EvalJob`, whose key holds the keys of the training
 job, the test data and the fit it uses. Model samples come from the model's own prediction
 from the reference state: latent models condition on the posterior over the reference
@@ -18,12 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from graphwm.collect import DataRef, load_episodes
 from graphwm.envs import env_schema
-from graphwm.factor_metrics import average_metrics, factor_metrics
-from graphwm.fit import FitJob, load_fitted
-from graphwm.metric_graph import OBS_KEYS, extend_schema, model_samples_to_metric, stack_graphs
-from graphwm.protocol import (
+from graphwm.metric.factor_metrics import average_metrics, factor_metrics
+from graphwm.metric.graph import OBS_KEYS, extend_schema, model_samples_to_metric, stack_graphs
+from graphwm.metric.protocol import (
     STREAM_ENV,
     STREAM_MODEL,
     STREAM_PERMUTATION,
@@ -37,9 +35,11 @@ from graphwm.protocol import (
     transition_gdd,
     transition_p_value,
 )
-from graphwm.records import MultiStepRecord, SelfGddRecord, SingleStepRecord
-from graphwm.store import content_key
-from graphwm.train import TrainJob
+from graphwm.stages.collect import DataRef, load_episodes
+from graphwm.stages.fit import FitJob, load_fitted
+from graphwm.stages.train import TrainJob
+from graphwm.store.files import content_key
+from graphwm.store.records import MultiStepRecord, SelfGddRecord, SingleStepRecord
 
 COMPONENTS = ("node", "graph", "edge", "joint")
 

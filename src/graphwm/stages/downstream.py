@@ -16,16 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from graphwm.downstream import (
-    DownstreamConfig,
-    DownstreamRecord,
-    attach_gdd,
-    downstream_figure,
-    downstream_job,
-    downstream_table,
-    gdd_maps,
-)
-from graphwm.store import content_key, read_json
+from graphwm.downstream.config import DownstreamConfig
+from graphwm.downstream.gdd import attach_gdd, gdd_maps
+from graphwm.downstream.record import DownstreamRecord
+from graphwm.downstream.report import downstream_figure, downstream_table
+from graphwm.downstream.runs import run_agent_job
+from graphwm.store.files import content_key, read_json
 
 STORE_DIR = "downstream"
 TABLE_NAME = "downstream"
@@ -34,7 +30,7 @@ FIGURE_NAME = "downstream"
 
 @dataclass(frozen=True)
 class DownstreamJob:
-    """One downstream agent as a pipeline job (see :func:`graphwm.downstream.downstream_job`).
+    """One downstream agent as a pipeline job (see :func:`graphwm.downstream.runs.run_agent_job`).
 
     ``config`` holds the job config as sorted ``(key, value)`` pairs with the checkpoint path
     relative to the run directory; ``train_key`` is the key of the world model's training job
@@ -66,7 +62,7 @@ class DownstreamJob:
         return content_key("downstream", self.describe())
 
     def job_config(self, run_dir: Path) -> dict[str, Any]:
-        """The config of :func:`downstream_job`, the checkpoint resolved under ``run_dir``."""
+        """The config of :func:`run_agent_job`, the checkpoint resolved under ``run_dir``."""
         config = {k: _plain(v) for k, v in self.config}
         if "checkpoint" in config:
             config["checkpoint"] = str(Path(run_dir) / config["checkpoint"])
@@ -112,9 +108,9 @@ def downstream_jobs(
     return jobs
 
 
-def run_downstream_job(job: DownstreamJob, run_dir: str) -> DownstreamRecord:
+def execute_downstream_job(job: DownstreamJob, run_dir: str) -> DownstreamRecord:
     """Executor entry point (``fn(job, run_dir) -> record``)."""
-    return DownstreamRecord.from_dict(downstream_job(job.job_config(Path(run_dir))))
+    return DownstreamRecord.from_dict(run_agent_job(job.job_config(Path(run_dir))))
 
 
 # --------------------------------------------------------------------------- report

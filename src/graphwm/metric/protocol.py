@@ -7,7 +7,7 @@ For a reference episode (a random-policy rollout replayed from its seed and acti
 * environment samples: restore the reference state with a fresh seed and step the reference
   action, kappa times (:func:`env_samples`);
 * model samples: the model's own kappa predictions for the same state and action
-  (see :mod:`graphwm.evaluate`);
+  (see :mod:`graphwm.stages.evaluate`);
 * the transition GDD between the two sample sets of metric graphs (:func:`transition_gdd`).
 """
 
@@ -21,7 +21,7 @@ import numpy as np
 from gdm_models.data import complete_observation
 
 from graphwm.envs import make_env
-from graphwm.metric_graph import (
+from graphwm.metric.graph import (
     extend_schema,
     metric_graph,
     terminal_schema,

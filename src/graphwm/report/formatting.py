@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from graphwm.stats import SeedStats
-from graphwm.table_model import Cell, Table
+from graphwm.report.seed_stats import SeedStats
+from graphwm.report.table import Cell, Table
 
 __all__ = ["format_mean_ci", "format_number", "latex_escape", "to_latex", "to_markdown"]
 

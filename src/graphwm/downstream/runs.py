@@ -1,0 +1,195 @@
+"""Downstream records from runs: an agent trained in a world model's dream env, the same
+agent trained in the real env, and the yardsticks, all evaluated on the same real episodes;
+:func:`run_agent_job` is one pipeline job (a JSON-able config in, a record dict out)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from graphwm.downstream.agents import evaluate_agent, train_agent
+from graphwm.downstream.config import GREEDY, RANDOM, REAL, YARDSTICKS
+from graphwm.downstream.record import DownstreamRecord
+from graphwm.envs import env_id, make_env
+
+
+def dream_record(
+    model,
+    model_name: str,
+    env_name: str,
+    num_nodes: int,
+    *,
+    budget: int,
+    episodes: int = 100,
+    seed: int = 0,
+    eval_seed: int = 1_000_000,
+    ppo_kwargs: Mapping[str, Any] | None = None,
+) -> DownstreamRecord:
+    """Train MaskablePPO in ``model``'s dream env, evaluate it in the real env."""
+    from graphwm.dream import DreamEnv
+
+    start = time.perf_counter()
+    dream = DreamEnv(model, make_env(env_name, num_nodes), seed=seed)
+    agent = train_agent(dream, budget, seed, ppo_kwargs)
+    mean, se = evaluate_agent(agent, env_name, num_nodes, episodes=episodes, seed=eval_seed)
+    return DownstreamRecord(
+        env_name,
+        num_nodes,
+        f"dream:{model_name}",
+        model_name,
+        seed,
+        int(budget),
+        mean,
+        se,
+        int(episodes),
+        seconds=time.perf_counter() - start,
+    )
+
+
+def real_record(
+    env_name: str,
+    num_nodes: int,
+    *,
+    budget: int,
+    episodes: int = 100,
+    seed: int = 0,
+    eval_seed: int = 1_000_000,
+    ppo_kwargs: Mapping[str, Any] | None = None,
+) -> DownstreamRecord:
+    """The same agent and budget trained in the real env (the upper reference)."""
+    start = time.perf_counter()
+    agent = train_agent(make_env(env_name, num_nodes), budget, seed, ppo_kwargs)
+    mean, se = evaluate_agent(agent, env_name, num_nodes, episodes=episodes, seed=eval_seed)
+    return DownstreamRecord(
+        env_name,
+        num_nodes,
+        REAL,
+        None,
+        seed,
+        int(budget),
+        mean,
+        se,
+        int(episodes),
+        seconds=time.perf_counter() - start,
+    )
+
+
+def yardstick_record(
+    env_name: str, num_nodes: int, name: str, *, episodes: int = 100, eval_seed: int = 1_000_000
+) -> DownstreamRecord:
+    """The random policy or the greedy heuristic of ``graphwm_envs.policies`` on the evaluation
+    episodes (``TypeError`` when the env has no greedy heuristic)."""
+    from graphwm_envs.policies import evaluate_policy, greedy_action, random_action
+
+    policy = {RANDOM: random_action, GREEDY: greedy_action}.get(name)
+    if policy is None:
+        raise ValueError(f"unknown yardstick {name!r}; choose from {YARDSTICKS}")
+    start = time.perf_counter()
+    mean, se = evaluate_policy(
+        env_id(env_name), policy, episodes=int(episodes), seed=eval_seed, num_nodes=num_nodes
+    )
+    return DownstreamRecord(
+        env_name,
+        num_nodes,
+        name,
+        None,
+        0,
+        0,
+        mean,
+        se,
+        int(episodes),
+        seconds=time.perf_counter() - start,
+    )
+
+
+def yardstick_records(
+    env_name: str, num_nodes: int, *, episodes: int = 100, eval_seed: int = 1_000_000
+) -> list[DownstreamRecord]:
+    """Random policy and greedy heuristic (where the env has one) on the same episodes."""
+    out = []
+    for name in YARDSTICKS:
+        try:
+            out.append(
+                yardstick_record(env_name, num_nodes, name, episodes=episodes, eval_seed=eval_seed)
+            )
+        except TypeError:  # no greedy heuristic for this env
+            continue
+    return out
+
+
+def run_agent_job(config: Mapping[str, Any]) -> dict[str, Any]:
+    """One pipeline job -> a stored record dict. ``config["agent"]`` is ``"dream"`` (needs
+    ``model``, ``checkpoint``), ``"real"``, ``"random"`` or ``"greedy"``; the other keys:
+    ``env``, ``num_nodes``, ``seed``, ``budget``, ``episodes``, ``eval_seed``, optional
+    ``ppo`` (MaskablePPO overrides), ``threads`` and ``device`` (of the world model)."""
+    import torch
+
+    torch.set_num_threads(max(1, int(config.get("threads", 1))))
+    env, n, agent = config["env"], int(config["num_nodes"]), config["agent"]
+    common = {"episodes": int(config["episodes"]), "eval_seed": int(config["eval_seed"])}
+    if agent == "dream":
+        from graphwm.dream import load_world_model
+
+        model = load_world_model(config["checkpoint"], config.get("device", "cpu"))
+        record = dream_record(
+            model,
+            config["model"],
+            env,
+            n,
+            budget=int(config["budget"]),
+            seed=int(config["seed"]),
+            ppo_kwargs=config.get("ppo"),
+            **common,
+        )
+    elif agent == REAL:
+        record = real_record(
+            env,
+            n,
+            budget=int(config["budget"]),
+            seed=int(config["seed"]),
+            ppo_kwargs=config.get("ppo"),
+            **common,
+        )
+    else:
+        record = yardstick_record(env, n, agent, **common)
+    return record.to_dict()
+
+
+def env_records(
+    env_name: str,
+    num_nodes: int,
+    models: Mapping[str, Any],
+    *,
+    budget: int,
+    episodes: int = 100,
+    seed: int = 0,
+    ppo_kwargs: Mapping[str, Any] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> list[DownstreamRecord]:
+    """Every record of one env: a dream agent per model (``{name: model}``), the real-env
+    agent with the same budget, and the yardsticks, all evaluated on the same episodes."""
+    say = progress or (lambda _msg: None)
+    records = []
+    for name, model in models.items():
+        say(f"dream agent in {name}")
+        records.append(
+            dream_record(
+                model,
+                name,
+                env_name,
+                num_nodes,
+                budget=budget,
+                episodes=episodes,
+                seed=seed,
+                ppo_kwargs=ppo_kwargs,
+            )
+        )
+    say("real-env agent")
+    records.append(
+        real_record(
+            env_name, num_nodes, budget=budget, episodes=episodes, seed=seed, ppo_kwargs=ppo_kwargs
+        )
+    )
+    records += yardstick_records(env_name, num_nodes, episodes=episodes)
+    return records
