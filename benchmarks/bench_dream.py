@@ -109,7 +109,7 @@ def verify(model, env_name: str, n: int, steps: int = 5) -> None:
     """Check on the model's device that a one-episode dream rollout draws what the model's
     own ``observe`` + ``imagine_multi`` draw with the same generator (prints the largest
     differences; the GPU's dense edge path may differ from the row blocks by rounding)."""
-    from gdm_models.api import predictions_to_numpy
+    from gdm_models import predictions_to_numpy
 
     from graphwm.dream import stepper_for
 

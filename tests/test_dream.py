@@ -80,7 +80,7 @@ ABLATIONS = ("gdm:no-recurrent-adj", "gdm:no-graph-state+no-h-plus", "gdm:all-pa
 )
 def test_stepper_draws_what_observe_and_imagine_multi_draw(model_name, env_name):
     """Posterior + k steps with one generator == the public observe + imagine_multi."""
-    from gdm_models.api import predictions_to_numpy
+    from gdm_models import predictions_to_numpy
     from gdm_models.data import OBS_KEYS
 
     model = trained(model_name, env_name)

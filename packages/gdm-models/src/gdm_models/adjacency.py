@@ -45,7 +45,7 @@ __all__ = [
 HC_BETA = 2.0 / 3.0
 HC_GAMMA = -0.1
 HC_ZETA = 1.1
-_EPS = 1e-6
+EPS = 1e-6
 INIT_UPDATE_LOGIT = -4.0
 
 #: block budget (bytes) of the no-grad pairwise edge MLP per device type: cache sized on the
@@ -87,13 +87,13 @@ def hard_concrete_gate(
     c = clip_[0,1](s (zeta - gamma) + gamma).  With the shift, P(c > 0) = sigmoid(l).
     """
     if torch.is_grad_enabled() and (logits.requires_grad or u.requires_grad):
-        u = u.clamp(_EPS, 1.0 - _EPS)
+        u = u.clamp(EPS, 1.0 - EPS)
         l_tilde = logits + beta * math.log(-gamma / zeta)  # paper: shifted logit
         s = torch.sigmoid((torch.log(u) - torch.log1p(-u) + l_tilde) / beta)
         return torch.clamp(s * (zeta - gamma) + gamma, 0.0, 1.0)
     # without autograd: the same operations in the order above, in place on two buffers
     # (imagination at large N: each fresh (S, N, N) buffer costs page faults)
-    x = u.clamp(_EPS, 1.0 - _EPS)
+    x = u.clamp(EPS, 1.0 - EPS)
     l_tilde = torch.log1p(torch.neg(x))
     x.log_().sub_(l_tilde)
     torch.add(logits, beta * math.log(-gamma / zeta), out=l_tilde)
@@ -287,13 +287,20 @@ class EdgeUpdateMLP(nn.Module):
     impl: str = "auto"
 
     def forward(
-        self, h: torch.Tensor, g: torch.Tensor, a_prev: torch.Tensor, chunk_elems: int = 0
+        self,
+        h: torch.Tensor,
+        g: torch.Tensor,
+        a_prev: torch.Tensor,
+        chunk_elems: int = 0,
+        impl: str | None = None,
     ) -> torch.Tensor:
         """Symmetric edge-update logits (B, N, N); see :attr:`impl`.
 
         ``chunk_elems``: block size of the chunked (no-grad) path in floats (``0``: by the
-        device's memory budget, :data:`EDGE_CHUNK_BYTES`)."""
-        impl = self.impl
+        device's memory budget, :data:`EDGE_CHUNK_BYTES`). ``impl``: the implementation of
+        this call (``None``: :attr:`impl`), so a caller can choose one without changing the
+        module."""
+        impl = self.impl if impl is None else impl
         if impl == "auto":
             impl = "dense" if torch.is_grad_enabled() else "chunked"
         if impl == "dense":

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Literal
 import torch
 import torch.nn.functional as F
 
-from .rssm import _EPS
+from .layers import EPS
 
 if TYPE_CHECKING:
     from .scaling import FeatureScaler
@@ -47,10 +47,10 @@ def free_bits(kl: torch.Tensor, eps: float) -> torch.Tensor:
 def kl_dyn_rep(q: torch.Tensor, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(KL(sg(q) || p), KL(q || sg(p))) of factorised categoricals (..., groups, classes).
 
-    Same values as two :func:`~gdm_models.rssm.categorical_kl` calls; the logs are taken once.
+    Same values as two :func:`~gdm_models.layers.categorical_kl` calls; the logs are taken once.
     """
-    log_q = torch.log(q.clamp_min(_EPS))
-    log_p = torch.log(p.clamp_min(_EPS))
+    log_q = torch.log(q.clamp_min(EPS))
+    log_p = torch.log(p.clamp_min(EPS))
     dyn = (q.detach() * (log_q.detach() - log_p)).sum(dim=(-1, -2))
     rep = (q * (log_q - log_p.detach())).sum(dim=(-1, -2))
     return dyn, rep

@@ -1,4 +1,4 @@
-"""Generic trainer for any :class:`~gdm_models.api.WorldModel` (paper, "Training Details").
+"""Generic trainer for any :class:`~gdm_models.world_model.WorldModel` (paper, "Training Details").
 
 Adam, gradient-norm clipping, batches of B windows of L transitions drawn epoch-wise from an
 :class:`~gdm_models.data.EpisodeDataset` (see :class:`~gdm_models.data.EpochSampler`),
@@ -37,7 +37,6 @@ import torch
 from safetensors.torch import load_file
 from tqdm.auto import tqdm
 
-from .api import WorldModel
 from .checkpoint import (
     WEIGHTS_FILE,
     CheckpointError,
@@ -47,6 +46,7 @@ from .checkpoint import (
 )
 from .compiling import CompileFallbackWarning
 from .data import Batch, EpisodeDataset, EpochSampler
+from .world_model import WorldModel
 
 __all__ = ["train", "TrainResult", "CsvLog", "PRECISIONS", "default_device"]
 

@@ -58,8 +58,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..api import WorldModel, predictions_to_numpy
 from ..data import OBS_KEYS, Batch, TensorObs
+from ..layers import EPS, categorical_kl, gumbel_from_uniform, sample_onehot_st, unimix_probs
 from ..losses import (
     PREDICTION_LOSS_KEYS,
     NodeMasks,
@@ -68,9 +68,9 @@ from ..losses import (
     masked_mean,
     prediction_loss,
 )
-from ..rssm import _EPS, categorical_kl, gumbel_from_uniform, sample_onehot_st, unimix_probs
 from ..scaling import FeatureScaler
 from ..schema import Schema
+from ..world_model import StepState, WorldModel
 from .common import (
     FeatureHeads,
     FeatureSetEncoder,
@@ -207,10 +207,10 @@ class GRSSMLatent:
 
 
 def _onehot_st(probs: torch.Tensor, gumbel: torch.Tensor) -> torch.Tensor:
-    """:func:`~gdm_models.rssm.sample_onehot_st` given the Gumbel noise: forward the one-hot of
+    """:func:`~gdm_models.layers.sample_onehot_st` given the Gumbel noise: forward the one-hot of
     argmax(log p + g), gradient that of ``probs`` (scatter instead of ``F.one_hot``, which
     checks its input range on the host)."""
-    idx = (torch.log(probs.clamp_min(_EPS)) + gumbel).argmax(dim=-1, keepdim=True)
+    idx = (torch.log(probs.clamp_min(EPS)) + gumbel).argmax(dim=-1, keepdim=True)
     onehot = torch.zeros_like(probs).scatter_(-1, idx, 1.0)
     return onehot + probs - probs.detach()
 
@@ -613,23 +613,47 @@ class GRSSM(WorldModel):
             raise TypeError(f"expected a GRSSMLatent from observe(), got {type(latent).__name__}")
         return latent.num_nodes
 
-    def _imagine(
-        self, latent: GRSSMLatent, actions: torch.Tensor, generator: torch.Generator
-    ) -> list[dict[str, np.ndarray]]:
-        """Prior rollouts from one posterior draw of ``latent`` per sample."""
-        S, n = actions.shape[1], latent.num_nodes
-        mask = torch.ones(S, n, dtype=torch.bool, device=self.device)
+    def start(self, obs: Mapping[str, torch.Tensor], generator: torch.Generator) -> StepState:
+        """Posterior filtering of B start observations, then one z drawn from the posterior
+        (what ``observe`` followed by :meth:`state_from_latent` draws)."""
+        b, n = obs["adjacency"].shape[:2]
+        mask = torch.ones(b, n, dtype=torch.bool, device=self.device)
+        out = self._filter(
+            {k: v[:, None] for k, v in obs.items()},
+            torch.zeros(b, 0, n, device=self.device),
+            mask,
+            generator,
+        )
+        h, post = out["h"][:, -1], out["posterior"][:, -1]
+        return {"h": h, "z": self.sample_z(post, generator)}
+
+    def state_from_latent(
+        self, latent: Any, num_samples: int, generator: torch.Generator
+    ) -> StepState:
+        """``num_samples`` rollouts from one posterior ``latent``: h repeated, one z drawn
+        from the posterior per rollout."""
+        self._latent_num_nodes(latent)
+        S = num_samples
         h = latent.h.to(self.device).expand(S, *latent.h.shape).contiguous()
         post = latent.posterior.to(self.device).expand(S, *latent.posterior.shape)
-        z = self.sample_z(post, generator)  # one posterior draw per sample
-        out = []
-        for k in range(actions.shape[0]):
-            h = self.transition(h, z, actions[k], mask)
-            z = self.sample_z(self.prior(h), generator)
-            pred = self.decode(h, z, mask)
-            sample = sampled_state(pred, mask, self.schema, self.scaler, generator)
-            out.append(predictions_to_numpy(sample.obs))
-        return out
+        return {"h": h, "z": self.sample_z(post, generator)}
+
+    def step(
+        self,
+        state: StepState,
+        actions: torch.Tensor,
+        generator: torch.Generator,
+        *,
+        batched: bool = False,
+    ) -> tuple[dict[str, torch.Tensor], StepState]:
+        """Prior step: h_t from (h, z, a), z_t drawn from p(z | h_t), the decoded observation
+        sampled (:func:`~gdm_models.baselines.common.sampled_state`)."""
+        b, n = actions.shape
+        mask = torch.ones(b, n, dtype=torch.bool, device=self.device)
+        h = self.transition(state["h"], state["z"], actions, mask)
+        z = self.sample_z(self.prior(h), generator)
+        pred = self.decode(h, z, mask)
+        return sampled_state(pred, mask, self.schema, self.scaler, generator).obs, {"h": h, "z": z}
 
 
 def build_grssm(
