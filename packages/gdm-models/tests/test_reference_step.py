@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from gdm_models.gdm import Noise
-from gdm_models.reference import gdm_transition_terms_reference
+from gdm_models.reference import edge_logits_reference, gdm_transition_terms_reference
 
 BETA, GAMMA, ZETA = 2.0 / 3.0, -0.1, 1.1
 
@@ -118,7 +118,7 @@ def test_one_step_follows_the_method_section(step):
     assert torch.equal(lat.adjacency, a_obs)  # teacher forcing
     # prior path: l_ij = MLP_adj(h_i^-, h_j^-, h_g^-, z_g^-, A_{t-1}(i,j)) (symmetrised)
     a_prev = prev.adjacency
-    logits = m.edge_mlp.forward_naive(h_m, torch.cat([hg_m, zg_m], -1), a_prev)
+    logits = edge_logits_reference(m.edge_mlp, h_m, torch.cat([hg_m, zg_m], -1), a_prev)
     torch.testing.assert_close(o["logits"], logits, atol=1e-5, rtol=1e-5)
     # Hard Concrete: l~ = l + beta log(-gamma/zeta), s = sigmoid((log u - log(1-u) + l~)/beta),
     # c = clip(s (zeta - gamma) + gamma); A_t = A_{t-1} xor 1[c > 0]

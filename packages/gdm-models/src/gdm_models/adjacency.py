@@ -13,7 +13,7 @@ projections P = h W_i, Q = h W_j. :meth:`EdgeUpdateMLP.forward_dense` uses this 
 broadcasting (in checkpointed blocks of graphs beyond a memory budget);
 :meth:`EdgeUpdateMLP.forward_chunked` (no autograd; for imagination on large graphs) walks over
 blocks sized by a per-device memory budget and adds w_A only on existing edges;
-:meth:`EdgeUpdateMLP.forward_naive` concatenates all pairs (the reference implementation).
+:func:`gdm_models.reference.edge_logits_reference` concatenates all pairs (the reference).
 All three compute the same function.
 """
 
@@ -270,20 +270,8 @@ class EdgeUpdateMLP(nn.Module):
             f[bi, ii, jj] = torch.matmul(F.silu(pc[bi, ii] + q[bi, jj] + self.w_a), w2) + b2
         return self.symmetrise(f)
 
-    def forward_naive(self, h: torch.Tensor, g: torch.Tensor, a_prev: torch.Tensor) -> torch.Tensor:
-        """Reference: concatenate [h_i, h_j, h_g, z_g, A_ij] for every ordered pair."""
-        b, n, d = h.shape
-        hi = h[:, :, None, :].expand(b, n, n, d)
-        hj = h[:, None, :, :].expand(b, n, n, d)
-        gg = g[:, None, None, :].expand(b, n, n, self.graph_dim)
-        x = torch.cat([hi, hj, gg, a_prev[..., None]], dim=-1)
-        wg = [self.w_g.weight] if self.w_g is not None else []
-        w1 = torch.cat([self.w_i.weight, self.w_j.weight, *wg, self.w_a[:, None]], dim=1)
-        f = self.out(F.silu(F.linear(x, w1, self.b1))).squeeze(-1)
-        return self.symmetrise(f)
-
     #: implementation used by :meth:`forward`: "auto" (dense with autograd, else chunked),
-    #: "dense", "chunked" or "naive" (benchmarks/tests)
+    #: "dense" or "chunked"
     impl: str = "auto"
 
     def forward(
@@ -307,6 +295,4 @@ class EdgeUpdateMLP(nn.Module):
             return self.forward_dense(h, g, a_prev)
         if impl == "chunked":
             return self.forward_chunked(h, g, a_prev, chunk_elems)
-        if impl == "naive":
-            return self.forward_naive(h, g, a_prev)
         raise ValueError(f"unknown EdgeUpdateMLP.impl {impl!r}")

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from .adjacency import EdgeUpdateMLP
 from .baselines.common import (
     GraphState,
     soft_state,
@@ -44,6 +45,7 @@ from .world_model import terms_to_floats
 
 __all__ = [
     "attention_reference",
+    "edge_logits_reference",
     "gdm_loss_reference",
     "gdm_loss_tensors_reference",
     "gdm_step_terms_reference",
@@ -57,6 +59,23 @@ __all__ = [
 
 
 # ---------------------------------------------------------------------------- GDM
+def edge_logits_reference(
+    mlp: EdgeUpdateMLP, h: torch.Tensor, g: torch.Tensor, a_prev: torch.Tensor
+) -> torch.Tensor:
+    """The edge-update MLP's symmetric logits (B, N, N) with the concatenated input
+    [h_i, h_j, h_g, z_g, A_ij] of every ordered pair (what ``forward_dense`` and
+    ``forward_chunked`` compute from per-node projections)."""
+    b, n, d = h.shape
+    hi = h[:, :, None, :].expand(b, n, n, d)
+    hj = h[:, None, :, :].expand(b, n, n, d)
+    gg = g[:, None, None, :].expand(b, n, n, mlp.graph_dim)
+    x = torch.cat([hi, hj, gg, a_prev[..., None]], dim=-1)
+    wg = [mlp.w_g.weight] if mlp.w_g is not None else []
+    w1 = torch.cat([mlp.w_i.weight, mlp.w_j.weight, *wg, mlp.w_a[:, None]], dim=1)
+    f = mlp.out(F.silu(F.linear(x, w1, mlp.b1))).squeeze(-1)
+    return mlp.symmetrise(f)
+
+
 def gdm_transition_terms_reference(
     model: GDMCell,
     batch: Batch,

@@ -37,12 +37,12 @@ with L_pred the reconstruction of every observation of the window from the poste
 each transition; the node KL is averaged over the real nodes of a graph before the free-bits
 floor.
 
-Speed (same math as the step-by-step form kept in :mod:`._reference`): the training loss draws
-the posterior noise of all steps at once (on the CPU the same numbers as one draw per step),
-applies the time-independent parts of the input and posterior layers (action column, the
-observation embedding's columns, biases) to all steps in one product, runs only the cell
-``h -> x -> attention -> GRU -> posterior sample`` inside the recurrence and the prior net on all
-steps afterwards, and syncs with the host once per call for the logged terms.
+Speed (same math as the step-by-step form kept in :mod:`gdm_models.reference`): the training
+loss draws the posterior noise of all steps at once (on the CPU the same numbers as one draw
+per step), applies the time-independent parts of the input and posterior layers (action
+column, the observation embedding's columns, biases) to all steps in one product, runs only
+the cell ``h -> x -> attention -> GRU -> posterior sample`` inside the recurrence and the
+prior net on all steps afterwards, and syncs with the host once per call for the logged terms.
 :meth:`GRSSM.enable_compile` compiles the whole tensor-only loss.
 """
 

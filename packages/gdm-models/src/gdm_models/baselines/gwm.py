@@ -32,7 +32,7 @@ parameters, same loss).
 continuation and every unordered edge sampled from their predicted distributions; continuous
 features and reward are the predicted means).
 
-Speed (same math as the form kept in :mod:`._reference`): the loss builds its masks once,
+Speed (same math as the form kept in :mod:`gdm_models.reference`): the loss builds its masks once,
 gathers the targets of all rollout steps in one pass, reuses the one-step loss as rollout step
 1, applies the action terms of all layers at once, runs the power iterations of all layers
 together and syncs with the host once; :meth:`GWM.enable_compile` compiles the whole tensor-only
