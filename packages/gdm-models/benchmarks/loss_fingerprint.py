@@ -5,7 +5,7 @@ after it and comparing the outputs byte for byte (``diff``). For the GDM, each o
 ablations and the three baselines it prints, on fixed synthetic batches with fixed seeds:
 
 * the training-loss terms (full float ``repr``) and a SHA-256 of all parameter gradients;
-* the GDM's step-by-step reference loss on the same batch (the slow path of the tests);
+* the step-by-step reference loss (:mod:`gdm_models.reference`) on the same batch;
 * ``observe`` / ``observe_at`` / ``imagine_multi`` samples (hashes and a few values);
 * the parameters after a few optimiser steps of :func:`gdm_models.train`.
 
@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 import torch
 from gdm_models import OBS_KEYS, EpisodeDataset, FeatureScaler, make_model, train
+from gdm_models import reference as ref
+from gdm_models.gdm import Noise
 from gdm_models.synthetic import SYNTHETIC_SCHEMA, random_episode
 
 GDM_TINY = {
@@ -80,23 +82,10 @@ def _terms(terms: dict[str, float]) -> str:
 
 
 def _reference_loss(model: Any, batch: Any) -> tuple[torch.Tensor, dict[str, float]]:
-    """The GDM's step-by-step reference loss, wherever the package keeps it."""
-    from gdm_models.gdm import Noise
-
-    noise = Noise(torch.Generator().manual_seed(1), model.device)
-    try:
-        from gdm_models.reference import gdm_loss_reference
-    except ImportError:
-        return model.loss_terms(batch, noise, reference=True)
-    return gdm_loss_reference(model, batch, noise)
-
-
-def _baseline_reference_loss(model: Any, batch: Any) -> tuple[torch.Tensor, dict[str, float]]:
-    """The baselines' step-by-step reference loss, wherever the package keeps it."""
-    try:
-        from gdm_models import reference as ref
-    except ImportError:
-        from gdm_models.baselines import _reference as ref
+    """The step-by-step reference loss of :mod:`gdm_models.reference` on ``batch``."""
+    if model.model_name.startswith("gdm"):
+        noise = Noise(torch.Generator().manual_seed(1), model.device)
+        return ref.gdm_loss_reference(model, batch, noise)
     fn = ref.grssm_loss_reference if model.model_name == "g-rssm" else ref.gwm_loss_reference
     return fn(model, batch, torch.Generator().manual_seed(1))
 
@@ -134,10 +123,7 @@ def main() -> None:
             after = {k: v.clone() for k, v in model.state_dict().items()}
             model.load_state_dict(before)
             model.zero_grad()
-            if name.startswith("gdm"):
-                total_r, terms_r = _reference_loss(model, batch)
-            else:
-                total_r, terms_r = _baseline_reference_loss(model, batch)
+            total_r, terms_r = _reference_loss(model, batch)
             total_r.backward()
             print(f"ref_loss[{bname}] total={total_r.item()!r} {_terms(terms_r)}")
             print(f"ref_grad[{bname}] {_grad_digest(model)}")
