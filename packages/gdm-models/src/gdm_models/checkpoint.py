@@ -71,7 +71,7 @@ def _atomic_write_text(path: Path, text: str) -> None:
 class Checkpointable(Protocol):
     """What :func:`save_checkpoint` needs of a model (every ``WorldModel`` has it)."""
 
-    model_name: str | None
+    model_name: str
     schema: Schema
     scaler: FeatureScaler
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, cast
 
 import torch
 import torch.nn.functional as F
@@ -211,7 +211,7 @@ def prediction_loss(
         graph_terms.append(cross_entropy(logits, target["graph_categorical"][..., i]))
     zeros = torch.zeros_like(pred.reward)
     f_g = pred.graph_continuous.shape[-1] + len(pred.graph_categorical)  # |F_g|
-    graph = sum(graph_terms) / f_g if graph_terms else zeros
+    graph = cast(torch.Tensor, sum(graph_terms)) / f_g if graph_terms else zeros
     # adjacency BCE over real off-diagonal (ordered) pairs == over unordered pairs (symmetric)
     if adjacency_norm not in ("pairs", "nodes_squared"):
         raise ValueError(f"adjacency_norm must be 'pairs' or 'nodes_squared': {adjacency_norm!r}")

@@ -16,10 +16,11 @@ gradients and samples, and measure what they save. Production code never calls t
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from .adjacency import EdgeUpdateMLP
 from .baselines.common import (
@@ -365,7 +366,10 @@ def gwm_loss_reference(
     if cfg.spectral_weight > 0:
         us = [getattr(model, f"spectral_u_{i}") for i in range(cfg.mp_layers)]
         spectral, new_us = spectral_loss_per_layer(
-            [w.weight for w in model.mp_weights], us, cfg.power_iterations, cfg.spectral_target
+            [cast(nn.Linear, w).weight for w in model.mp_weights],
+            us,
+            cfg.power_iterations,
+            cfg.spectral_target,
         )
         if model.training:
             for i, u in enumerate(new_us):

@@ -136,6 +136,8 @@ class WorldModel(nn.Module, abc.ABC):
 
     #: registry name (e.g. ``"gdm"``, ``"gdm:no-h-plus"``, ``"g-rssm"``); set by the registry.
     model_name: str = ""
+    #: the hyperparameters (a dataclass instance; each model narrows the type)
+    config: Any
 
     def __init__(
         self,

@@ -246,6 +246,7 @@ def soft_state(
     binary factor (paper, appendix "Baseline Implementations"); adjacency sigmoid(logits)."""
     masks = NodeMasks.of(node_mask, pred.reward.dtype) if masks is None else masks
     m = masks.node
+    assert pred.adjacency_logit is not None  # the baselines' decoders predict the adjacency
     return GraphState(
         adjacency=torch.sigmoid(pred.adjacency_logit) * masks.pair,
         node_continuous=pred.node_continuous * m[..., None],
@@ -278,6 +279,7 @@ def sampled_state(
     :data:`gdm_models.world_model.PREDICTION_KEYS`) and the hard :class:`GraphState` to
     continue a rollout from."""
     m = node_mask.to(pred.reward.dtype)
+    assert pred.adjacency_logit is not None  # the baselines' decoders predict the adjacency
     adj = sample_symmetric_bernoulli(pred.adjacency_logit, node_mask, generator)
     nk = [sample_categorical(x, generator) for x in pred.node_categorical]
     gk = [sample_categorical(x, generator) for x in pred.graph_categorical]

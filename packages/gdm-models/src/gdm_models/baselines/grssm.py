@@ -304,6 +304,8 @@ class GRSSM(WorldModel):
         config: :class:`GRSSMConfig`.
     """
 
+    config: GRSSMConfig
+
     def __init__(
         self,
         schema: Mapping[str, Any] | Schema,
@@ -393,6 +395,7 @@ class GRSSM(WorldModel):
         hz = torch.cat([h, z], dim=-1).reshape(-1, w_hz.shape[1])
         x = F.silu(torch.addmm(a_term.reshape(-1, w_hz.shape[0]), hz, w_hz.T)).reshape(*lead, -1)
         for attn, norm in zip(self.attention, self.attention_norm, strict=True):
+            assert isinstance(attn, AllPairsAttention)
             x = norm(x + attn.attend(x, key_bias))
         h_new = self.gru(x.reshape(-1, x.shape[-1]), h.reshape(-1, h.shape[-1])).reshape(*lead, -1)
         return h_new * m
@@ -490,6 +493,7 @@ class GRSSM(WorldModel):
         acts = torch.cat([actions.new_zeros(B, 1, N), actions], 1).transpose(0, 1).to(dt)
         w_hz, a_term = self._input_parts(acts)  # (T1,B,N,H)
         post_in = self.posterior_net[0]
+        assert isinstance(post_in, nn.Linear)
         w_ph = post_in.weight[:, :H]  # q(z | h, e): [h, e] W^T + b = h W_h^T + (e W_e^T + b)
         e_term = F.linear(enc.transpose(0, 1), post_in.weight[:, H:], post_in.bias)
         gumbel = None if uniforms is None else gumbel_from_uniform(uniforms)

@@ -44,7 +44,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -165,6 +165,8 @@ class GWM(WorldModel):
         scaler: fitted feature scaler (``None`` = identity).
         config: :class:`GWMConfig`.
     """
+
+    config: GWMConfig
 
     def __init__(
         self,
@@ -381,7 +383,10 @@ class GWM(WorldModel):
         if cfg.spectral_weight > 0:
             us = [getattr(self, f"spectral_u_{i}") for i in range(cfg.mp_layers)]
             terms["spectral"], new_us = spectral_loss(
-                [w.weight for w in self.mp_weights], us, cfg.power_iterations, cfg.spectral_target
+                [cast(nn.Linear, w).weight for w in self.mp_weights],
+                us,
+                cfg.power_iterations,
+                cfg.spectral_target,
             )
             if self.training:
                 for u_buf, u in zip(us, new_us, strict=True):

@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -175,6 +175,8 @@ class GDMCell(WorldModel):
     API on top; this class is not a model by itself.
     """
 
+    config: GDMConfig
+
     def __init__(
         self,
         schema: Mapping[str, Any] | Schema,
@@ -272,6 +274,7 @@ class GDMCell(WorldModel):
         b = inputs[0].shape[0]
         if not self.config.graph_state:
             return None, inputs[0].new_zeros(b, 0)
+        assert u is not None  # with graph state the caller draws the uniforms
         probs = getattr(self, head)(torch.cat(inputs, -1))
         return probs, _flat(sample_onehot_st(probs, u))
 
@@ -335,6 +338,7 @@ class GDMCell(WorldModel):
         """Decoder (paper eq. decoder) + heads; returns (node_out, graph_out, node states)."""
         d_n = self.dec_n(h_n_m, z_n, _flat(p_n))  # E_p[z] = the prior probabilities
         if self.config.graph_state:
+            assert p_g is not None  # the graph prior exists with graph state
             d_g = self.dec_g(h_g_m, z_g, _flat(p_g))
         else:
             d_g = _pool(d_n, node_mask)
@@ -384,6 +388,7 @@ class GDMCell(WorldModel):
         g = torch.cat([h_g_m, z_g_m], -1)
         out: dict[str, Any] = {"p_g": p_g, "z_g_m": z_g_m, "logits": None, "a_m": None}
         if c.recurrent_adjacency:
+            assert u_adj is not None  # drawn whenever the adjacency is recurrent
             logits = self.edge_mlp(h_n_m, g, a_prev, c.edge_chunk_elems, impl=edge_impl)
             a_m, b_bar = self.sample_adjacency(logits, a_prev, pair_mask, u_adj)
             pm = pair_mask.to(logits.dtype)
@@ -498,8 +503,8 @@ class GDMCell(WorldModel):
         if set(scale) != set(per_step):
             raise RuntimeError(f"loss terms {sorted(per_step)} != scaled {sorted(scale)}")
         mean = {k: masked_mean(v, step_mask, (0, 1)) for k, v in per_step.items()}
-        pred = sum(mean[k] for k in mean if k.startswith("pred_"))
-        total = sum(scale[k] * mean[k] for k in mean)
+        pred = cast(torch.Tensor, sum(mean[k] for k in mean if k.startswith("pred_")))
+        total = cast(torch.Tensor, sum(scale[k] * mean[k] for k in mean))
         terms = {k: v.detach() for k, v in mean.items()}
         terms["pred"] = pred.detach()
         terms["total"] = total.detach()

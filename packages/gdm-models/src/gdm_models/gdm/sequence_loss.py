@@ -162,8 +162,13 @@ def sequence_core(model: GDMCell, *tensors: torch.Tensor | None) -> dict[str, to
     """:func:`sequence_loss_terms` on tensors: the :data:`CORE_FIELDS` of a batch, then the
     :data:`SEQUENCE_NOISE` uniforms (``None`` where switched off)."""
     nf = len(CORE_FIELDS)
-    fields_ = dict(zip(CORE_FIELDS, tensors[:nf], strict=True))
+    fields_: dict[str, torch.Tensor] = {}
+    for name, value in zip(CORE_FIELDS, tensors[:nf], strict=True):
+        assert value is not None  # only noise is switched off
+        fields_[name] = value
     u = dict(zip(SEQUENCE_NOISE, tensors[nf:], strict=True))
+    u_zn_post, u_zn_prior = u["zn_post"], u["zn_prior"]
+    assert u_zn_post is not None and u_zn_prior is not None  # the node latents always exist
     B, L = fields_["action_nodes"].shape[:2]
     batch = Batch(**fields_, step_mask=fields_["reward"].new_ones(B, L, dtype=torch.bool))
     cell = model.posterior_cell
@@ -194,19 +199,28 @@ def sequence_core(model: GDMCell, *tensors: torch.Tensor | None) -> dict[str, to
         u_zg = u["zg_post"][:, t] if u["zg_post"] is not None else None
         out = cell(
             h_n, z_n, h_g, z_g, a_emb[:, t], a_pool[:, t], e_v[:, t], e_g[:, t], alpha_t[t],
-            nm, u_zg, u["zn_post"][:, t],
+            nm, u_zg, u_zn_post[:, t],
         )  # fmt: skip
         h_n, h_g, z_g, z_n = out[2], out[3], out[5], out[7]
         if t > 0:  # step 0 only initialises the posterior; losses are on transitions 1..L
             steps.append(out)
     # ---- prior branch, decoder and loss terms of all B*L transitions at once
-    stacked = [_flat(torch.stack(parts, 1)) for parts in zip(*steps, strict=True)]
+    h_n_m, h_g_m, h_n_p, h_g_p, q_g, z_g_p, q_n, z_n_p = [
+        _flat(torch.stack(parts, 1)) for parts in zip(*steps, strict=True)
+    ]
     nm_f = nm[:, None, :].expand(B, L, N).reshape(B * L, N)
     pm = batch.pair_mask
     pm_f = pm[:, None].expand(B, L, N, N).reshape(B * L, N, N)
     obs_f = {k: _flat(v[:, 1:]) for k, v in obs.items()}
     terms = tail(
-        *stacked,
+        h_n_m,
+        h_g_m,
+        h_n_p,
+        h_g_p,
+        q_g,
+        z_g_p,
+        q_n,
+        z_n_p,
         obs_f,
         _flat(batch.reward),
         _flat(batch.continuation),
@@ -215,6 +229,6 @@ def sequence_core(model: GDMCell, *tensors: torch.Tensor | None) -> dict[str, to
         pm_f,
         _flat(u["zg_prior"]) if u["zg_prior"] is not None else None,
         _flat(u["adj"]) if u["adj"] is not None else None,
-        _flat(u["zn_prior"]),
+        _flat(u_zn_prior),
     )
     return {k: v.reshape(B, L) for k, v in terms.items()}
