@@ -92,7 +92,7 @@ def build_persistence(schema, scaler=None, *, variant=None, **overrides) -> Pers
 
 
 # ---------------------------------------------------------------------- its registry line
-register_model("persistence", build_persistence, overwrite=True)
+register_model("toy-persistence", build_persistence, overwrite=True)
 
 ENV, N = "SAR", 8
 
@@ -105,13 +105,13 @@ def trained(tmp_path_factory):
 
     eps = random_policy_episodes(ENV, N, 3)
     schema = env_schema(ENV)
-    model = make_model("persistence", schema, FeatureScaler.fit(eps, schema))
+    model = make_model("toy-persistence", schema, FeatureScaler.fit(eps, schema))
     before = model.reward.item()
     train(model, EpisodeDataset(eps, schema, seq_len=5), steps=20, batch_size=2, seq_len=5,
           lr=0.05, device="cpu", progress=False)  # fmt: skip
     assert model.reward.item() != before  # the trainer trained it
     path = model.save(tmp_path_factory.mktemp("ck") / "persistence")
-    loaded = load_checkpoint(path, schema=schema, model_name="persistence")
+    loaded = load_checkpoint(path, schema=schema, model_name="toy-persistence")
     assert isinstance(loaded, Persistence) and loaded.reward.item() == model.reward.item()
     return loaded.eval(), eps
 
