@@ -109,9 +109,7 @@ def verify(model, env_name: str, n: int, steps: int = 5) -> None:
     """Check on the model's device that a one-episode dream rollout draws what the model's
     own ``observe`` + ``imagine_multi`` draw with the same generator (prints the largest
     differences; the GPU's dense edge path may differ from the row blocks by rounding)."""
-    from gdm_models.api import predictions_to_numpy
-
-    from graphwm.dream import stepper_for
+    from gdm_models import predictions_to_numpy
 
     env = make_env(env_name, n)
     obs, _ = env.reset(seed=0)
@@ -121,14 +119,13 @@ def verify(model, env_name: str, n: int, steps: int = 5) -> None:
     vec = DreamVectorEnv(model, env, 1)
     g = torch.Generator(device=model.device).manual_seed(3)
     expected = model.imagine_multi(model.observe(obs, None, generator=g), actions, 1, generator=g)
-    stepper = stepper_for(model)
     g = torch.Generator(device=model.device).manual_seed(3)
     with torch.no_grad():
-        state = stepper.posterior(vec.core.model_inputs([obs]), g)
+        state = model.start(vec.core.model_inputs([obs]), g)
         worst: dict[str, float] = {}
         for k in range(steps):
             a = torch.as_tensor(actions[k : k + 1], dtype=torch.float32, device=model.device)
-            pred, state = stepper.step(state, a, g)
+            pred, state = model.step(state, a, g, batched=True)
             got = predictions_to_numpy(pred)
             for key, value in expected[k].items():
                 diff = float(np.abs(got[key].astype(float) - value.astype(float)).max(initial=0))

@@ -18,8 +18,8 @@ import graphwm_envs  # noqa: F401  (registers graphenv/*)
 import gymnasium as gym
 import numpy as np
 import pytest
-from gdm_models.api import NP_DTYPES
 from gdm_models.data import OBS_KEYS, complete_observation, validate_observation
+from gdm_models.world_model import NP_DTYPES
 from graphwm_envs.core.schema import FEATURE_KEYS, FeatureSchema
 from graphwm_envs.core.validation import OBS_DTYPES
 

@@ -76,7 +76,7 @@ def run_file(path: Path) -> int:
             runner.run(test, clear_globs=False)
             assert runner.failures == 0, f"doctest block at {name} failed (output above)"
         else:
-            exec(compile(code, name, "exec"), namespace)
+            exec(compile(code, name, "exec", dont_inherit=True), namespace)  # as a user runs it
         ran += 1
     return ran
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from gymnasium.utils.env_checker import check_env
 
-from graphwm.dream import DreamEnv, DreamVectorEnv, StartState, stepper_for, stored_starts
+from graphwm.dream import DreamEnv, DreamVectorEnv, StartState, stored_starts
 from graphwm.dream.tiny import random_policy_episodes, tiny_trained_model
 from graphwm.dream.validity import ObservationFixer
 from graphwm.envs import make_env
@@ -78,9 +78,10 @@ ABLATIONS = ("gdm:no-recurrent-adj", "gdm:no-graph-state+no-h-plus", "gdm:all-pa
     ("model_name", "env_name"),
     [(m, e) for m in MODELS for e in ENVS] + [(a, "SAR") for a in ABLATIONS],
 )
-def test_stepper_draws_what_observe_and_imagine_multi_draw(model_name, env_name):
-    """Posterior + k steps with one generator == the public observe + imagine_multi."""
-    from gdm_models.api import predictions_to_numpy
+def test_stepping_draws_what_observe_and_imagine_multi_draw(model_name, env_name):
+    """WorldModel.start + k batched steps (what the dream env runs) with one generator ==
+    the public observe + imagine_multi."""
+    from gdm_models import predictions_to_numpy
     from gdm_models.data import OBS_KEYS
 
     model = trained(model_name, env_name)
@@ -92,12 +93,12 @@ def test_stepper_draws_what_observe_and_imagine_multi_draw(model_name, env_name)
     expected = model.imagine_multi(latent, actions, 1, generator=g)
 
     env = DreamEnv(model, make_env(env_name, N))
-    stepper = stepper_for(model)
     g = torch.Generator().manual_seed(7)
     with torch.no_grad():
-        state = stepper.posterior(env.core.model_inputs([obs0]), g)
+        state = model.start(env.core.model_inputs([obs0]), g)
         for k, a in enumerate(actions):
-            pred, state = stepper.step(state, torch.as_tensor(a[None], dtype=torch.float32), g)
+            a = torch.as_tensor(a[None], dtype=torch.float32)
+            pred, state = model.step(state, a, g, batched=True)
             got = predictions_to_numpy(pred)
             for key, value in expected[k].items():
                 np.testing.assert_allclose(got[key], value, rtol=1e-5, atol=1e-6, err_msg=key)
@@ -256,15 +257,16 @@ def test_stored_start_states_and_bad_inputs():
     small["adjacency"] = small["adjacency"][:5, :5]
     with pytest.raises(ValueError, match="nodes"):
         env.core.start(np.zeros(1, np.int64), [StartState(small, None)])
-    with pytest.raises(TypeError, match="no dream-env stepper"):
-        stepper_for(object())
+    with pytest.raises(TypeError, match="gdm_models.WorldModel"):
+        DreamEnv(object(), make_env("SAR", N))
 
 
 def test_gdm_gpu_block_path_matches_the_default_path(monkeypatch):
     """The GPU path (episodes in blocks, dense edge MLP) forced on the CPU: one block draws
     what the model's own observe + imagine_multi draw; several blocks keep episodes in order
-    and give valid observations; the model's edge-MLP setting is restored afterwards."""
-    from graphwm.dream.steppers import GDMStepper
+    and give valid observations; the model's edge-MLP setting is left alone."""
+    from gdm_models import GDM
+    from gdm_models.adjacency import EdgeUpdateMLP
 
     model = trained("gdm", "SAR")
     block = {"size": 1}
@@ -272,22 +274,30 @@ def test_gdm_gpu_block_path_matches_the_default_path(monkeypatch):
     def blocks(self, b, n):
         return [slice(i, min(b, i + block["size"])) for i in range(0, b, block["size"])]
 
-    monkeypatch.setattr(GDMStepper, "_gpu_blocks", blocks)
+    monkeypatch.setattr(GDM, "dense_step_blocks", blocks)
+    dense_calls = []
+    forward_dense = EdgeUpdateMLP.forward_dense
+
+    def counted(self, *args, **kwargs):
+        dense_calls.append(args[0].shape[0])
+        return forward_dense(self, *args, **kwargs)
+
+    monkeypatch.setattr(EdgeUpdateMLP, "forward_dense", counted)
     ep = episodes("SAR")[0]
     obs0 = {k: ep[k][0] for k in make_env("SAR", N).observation_space.spaces}
     g = torch.Generator().manual_seed(5)
     latent = model.observe(obs0, None, generator=g)
     expected = model.imagine_multi(latent, ep["action_nodes"][:3], 1, generator=g)
-    stepper = stepper_for(model)
     env = DreamEnv(model, make_env("SAR", N))
     g = torch.Generator().manual_seed(5)
     with torch.no_grad():
-        state = stepper.posterior(env.core.model_inputs([obs0]), g)
+        state = model.start(env.core.model_inputs([obs0]), g)
         for k in range(3):
             a = torch.as_tensor(ep["action_nodes"][k : k + 1], dtype=torch.float32)
-            pred, state = stepper.step(state, a, g)
+            pred, state = model.step(state, a, g, batched=True)
             np.testing.assert_array_equal(pred["adjacency"].numpy()[0], expected[k]["adjacency"][0])
             np.testing.assert_allclose(pred["reward"].numpy(), expected[k]["reward"], atol=1e-5)
+    assert dense_calls == [1, 1, 1]  # the block path ran, with the dense edge MLP
     assert model.edge_mlp.impl == "auto"
 
     block["size"] = 2

@@ -5,7 +5,7 @@ L = 20 transitions on 15-25-node graphs) one Adam training step (loss, backward,
 clipping, optimizer step) is timed twice in the same run, on the same batch and weights:
 
 * ``fast``: the model's ``loss`` (the optimised path);
-* ``ref``: the step-by-step eager reference of :mod:`gdm_models.baselines._reference` (the
+* ``ref``: the step-by-step eager reference of :mod:`gdm_models.reference` (the
   code before the optimisation).
 
 Printed per path: ms per step (median of the timed steps), and from ``torch.profiler`` the
@@ -31,8 +31,8 @@ from collections.abc import Callable
 import numpy as np
 import torch
 from gdm_models import EpisodeDataset, FeatureScaler, get_preset, make_model
-from gdm_models.baselines._reference import grssm_loss_reference, gwm_loss_reference
 from gdm_models.data import OBS_KEYS
+from gdm_models.reference import grssm_loss_reference, gwm_loss_reference
 from gdm_models.synthetic import schema_episode
 
 SCHEMAS = {

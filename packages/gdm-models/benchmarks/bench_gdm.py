@@ -4,7 +4,7 @@
    L = 20 transitions on 15-25-node graphs: ms per step (forward, backward, clip, Adam) and,
    from torch.profiler, aten ops per step (CPU) or CUDA kernels per step and the GPU busy
    fraction (CUDA), for
-   - ``reference``: the step-by-step eager path (``GDM.loss_terms(reference=True)``),
+   - ``reference``: the step-by-step eager path (``gdm_models.reference.gdm_loss_reference``),
    - ``fast``: the time-vectorised path (the default training loss),
    - ``fast+compile`` (with ``--compile``): the same through ``torch.compile``.
 2. One-step imagination of 30 samples after 5 posterior steps at N in {200, 1000} on sparse
@@ -33,6 +33,7 @@ import torch
 from gdm_models import EpisodeDataset, FeatureScaler, get_preset, make_model
 from gdm_models.data import OBS_KEYS
 from gdm_models.gdm import Noise
+from gdm_models.reference import gdm_loss_tensors_reference
 from gdm_models.synthetic import SYNTHETIC_SCHEMA, random_episode, random_graph
 from torch.profiler import ProfilerActivity, profile
 
@@ -64,7 +65,10 @@ def _train_stats(model, batches, dev, reference: bool, steps: int) -> dict[str, 
     gen = torch.Generator(device=dev).manual_seed(0)
 
     def step(b):
-        loss, _ = model._loss_tensors(b, Noise(gen, dev), reference=reference)
+        if reference:
+            loss, _ = gdm_loss_tensors_reference(model, b, Noise(gen, dev))
+        else:
+            loss, _ = model.loss_tensors(b, Noise(gen, dev))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 100.0)

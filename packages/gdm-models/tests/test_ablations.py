@@ -8,6 +8,7 @@ import torch
 from gdm_models import get_preset
 from gdm_models.adjacency import bernoulli_gate, hard_concrete_gate
 from gdm_models.gdm import ABLATIONS, Noise
+from gdm_models.reference import gdm_loss_tensors_reference
 
 VARIANTS = (
     ["gdm"]
@@ -39,7 +40,7 @@ def _posterior(m, batch, adjacency=None, steps=2):
             action = torch.zeros_like(nm, dtype=torch.float) if t == 0 else batch.action_nodes[
                 :, t - 1
             ]  # fmt: skip
-            latent, o = m._posterior_step(latent, action, obs, nm, pm, noise, t, t > 0)
+            latent, o = m.posterior_step(latent, action, obs, nm, pm, noise, t, t > 0)
             outs.append((latent, o))
     return outs
 
@@ -87,7 +88,7 @@ def _shared(full, ablated):
 def _terms(m, b, seed=0):
     with torch.no_grad():
         noise = Noise(torch.Generator().manual_seed(seed), m.device)
-        return m._loss_tensors(b, noise, reference=True)
+        return gdm_loss_tensors_reference(m, b, noise)
 
 
 @pytest.fixture
@@ -169,8 +170,8 @@ def test_bernoulli_adj_changes_the_gate_distribution_not_its_open_probability(pa
     pm = torch.ones_like(logits, dtype=torch.bool)
     a0 = torch.zeros_like(logits)
     with torch.no_grad():
-        a_hc, _ = full._sample_adjacency(logits, a0, pm, u)
-        a_be, _ = m._sample_adjacency(logits, a0, pm, u)
+        a_hc, _ = full.sample_adjacency(logits, a0, pm, u)
+        a_be, _ = m.sample_adjacency(logits, a0, pm, u)
     # both open a gate with probability sigmoid(l) ...
     for a in (a_hc, a_be):
         torch.testing.assert_close(a.mean(1), torch.sigmoid(logits[:, 0]), atol=0.015, rtol=0)

@@ -249,8 +249,8 @@ def test_padding_does_not_change_real_node_predictions():
         a7 = torch.nn.functional.pad(a, (0, 3))
         with torch.no_grad():
             if name == "vanilla-gwm":
-                p4, _ = model.step(state_from_observation(obs, m4, model.schema, sc), a)
-                p7, _ = model.step(state_from_observation(pad, m7, model.schema, sc), a7)
+                p4, _ = model.predict(state_from_observation(obs, m4, model.schema, sc), a)
+                p7, _ = model.predict(state_from_observation(pad, m7, model.schema, sc), a7)
             else:
                 z4 = torch.zeros(1, 4, 8)
                 z4[..., 1] = 1.0
@@ -497,7 +497,7 @@ def test_gwm_step_follows_the_formula(self_loops):
     mask = torch.ones(1, 6, dtype=torch.bool)
     st = state_from_observation(obs, mask, m.schema, m.scaler)
     act = torch.as_tensor(ep["action_nodes"][0], dtype=torch.float32)[None]
-    pred, h_out = m.step(st, act)
+    pred, h_out = m.predict(st, act)
     # reference
     e_g = m.graph_encoder(st.graph_continuous, st.graph_categorical)
     e_n = m.node_encoder(st.node_continuous, st.node_categorical, st.action_mask[..., None])

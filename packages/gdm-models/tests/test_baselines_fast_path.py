@@ -1,5 +1,5 @@
 """The baselines' optimised training/imagination paths against the slow eager references of
-:mod:`gdm_models.baselines._reference` (issue 10), the attention's memory-budgeted blocks
+:mod:`gdm_models.reference`, the attention's memory-budgeted blocks
 against a dense softmax, the loss-scale dicts (issue 14) and topology sensitivity (issue 13).
 """
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 from gdm_models import EpisodeDataset, FeatureScaler, make_model
-from gdm_models.baselines import _reference as ref
+from gdm_models import reference as ref
 from gdm_models.baselines import grssm as grssm_mod
 from gdm_models.baselines import gwm as gwm_mod
 from gdm_models.baselines.common import sampled_state, state_from_observation
@@ -271,7 +271,7 @@ def test_gwm_predictions_see_the_observed_topology(name, monkeypatch):
 
     def predict(o):
         t = {k: v[None] for k, v in observation_to_tensors(o).items()}
-        return model.step(state_from_observation(t, mask, model.schema, model.scaler), act)[0]
+        return model.predict(state_from_observation(t, mask, model.schema, model.scaler), act)[0]
 
     changed = _changed_topology({k: v[None] for k, v in obs.items()})
     changed = {k: v[0] for k, v in changed.items()}

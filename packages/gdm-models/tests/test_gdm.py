@@ -86,7 +86,7 @@ def test_teacher_forcing_on_posterior_path(make_tiny, dataset):
     prev = m.initial_latent(2, b.num_nodes)
     for t in range(4):
         act = torch.zeros(2, b.num_nodes) if t == 0 else b.action_nodes[:, t - 1]
-        prev, o = m._posterior_step(
+        prev, o = m.posterior_step(
             prev, act, b.observation(t), nm, pm, Noise(None, m.device), t, t > 0
         )
         assert torch.equal(prev.adjacency, b.adjacency[:, t])

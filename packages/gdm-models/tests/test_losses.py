@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 import torch
+from gdm_models.layers import categorical_kl, sample_onehot_st, unimix_probs
 from gdm_models.losses import adjacency_kl, free_bits, h_alignment, kl_dyn_rep, masked_mean
-from gdm_models.rssm import categorical_kl, sample_onehot_st, unimix_probs
 
 
 def test_categorical_kl_by_hand_and_dyn_rep_gradients():

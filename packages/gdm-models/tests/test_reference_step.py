@@ -16,6 +16,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from gdm_models.gdm import Noise
+from gdm_models.reference import edge_logits_reference, gdm_transition_terms_reference
 
 BETA, GAMMA, ZETA = 2.0 / 3.0, -0.1, 1.1
 
@@ -62,12 +63,12 @@ def step(make_tiny, dataset):
     B, N = b.batch_size, b.num_nodes
     noise = Noise(torch.Generator().manual_seed(3), m.device)
     with torch.no_grad():
-        prev, _ = m._posterior_step(
+        prev, _ = m.posterior_step(
             m.initial_latent(B, N), torch.zeros(B, N), b.observation(0), nm, pm, noise, 0, False
         )
         obs = b.observation(1)
-        lat, o = m._posterior_step(prev, b.action_nodes[:, 0], obs, nm, pm, noise, 1, True)
-        terms = m._step_terms(b, 1, obs, prev, o, nm, pm, nm.sum(1))
+        lat, o = m.posterior_step(prev, b.action_nodes[:, 0], obs, nm, pm, noise, 1, True)
+        terms = gdm_transition_terms_reference(m, b, 1, obs, prev, o, nm, pm, nm.sum(1))
     return m, b, prev, obs, lat, o, terms, noise.record
 
 
@@ -117,7 +118,7 @@ def test_one_step_follows_the_method_section(step):
     assert torch.equal(lat.adjacency, a_obs)  # teacher forcing
     # prior path: l_ij = MLP_adj(h_i^-, h_j^-, h_g^-, z_g^-, A_{t-1}(i,j)) (symmetrised)
     a_prev = prev.adjacency
-    logits = m.edge_mlp.forward_naive(h_m, torch.cat([hg_m, zg_m], -1), a_prev)
+    logits = edge_logits_reference(m.edge_mlp, h_m, torch.cat([hg_m, zg_m], -1), a_prev)
     torch.testing.assert_close(o["logits"], logits, atol=1e-5, rtol=1e-5)
     # Hard Concrete: l~ = l + beta log(-gamma/zeta), s = sigmoid((log u - log(1-u) + l~)/beta),
     # c = clip(s (zeta - gamma) + gamma); A_t = A_{t-1} xor 1[c > 0]

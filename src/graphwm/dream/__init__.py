@@ -1,4 +1,4 @@
-"""Trained world models as Gymnasium environments (issue 15; docs/dream.md).
+"""Trained world models as Gymnasium environments (docs/dream.md).
 
 * :class:`DreamEnv` - one imagined episode at a time, a drop-in ``gym.Env`` for the real env;
 * :class:`DreamVectorEnv` - B imagined episodes per batched forward pass (``VectorEnv``);
@@ -11,21 +11,17 @@ from pathlib import Path
 
 from graphwm.dream.core import DreamCore, StartState, real_horizon, real_start, stored_starts
 from graphwm.dream.env import DreamEnv
-from graphwm.dream.steppers import LatentStepper, register_stepper, stepper_for
 from graphwm.dream.vector import DreamVectorEnv
 
 __all__ = [
     "DreamCore",
     "DreamEnv",
     "DreamVectorEnv",
-    "LatentStepper",
     "StartState",
     "load_world_model",
     "make_dream_env",
     "real_horizon",
     "real_start",
-    "register_stepper",
-    "stepper_for",
     "stored_starts",
 ]
 

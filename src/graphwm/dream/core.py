@@ -2,10 +2,12 @@
 
 It holds B imagined episodes of one world model that imitates one real env: their latent
 states, step counts, horizons and last valid action masks. ``start`` runs the model's posterior
-on real start observations (batched), ``step`` imagines one step of all B episodes in one
-forward pass and returns a valid observation (see :mod:`graphwm.dream.validity`), the reward
-head's prediction, termination sampled from the continuation head and truncation at the
-real env's horizon. All randomness comes from one ``torch.Generator`` on the model's device.
+on real start observations (batched, ``WorldModel.start``), ``step`` imagines one step of all B
+episodes in one forward pass (``WorldModel.step``) and returns a valid observation (see
+:mod:`graphwm.dream.validity`), the reward head's prediction, termination sampled from the
+continuation head and truncation at the real env's horizon. Only the models' public stepping
+API is used, so any ``WorldModel`` works. All randomness comes from one ``torch.Generator`` on
+the model's device.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from graphwm.dream.steppers import stepper_for
 from graphwm.dream.validity import ObservationFixer, start_mask, valid_reward
 from graphwm.metric.graph import OBS_KEYS
 
@@ -84,8 +85,15 @@ def stored_starts(
 
 
 def check_model_matches_env(model, env: gym.Env) -> None:
-    """Raise ``ValueError`` if the model was trained on another feature schema."""
-    from gdm_models import Schema
+    """Raise ``TypeError`` for an object that is no ``gdm_models.WorldModel`` and
+    ``ValueError`` if the model was trained on another feature schema."""
+    from gdm_models import Schema, WorldModel
+
+    if not isinstance(model, WorldModel):
+        raise TypeError(
+            f"a dream env needs a gdm_models.WorldModel (it steps through WorldModel.start / "
+            f"WorldModel.step), got {type(model).__name__}"
+        )
 
     ms = model.schema
     es = Schema.from_dict(env.unwrapped.schema.to_dict())
@@ -119,7 +127,6 @@ class DreamCore:
         self.num_nodes = int(self.real.num_nodes)
         self.num_episodes = int(num_episodes)
         self.schema = self.real.schema.to_dict()
-        self.stepper = stepper_for(model)
         self.device = model.device
         self.fixer = ObservationFixer(self.observation_space, self.device)
         self.generator = torch.Generator(device=self.device)
@@ -166,16 +173,14 @@ class DreamCore:
                     f"start state has adjacency {np.shape(s.observation['adjacency'])}, "
                     f"the env has {self.num_nodes} nodes"
                 )
-        new = self.stepper.posterior(
-            self.model_inputs([s.observation for s in starts]), self.generator
-        )
+        new = self.model.start(self.model_inputs([s.observation for s in starts]), self.generator)
         if self.state is None:
             if not np.array_equal(rows, np.arange(self.num_episodes)):
                 raise RuntimeError("the first start must cover every episode")
             self.state = new
         else:
             idx = torch.as_tensor(rows, device=self.device)
-            self.state = self.stepper.replace_rows(self.state, idx, new)
+            self.state = self.model.replace_rows(self.state, idx, new)
         self.steps[rows] = 0
         self.horizons[rows] = [-1 if s.horizon is None else int(s.horizon) for s in starts]
         masks = start_mask(np.stack([s.observation["action_mask"] for s in starts]))
@@ -197,7 +202,8 @@ class DreamCore:
                 f"action_nodes must be ({self.num_episodes}, {self.num_nodes}), "
                 f"got {tuple(a.shape)}"
             )
-        pred, self.state = self.stepper.step(self.state, a, self.generator)
+        # batched: the model may pick its implementation for many independent episodes
+        pred, self.state = self.model.step(self.state, a, self.generator, batched=True)
         obs, mask = self.fixer.observation(pred, self.masks)
         if mask is not None:
             self.masks = mask

@@ -1,19 +1,41 @@
-"""gdm-models: the Graph Dynamics Model (GDM) world model, its training and imagination.
+"""gdm-models: the Graph Dynamics Model (GDM) world model, its baselines, training and
+imagination.
 
 Public API::
 
     from gdm_models import (Schema, FeatureScaler, EpisodeDataset, WorldModel, make_model,
                             register_model, get_preset, train, load_checkpoint)
+
+Modules in layers, each importing only those below it (checked by import-linter, see the root
+pyproject.toml):
+
+1. ``trainer`` - the training loop; ``checkpoint`` - save / verify / load;
+2. ``registry`` - every model by name (one line per model); ``reference`` - slow reference
+   losses for tests and benchmarks;
+3. the models: ``gdm`` (the GDM and its ablations), ``baselines`` (Vanilla / EA-GWM, G-RSSM);
+4. ``world_model`` (the ``WorldModel`` base class), ``encoder``, ``decoder``, ``losses``;
+5. leaves: ``schema``, ``scaling``, ``data``, ``layers``, ``adjacency``, ``message_passing``,
+   ``compiling``, ``presets`` (hyperparameters of every model, plain data), ``synthetic``.
 """
 
-from .api import PREDICTION_KEYS, WorldModel, predictions_to_numpy
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .data import OBS_KEYS, Batch, DataError, EpisodeDataset, EpochSampler
+from .gdm import GDM, GDMConfig
 from .presets import ENV_IDS, get_preset, register_preset
 from .registry import available_models, make_model, register_model
 from .scaling import FeatureScaler
 from .schema import Schema, SchemaError, parse_schema
 from .trainer import TrainResult, train
+from .world_model import (
+    PREDICTION_KEYS,
+    StepState,
+    WorldModel,
+    bind_checkpoint_io,
+    predictions_to_numpy,
+)
+
+# WorldModel.save / WorldModel.load delegate to the checkpoint layer above the base class
+bind_checkpoint_io(save_checkpoint, load_checkpoint)
 
 __version__ = "0.1.0"
 
@@ -31,6 +53,7 @@ __all__ = [
     "GDMConfig",
     "Schema",
     "SchemaError",
+    "StepState",
     "TrainResult",
     "WorldModel",
     "available_models",
@@ -44,11 +67,3 @@ __all__ = [
     "save_checkpoint",
     "train",
 ]
-
-
-def __getattr__(name: str):  # lazy: keep `import gdm_models` light
-    if name in ("GDM", "GDMConfig"):
-        from . import gdm
-
-        return getattr(gdm, name)
-    raise AttributeError(f"module 'gdm_models' has no attribute {name!r}")

@@ -13,7 +13,7 @@ projections P = h W_i, Q = h W_j. :meth:`EdgeUpdateMLP.forward_dense` uses this 
 broadcasting (in checkpointed blocks of graphs beyond a memory budget);
 :meth:`EdgeUpdateMLP.forward_chunked` (no autograd; for imagination on large graphs) walks over
 blocks sized by a per-device memory budget and adds w_A only on existing edges;
-:meth:`EdgeUpdateMLP.forward_naive` concatenates all pairs (the reference implementation).
+:func:`gdm_models.reference.edge_logits_reference` concatenates all pairs (the reference).
 All three compute the same function.
 """
 
@@ -45,7 +45,7 @@ __all__ = [
 HC_BETA = 2.0 / 3.0
 HC_GAMMA = -0.1
 HC_ZETA = 1.1
-_EPS = 1e-6
+EPS = 1e-6
 INIT_UPDATE_LOGIT = -4.0
 
 #: block budget (bytes) of the no-grad pairwise edge MLP per device type: cache sized on the
@@ -87,13 +87,13 @@ def hard_concrete_gate(
     c = clip_[0,1](s (zeta - gamma) + gamma).  With the shift, P(c > 0) = sigmoid(l).
     """
     if torch.is_grad_enabled() and (logits.requires_grad or u.requires_grad):
-        u = u.clamp(_EPS, 1.0 - _EPS)
+        u = u.clamp(EPS, 1.0 - EPS)
         l_tilde = logits + beta * math.log(-gamma / zeta)  # paper: shifted logit
         s = torch.sigmoid((torch.log(u) - torch.log1p(-u) + l_tilde) / beta)
         return torch.clamp(s * (zeta - gamma) + gamma, 0.0, 1.0)
     # without autograd: the same operations in the order above, in place on two buffers
     # (imagination at large N: each fresh (S, N, N) buffer costs page faults)
-    x = u.clamp(_EPS, 1.0 - _EPS)
+    x = u.clamp(EPS, 1.0 - EPS)
     l_tilde = torch.log1p(torch.neg(x))
     x.log_().sub_(l_tilde)
     torch.add(logits, beta * math.log(-gamma / zeta), out=l_tilde)
@@ -270,36 +270,29 @@ class EdgeUpdateMLP(nn.Module):
             f[bi, ii, jj] = torch.matmul(F.silu(pc[bi, ii] + q[bi, jj] + self.w_a), w2) + b2
         return self.symmetrise(f)
 
-    def forward_naive(self, h: torch.Tensor, g: torch.Tensor, a_prev: torch.Tensor) -> torch.Tensor:
-        """Reference: concatenate [h_i, h_j, h_g, z_g, A_ij] for every ordered pair."""
-        b, n, d = h.shape
-        hi = h[:, :, None, :].expand(b, n, n, d)
-        hj = h[:, None, :, :].expand(b, n, n, d)
-        gg = g[:, None, None, :].expand(b, n, n, self.graph_dim)
-        x = torch.cat([hi, hj, gg, a_prev[..., None]], dim=-1)
-        wg = [self.w_g.weight] if self.w_g is not None else []
-        w1 = torch.cat([self.w_i.weight, self.w_j.weight, *wg, self.w_a[:, None]], dim=1)
-        f = self.out(F.silu(F.linear(x, w1, self.b1))).squeeze(-1)
-        return self.symmetrise(f)
-
     #: implementation used by :meth:`forward`: "auto" (dense with autograd, else chunked),
-    #: "dense", "chunked" or "naive" (benchmarks/tests)
+    #: "dense" or "chunked"
     impl: str = "auto"
 
     def forward(
-        self, h: torch.Tensor, g: torch.Tensor, a_prev: torch.Tensor, chunk_elems: int = 0
+        self,
+        h: torch.Tensor,
+        g: torch.Tensor,
+        a_prev: torch.Tensor,
+        chunk_elems: int = 0,
+        impl: str | None = None,
     ) -> torch.Tensor:
         """Symmetric edge-update logits (B, N, N); see :attr:`impl`.
 
         ``chunk_elems``: block size of the chunked (no-grad) path in floats (``0``: by the
-        device's memory budget, :data:`EDGE_CHUNK_BYTES`)."""
-        impl = self.impl
+        device's memory budget, :data:`EDGE_CHUNK_BYTES`). ``impl``: the implementation of
+        this call (``None``: :attr:`impl`), so a caller can choose one without changing the
+        module."""
+        impl = self.impl if impl is None else impl
         if impl == "auto":
             impl = "dense" if torch.is_grad_enabled() else "chunked"
         if impl == "dense":
             return self.forward_dense(h, g, a_prev)
         if impl == "chunked":
             return self.forward_chunked(h, g, a_prev, chunk_elems)
-        if impl == "naive":
-            return self.forward_naive(h, g, a_prev)
         raise ValueError(f"unknown EdgeUpdateMLP.impl {impl!r}")

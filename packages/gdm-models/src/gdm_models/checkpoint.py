@@ -13,8 +13,9 @@ covers the weights (through their SHA-256), the model name, config, schema, scal
 sealed file: :func:`verify_checkpoint` refuses a checkpoint where any of them was edited,
 truncated or removed. Loading verifies, optionally checks the schema and the model name against
 expected ones, and rebuilds the model through the registry before loading the weights strictly.
-This module does not import :mod:`gdm_models.api` (it only needs the small
-:class:`Checkpointable` protocol), so the two modules do not import each other.
+``WorldModel.save`` / ``WorldModel.load`` call these functions through the hook the package's
+``__init__`` binds (:func:`gdm_models.world_model.bind_checkpoint_io`), because the base class
+sits below the registry.
 """
 
 from __future__ import annotations
@@ -30,8 +31,10 @@ from typing import Any, Protocol
 import torch
 from safetensors.torch import load_file, save_file
 
+from .registry import make_model
 from .scaling import FeatureScaler
 from .schema import Schema
+from .world_model import WorldModel
 
 __all__ = [
     "CheckpointError",
@@ -68,7 +71,7 @@ def _atomic_write_text(path: Path, text: str) -> None:
 class Checkpointable(Protocol):
     """What :func:`save_checkpoint` needs of a model (every ``WorldModel`` has it)."""
 
-    model_name: str | None
+    model_name: str
     schema: Schema
     scaler: FeatureScaler
 
@@ -195,8 +198,8 @@ def load_checkpoint(
     schema: Mapping[str, Any] | Schema | None = None,
     model_name: str | None = None,
     device: torch.device | str = "cpu",
-) -> torch.nn.Module:
-    """Load a model (a ``WorldModel``) saved by :func:`save_checkpoint`.
+) -> WorldModel:
+    """Load a model saved by :func:`save_checkpoint`.
 
     Args:
         path: checkpoint directory.
@@ -205,8 +208,6 @@ def load_checkpoint(
         model_name: if given, the checkpoint must hold this model (e.g. ``"gdm:no-h-plus"``).
         device: device to place the model on.
     """
-    from .registry import make_model
-
     path = Path(path)
     manifest = verify_checkpoint(path)
     wf = path / WEIGHTS_FILE

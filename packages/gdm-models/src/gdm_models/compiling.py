@@ -1,4 +1,4 @@
-"""Optional ``torch.compile`` with a fallback to eager execution (issue 10).
+"""Optional ``torch.compile`` with a fallback to eager execution.
 
 :func:`compile_or_eager` wraps a function so that it runs compiled when ``torch.compile`` is
 available and works, and eagerly otherwise; the first failure (missing ``torch.compile``, an

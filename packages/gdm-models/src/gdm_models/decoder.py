@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .rssm import MLP
+from .layers import MLP
 from .schema import Schema
 
 __all__ = ["InnovationDecoder", "NodeHeads", "GraphHeads", "PairDotAdjacencyHead"]

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, cast
 
 import torch
 import torch.nn.functional as F
 
-from .rssm import _EPS
+from .layers import EPS
 
 if TYPE_CHECKING:
     from .scaling import FeatureScaler
@@ -47,10 +47,10 @@ def free_bits(kl: torch.Tensor, eps: float) -> torch.Tensor:
 def kl_dyn_rep(q: torch.Tensor, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(KL(sg(q) || p), KL(q || sg(p))) of factorised categoricals (..., groups, classes).
 
-    Same values as two :func:`~gdm_models.rssm.categorical_kl` calls; the logs are taken once.
+    Same values as two :func:`~gdm_models.layers.categorical_kl` calls; the logs are taken once.
     """
-    log_q = torch.log(q.clamp_min(_EPS))
-    log_p = torch.log(p.clamp_min(_EPS))
+    log_q = torch.log(q.clamp_min(EPS))
+    log_p = torch.log(p.clamp_min(EPS))
     dyn = (q.detach() * (log_q.detach() - log_p)).sum(dim=(-1, -2))
     rep = (q * (log_q - log_p.detach())).sum(dim=(-1, -2))
     return dyn, rep
@@ -211,7 +211,7 @@ def prediction_loss(
         graph_terms.append(cross_entropy(logits, target["graph_categorical"][..., i]))
     zeros = torch.zeros_like(pred.reward)
     f_g = pred.graph_continuous.shape[-1] + len(pred.graph_categorical)  # |F_g|
-    graph = sum(graph_terms) / f_g if graph_terms else zeros
+    graph = cast(torch.Tensor, sum(graph_terms)) / f_g if graph_terms else zeros
     # adjacency BCE over real off-diagonal (ordered) pairs == over unordered pairs (symmetric)
     if adjacency_norm not in ("pairs", "nodes_squared"):
         raise ValueError(f"adjacency_norm must be 'pairs' or 'nodes_squared': {adjacency_norm!r}")

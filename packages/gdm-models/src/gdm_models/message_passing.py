@@ -108,6 +108,7 @@ class GraphMessagePassing(nn.Module):
             return h
         m = self._inject(h, g)
         for layer in self.layers:
+            assert isinstance(layer, SparseGATLayer)
             m = layer.forward_dense(m, alpha)
         return m
 

@@ -1,8 +1,10 @@
-"""Hyperparameter presets per environment (paper, appendix "Final Hyperparameters").
+"""Hyperparameter presets of every model per environment (paper, appendix "Final
+Hyperparameters"), as plain data: this module imports nothing from the package, so any layer
+may read it.
 
 A preset is ``{"model": {config overrides}, "train": {trainer kwargs}}``. Environment ids:
 ``"RGC"``, ``"OD"``, ``"SAR"``, ``"CF"``. Unsearched parameters marked * in the paper's table
-are included as well. Baseline presets are added by ``gdm_models.baselines`` via
+are included as well. Models added outside the package may add theirs with
 :func:`register_preset`.
 
 Usage::
@@ -30,7 +32,7 @@ def _gdm(
     beta_rep: float,
     free_bits: float,
     grssm_encoder_layers: int,
-):
+) -> dict[str, Any]:
     return {
         "model": {
             "mp_layers": 1,  # L
@@ -60,13 +62,65 @@ def _gdm(
     }
 
 
+def _train(lr: float) -> dict[str, Any]:
+    # Adam, batch 8, sequence length 20 (paper, appendix "Training Details")
+    return {"lr": lr, "batch_size": 8, "seq_len": 20}
+
+
+def _gwm(lr: float, layers: int, dim: int, beta_adj: float) -> dict[str, Any]:
+    return {
+        "model": {"mp_layers": layers, "hidden_dim": dim, "beta_adj": beta_adj},
+        "train": _train(lr),
+    }
+
+
+def _grssm(layers: int, enc_layers: int, beta_adj: float, free_bits: float) -> dict[str, Any]:
+    return {
+        "model": {
+            "mp_layers": layers,  # L: rounds of recurrent all-pairs message passing
+            "encoder_layers": enc_layers,  # Encoder L
+            "embed_dim": 128,  # dim(e) *
+            "hidden_dim": 128,  # dim(h) *
+            "latent_groups": 8,  # dim(z) = 8 x 8 *
+            "latent_classes": 8,
+            "beta_adj": beta_adj,
+            "beta_dyn": 1.0,  # *
+            "beta_rep": 0.1,  # *
+            "beta_pred": 1.0,  # *
+            "free_bits": free_bits,  # *
+            # the experiments reproduce the paper's exact decoder logit (no learned bias)
+            "adj_bias": False,
+        },
+        "train": _train(1e-3),
+    }
+
+
+#: model base name -> environment id -> preset; * = unsearched in the paper's table
 PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     "gdm": {
         "RGC": _gdm(1e-4, 64, 32, 32, 0.1, 0.0, 1),
         "OD": _gdm(5e-4, 128, 16, 16, 0.05, 0.01, 1),
         "SAR": _gdm(5e-4, 128, 16, 16, 0.1, 0.01, 2),
         "CF": _gdm(5e-4, 128, 16, 16, 0.1, 0.01, 1),
-    }
+    },
+    "ea-gwm": {
+        "RGC": _gwm(1e-3, 2, 64, 1.0),
+        "OD": _gwm(1e-4, 4, 64, 1.0),
+        "SAR": _gwm(5e-4, 2, 128, 1.0),
+        "CF": _gwm(1e-4, 4, 128, 1.0),
+    },
+    "vanilla-gwm": {
+        "RGC": _gwm(5e-4, 2, 64, 0.1),
+        "OD": _gwm(1e-4, 4, 128, 0.1),
+        "SAR": _gwm(1e-4, 2, 128, 0.1),
+        "CF": _gwm(1e-4, 1, 128, 0.1),
+    },
+    "g-rssm": {
+        "RGC": _grssm(3, 1, 10.0, 0.0),
+        "OD": _grssm(1, 1, 1.0, 0.01),
+        "SAR": _grssm(1, 2, 10.0, 0.01),
+        "CF": _grssm(1, 1, 0.1, 0.01),
+    },
 }
 
 
@@ -85,10 +139,6 @@ def register_preset(model: str, env_id: str, preset: dict[str, Any]) -> None:
 def get_preset(model: str, env_id: str) -> dict[str, Any]:
     """Return a deep copy of the preset for ``model`` (``"gdm:<ablation>"`` uses the GDM's)."""
     base = model.split(":", 1)[0]
-    if base not in PRESETS:
-        from .registry import available_models
-
-        available_models()  # lazily imports the baselines, which register their presets
     if base not in PRESETS:
         raise KeyError(f"no presets for model {model!r}; known: {sorted(PRESETS)}")
     if env_id not in PRESETS[base]:

@@ -1,10 +1,11 @@
-"""Model registry: build any world model by name.
+"""Model registry: every world model of the package by name, one line per model.
 
 Names: ``"gdm"`` and ``"gdm:<ablation>[+<ablation>...]"`` (see :data:`gdm_models.gdm.ABLATIONS`:
 ``no-graph-state``, ``no-beta-h``, ``no-h-plus``, ``bernoulli-adj``, ``all-pairs-mp``,
-``no-recurrent-adj``), plus whatever other packages register with :func:`register_model`
-(the baselines ``"vanilla-gwm"``, ``"ea-gwm"``, ``"g-rssm"`` are registered by
-``gdm_models.baselines``, imported lazily on first lookup of an unknown name).
+``no-recurrent-adj``), and the baselines ``"vanilla-gwm"``, ``"ea-gwm"`` and ``"g-rssm"``.
+Adding a model is one module with its ``WorldModel`` subclass and factory, plus one line in
+:data:`MODELS` (docs/models.md). Code outside the package may add a model at run time with
+:func:`register_model`.
 
 A factory has the signature ``factory(schema, scaler, **overrides) -> WorldModel`` where the
 overrides are config-field values; :func:`make_model` sets ``model.model_name`` to the name.
@@ -12,21 +13,31 @@ overrides are config-field values; :func:`make_model` sets ``model.model_name`` 
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import Any
 
+from .baselines.grssm import build_grssm
+from .baselines.gwm import build_gwm
+from .gdm import build_gdm
 from .scaling import FeatureScaler
 from .schema import Schema
+from .world_model import WorldModel
 
-if TYPE_CHECKING:
-    from .api import WorldModel
+__all__ = ["MODELS", "register_model", "make_model", "available_models", "UnknownModelError"]
 
-__all__ = ["register_model", "make_model", "available_models", "UnknownModelError"]
+Factory = Callable[..., WorldModel]
 
-Factory = Callable[..., "WorldModel"]
-_FACTORIES: dict[str, Factory] = {}
-_baselines_loaded = False
+#: the package's models: name -> factory (a ``<base>:<variant>`` name calls the factory of
+#: ``<base>`` with ``variant="<variant>"``)
+MODELS: dict[str, Factory] = {
+    "gdm": build_gdm,
+    "vanilla-gwm": partial(build_gwm, ea=False),
+    "ea-gwm": partial(build_gwm, ea=True),
+    "g-rssm": build_grssm,
+}
+
+_FACTORIES: dict[str, Factory] = dict(MODELS)
 
 
 class UnknownModelError(KeyError):
@@ -34,9 +45,10 @@ class UnknownModelError(KeyError):
 
 
 def register_model(name: str, factory: Factory, *, overwrite: bool = False) -> None:
-    """Register ``factory`` under ``name`` (a ``<base>:<variant>`` name may also be handled
-    by registering only ``<base>`` and parsing the variant inside the factory via the
-    ``variant`` keyword, see :func:`make_model`)."""
+    """Register ``factory`` under ``name`` at run time (for models defined outside the
+    package; the package's own are the lines of :data:`MODELS`). A ``<base>:<variant>`` name
+    may also be handled by registering only ``<base>`` and parsing the variant inside the
+    factory via the ``variant`` keyword, see :func:`make_model`."""
     if not name or not isinstance(name, str):
         raise ValueError("model name must be a non-empty string")
     if name in _FACTORIES and not overwrite and _FACTORIES[name] is not factory:
@@ -44,29 +56,8 @@ def register_model(name: str, factory: Factory, *, overwrite: bool = False) -> N
     _FACTORIES[name] = factory
 
 
-def _load_builtin() -> None:
-    if "gdm" not in _FACTORIES:
-        from .gdm import build_gdm
-
-        register_model("gdm", build_gdm)
-
-
-def _load_baselines() -> None:
-    global _baselines_loaded
-    if _baselines_loaded:
-        return
-    _baselines_loaded = True
-    try:
-        importlib.import_module("gdm_models.baselines")
-    except ModuleNotFoundError as e:  # the baselines package is optional
-        if e.name not in ("gdm_models.baselines",):
-            raise
-
-
 def available_models() -> list[str]:
     """Registered base names (ablation/variant suffixes not listed)."""
-    _load_builtin()
-    _load_baselines()
     return sorted(_FACTORIES)
 
 
@@ -81,9 +72,6 @@ def make_model(
     ``name`` is looked up exactly first; otherwise ``"<base>:<variant>"`` calls the factory of
     ``<base>`` with ``variant="<variant>"`` (the GDM uses this for its ablations).
     """
-    _load_builtin()
-    if name not in _FACTORIES and name.split(":", 1)[0] not in _FACTORIES:
-        _load_baselines()
     schema = Schema.from_dict(schema)
     if name in _FACTORIES:
         model = _FACTORIES[name](schema, scaler, **overrides)

@@ -1,4 +1,4 @@
-"""Generic trainer for any :class:`~gdm_models.api.WorldModel` (paper, "Training Details").
+"""Generic trainer for any :class:`~gdm_models.world_model.WorldModel` (paper, "Training Details").
 
 Adam, gradient-norm clipping, batches of B windows of L transitions drawn epoch-wise from an
 :class:`~gdm_models.data.EpisodeDataset` (see :class:`~gdm_models.data.EpochSampler`),
@@ -37,7 +37,6 @@ import torch
 from safetensors.torch import load_file
 from tqdm.auto import tqdm
 
-from .api import WorldModel
 from .checkpoint import (
     WEIGHTS_FILE,
     CheckpointError,
@@ -47,6 +46,7 @@ from .checkpoint import (
 )
 from .compiling import CompileFallbackWarning
 from .data import Batch, EpisodeDataset, EpochSampler
+from .world_model import WorldModel
 
 __all__ = ["train", "TrainResult", "CsvLog", "PRECISIONS", "default_device"]
 
@@ -293,7 +293,11 @@ def train(
     model.to(device)
     data_seed, noise_seed = _seeds(seed)
     sampler = EpochSampler(dataset, batch_size, seq_len, seed=data_seed)
-    total = int(steps) if steps is not None else int(epochs) * sampler.batches_per_epoch
+    if steps is not None:
+        total = int(steps)
+    else:
+        assert epochs is not None  # exactly one of them is given (checked above)
+        total = int(epochs) * sampler.batches_per_epoch
     if total < 0:
         raise ValueError("steps/epochs must be non-negative")
     gen = torch.Generator(device=device)
@@ -332,8 +336,8 @@ def train(
             opt.step()
             result.steps = step
             do_log = step % log_every == 0 or step == total
-            do_ckpt = ckdir is not None and (step % checkpoint_every == 0 or step == total)
-            if do_log or do_ckpt:
+            ck_here = ckdir if step % checkpoint_every == 0 or step == total else None
+            if do_log or ck_here is not None:
                 if bool(nonfinite):
                     raise FloatingPointError(
                         f"non-finite loss between steps {first_unchecked} and {step} "
@@ -350,10 +354,10 @@ def train(
                 if progress:
                     bar.set_postfix(loss=f"{row['loss']:.4g}")
             bar.update(1)
-            if do_ckpt:
+            if ck_here is not None:
                 if log is not None:
                     log.flush()
-                _save_trainer_state(ckdir, model, opt, sampler, gen, step, args)
+                _save_trainer_state(ck_here, model, opt, sampler, gen, step, args)
     finally:
         bar.close()
         if log is not None:

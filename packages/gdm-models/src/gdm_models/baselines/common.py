@@ -81,6 +81,37 @@ class GraphState:
             rep(self.node_mask),
         )
 
+    def to_tensors(self) -> dict[str, torch.Tensor]:
+        """Flat dict of tensors, batch axis first (a ``WorldModel`` stepping state); the
+        categorical factors as ``node_categorical<i>`` / ``graph_categorical<i>``."""
+        out = {
+            "adjacency": self.adjacency,
+            "node_continuous": self.node_continuous,
+            "graph_continuous": self.graph_continuous,
+            "action_mask": self.action_mask,
+            "node_mask": self.node_mask,
+        }
+        out.update({f"node_categorical{i}": t for i, t in enumerate(self.node_categorical)})
+        out.update({f"graph_categorical{i}": t for i, t in enumerate(self.graph_categorical)})
+        return out
+
+    @classmethod
+    def from_tensors(cls, tensors: Mapping[str, torch.Tensor], schema: Schema) -> GraphState:
+        """Inverse of :meth:`to_tensors`."""
+        return cls(
+            adjacency=tensors["adjacency"],
+            node_continuous=tensors["node_continuous"],
+            node_categorical=[
+                tensors[f"node_categorical{i}"] for i in range(len(schema.node_cardinalities))
+            ],
+            graph_continuous=tensors["graph_continuous"],
+            graph_categorical=[
+                tensors[f"graph_categorical{i}"] for i in range(len(schema.graph_cardinalities))
+            ],
+            action_mask=tensors["action_mask"],
+            node_mask=tensors["node_mask"],
+        )
+
 
 # ---------------------------------------------------------------------------- masks
 def masked_node_mean(x: torch.Tensor, node_mask: torch.Tensor) -> torch.Tensor:
@@ -215,6 +246,7 @@ def soft_state(
     binary factor (paper, appendix "Baseline Implementations"); adjacency sigmoid(logits)."""
     masks = NodeMasks.of(node_mask, pred.reward.dtype) if masks is None else masks
     m = masks.node
+    assert pred.adjacency_logit is not None  # the baselines' decoders predict the adjacency
     return GraphState(
         adjacency=torch.sigmoid(pred.adjacency_logit) * masks.pair,
         node_continuous=pred.node_continuous * m[..., None],
@@ -243,9 +275,11 @@ def sampled_state(
 ) -> SampledOutputs:
     """Sample every categorical/binary factor from its predicted distribution (adjacency one
     draw per unordered pair); continuous features and reward are the predicted means. Returns
-    both the environment-unit prediction dict (see :data:`gdm_models.api.PREDICTION_KEYS`) and
-    the hard :class:`GraphState` to continue a rollout from."""
+    both the environment-unit prediction dict (see
+    :data:`gdm_models.world_model.PREDICTION_KEYS`) and the hard :class:`GraphState` to
+    continue a rollout from."""
     m = node_mask.to(pred.reward.dtype)
+    assert pred.adjacency_logit is not None  # the baselines' decoders predict the adjacency
     adj = sample_symmetric_bernoulli(pred.adjacency_logit, node_mask, generator)
     nk = [sample_categorical(x, generator) for x in pred.node_categorical]
     gk = [sample_categorical(x, generator) for x in pred.graph_categorical]

@@ -195,4 +195,5 @@ def rollout_consistency_loss(
         count = c if count is None else count + c
         if j < num_steps:
             state = advance(state, pred)
+    assert total is not None and count is not None  # num_steps >= 1
     return total / count.clamp_min(1.0)

@@ -37,12 +37,12 @@ with L_pred the reconstruction of every observation of the window from the poste
 each transition; the node KL is averaged over the real nodes of a graph before the free-bits
 floor.
 
-Speed (same math as the step-by-step form kept in :mod:`._reference`): the training loss draws
-the posterior noise of all steps at once (on the CPU the same numbers as one draw per step),
-applies the time-independent parts of the input and posterior layers (action column, the
-observation embedding's columns, biases) to all steps in one product, runs only the cell
-``h -> x -> attention -> GRU -> posterior sample`` inside the recurrence and the prior net on all
-steps afterwards, and syncs with the host once per call for the logged terms.
+Speed (same math as the step-by-step form kept in :mod:`gdm_models.reference`): the training
+loss draws the posterior noise of all steps at once (on the CPU the same numbers as one draw
+per step), applies the time-independent parts of the input and posterior layers (action
+column, the observation embedding's columns, biases) to all steps in one product, runs only
+the cell ``h -> x -> attention -> GRU -> posterior sample`` inside the recurrence and the
+prior net on all steps afterwards, and syncs with the host once per call for the logged terms.
 :meth:`GRSSM.enable_compile` compiles the whole tensor-only loss.
 """
 
@@ -58,8 +58,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..api import WorldModel, predictions_to_numpy
 from ..data import OBS_KEYS, Batch, TensorObs
+from ..layers import EPS, categorical_kl, gumbel_from_uniform, sample_onehot_st, unimix_probs
 from ..losses import (
     PREDICTION_LOSS_KEYS,
     NodeMasks,
@@ -68,9 +68,9 @@ from ..losses import (
     masked_mean,
     prediction_loss,
 )
-from ..rssm import _EPS, categorical_kl, gumbel_from_uniform, sample_onehot_st, unimix_probs
 from ..scaling import FeatureScaler
 from ..schema import Schema
+from ..world_model import StepState, WorldModel
 from .common import (
     FeatureHeads,
     FeatureSetEncoder,
@@ -207,10 +207,10 @@ class GRSSMLatent:
 
 
 def _onehot_st(probs: torch.Tensor, gumbel: torch.Tensor) -> torch.Tensor:
-    """:func:`~gdm_models.rssm.sample_onehot_st` given the Gumbel noise: forward the one-hot of
+    """:func:`~gdm_models.layers.sample_onehot_st` given the Gumbel noise: forward the one-hot of
     argmax(log p + g), gradient that of ``probs`` (scatter instead of ``F.one_hot``, which
     checks its input range on the host)."""
-    idx = (torch.log(probs.clamp_min(_EPS)) + gumbel).argmax(dim=-1, keepdim=True)
+    idx = (torch.log(probs.clamp_min(EPS)) + gumbel).argmax(dim=-1, keepdim=True)
     onehot = torch.zeros_like(probs).scatter_(-1, idx, 1.0)
     return onehot + probs - probs.detach()
 
@@ -304,6 +304,8 @@ class GRSSM(WorldModel):
         config: :class:`GRSSMConfig`.
     """
 
+    config: GRSSMConfig
+
     def __init__(
         self,
         schema: Mapping[str, Any] | Schema,
@@ -393,6 +395,7 @@ class GRSSM(WorldModel):
         hz = torch.cat([h, z], dim=-1).reshape(-1, w_hz.shape[1])
         x = F.silu(torch.addmm(a_term.reshape(-1, w_hz.shape[0]), hz, w_hz.T)).reshape(*lead, -1)
         for attn, norm in zip(self.attention, self.attention_norm, strict=True):
+            assert isinstance(attn, AllPairsAttention)
             x = norm(x + attn.attend(x, key_bias))
         h_new = self.gru(x.reshape(-1, x.shape[-1]), h.reshape(-1, h.shape[-1])).reshape(*lead, -1)
         return h_new * m
@@ -490,6 +493,7 @@ class GRSSM(WorldModel):
         acts = torch.cat([actions.new_zeros(B, 1, N), actions], 1).transpose(0, 1).to(dt)
         w_hz, a_term = self._input_parts(acts)  # (T1,B,N,H)
         post_in = self.posterior_net[0]
+        assert isinstance(post_in, nn.Linear)
         w_ph = post_in.weight[:, :H]  # q(z | h, e): [h, e] W^T + b = h W_h^T + (e W_e^T + b)
         e_term = F.linear(enc.transpose(0, 1), post_in.weight[:, H:], post_in.bias)
         gumbel = None if uniforms is None else gumbel_from_uniform(uniforms)
@@ -613,23 +617,47 @@ class GRSSM(WorldModel):
             raise TypeError(f"expected a GRSSMLatent from observe(), got {type(latent).__name__}")
         return latent.num_nodes
 
-    def _imagine(
-        self, latent: GRSSMLatent, actions: torch.Tensor, generator: torch.Generator
-    ) -> list[dict[str, np.ndarray]]:
-        """Prior rollouts from one posterior draw of ``latent`` per sample."""
-        S, n = actions.shape[1], latent.num_nodes
-        mask = torch.ones(S, n, dtype=torch.bool, device=self.device)
+    def start(self, obs: Mapping[str, torch.Tensor], generator: torch.Generator) -> StepState:
+        """Posterior filtering of B start observations, then one z drawn from the posterior
+        (what ``observe`` followed by :meth:`state_from_latent` draws)."""
+        b, n = obs["adjacency"].shape[:2]
+        mask = torch.ones(b, n, dtype=torch.bool, device=self.device)
+        out = self._filter(
+            {k: v[:, None] for k, v in obs.items()},
+            torch.zeros(b, 0, n, device=self.device),
+            mask,
+            generator,
+        )
+        h, post = out["h"][:, -1], out["posterior"][:, -1]
+        return {"h": h, "z": self.sample_z(post, generator)}
+
+    def state_from_latent(
+        self, latent: Any, num_samples: int, generator: torch.Generator
+    ) -> StepState:
+        """``num_samples`` rollouts from one posterior ``latent``: h repeated, one z drawn
+        from the posterior per rollout."""
+        self._latent_num_nodes(latent)
+        S = num_samples
         h = latent.h.to(self.device).expand(S, *latent.h.shape).contiguous()
         post = latent.posterior.to(self.device).expand(S, *latent.posterior.shape)
-        z = self.sample_z(post, generator)  # one posterior draw per sample
-        out = []
-        for k in range(actions.shape[0]):
-            h = self.transition(h, z, actions[k], mask)
-            z = self.sample_z(self.prior(h), generator)
-            pred = self.decode(h, z, mask)
-            sample = sampled_state(pred, mask, self.schema, self.scaler, generator)
-            out.append(predictions_to_numpy(sample.obs))
-        return out
+        return {"h": h, "z": self.sample_z(post, generator)}
+
+    def step(
+        self,
+        state: StepState,
+        actions: torch.Tensor,
+        generator: torch.Generator,
+        *,
+        batched: bool = False,
+    ) -> tuple[dict[str, torch.Tensor], StepState]:
+        """Prior step: h_t from (h, z, a), z_t drawn from p(z | h_t), the decoded observation
+        sampled (:func:`~gdm_models.baselines.common.sampled_state`)."""
+        b, n = actions.shape
+        mask = torch.ones(b, n, dtype=torch.bool, device=self.device)
+        h = self.transition(state["h"], state["z"], actions, mask)
+        z = self.sample_z(self.prior(h), generator)
+        pred = self.decode(h, z, mask)
+        return sampled_state(pred, mask, self.schema, self.scaler, generator).obs, {"h": h, "z": z}
 
 
 def build_grssm(

@@ -32,7 +32,7 @@ parameters, same loss).
 continuation and every unordered edge sampled from their predicted distributions; continuous
 features and reward are the predicted means).
 
-Speed (same math as the form kept in :mod:`._reference`): the loss builds its masks once,
+Speed (same math as the form kept in :mod:`gdm_models.reference`): the loss builds its masks once,
 gathers the targets of all rollout steps in one pass, reuses the one-step loss as rollout step
 1, applies the action terms of all layers at once, runs the power iterations of all layers
 together and syncs with the host once; :meth:`GWM.enable_compile` compiles the whole tensor-only
@@ -44,13 +44,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
 from torch import nn
 
-from ..api import NP_DTYPES, WorldModel, predictions_to_numpy
 from ..data import (
     OBS_KEYS,
     Batch,
@@ -68,6 +67,7 @@ from ..losses import (
 )
 from ..scaling import FeatureScaler
 from ..schema import Schema
+from ..world_model import NP_DTYPES, StepState, WorldModel
 from .common import (
     FeatureHeads,
     FeatureSetEncoder,
@@ -166,6 +166,8 @@ class GWM(WorldModel):
         config: :class:`GWMConfig`.
     """
 
+    config: GWMConfig
+
     def __init__(
         self,
         schema: Mapping[str, Any] | Schema,
@@ -200,7 +202,7 @@ class GWM(WorldModel):
         """Q_s = (Q + Q^T) / 2, so that h_i^T Q_s h_j is symmetric in (i, j)."""
         return 0.5 * (self.Q + self.Q.T)
 
-    def step(
+    def predict(
         self,
         state: GraphState,
         action: torch.Tensor,
@@ -343,7 +345,7 @@ class GWM(WorldModel):
             {k: v[0] for k, v in seen.items()}, node_mask, self.schema, self.scaler
         )
         q_s = self.symmetric_q()
-        pred, _ = self.step(state, actions[0], q_s, masks)
+        pred, _ = self.predict(state, actions[0], q_s, masks)
         parts = prediction_loss(pred, targets[0], masks, self.scaler)
         terms = dict(
             zip(
@@ -363,7 +365,7 @@ class GWM(WorldModel):
             per_item = self._combine(parts)
 
             def step_fn(st: GraphState, j: int) -> Prediction:
-                return pred if j == 1 else self.step(st, actions[j - 1], q_s, masks)[0]
+                return pred if j == 1 else self.predict(st, actions[j - 1], q_s, masks)[0]
 
             def loss_fn(p: Prediction, j: int) -> tuple[torch.Tensor, torch.Tensor]:
                 if j == 1:  # the one-step loss, already computed
@@ -381,7 +383,10 @@ class GWM(WorldModel):
         if cfg.spectral_weight > 0:
             us = [getattr(self, f"spectral_u_{i}") for i in range(cfg.mp_layers)]
             terms["spectral"], new_us = spectral_loss(
-                [w.weight for w in self.mp_weights], us, cfg.power_iterations, cfg.spectral_target
+                [cast(nn.Linear, w).weight for w in self.mp_weights],
+                us,
+                cfg.power_iterations,
+                cfg.spectral_target,
             )
             if self.training:
                 for u_buf, u in zip(us, new_us, strict=True):
@@ -419,22 +424,35 @@ class GWM(WorldModel):
             raise DataError("cannot imagine on a graph with no nodes")
         return n
 
-    def _imagine(
-        self, latent: Mapping[str, Any], actions: torch.Tensor, generator: torch.Generator
-    ) -> list[dict[str, np.ndarray]]:
-        """Sampled trajectories from the observation ``latent``, each sample fed back."""
-        n = actions.shape[-1]
+    def start(self, obs: Mapping[str, torch.Tensor], generator: torch.Generator) -> StepState:
+        """The observed graphs in model units (a state-space model's state; no randomness)."""
+        b, n = obs["adjacency"].shape[:2]
+        mask = torch.ones(b, n, dtype=torch.bool, device=self.device)
+        return state_from_observation(obs, mask, self.schema, self.scaler).to_tensors()
+
+    def state_from_latent(
+        self, latent: Any, num_samples: int, generator: torch.Generator
+    ) -> StepState:
+        """``num_samples`` copies of the observation ``latent`` in model units."""
         obs = {k: v[None] for k, v in observation_to_tensors(latent, self.device).items()}
-        node_mask = torch.ones(1, n, dtype=torch.bool, device=self.device)
-        state = state_from_observation(obs, node_mask, self.schema, self.scaler)
-        state = state.expand(actions.shape[1])
-        out = []
-        for k in range(actions.shape[0]):
-            pred, _ = self.step(state, actions[k])
-            sample = sampled_state(pred, state.node_mask, self.schema, self.scaler, generator)
-            out.append(predictions_to_numpy(sample.obs))
-            state = sample.state
-        return out
+        state = self.start(obs, generator)
+        return GraphState.from_tensors(state, self.schema).expand(num_samples).to_tensors()
+
+    def step(
+        self,
+        state: StepState,
+        actions: torch.Tensor,
+        generator: torch.Generator,
+        *,
+        batched: bool = False,
+    ) -> tuple[dict[str, torch.Tensor], StepState]:
+        """Predict the next graph and sample it (categorical factors, action mask,
+        continuation and every unordered edge; continuous features and reward the predicted
+        means); the sample is the next state."""
+        st = GraphState.from_tensors(state, self.schema)
+        pred, _ = self.predict(st, actions)
+        sample = sampled_state(pred, st.node_mask, self.schema, self.scaler, generator)
+        return sample.obs, sample.state.to_tensors()
 
 
 def build_gwm(

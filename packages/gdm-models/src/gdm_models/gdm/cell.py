@@ -26,15 +26,13 @@ posterior; the losses are taken on the L transitions 1..L.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import partial
-from typing import Any
+from typing import Any, cast
 
-import numpy as np
 import torch
 
-from .adjacency import (
+from ..adjacency import (
     EdgeUpdateMLP,
     bernoulli_gate,
     hard_concrete_gate,
@@ -42,12 +40,10 @@ from .adjacency import (
     symmetric_uniform,
     xor_update,
 )
-from .api import WorldModel, predictions_to_numpy, terms_to_floats
-from .data import Batch, TensorObs
-from .decoder import GraphHeads, InnovationDecoder, NodeHeads, PairDotAdjacencyHead
-from .encoder import ActionEmbedding, FeatureEncoder, ObservedGraphEncoder
-from .gdm_sequence import sequence_core, sequence_loss_terms
-from .losses import (
+from ..decoder import GraphHeads, InnovationDecoder, NodeHeads, PairDotAdjacencyHead
+from ..encoder import ActionEmbedding, FeatureEncoder, ObservedGraphEncoder
+from ..layers import MLP, CategoricalHead, LayerNormGRU, gumbel_from_uniform, sample_onehot_st
+from ..losses import (
     NodeMasks,
     Prediction,
     adjacency_kl,
@@ -57,114 +53,13 @@ from .losses import (
     masked_mean,
     prediction_loss,
 )
-from .message_passing import GraphMessagePassing
-from .rssm import MLP, CategoricalHead, LayerNormGRU, gumbel_from_uniform, sample_onehot_st
-from .scaling import FeatureScaler
-from .schema import Schema
+from ..message_passing import GraphMessagePassing
+from ..scaling import FeatureScaler
+from ..schema import Schema
+from ..world_model import WorldModel
+from .config import GDMConfig
 
-__all__ = [
-    "ABLATIONS",
-    "GDMConfig",
-    "GDMLatent",
-    "GDM",
-    "Noise",
-    "build_gdm",
-    "permute_noise",
-]
-
-#: ablation name -> config overrides (names usable as "gdm:<name>", combinable with "+").
-ABLATIONS: dict[str, dict[str, Any]] = {
-    "no-graph-state": {"graph_state": False},
-    "no-beta-h": {"beta_h": 0.0},
-    "no-h-plus": {"h_plus": False},
-    "bernoulli-adj": {"adjacency_sampler": "bernoulli"},
-    "all-pairs-mp": {"message_passing": "all_pairs"},
-    "no-recurrent-adj": {"recurrent_adjacency": False},
-}
-
-
-@dataclass
-class GDMConfig:
-    """GDM hyperparameters (defaults: the paper's SAR/CF column; OD differs in beta_rep = 0.05).
-
-    Ablation switches: ``graph_state`` (False: no h_g/z_g), ``h_plus`` (False: no posterior
-    correction, h^+ = h^-), ``adjacency_sampler`` ("hard_concrete" | "bernoulli"),
-    ``message_passing`` ("sparse_gat" | "all_pairs": all pairs weighted by the next-edge
-    probabilities), ``recurrent_adjacency`` (False: no adjacency in the state, uniform
-    all-pairs message passing, the observed adjacency enters through ``encoder_gnn_layers``
-    GNN layers in the encoder and the adjacency comes from a bias-free pair-dot decoder head,
-    as in G-RSSM); ``beta_h = 0``.
-    """
-
-    embed_dim: int = 128  # dim(e), also the action embedding size
-    hidden_dim: int = 128  # dim(h)
-    mlp_hidden: int = 0  # hidden width of every MLP; 0 -> hidden_dim
-    node_latent_groups: int = 16
-    node_latent_classes: int = 16
-    graph_latent_groups: int = 8
-    graph_latent_classes: int = 8
-    mp_layers: int = 1  # L
-    unimix: float = 0.01
-    beta_pred: float = 1.0
-    beta_dyn: float = 1.0
-    beta_rep: float = 0.1
-    beta_n: float = 1.0
-    beta_g: float = 1.0
-    beta_adj: float = 1.0
-    beta_h: float = 1.0
-    free_bits: float = 0.01
-    hc_beta: float = 2.0 / 3.0
-    hc_gamma: float = -0.1
-    hc_zeta: float = 1.1
-    graph_state: bool = True
-    h_plus: bool = True
-    adjacency_sampler: str = "hard_concrete"
-    message_passing: str = "sparse_gat"
-    recurrent_adjacency: bool = True
-    # GNN layers on the observed adjacency in the observation encoder; used only without the
-    # recurrent adjacency (ablation "no-recurrent-adj", as G-RSSM's encoder; the presets set
-    # the G-RSSM preset's depth of the environment)
-    encoder_gnn_layers: int = 1
-    # block size (floats) of the no-grad pairwise edge MLP; 0 = by the device's memory budget
-    # (adjacency.EDGE_CHUNK_BYTES: cache sized on the CPU, hundreds of MB on a GPU)
-    edge_chunk_elems: int = 0
-
-    def __post_init__(self) -> None:
-        for name in (
-            "embed_dim",
-            "hidden_dim",
-            "node_latent_groups",
-            "node_latent_classes",
-            "graph_latent_groups",
-            "graph_latent_classes",
-        ):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"GDMConfig.{name} must be >= 1, got {getattr(self, name)}")
-        if self.node_latent_classes < 2 or self.graph_latent_classes < 2:
-            raise ValueError("latent class counts must be >= 2")
-        for name in ("mp_layers", "mlp_hidden", "edge_chunk_elems", "encoder_gnn_layers"):
-            if int(getattr(self, name)) < 0:
-                raise ValueError(f"GDMConfig.{name} must be >= 0, got {getattr(self, name)}")
-        if not 0.0 <= self.unimix < 1.0:
-            raise ValueError(f"unimix must be in [0, 1), got {self.unimix}")
-        for name in (
-            "beta_pred", "beta_dyn", "beta_rep", "beta_n", "beta_g", "beta_adj", "beta_h",
-            "free_bits",
-        ):  # fmt: skip
-            v = float(getattr(self, name))
-            if not np.isfinite(v) or v < 0:
-                raise ValueError(f"GDMConfig.{name} must be finite and >= 0, got {v}")
-        if not (self.hc_beta > 0 and self.hc_gamma < 0 and self.hc_zeta > 1):
-            raise ValueError("Hard Concrete needs beta > 0, gamma < 0, zeta > 1")
-        if self.adjacency_sampler not in ("hard_concrete", "bernoulli"):
-            raise ValueError(f"unknown adjacency_sampler {self.adjacency_sampler!r}")
-        if self.message_passing not in ("sparse_gat", "all_pairs"):
-            raise ValueError(f"unknown message_passing {self.message_passing!r}")
-
-    @property
-    def mlp_width(self) -> int:
-        """Hidden width of the MLPs."""
-        return self.mlp_hidden or self.hidden_dim
+__all__ = ["GDMCell", "GDMLatent", "Noise", "SPARSE_MAX_DENSITY", "permute_noise"]
 
 
 @dataclass
@@ -272,9 +167,15 @@ def _bcast(g: torch.Tensor, n: int) -> torch.Tensor:
     return g[:, None, :].expand(-1, n, -1)
 
 
-class GDM(WorldModel):
-    """Graph Dynamics Model. Build with ``make_model("gdm", schema, scaler, **overrides)``
-    or ``GDM(schema, scaler, GDMConfig(...))``."""
+class GDMCell(WorldModel):
+    """The GDM's network and its one-step computations, shared by every path: the
+    step-by-step posterior of ``observe``, the batched stepping of ``start``/``step``, the
+    time-vectorised training loss (:mod:`gdm_models.gdm.sequence_loss`) and the reference loss
+    (:mod:`gdm_models.reference`). :class:`~gdm_models.gdm.model.GDM` adds the world-model
+    API on top; this class is not a model by itself.
+    """
+
+    config: GDMConfig
 
     def __init__(
         self,
@@ -318,14 +219,6 @@ class GDM(WorldModel):
         self.node_heads = NodeHeads(self.schema, H)
         self.graph_heads = GraphHeads(self.schema, H)
 
-    #: under compile, batches are zero-padded to a multiple of this many nodes (static shapes)
-    compile_pad_multiple: int = 16
-
-    def _compile_target(self) -> Callable[..., Any]:
-        """The time-vectorised loss core (:func:`~gdm_models.gdm_sequence.sequence_core`);
-        the noise is drawn eagerly before it (padded batches get noise of the padded shape)."""
-        return partial(sequence_core, self)
-
     # ================================================================== building blocks
     def initial_latent(self, b: int, n: int) -> GDMLatent:
         """Zero latent (before the first observation) for B graphs of N nodes."""
@@ -338,7 +231,7 @@ class GDM(WorldModel):
             torch.zeros(b, n, n, device=dev),
         )
 
-    def _transition(
+    def transition(
         self, prev: GDMLatent, action: torch.Tensor, node_mask: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Deterministic prior states h^-, h_g^- (paper, recurrent dynamics)."""
@@ -350,7 +243,7 @@ class GDM(WorldModel):
             h_g = prev.h_g
         return h_n, h_g
 
-    def _h_plus(
+    def h_plus(
         self,
         h_n: torch.Tensor,
         h_g: torch.Tensor,
@@ -371,7 +264,7 @@ class GDM(WorldModel):
             h_g_p = h_g
         return h_n_p, h_g_p
 
-    def _graph_latent(
+    def graph_latent(
         self, head: str, inputs: list[torch.Tensor], u: torch.Tensor | None
     ) -> tuple[torch.Tensor | None, torch.Tensor]:
         """(probs (B,Gg,Cg), one-hot sample (B,Gg*Cg)); (None, zero-width) without graph state.
@@ -381,26 +274,27 @@ class GDM(WorldModel):
         b = inputs[0].shape[0]
         if not self.config.graph_state:
             return None, inputs[0].new_zeros(b, 0)
+        assert u is not None  # with graph state the caller draws the uniforms
         probs = getattr(self, head)(torch.cat(inputs, -1))
         return probs, _flat(sample_onehot_st(probs, u))
 
-    def _node_latent(
+    def node_latent(
         self, head: str, inputs: list[torch.Tensor], u: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         probs = getattr(self, head)(torch.cat(inputs, -1))
         return probs, _flat(sample_onehot_st(probs, u))
 
-    def _zg_shape(self, *lead: int) -> tuple[int, ...]:
+    def zg_shape(self, *lead: int) -> tuple[int, ...]:
         return (*lead, self.config.graph_latent_groups, self.config.graph_latent_classes)
 
-    def _zn_shape(self, *lead: int) -> tuple[int, ...]:
+    def zn_shape(self, *lead: int) -> tuple[int, ...]:
         return (*lead, self.config.node_latent_groups, self.config.node_latent_classes)
 
-    def _draw_zg(self, noise: Noise, key: str, *lead: int) -> torch.Tensor | None:
+    def draw_zg(self, noise: Noise, key: str, *lead: int) -> torch.Tensor | None:
         """Uniforms of a graph-latent sample (none without graph state)."""
-        return noise.uniform(key, self._zg_shape(*lead)) if self.config.graph_state else None
+        return noise.uniform(key, self.zg_shape(*lead)) if self.config.graph_state else None
 
-    def _sample_adjacency(
+    def sample_adjacency(
         self, logits: torch.Tensor, a_prev: torch.Tensor, pair_mask: torch.Tensor, u: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Gate, XOR update, straight-through weights: (A_t, b_bar); ``u`` symmetric uniforms."""
@@ -412,7 +306,7 @@ class GDM(WorldModel):
         gate = gate * pair_mask.to(gate.dtype)  # no gate on the diagonal / padding
         return xor_update(a_prev, gate)
 
-    def _message_passing(
+    def message_passing(
         self,
         h_n: torch.Tensor,
         g: torch.Tensor,
@@ -431,7 +325,7 @@ class GDM(WorldModel):
             raise ValueError("message passing needs a hard adjacency or weights")
         return self.mp.forward_dense(h_n, g, weights)
 
-    def _decode(
+    def decode(
         self,
         h_n_m: torch.Tensor,
         z_n: torch.Tensor,
@@ -444,13 +338,14 @@ class GDM(WorldModel):
         """Decoder (paper eq. decoder) + heads; returns (node_out, graph_out, node states)."""
         d_n = self.dec_n(h_n_m, z_n, _flat(p_n))  # E_p[z] = the prior probabilities
         if self.config.graph_state:
+            assert p_g is not None  # the graph prior exists with graph state
             d_g = self.dec_g(h_g_m, z_g, _flat(p_g))
         else:
             d_g = _pool(d_n, node_mask)
         return self.node_heads(d_n), self.graph_heads(d_g), d_n
 
     # ================================================================== one step
-    def _prior_branch(
+    def prior_branch(
         self,
         prev: GDMLatent,
         h_n_m: torch.Tensor,
@@ -459,19 +354,23 @@ class GDM(WorldModel):
         pair_mask: torch.Tensor,
         noise: Noise,
         t: int | str,
+        edge_impl: str | None = None,
     ) -> dict[str, Any]:
-        """Prior quantities given h^- (paper: p_g, edge logits, sampled A_t, m^-, p_n)."""
+        """Prior quantities given h^- (paper: p_g, edge logits, sampled A_t, m^-, p_n).
+
+        ``edge_impl``: the edge MLP's implementation for this call (``None``: its default,
+        see :attr:`~gdm_models.adjacency.EdgeUpdateMLP.impl`)."""
         b, n = h_n_m.shape[:2]
-        u_zg = self._draw_zg(noise, f"{t}/zg_prior", b)
+        u_zg = self.draw_zg(noise, f"{t}/zg_prior", b)
         u_adj = None
         if self.config.recurrent_adjacency:
             u_adj = noise.uniform(f"{t}/adj", (b, n, n), symmetric=True)
-        u_zn = noise.uniform(f"{t}/zn_prior", self._zn_shape(b, n))
-        return self._prior_core(
-            h_n_m, h_g_m, prev.adjacency, node_mask, pair_mask, u_zg, u_adj, u_zn
+        u_zn = noise.uniform(f"{t}/zn_prior", self.zn_shape(b, n))
+        return self.prior_core(
+            h_n_m, h_g_m, prev.adjacency, node_mask, pair_mask, u_zg, u_adj, u_zn, edge_impl
         )
 
-    def _prior_core(
+    def prior_core(
         self,
         h_n_m: torch.Tensor,
         h_g_m: torch.Tensor,
@@ -481,34 +380,36 @@ class GDM(WorldModel):
         u_zg: torch.Tensor | None,
         u_adj: torch.Tensor | None,
         u_zn: torch.Tensor,
+        edge_impl: str | None = None,
     ) -> dict[str, Any]:
-        """:meth:`_prior_branch` on tensors only (the uniforms drawn by the caller)."""
+        """:meth:`prior_branch` on tensors only (the uniforms drawn by the caller)."""
         c = self.config
-        p_g, z_g_m = self._graph_latent("prior_g", [h_g_m, _pool(h_n_m, node_mask)], u_zg)
+        p_g, z_g_m = self.graph_latent("prior_g", [h_g_m, _pool(h_n_m, node_mask)], u_zg)
         g = torch.cat([h_g_m, z_g_m], -1)
         out: dict[str, Any] = {"p_g": p_g, "z_g_m": z_g_m, "logits": None, "a_m": None}
         if c.recurrent_adjacency:
-            logits = self.edge_mlp(h_n_m, g, a_prev, c.edge_chunk_elems)
-            a_m, b_bar = self._sample_adjacency(logits, a_prev, pair_mask, u_adj)
+            assert u_adj is not None  # drawn whenever the adjacency is recurrent
+            logits = self.edge_mlp(h_n_m, g, a_prev, c.edge_chunk_elems, impl=edge_impl)
+            a_m, b_bar = self.sample_adjacency(logits, a_prev, pair_mask, u_adj)
             pm = pair_mask.to(logits.dtype)
             if c.message_passing == "all_pairs":
                 # ablation: all pairs weighted by the next-edge probabilities p_ij
                 w = torch.sigmoid(next_edge_signed_logit(logits, a_prev)) * pm
-                m = self._message_passing(h_n_m, g, hard=None, weights=w)
+                m = self.message_passing(h_n_m, g, hard=None, weights=w)
             else:
                 need_grad = torch.is_grad_enabled() and b_bar.requires_grad
-                m = self._message_passing(
+                m = self.message_passing(
                     h_n_m, g, hard=a_m, weights=b_bar * pm if need_grad else None
                 )
             out.update(logits=logits, a_m=a_m)
         else:
             w = pair_mask.to(h_n_m.dtype).expand(h_n_m.shape[0], -1, -1)
-            m = self._message_passing(h_n_m, g, hard=None, weights=w)
-        p_n, z_n_m = self._node_latent("prior_n", [m, _bcast(z_g_m, m.shape[1])], u_zn)
+            m = self.message_passing(h_n_m, g, hard=None, weights=w)
+        p_n, z_n_m = self.node_latent("prior_n", [m, _bcast(z_g_m, m.shape[1])], u_zn)
         out.update(p_n=p_n, z_n_m=z_n_m)
         return out
 
-    def _posterior_graph(
+    def posterior_graph(
         self,
         h_n_m: torch.Tensor,
         h_g_m: torch.Tensor,
@@ -518,11 +419,11 @@ class GDM(WorldModel):
         u_zg: torch.Tensor | None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor]:
         """h^+, h_g^+ and the graph posterior q_g, z_g^+ (steps 2-3 of the posterior)."""
-        h_n_p, h_g_p = self._h_plus(h_n_m, h_g_m, e_v, e_g, node_mask)
-        q_g, z_g_p = self._graph_latent("post_g", [h_g_p, _pool(h_n_p, node_mask), e_g], u_zg)
+        h_n_p, h_g_p = self.h_plus(h_n_m, h_g_m, e_v, e_g, node_mask)
+        q_g, z_g_p = self.graph_latent("post_g", [h_g_p, _pool(h_n_p, node_mask), e_g], u_zg)
         return h_n_p, h_g_p, q_g, z_g_p
 
-    def _posterior_step(
+    def posterior_step(
         self,
         prev: GDMLatent,
         action: torch.Tensor,
@@ -535,24 +436,25 @@ class GDM(WorldModel):
     ) -> tuple[GDMLatent, dict[str, Any]]:
         """Posterior update with teacher-forced adjacency (+ the prior branch if requested).
 
-        The step-by-step (eager reference) path; training uses the time-vectorised
-        :func:`gdm_models.gdm_sequence.sequence_loss_terms`.
+        The step-by-step path of ``observe`` and of the reference loss
+        (:mod:`gdm_models.reference`); training runs :meth:`posterior_cell` inside the
+        time-vectorised :func:`gdm_models.gdm.sequence_loss.sequence_loss_terms`.
         """
         c = self.config
         b, n = action.shape
-        h_n_m, h_g_m = self._transition(prev, action, node_mask)
-        e_v, e_g = self._encode(obs, node_mask)
-        u_zg = self._draw_zg(noise, f"{t}/zg_post", b)
-        u_zn = noise.uniform(f"{t}/zn_post", self._zn_shape(b, n))
-        h_n_p, h_g_p, q_g, z_g_p = self._posterior_graph(h_n_m, h_g_m, e_v, e_g, node_mask, u_zg)
+        h_n_m, h_g_m = self.transition(prev, action, node_mask)
+        e_v, e_g = self.encode(obs, node_mask)
+        u_zg = self.draw_zg(noise, f"{t}/zg_post", b)
+        u_zn = noise.uniform(f"{t}/zn_post", self.zn_shape(b, n))
+        h_n_p, h_g_p, q_g, z_g_p = self.posterior_graph(h_n_m, h_g_m, e_v, e_g, node_mask, u_zg)
         g_p = torch.cat([h_g_p, z_g_p], -1)
         a_obs = obs["adjacency"]  # teacher forcing: A_t = observed adjacency, b = A_t
         if c.recurrent_adjacency:
-            m_p = self._message_passing(h_n_p, g_p, hard=a_obs, weights=None)
+            m_p = self.message_passing(h_n_p, g_p, hard=a_obs, weights=None)
         else:
             w = pair_mask.to(h_n_p.dtype).expand(h_n_p.shape[0], -1, -1)
-            m_p = self._message_passing(h_n_p, g_p, hard=None, weights=w)
-        q_n, z_n_p = self._node_latent("post_n", [m_p, _bcast(z_g_p, n), e_v], u_zn)
+            m_p = self.message_passing(h_n_p, g_p, hard=None, weights=w)
+        q_n, z_n_p = self.node_latent("post_n", [m_p, _bcast(z_g_p, n), e_v], u_zn)
         out: dict[str, Any] = {
             "h_n_m": h_n_m,
             "h_g_m": h_g_m,
@@ -564,10 +466,10 @@ class GDM(WorldModel):
             "z_n_p": z_n_p,
         }
         if need_prior:
-            out.update(self._prior_branch(prev, h_n_m, h_g_m, node_mask, pair_mask, noise, t))
+            out.update(self.prior_branch(prev, h_n_m, h_g_m, node_mask, pair_mask, noise, t))
         return GDMLatent(h_n_p, z_n_p, h_g_p, z_g_p, a_obs), out
 
-    def _encode(
+    def encode(
         self, obs: Mapping[str, torch.Tensor], node_mask: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Observation embeddings e_v (B,N,E), e_g (B,E); without the recurrent adjacency the
@@ -576,64 +478,6 @@ class GDM(WorldModel):
         if not self.config.recurrent_adjacency:
             e_v = self.obs_graph(e_v, obs["adjacency"], node_mask)
         return e_v, e_g
-
-    # ================================================================== training
-    def training_loss(
-        self, batch: Batch, generator: torch.Generator | None = None
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Loss of paper eq. (loss) averaged over the L transitions of each window.
-
-        Terms (logged): ``pred`` and its parts ``pred_node``, ``pred_graph``, ``pred_adj``,
-        ``pred_action``, ``pred_reward``, ``pred_cont``; ``kl_n_dyn``, ``kl_n_rep``,
-        ``kl_g_dyn``, ``kl_g_rep`` (after free bits), ``kl_adj``, ``h`` (L_h) and ``total``.
-        ``pred_adj`` is the adjacency BCE of the ``no-recurrent-adj`` ablation's decoder head;
-        with the recurrent adjacency the decoder passes A_t through and topology is learned by
-        ``kl_adj`` instead, so there it is 0 by construction.
-        """
-        gen = self.make_generator(generator if generator is not None else 0)
-        return self._loss_tensors(batch, Noise(gen, self.device), reference=False)
-
-    def loss_terms(
-        self, batch: Batch, noise: Noise, *, reference: bool = False
-    ) -> tuple[torch.Tensor, dict[str, float]]:
-        """:meth:`loss` with an explicit :class:`Noise` source.
-
-        ``reference=True`` runs the step-by-step reference path (noise keys ``"<t>/<name>"``);
-        the default is the time-vectorised path of :mod:`gdm_models.gdm_sequence` (keys
-        ``"seq/<name>"``). Both compute the same function of the same uniforms.
-        """
-        total, terms = self._loss_tensors(batch, noise, reference=reference)
-        return total, terms_to_floats(terms)
-
-    def _loss_tensors(
-        self, batch: Batch, noise: Noise, *, reference: bool
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        if reference:
-            per_step = self._reference_step_terms(batch, noise)
-        elif self.compiled:
-            padded = batch.pad_nodes_to_multiple(self.compile_pad_multiple)
-            per_step = sequence_loss_terms(self, padded, noise, self._compiled)
-        else:
-            per_step = sequence_loss_terms(self, batch, noise)
-        return self._combine_terms(per_step, batch.step_mask)
-
-    def _reference_step_terms(self, batch: Batch, noise: Noise) -> dict[str, torch.Tensor]:
-        """Per-transition terms (B, L) computed step by step (the eager reference)."""
-        B, L, N = batch.batch_size, batch.seq_len, batch.num_nodes
-        nm, pm = batch.node_mask, batch.pair_mask
-        n_real = nm.sum(1)
-        latent = self.initial_latent(B, N)
-        zero_action = torch.zeros(B, N, device=self.device)
-        per_step: list[dict[str, torch.Tensor]] = []
-        for t in range(L + 1):
-            obs = batch.observation(t)
-            action = zero_action if t == 0 else batch.action_nodes[:, t - 1]
-            prev = latent
-            latent, o = self._posterior_step(prev, action, obs, nm, pm, noise, t, t > 0)
-            if t == 0:
-                continue
-            per_step.append(self._step_terms(batch, t, obs, prev, o, nm, pm, n_real))
-        return {k: torch.stack([d[k] for d in per_step], 1) for k in per_step[0]}
 
     def loss_scales(self) -> dict[str, float]:
         """Weight of every logged per-transition term in the total (paper eq. loss):
@@ -651,7 +495,7 @@ class GDM(WorldModel):
             "h": c.beta_h,
         }
 
-    def _combine_terms(
+    def combine_terms(
         self, per_step: Mapping[str, torch.Tensor], step_mask: torch.Tensor
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Average (B, L) terms over the real transitions and weight them (paper eq. loss)."""
@@ -659,37 +503,14 @@ class GDM(WorldModel):
         if set(scale) != set(per_step):
             raise RuntimeError(f"loss terms {sorted(per_step)} != scaled {sorted(scale)}")
         mean = {k: masked_mean(v, step_mask, (0, 1)) for k, v in per_step.items()}
-        pred = sum(mean[k] for k in mean if k.startswith("pred_"))
-        total = sum(scale[k] * mean[k] for k in mean)
+        pred = cast(torch.Tensor, sum(mean[k] for k in mean if k.startswith("pred_")))
+        total = cast(torch.Tensor, sum(scale[k] * mean[k] for k in mean))
         terms = {k: v.detach() for k, v in mean.items()}
         terms["pred"] = pred.detach()
         terms["total"] = total.detach()
         return total, terms
 
-    def _step_terms(
-        self,
-        batch: Batch,
-        t: int,
-        obs: Mapping[str, torch.Tensor],
-        prev: GDMLatent,
-        o: Mapping[str, Any],
-        nm: torch.Tensor,
-        pm: torch.Tensor,
-        n_real: torch.Tensor,
-    ) -> dict[str, torch.Tensor]:
-        """Per-graph loss terms (B,) of window step t (transition t-1 -> t)."""
-        return self._transition_terms(
-            obs,
-            batch.reward[:, t - 1],
-            batch.continuation[:, t - 1],
-            prev.adjacency,
-            o,
-            nm,
-            pm,
-            n_real,
-        )
-
-    def _transition_terms(
+    def transition_terms(
         self,
         obs: Mapping[str, torch.Tensor],
         reward: torch.Tensor,
@@ -704,7 +525,7 @@ class GDM(WorldModel):
         c, sc = self.config, self.scaler
         B = nm.shape[0]
         zeros = torch.zeros(B, device=self.device)
-        node_out, graph_out, d_n = self._decode(
+        node_out, graph_out, d_n = self.decode(
             o["h_n_m"], o["z_n_p"], o["p_n"], o["h_g_m"], o["z_g_p"], o["p_g"], nm
         )
         # ---- prediction loss (paper L_pred; the one shared by every model, losses.py)
@@ -758,86 +579,7 @@ class GDM(WorldModel):
             "h": h,
         }
 
-    # ================================================================== inference API
-    @torch.no_grad()
-    def observe_tensors(
-        self, obs: Mapping[str, torch.Tensor], actions: torch.Tensor, noise: Noise
-    ) -> GDMLatent:
-        """Posterior over a trajectory given tensors (T+1 obs, T actions; no batch axis)."""
-        return self._posterior_pass(obs, actions, noise, [obs["adjacency"].shape[0] - 1])[0]
-
-    def _posterior_pass(
-        self,
-        obs: Mapping[str, torch.Tensor],
-        actions: torch.Tensor,
-        noise: Noise,
-        capture: Sequence[int],
-    ) -> list[GDMLatent]:
-        """One posterior pass up to max(capture); the latents after each captured step."""
-        n = obs["adjacency"].shape[-1]
-        nm = torch.ones(1, n, dtype=torch.bool, device=self.device)
-        pm = ~torch.eye(n, dtype=torch.bool, device=self.device)[None]
-        latent = self.initial_latent(1, n)
-        wanted = set(capture)
-        found: dict[int, GDMLatent] = {}
-        for t in range(max(capture) + 1):
-            o = {k: v[t][None] for k, v in obs.items()}
-            a = torch.zeros(1, n, device=self.device) if t == 0 else actions[t - 1][None]
-            latent, _ = self._posterior_step(latent, a, o, nm, pm, noise, t, need_prior=False)
-            if t in wanted:
-                found[t] = latent
-        return [found[t] for t in capture]
-
-    def _observe_at(
-        self, obs: TensorObs, actions: torch.Tensor, steps: list[int], generator: torch.Generator
-    ) -> list[GDMLatent]:
-        """Posterior latents at several steps from one pass (see ``WorldModel.observe_at``)."""
-        return self._posterior_pass(obs, actions, Noise(generator, self.device), steps)
-
-    @torch.no_grad()
-    def imagine_tensors(
-        self, latent: GDMLatent, actions: torch.Tensor, noise: Noise
-    ) -> tuple[list[dict[str, torch.Tensor]], GDMLatent]:
-        """Prior rollout of S samples over K actions ((K, S, N) float); tensors per step."""
-        c, sc = self.config, self.scaler
-        K, S, N = actions.shape
-        latent = latent.expand(S)
-        dev = self.device
-        nm = torch.ones(S, N, dtype=torch.bool, device=dev)
-        pm = ~torch.eye(N, dtype=torch.bool, device=dev)[None]
-        preds = []
-        for k in range(K):
-            t = f"i{k}"
-            h_n_m, h_g_m = self._transition(latent, actions[k], nm)
-            o = self._prior_branch(latent, h_n_m, h_g_m, nm, pm, noise, t)
-            node_out, graph_out, d_n = self._decode(
-                h_n_m, o["z_n_m"], o["p_n"], h_g_m, o["z_g_m"], o["p_g"], nm
-            )
-            if c.recurrent_adjacency:
-                adj = o["a_m"]  # pass-through of the sampled recurrent adjacency
-            else:
-                logits = self.adj_head(d_n)
-                u = noise.uniform(f"{t}/adj", (S, N, N), symmetric=True)
-                adj = ((u < torch.sigmoid(logits)) & pm).to(logits.dtype)
-            pred: dict[str, torch.Tensor] = {"adjacency": adj}
-            pred["node_continuous"] = sc.unscale_node(node_out["node_continuous"])
-            pred["node_categorical"] = self._sample_categoricals(
-                node_out["node_categorical"], (S, N), noise, f"{t}/out_node_cat"
-            )
-            u = noise.uniform(f"{t}/out_action_mask", (S, N))
-            pred["action_mask"] = (u < torch.sigmoid(node_out["action_mask"])).long()
-            pred["graph_continuous"] = sc.unscale_graph(graph_out["graph_continuous"])
-            pred["graph_categorical"] = self._sample_categoricals(
-                graph_out["graph_categorical"], (S,), noise, f"{t}/out_graph_cat"
-            )
-            pred["reward"] = sc.unscale_reward(graph_out["reward"])
-            u = noise.uniform(f"{t}/out_cont", (S,))
-            pred["continuation"] = (u < torch.sigmoid(graph_out["continuation"])).long()
-            preds.append(pred)
-            latent = GDMLatent(h_n_m, o["z_n_m"], h_g_m, o["z_g_m"], adj)
-        return preds, latent
-
-    def _sample_categoricals(
+    def sample_categoricals(
         self, logits: list[torch.Tensor], lead: tuple[int, ...], noise: Noise, key: str
     ) -> torch.Tensor:
         cols = []
@@ -848,38 +590,79 @@ class GDM(WorldModel):
             return torch.zeros(*lead, 0, dtype=torch.long, device=self.device)
         return torch.stack(cols, -1)
 
-    def _latent_num_nodes(self, latent: Any) -> int:
-        if not isinstance(latent, GDMLatent):
-            raise TypeError("latent must be a GDMLatent returned by GDM.observe")
-        return latent.num_nodes
+    def posterior_cell(
+        self,
+        h_n: torch.Tensor,
+        z_n: torch.Tensor,
+        h_g: torch.Tensor,
+        z_g: torch.Tensor,
+        a_emb: torch.Tensor,
+        a_pool: torch.Tensor,
+        e_v: torch.Tensor,
+        e_g: torch.Tensor,
+        alpha: torch.Tensor,
+        node_mask: torch.Tensor,
+        u_zg: torch.Tensor | None,
+        u_zn: torch.Tensor,
+    ) -> tuple[torch.Tensor, ...]:
+        """:meth:`posterior_step` on tensors only (paper, steps 1-3, 5-6 on the posterior
+        path), for the time-vectorised loss: the action embedding and its pool, the
+        observation embedding and the normalised message-passing weights ``alpha`` of the
+        observed A_t are computed for all steps before the recurrence, the uniforms given.
 
-    def _imagine(
-        self, latent: GDMLatent, actions: torch.Tensor, generator: torch.Generator
-    ) -> list[dict[str, np.ndarray]]:
-        preds, _ = self.imagine_tensors(latent, actions, Noise(generator, self.device))
-        return [predictions_to_numpy(p) for p in preds]
+        Returns ``(h_n^-, h_g^-, h_n^+, h_g^+, q_g, z_g^+, q_n, z_n^+)`` (q_g is (B, 0, 0)
+        without graph state).
+        """
+        c = self.config
+        h_n_m = self.gru_n(torch.cat([z_n, a_emb], -1), h_n)
+        h_g_m = self.gru_g(torch.cat([z_g, a_pool], -1), h_g) if c.graph_state else h_g
+        h_n_p, h_g_p, q_g, z_g_p = self.posterior_graph(h_n_m, h_g_m, e_v, e_g, node_mask, u_zg)
+        m_p = self.mp.forward_normalised(h_n_p, torch.cat([h_g_p, z_g_p], -1), alpha)
+        q_n, z_n_p = self.node_latent("post_n", [m_p, _bcast(z_g_p, m_p.shape[1]), e_v], u_zn)
+        if q_g is None:  # no graph state: an empty stand-in keeps the outputs tensors
+            q_g = h_g_p.new_zeros(h_g_p.shape[0], 0, 0)
+        return h_n_m, h_g_m, h_n_p, h_g_p, q_g, z_g_p, q_n, z_n_p
 
-
-def build_gdm(
-    schema: Mapping[str, Any] | Schema,
-    scaler: FeatureScaler | None = None,
-    *,
-    variant: str | None = None,
-    **overrides: Any,
-) -> GDM:
-    """Registry factory for ``"gdm"`` and ``"gdm:<ablation>[+<ablation>...]"``.
-
-    Ablation settings take precedence over ``overrides`` (so a preset with ``beta_h=1`` does
-    not undo ``gdm:no-beta-h``).
-    """
-    flags: dict[str, Any] = {}
-    if variant:
-        for name in variant.split("+"):
-            if name not in ABLATIONS:
-                raise KeyError(f"unknown GDM ablation {name!r}; known: {sorted(ABLATIONS)}")
-            flags.update(ABLATIONS[name])
-    known = {f.name for f in dataclasses.fields(GDMConfig)}
-    bad = set(overrides) - known
-    if bad:
-        raise TypeError(f"unknown GDM config fields {sorted(bad)}")
-    return GDM(schema, scaler, GDMConfig(**{**overrides, **flags}))
+    def imagine_step(
+        self,
+        latent: GDMLatent,
+        action: torch.Tensor,
+        noise: Noise,
+        key: str,
+        edge_impl: str | None = None,
+    ) -> tuple[dict[str, torch.Tensor], GDMLatent]:
+        """One prior step of B graphs ((B, N) float actions): the sampled prediction tensors
+        (environment units, the keys of :data:`~gdm_models.world_model.PREDICTION_KEYS`) and
+        the next latent. ``key`` names this step's noise (``"<key>/<what>"``)."""
+        c, sc = self.config, self.scaler
+        S, N = action.shape
+        dev = self.device
+        nm = torch.ones(S, N, dtype=torch.bool, device=dev)
+        pm = ~torch.eye(N, dtype=torch.bool, device=dev)[None]
+        t = key
+        h_n_m, h_g_m = self.transition(latent, action, nm)
+        o = self.prior_branch(latent, h_n_m, h_g_m, nm, pm, noise, t, edge_impl)
+        node_out, graph_out, d_n = self.decode(
+            h_n_m, o["z_n_m"], o["p_n"], h_g_m, o["z_g_m"], o["p_g"], nm
+        )
+        if c.recurrent_adjacency:
+            adj = o["a_m"]  # pass-through of the sampled recurrent adjacency
+        else:
+            logits = self.adj_head(d_n)
+            u = noise.uniform(f"{t}/adj", (S, N, N), symmetric=True)
+            adj = ((u < torch.sigmoid(logits)) & pm).to(logits.dtype)
+        pred: dict[str, torch.Tensor] = {"adjacency": adj}
+        pred["node_continuous"] = sc.unscale_node(node_out["node_continuous"])
+        pred["node_categorical"] = self.sample_categoricals(
+            node_out["node_categorical"], (S, N), noise, f"{t}/out_node_cat"
+        )
+        u = noise.uniform(f"{t}/out_action_mask", (S, N))
+        pred["action_mask"] = (u < torch.sigmoid(node_out["action_mask"])).long()
+        pred["graph_continuous"] = sc.unscale_graph(graph_out["graph_continuous"])
+        pred["graph_categorical"] = self.sample_categoricals(
+            graph_out["graph_categorical"], (S,), noise, f"{t}/out_graph_cat"
+        )
+        pred["reward"] = sc.unscale_reward(graph_out["reward"])
+        u = noise.uniform(f"{t}/out_cont", (S,))
+        pred["continuation"] = (u < torch.sigmoid(graph_out["continuation"])).long()
+        return pred, GDMLatent(h_n_m, o["z_n_m"], h_g_m, o["z_g_m"], adj)

@@ -1,5 +1,6 @@
-"""RSSM building blocks: LayerNorm-GRU, MLPs and categorical latents (paper, "Background" and
-"Recurrent Dynamics and Posterior-Informed Deterministic State").
+"""Generic network layers: LayerNorm-GRU, MLPs and categorical latents, shared by the GDM and
+the baselines (paper, "Background" and "Recurrent Dynamics and Posterior-Informed Deterministic
+State").
 
 Categorical latents are ``groups x classes`` one-hot vectors; every categorical distribution
 mixes 1% of a uniform distribution into its probabilities ("unimix", DreamerV3) and samples
@@ -21,9 +22,11 @@ __all__ = [
     "gumbel_from_uniform",
     "sample_onehot_st",
     "categorical_kl",
+    "EPS",
 ]
 
-_EPS = 1e-7
+#: probability floor before a log (categorical samples and KLs)
+EPS = 1e-7
 
 
 class MLP(nn.Module):
@@ -67,7 +70,7 @@ def unimix_probs(logits: torch.Tensor, unimix: float) -> torch.Tensor:
 
 def gumbel_from_uniform(u: torch.Tensor) -> torch.Tensor:
     """Standard Gumbel noise from uniforms in (0, 1)."""
-    u = u.clamp(_EPS, 1.0 - _EPS)
+    u = u.clamp(EPS, 1.0 - EPS)
     return -torch.log(-torch.log(u))
 
 
@@ -77,14 +80,14 @@ def sample_onehot_st(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     The forward value is the one-hot vector of ``argmax(log p + Gumbel(u))`` (an exact
     categorical sample); the gradient is that of ``probs``.
     """
-    idx = (torch.log(probs.clamp_min(_EPS)) + gumbel_from_uniform(u)).argmax(dim=-1)
+    idx = (torch.log(probs.clamp_min(EPS)) + gumbel_from_uniform(u)).argmax(dim=-1)
     onehot = F.one_hot(idx, probs.shape[-1]).to(probs.dtype)
     return onehot + probs - probs.detach()
 
 
 def categorical_kl(q: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
     """KL(q || p) of factorised categoricals (..., groups, classes), summed over groups."""
-    kl = q * (torch.log(q.clamp_min(_EPS)) - torch.log(p.clamp_min(_EPS)))
+    kl = q * (torch.log(q.clamp_min(EPS)) - torch.log(p.clamp_min(EPS)))
     return kl.sum(dim=(-1, -2))
 
 

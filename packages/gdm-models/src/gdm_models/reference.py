@@ -1,42 +1,142 @@
-"""Slow eager references of the baselines' training losses (the pre-optimisation code).
+"""Slow reference implementations of the models' training losses, for tests and benchmarks.
 
-These are verbatim copies of the step-by-step computations the optimised paths in
-:mod:`~gdm_models.baselines.grssm` and :mod:`~gdm_models.baselines.gwm` replaced: one
-``torch.rand`` per posterior step, the prior inside the recurrence, attention in fixed query
-blocks, per-layer power iterations, one ``.item()`` per logged term. They share the models'
-parameters, so the tests (and ``benchmarks/bench_baselines.py``) can check that the fast path
-gives the same loss, gradients and samples, and measure what it saves. Not part of the public
-API.
+Each computes the same function as a model's fast path in the most direct form: step by step,
+one random draw per step, the prior inside the recurrence, per-layer loops, one ``.item()`` per
+logged term. They share the models' parameters, so the tests (and the benchmarks
+``bench_gdm.py`` / ``bench_baselines.py``) check that the fast paths give the same loss,
+gradients and samples, and measure what they save. Production code never calls them.
+
+* GDM: :func:`gdm_loss_reference` / :func:`gdm_step_terms_reference` run the posterior step by
+  step (:meth:`GDMCell.posterior_step <gdm_models.gdm.cell.GDMCell.posterior_step>`) with the
+  prior branch inside the recurrence; noise keys ``"<t>/<name>"``
+  (:func:`gdm_models.gdm.sequence_noise_to_steps` converts the fast path's).
+* G-RSSM and Vanilla / EA-GWM: the code the optimised baselines replaced.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
-from ..data import OBS_KEYS, Batch
-from ..losses import NodeMasks, Prediction, free_bits, prediction_loss
-from ..rssm import categorical_kl, sample_onehot_st, unimix_probs
-from .common import (
+from .adjacency import EdgeUpdateMLP
+from .baselines.common import (
     GraphState,
     soft_state,
     state_from_observation,
 )
-from .ea_losses import (
+from .baselines.ea_losses import (
     critical_node_loss,
     critical_node_weights,
     normalized_adjacency,
     rollout_consistency_loss,
     spectral_loss_per_layer,
 )
+from .baselines.grssm import GRSSM, GRSSM_TERM_KEYS, window_targets
+from .baselines.gwm import GWM, GWM_TERM_KEYS
+from .data import OBS_KEYS, Batch
+from .gdm import GDM, GDMCell, GDMLatent, Noise
+from .layers import categorical_kl, sample_onehot_st, unimix_probs
+from .losses import NodeMasks, Prediction, free_bits, prediction_loss
+from .scaling import FeatureScaler
+from .world_model import terms_to_floats
 
-if TYPE_CHECKING:
-    from ..scaling import FeatureScaler
-    from .grssm import GRSSM
-    from .gwm import GWM
+__all__ = [
+    "attention_reference",
+    "edge_logits_reference",
+    "gdm_loss_reference",
+    "gdm_loss_tensors_reference",
+    "gdm_step_terms_reference",
+    "gdm_transition_terms_reference",
+    "grssm_filter_reference",
+    "grssm_loss_reference",
+    "grssm_transition_reference",
+    "gwm_loss_reference",
+    "gwm_step_reference",
+]
+
+
+# ---------------------------------------------------------------------------- GDM
+def edge_logits_reference(
+    mlp: EdgeUpdateMLP, h: torch.Tensor, g: torch.Tensor, a_prev: torch.Tensor
+) -> torch.Tensor:
+    """The edge-update MLP's symmetric logits (B, N, N) with the concatenated input
+    [h_i, h_j, h_g, z_g, A_ij] of every ordered pair (what ``forward_dense`` and
+    ``forward_chunked`` compute from per-node projections)."""
+    b, n, d = h.shape
+    hi = h[:, :, None, :].expand(b, n, n, d)
+    hj = h[:, None, :, :].expand(b, n, n, d)
+    gg = g[:, None, None, :].expand(b, n, n, mlp.graph_dim)
+    x = torch.cat([hi, hj, gg, a_prev[..., None]], dim=-1)
+    wg = [mlp.w_g.weight] if mlp.w_g is not None else []
+    w1 = torch.cat([mlp.w_i.weight, mlp.w_j.weight, *wg, mlp.w_a[:, None]], dim=1)
+    f = mlp.out(F.silu(F.linear(x, w1, mlp.b1))).squeeze(-1)
+    return mlp.symmetrise(f)
+
+
+def gdm_transition_terms_reference(
+    model: GDMCell,
+    batch: Batch,
+    t: int,
+    obs: Mapping[str, torch.Tensor],
+    prev: GDMLatent,
+    o: Mapping[str, Any],
+    nm: torch.Tensor,
+    pm: torch.Tensor,
+    n_real: torch.Tensor,
+) -> dict[str, torch.Tensor]:
+    """Per-graph loss terms (B,) of window step t (transition t-1 -> t) from the outputs
+    ``o`` of :meth:`~gdm_models.gdm.cell.GDMCell.posterior_step` with the prior branch."""
+    return model.transition_terms(
+        obs,
+        batch.reward[:, t - 1],
+        batch.continuation[:, t - 1],
+        prev.adjacency,
+        o,
+        nm,
+        pm,
+        n_real,
+    )
+
+
+def gdm_step_terms_reference(model: GDMCell, batch: Batch, noise: Noise) -> dict[str, torch.Tensor]:
+    """Per-transition terms (B, L) of the GDM loss computed step by step."""
+    B, L, N = batch.batch_size, batch.seq_len, batch.num_nodes
+    nm, pm = batch.node_mask, batch.pair_mask
+    n_real = nm.sum(1)
+    latent = model.initial_latent(B, N)
+    zero_action = torch.zeros(B, N, device=model.device)
+    per_step: list[dict[str, torch.Tensor]] = []
+    for t in range(L + 1):
+        obs = batch.observation(t)
+        action = zero_action if t == 0 else batch.action_nodes[:, t - 1]
+        prev = latent
+        latent, o = model.posterior_step(prev, action, obs, nm, pm, noise, t, t > 0)
+        if t == 0:
+            continue
+        per_step.append(
+            gdm_transition_terms_reference(model, batch, t, obs, prev, o, nm, pm, n_real)
+        )
+    return {k: torch.stack([d[k] for d in per_step], 1) for k in per_step[0]}
+
+
+def gdm_loss_tensors_reference(
+    model: GDMCell, batch: Batch, noise: Noise
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """:meth:`GDM.loss_tensors <gdm_models.gdm.model.GDM.loss_tensors>` step by step."""
+    return model.combine_terms(gdm_step_terms_reference(model, batch, noise), batch.step_mask)
+
+
+def gdm_loss_reference(
+    model: GDM, batch: Batch, noise: Noise
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """:meth:`GDM.loss_terms <gdm_models.gdm.model.GDM.loss_terms>` step by step: the same
+    function of the same uniforms (noise keys ``"<t>/<name>"``)."""
+    total, terms = gdm_loss_tensors_reference(model, batch, noise)
+    return total, terms_to_floats(terms)
 
 
 # ---------------------------------------------------------------------------- shared
@@ -136,7 +236,6 @@ def grssm_loss_reference(
     model: GRSSM, batch: Batch, generator: torch.Generator | None = None
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The original G-RSSM loss (see :meth:`GRSSM.loss`)."""
-    from .grssm import GRSSM_TERM_KEYS, window_targets
 
     c = model.config
     gen = model.make_generator(generator if generator is not None else 0)
@@ -205,7 +304,6 @@ def gwm_loss_reference(
     model: GWM, batch: Batch, generator: torch.Generator | None = None
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The original Vanilla GWM / EA-GWM loss (see :meth:`GWM.loss`)."""
-    from .gwm import GWM_TERM_KEYS
 
     cfg = model.config
     schema, scaler = model.schema, model.scaler
@@ -268,7 +366,10 @@ def gwm_loss_reference(
     if cfg.spectral_weight > 0:
         us = [getattr(model, f"spectral_u_{i}") for i in range(cfg.mp_layers)]
         spectral, new_us = spectral_loss_per_layer(
-            [w.weight for w in model.mp_weights], us, cfg.power_iterations, cfg.spectral_target
+            [cast(nn.Linear, w).weight for w in model.mp_weights],
+            us,
+            cfg.power_iterations,
+            cfg.spectral_target,
         )
         if model.training:
             for i, u in enumerate(new_us):

@@ -1,4 +1,5 @@
-"""The ``WorldModel`` interface shared by the GDM and every baseline.
+"""The ``WorldModel`` base class shared by the GDM and every baseline, and the conversion of
+its predictions to the environment's dtypes.
 
 Contract for implementers (GDM, Vanilla GWM, EA-GWM, G-RSSM, ...)
 ----------------------------------------------------------------
@@ -7,35 +8,46 @@ Subclass :class:`WorldModel` and
 * call ``super().__init__(schema, scaler, config)`` where ``config`` is a ``@dataclass``
   instance holding *every* constructor hyperparameter (JSON-able scalars/strings/bools);
   the model must be reconstructible as ``factory(schema, scaler, **dataclasses.asdict(config))``;
-* register a factory with :func:`gdm_models.registry.register_model` (baselines do that in
-  ``gdm_models/baselines/__init__.py``; the registry imports that package lazily);
-* implement
+* add one line for its factory to :data:`gdm_models.registry.MODELS` (and its presets, if
+  any, to :data:`gdm_models.presets.PRESETS`);
+* implement the abstract methods:
 
-  - ``observe(obs_sequence, actions, generator=None) -> latent``: condition on a trajectory of
-    T+1 observations (stacked dict with a leading time axis, or a list of observation dicts)
-    and the T actions between them ((T, N) int8 node indicators; T may be 0). Returns an
-    opaque latent for the *last* observation (posterior for latent models; state-space models
-    may simply return the last observation);
-  - ``imagine_multi(latent, action_sequence, num_samples, generator=None) -> list[dict]``: roll
-    ``num_samples`` independent samples forward over K actions ((K, N) or (K, S, N)); returns
-    K prediction dicts, each with the six observation keys with a leading sample axis and the
-    environment's dtypes (``adjacency`` (S,N,N) int8 symmetric zero-diagonal,
-    ``node_continuous`` (S,N,Fnc) float32 in environment units, ``node_categorical`` (S,N,Fnk)
-    int64, ``graph_continuous`` (S,Fgc) float32, ``graph_categorical`` (S,Fgk) int64,
-    ``action_mask`` (S,N) int8) plus ``reward`` (S,) float32 and ``continuation`` (S,) int64.
-    Categorical/binary outputs are *sampled* from their predicted distributions (use
-    :func:`predictions_to_numpy` for the final conversion). ``imagine`` (one step) is derived;
-  - ``loss(batch, generator=None) -> (total, terms)``: ``batch`` is a
-    :class:`~gdm_models.data.Batch`
-    (padded, with ``node_mask``/``step_mask``) already on the model's device; ``total`` is a
-    differentiable scalar tensor; ``terms`` a dict of python floats (logged per step by the
-    trainer, e.g. ``{"pred": ..., "kl_adj": ...}``; keep the key set fixed for a model).
-    Optionally override ``training_loss`` (same, with the terms as detached 0-d tensors) so
-    that the trainer does not synchronise with the device every step.
+  - ``_observe_at(obs, actions, steps, generator) -> list[latent]``: condition on one
+    trajectory of T+1 observations and T actions (validated tensors) and return the latents
+    after the observations ``steps`` (the posterior for latent models; a state-space model may
+    return the observation itself). :meth:`observe` and :meth:`observe_at` call it;
+  - ``_latent_num_nodes(latent) -> int``: check that a latent is what ``_observe_at``
+    returns and give its number of nodes;
+  - ``start(obs, generator) -> state`` and ``step(state, actions, generator) -> (prediction,
+    state)``: batched stepping (below); ``state_from_latent(latent, num_samples, generator)
+    -> state``: the stepping state of ``num_samples`` rollouts from an ``observe`` latent.
+    :meth:`imagine_multi` (and :meth:`imagine`) are derived from these two;
+  - ``training_loss(batch, generator) -> (total, terms)``: ``batch`` is a padded
+    :class:`~gdm_models.data.Batch` (with ``node_mask``/``step_mask``) on the model's device;
+    ``total`` a differentiable scalar; ``terms`` a dict of detached 0-d tensors with a fixed
+    key set (logged by the trainer; :meth:`loss` converts them to floats).
 
 * draw all randomness from the ``generator`` argument (a ``torch.Generator`` on the model's
   device; :meth:`WorldModel.make_generator` turns ``None``/an int seed into one);
 * never assume a GPU: use ``self.device`` for new tensors.
+
+Batched stepping (what DreamerV3's ``obs_step`` / ``img_step`` are to its RSSM)
+------------------------------------------------------------------------------
+A *state* is a ``dict[str, torch.Tensor]`` whose tensors all have the batch axis first: row b
+is one independent rollout (an episode of a dream env, a sample of ``imagine_multi``), so rows
+can be replaced (autoreset) with :meth:`WorldModel.replace_rows` without knowing the model.
+
+* ``start(obs, generator)``: the state after observing B start observations, tensors with a
+  leading B axis (as :func:`~gdm_models.data.observation_to_tensors` gives for stacked
+  observations; every node real). For B = 1 it equals ``observe`` of that one observation.
+* ``step(state, actions, generator, batched=False)``: one imagined transition of the B rows
+  for (B, N) float node indicators; returns the prediction tensors (the keys of
+  :data:`PREDICTION_KEYS`, sampled, in environment units; :func:`predictions_to_numpy`
+  converts them) and the next state. ``batched=True`` lets a model pick an implementation for
+  many independent rows that draws different (equally distributed) samples.
+
+With one generator, ``start`` + k calls of ``step`` draw exactly what ``observe`` +
+``imagine_multi`` over the same k actions draw. Neither switches autograd off.
 
 Saving and loading go through :mod:`gdm_models.checkpoint` (``model.save(path)``,
 ``WorldModel.load(path)`` / :func:`gdm_models.checkpoint.load_checkpoint`).
@@ -67,7 +79,17 @@ from .data import (
 from .scaling import FeatureScaler
 from .schema import Schema
 
-__all__ = ["WorldModel", "predictions_to_numpy", "PREDICTION_KEYS", "NP_DTYPES"]
+__all__ = [
+    "NP_DTYPES",
+    "PREDICTION_KEYS",
+    "StepState",
+    "WorldModel",
+    "bind_checkpoint_io",
+    "predictions_to_numpy",
+]
+
+#: a batched stepping state: tensors with the batch (rollout) axis first (module docstring)
+StepState = dict[str, torch.Tensor]
 
 PREDICTION_KEYS: tuple[str, ...] = OBS_KEYS + ("reward", "continuation")
 
@@ -114,6 +136,8 @@ class WorldModel(nn.Module, abc.ABC):
 
     #: registry name (e.g. ``"gdm"``, ``"gdm:no-h-plus"``, ``"g-rssm"``); set by the registry.
     model_name: str = ""
+    #: the hyperparameters (a dataclass instance; each model narrows the type)
+    config: Any
 
     def __init__(
         self,
@@ -206,11 +230,48 @@ class WorldModel(nn.Module, abc.ABC):
         """Check that ``latent`` is what this model's :meth:`observe` returns (else a clear
         ``TypeError``/``DataError``) and return its number of nodes N."""
 
-    @abc.abstractmethod
     def _imagine(
         self, latent: Any, actions: torch.Tensor, generator: torch.Generator
     ) -> list[dict[str, np.ndarray]]:
-        """Checked latent and (K, S, N) float actions -> K sampled prediction dicts."""
+        """Checked latent and (K, S, N) float actions -> K sampled prediction dicts, by
+        :meth:`step` from :meth:`state_from_latent`."""
+        state = self.state_from_latent(latent, actions.shape[1], generator)
+        out = []
+        for k in range(actions.shape[0]):
+            pred, state = self.step(state, actions[k], generator)
+            out.append(predictions_to_numpy(pred))
+        return out
+
+    # ------------------------------------------------------------------ batched stepping
+    @abc.abstractmethod
+    def start(self, obs: Mapping[str, torch.Tensor], generator: torch.Generator) -> StepState:
+        """The state after observing B start observations (tensors with a leading B axis,
+        every node real); see the module docstring."""
+
+    @abc.abstractmethod
+    def step(
+        self,
+        state: StepState,
+        actions: torch.Tensor,
+        generator: torch.Generator,
+        *,
+        batched: bool = False,
+    ) -> tuple[dict[str, torch.Tensor], StepState]:
+        """One imagined transition of every row: (B, N) float actions -> (sampled prediction
+        tensors with the keys of :data:`PREDICTION_KEYS`, next state); see the module
+        docstring."""
+
+    @abc.abstractmethod
+    def state_from_latent(
+        self, latent: Any, num_samples: int, generator: torch.Generator
+    ) -> StepState:
+        """The state of ``num_samples`` rollouts from a latent of :meth:`observe` (a model
+        whose latent is a distribution draws one sample per rollout from ``generator``)."""
+
+    @staticmethod
+    def replace_rows(state: StepState, rows: torch.Tensor, new: StepState) -> StepState:
+        """``state`` with the rows ``rows`` replaced by the rows of ``new`` (same order)."""
+        return {k: v.index_copy(0, rows, new[k]) for k, v in state.items()}
 
     @abc.abstractmethod
     def training_loss(
@@ -363,10 +424,9 @@ class WorldModel(nn.Module, abc.ABC):
         return dataclasses.asdict(self.config)
 
     def save(self, path: str | Path) -> Path:
-        """Save weights, config, schema and scaler (see :mod:`gdm_models.checkpoint`)."""
-        from .checkpoint import save_checkpoint
-
-        return save_checkpoint(self, path)
+        """Save weights, config, schema and scaler
+        (:func:`gdm_models.checkpoint.save_checkpoint`)."""
+        return _checkpoint_io().save(self, path)
 
     @classmethod
     def load(
@@ -376,10 +436,35 @@ class WorldModel(nn.Module, abc.ABC):
         schema: Mapping[str, Any] | Schema | None = None,
         device: torch.device | str = "cpu",
     ) -> WorldModel:
-        """Load a checkpoint written by :meth:`save`; optionally require a given schema."""
-        from .checkpoint import load_checkpoint
-
-        model = load_checkpoint(path, schema=schema, device=device)
+        """Load a checkpoint written by :meth:`save`; optionally require a given schema
+        (:func:`gdm_models.checkpoint.load_checkpoint`)."""
+        model = _checkpoint_io().load(path, schema=schema, device=device)
         if cls is not WorldModel and not isinstance(model, cls):
             raise TypeError(f"checkpoint holds a {type(model).__name__}, not a {cls.__name__}")
         return model
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointIO:
+    """The checkpoint functions behind :meth:`WorldModel.save` / :meth:`WorldModel.load`.
+
+    Loading rebuilds a model by name through the registry, which sits above the models, so
+    this module cannot import the checkpoint module; the package's ``__init__`` binds its
+    functions here once (:func:`bind_checkpoint_io`)."""
+
+    save: Callable[[WorldModel, str | Path], Path]
+    load: Callable[..., WorldModel]
+
+
+_CHECKPOINT_IO: list[CheckpointIO] = []
+
+
+def bind_checkpoint_io(save: Callable[..., Path], load: Callable[..., Any]) -> None:
+    """Set the functions :meth:`WorldModel.save` / :meth:`WorldModel.load` call."""
+    _CHECKPOINT_IO[:] = [CheckpointIO(save, load)]
+
+
+def _checkpoint_io() -> CheckpointIO:
+    if not _CHECKPOINT_IO:  # only when the package's __init__ did not run (never in practice)
+        raise RuntimeError("import gdm_models to bind the checkpoint functions")
+    return _CHECKPOINT_IO[0]

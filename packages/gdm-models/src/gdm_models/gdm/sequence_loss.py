@@ -1,5 +1,6 @@
-"""Time-vectorised GDM training loss (issue 10): the same function as the step-by-step
-reference (:meth:`GDM.loss_terms` with ``reference=True``), with far fewer operations.
+"""Time-vectorised GDM training loss: the same function as the step-by-step reference
+(:func:`gdm_models.reference.gdm_loss_reference`), with far fewer operations, because
+training time is dominated by the number of small tensor operations per window.
 
 Only the posterior recurrence is sequential (paper, "Training": the recurrence runs on h^+,
 z^+ and the teacher-forced adjacency). Everything else is computed for all steps at once:
@@ -7,8 +8,8 @@ z^+ and the teacher-forced adjacency). Everything else is computed for all steps
 * before the recurrence: the observation encoder of all L+1 observations, the action
   embeddings and their pools, the normalised message-passing weights of the observed
   adjacencies, and every uniform of the window (one draw per kind, batch axis first);
-* the recurrence: :func:`posterior_cell`, a function of tensors only (no noise object, no
-  Python ints specialised per step);
+* the recurrence: :meth:`GDMCell.posterior_cell <gdm_models.gdm.cell.GDMCell.posterior_cell>`,
+  a function of tensors only (no noise object, no Python ints specialised per step);
 * after the recurrence: the prior branch of every transition (it depends only on h^-_t, h_g^-_t
   and A_{t-1}, never feeds the recurrence), the decoder and all loss terms, as one batch of
   B*L graphs (:func:`sequence_tail`).
@@ -30,22 +31,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-from .data import OBS_KEYS, Batch
-from .losses import masked_mean
-from .message_passing import normalise_weights
-
-if TYPE_CHECKING:
-    from .gdm import GDM, Noise
+from ..data import OBS_KEYS, Batch
+from ..losses import masked_mean
+from ..message_passing import normalise_weights
+from .cell import GDMCell, Noise
 
 __all__ = [
     "SEQUENCE_NOISE",
     "draw_sequence_noise",
     "sequence_noise_to_steps",
-    "posterior_cell",
     "sequence_tail",
     "sequence_core",
     "sequence_loss_terms",
@@ -57,20 +55,20 @@ SEQUENCE_NOISE = ("zg_post", "zn_post", "zg_prior", "adj", "zn_prior")
 
 
 def draw_sequence_noise(
-    model: GDM, noise: Noise, b: int, seq_len: int, n: int
+    model: GDMCell, noise: Noise, b: int, seq_len: int, n: int
 ) -> dict[str, torch.Tensor | None]:
     """All uniforms of one training window (``None`` for parts the config switches off)."""
     c = model.config
     u: dict[str, torch.Tensor | None] = {}
-    u["zg_post"] = model._draw_zg(noise, "seq/zg_post", b, seq_len + 1)
-    u["zn_post"] = noise.uniform("seq/zn_post", model._zn_shape(b, seq_len + 1, n))
-    u["zg_prior"] = model._draw_zg(noise, "seq/zg_prior", b, seq_len)
+    u["zg_post"] = model.draw_zg(noise, "seq/zg_post", b, seq_len + 1)
+    u["zn_post"] = noise.uniform("seq/zn_post", model.zn_shape(b, seq_len + 1, n))
+    u["zg_prior"] = model.draw_zg(noise, "seq/zg_prior", b, seq_len)
     u["adj"] = (
         noise.uniform("seq/adj", (b, seq_len, n, n), symmetric=True)
         if c.recurrent_adjacency
         else None
     )
-    u["zn_prior"] = noise.uniform("seq/zn_prior", model._zn_shape(b, seq_len, n))
+    u["zn_prior"] = noise.uniform("seq/zn_prior", model.zn_shape(b, seq_len, n))
     return u
 
 
@@ -96,43 +94,8 @@ def _pool_steps(x: torch.Tensor, node_weight: torch.Tensor) -> torch.Tensor:
     return masked_mean(x, node_weight, 2)
 
 
-def _bcast(g: torch.Tensor, n: int) -> torch.Tensor:
-    return g[:, None, :].expand(-1, n, -1)
-
-
-def posterior_cell(
-    model: GDM,
-    h_n: torch.Tensor,
-    z_n: torch.Tensor,
-    h_g: torch.Tensor,
-    z_g: torch.Tensor,
-    a_emb: torch.Tensor,
-    a_pool: torch.Tensor,
-    e_v: torch.Tensor,
-    e_g: torch.Tensor,
-    alpha: torch.Tensor,
-    node_mask: torch.Tensor,
-    u_zg: torch.Tensor | None,
-    u_zn: torch.Tensor,
-) -> tuple[torch.Tensor, ...]:
-    """One posterior step on tensors only (paper, steps 1-3, 5-6 on the posterior path).
-
-    Returns ``(h_n^-, h_g^-, h_n^+, h_g^+, q_g, z_g^+, q_n, z_n^+)`` (q_g is (B, 0, 0) without
-    graph state). ``alpha``: normalised message-passing weights of the observed A_t.
-    """
-    c = model.config
-    h_n_m = model.gru_n(torch.cat([z_n, a_emb], -1), h_n)
-    h_g_m = model.gru_g(torch.cat([z_g, a_pool], -1), h_g) if c.graph_state else h_g
-    h_n_p, h_g_p, q_g, z_g_p = model._posterior_graph(h_n_m, h_g_m, e_v, e_g, node_mask, u_zg)
-    m_p = model.mp.forward_normalised(h_n_p, torch.cat([h_g_p, z_g_p], -1), alpha)
-    q_n, z_n_p = model._node_latent("post_n", [m_p, _bcast(z_g_p, m_p.shape[1]), e_v], u_zn)
-    if q_g is None:  # no graph state: an empty stand-in keeps the outputs tensors
-        q_g = h_g_p.new_zeros(h_g_p.shape[0], 0, 0)
-    return h_n_m, h_g_m, h_n_p, h_g_p, q_g, z_g_p, q_n, z_n_p
-
-
 def sequence_tail(
-    model: GDM,
+    model: GDMCell,
     h_n_m: torch.Tensor,
     h_g_m: torch.Tensor,
     h_n_p: torch.Tensor,
@@ -166,8 +129,8 @@ def sequence_tail(
         "q_n": q_n,
         "z_n_p": z_n_p,
     }
-    o.update(model._prior_core(h_n_m, h_g_m, a_prev, node_mask, pair_mask, u_zg, u_adj, u_zn))
-    return model._transition_terms(
+    o.update(model.prior_core(h_n_m, h_g_m, a_prev, node_mask, pair_mask, u_zg, u_adj, u_zn))
+    return model.transition_terms(
         obs, reward, continuation, a_prev, o, node_mask, pair_mask, node_mask.sum(1)
     )
 
@@ -182,7 +145,7 @@ CORE_FIELDS = OBS_KEYS + ("action_nodes", "reward", "continuation", "node_mask")
 
 
 def sequence_loss_terms(
-    model: GDM,
+    model: GDMCell,
     batch: Batch,
     noise: Noise,
     core: Callable[..., dict[str, torch.Tensor]] | None = None,
@@ -195,15 +158,20 @@ def sequence_loss_terms(
     return core(*(getattr(batch, k) for k in CORE_FIELDS), *(u[k] for k in SEQUENCE_NOISE))
 
 
-def sequence_core(model: GDM, *tensors: torch.Tensor | None) -> dict[str, torch.Tensor]:
+def sequence_core(model: GDMCell, *tensors: torch.Tensor | None) -> dict[str, torch.Tensor]:
     """:func:`sequence_loss_terms` on tensors: the :data:`CORE_FIELDS` of a batch, then the
     :data:`SEQUENCE_NOISE` uniforms (``None`` where switched off)."""
     nf = len(CORE_FIELDS)
-    fields_ = dict(zip(CORE_FIELDS, tensors[:nf], strict=True))
+    fields_: dict[str, torch.Tensor] = {}
+    for name, value in zip(CORE_FIELDS, tensors[:nf], strict=True):
+        assert value is not None  # only noise is switched off
+        fields_[name] = value
     u = dict(zip(SEQUENCE_NOISE, tensors[nf:], strict=True))
+    u_zn_post, u_zn_prior = u["zn_post"], u["zn_prior"]
+    assert u_zn_post is not None and u_zn_prior is not None  # the node latents always exist
     B, L = fields_["action_nodes"].shape[:2]
     batch = Batch(**fields_, step_mask=fields_["reward"].new_ones(B, L, dtype=torch.bool))
-    cell = partial(posterior_cell, model)
+    cell = model.posterior_cell
     tail = partial(sequence_tail, model)
     c = model.config
     B, L, N = batch.batch_size, batch.seq_len, batch.num_nodes
@@ -211,7 +179,7 @@ def sequence_core(model: GDM, *tensors: torch.Tensor | None) -> dict[str, torch.
     # ---- everything that does not depend on the recurrence, for all steps at once
     nm_steps = nm[:, None, :].expand(B, L + 1, N).reshape(B * (L + 1), N)
     obs = {k: getattr(batch, k) for k in OBS_KEYS}
-    e_v, e_g = model._encode({k: _flat(v) for k, v in obs.items()}, nm_steps)
+    e_v, e_g = model.encode({k: _flat(v) for k, v in obs.items()}, nm_steps)
     e_v, e_g = e_v.reshape(B, L + 1, N, -1), e_g.reshape(B, L + 1, -1)
     actions = torch.cat([batch.action_nodes.new_zeros(B, 1, N), batch.action_nodes], 1)
     a_emb = model.action_embed(actions)  # step 0: the zero action
@@ -231,19 +199,28 @@ def sequence_core(model: GDM, *tensors: torch.Tensor | None) -> dict[str, torch.
         u_zg = u["zg_post"][:, t] if u["zg_post"] is not None else None
         out = cell(
             h_n, z_n, h_g, z_g, a_emb[:, t], a_pool[:, t], e_v[:, t], e_g[:, t], alpha_t[t],
-            nm, u_zg, u["zn_post"][:, t],
+            nm, u_zg, u_zn_post[:, t],
         )  # fmt: skip
         h_n, h_g, z_g, z_n = out[2], out[3], out[5], out[7]
         if t > 0:  # step 0 only initialises the posterior; losses are on transitions 1..L
             steps.append(out)
     # ---- prior branch, decoder and loss terms of all B*L transitions at once
-    stacked = [_flat(torch.stack(parts, 1)) for parts in zip(*steps, strict=True)]
+    h_n_m, h_g_m, h_n_p, h_g_p, q_g, z_g_p, q_n, z_n_p = [
+        _flat(torch.stack(parts, 1)) for parts in zip(*steps, strict=True)
+    ]
     nm_f = nm[:, None, :].expand(B, L, N).reshape(B * L, N)
     pm = batch.pair_mask
     pm_f = pm[:, None].expand(B, L, N, N).reshape(B * L, N, N)
     obs_f = {k: _flat(v[:, 1:]) for k, v in obs.items()}
     terms = tail(
-        *stacked,
+        h_n_m,
+        h_g_m,
+        h_n_p,
+        h_g_p,
+        q_g,
+        z_g_p,
+        q_n,
+        z_n_p,
         obs_f,
         _flat(batch.reward),
         _flat(batch.continuation),
@@ -252,6 +229,6 @@ def sequence_core(model: GDM, *tensors: torch.Tensor | None) -> dict[str, torch.
         pm_f,
         _flat(u["zg_prior"]) if u["zg_prior"] is not None else None,
         _flat(u["adj"]) if u["adj"] is not None else None,
-        _flat(u["zn_prior"]),
+        _flat(u_zn_prior),
     )
     return {k: v.reshape(B, L) for k, v in terms.items()}

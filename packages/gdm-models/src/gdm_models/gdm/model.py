@@ -1,0 +1,232 @@
+"""The GDM as a world model: training loss, ``observe``/``imagine`` and batched stepping
+on top of the network of :class:`~gdm_models.gdm.cell.GDMCell` (paper, section "Graph
+Dynamics Model"), and the registry factory of ``"gdm"`` and its ablations."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
+from typing import Any
+
+import torch
+
+from ..data import Batch, TensorObs
+from ..scaling import FeatureScaler
+from ..schema import Schema
+from ..world_model import StepState, terms_to_floats
+from .cell import GDMCell, GDMLatent, Noise
+from .config import ABLATIONS, GDMConfig
+from .sequence_loss import sequence_core, sequence_loss_terms
+
+__all__ = ["GDM", "build_gdm"]
+
+#: the stepping state's keys, the fields of :class:`GDMLatent` in order
+STATE_KEYS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(GDMLatent))
+
+
+def _state(latent: GDMLatent) -> StepState:
+    return {k: getattr(latent, k) for k in STATE_KEYS}
+
+
+class GDM(GDMCell):
+    """Graph Dynamics Model. Build with ``make_model("gdm", schema, scaler, **overrides)``
+    or ``GDM(schema, scaler, GDMConfig(...))``."""
+
+    def __init__(
+        self,
+        schema: Mapping[str, Any] | Schema,
+        scaler: FeatureScaler | None = None,
+        config: GDMConfig | None = None,
+    ) -> None:
+        super().__init__(schema, scaler, GDMConfig() if config is None else config)
+
+    #: under compile, batches are zero-padded to a multiple of this many nodes (static shapes)
+    compile_pad_multiple: int = 16
+
+    def _compile_target(self) -> Callable[..., Any]:
+        """The time-vectorised loss core (:func:`~gdm_models.gdm.sequence_loss.sequence_core`);
+        the noise is drawn eagerly before it (padded batches get noise of the padded shape)."""
+        return partial(sequence_core, self)
+
+    # ================================================================== training
+    def training_loss(
+        self, batch: Batch, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Loss of paper eq. (loss) averaged over the L transitions of each window.
+
+        Terms (logged): ``pred`` and its parts ``pred_node``, ``pred_graph``, ``pred_adj``,
+        ``pred_action``, ``pred_reward``, ``pred_cont``; ``kl_n_dyn``, ``kl_n_rep``,
+        ``kl_g_dyn``, ``kl_g_rep`` (after free bits), ``kl_adj``, ``h`` (L_h) and ``total``.
+        ``pred_adj`` is the adjacency BCE of the ``no-recurrent-adj`` ablation's decoder head;
+        with the recurrent adjacency the decoder passes A_t through and topology is learned by
+        ``kl_adj`` instead, so there it is 0 by construction.
+        """
+        gen = self.make_generator(generator if generator is not None else 0)
+        return self.loss_tensors(batch, Noise(gen, self.device))
+
+    def loss_terms(self, batch: Batch, noise: Noise) -> tuple[torch.Tensor, dict[str, float]]:
+        """:meth:`loss` with an explicit :class:`Noise` source (time-vectorised path, noise
+        keys ``"seq/<name>"``; the step-by-step reference with keys ``"<t>/<name>"`` is
+        :func:`gdm_models.reference.gdm_loss_reference`)."""
+        total, terms = self.loss_tensors(batch, noise)
+        return total, terms_to_floats(terms)
+
+    def loss_tensors(
+        self, batch: Batch, noise: Noise
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """:meth:`training_loss` with an explicit :class:`Noise` source (compiled after
+        :meth:`enable_compile`)."""
+        if self.compiled:
+            padded = batch.pad_nodes_to_multiple(self.compile_pad_multiple)
+            per_step = sequence_loss_terms(self, padded, noise, self._compiled)
+        else:
+            per_step = sequence_loss_terms(self, batch, noise)
+        return self.combine_terms(per_step, batch.step_mask)
+
+    # ================================================================== inference API
+    @torch.no_grad()
+    def observe_tensors(
+        self, obs: Mapping[str, torch.Tensor], actions: torch.Tensor, noise: Noise
+    ) -> GDMLatent:
+        """Posterior over a trajectory given tensors (T+1 obs, T actions; no batch axis)."""
+        return self._posterior_pass(obs, actions, noise, [obs["adjacency"].shape[0] - 1])[0]
+
+    def _posterior_pass(
+        self,
+        obs: Mapping[str, torch.Tensor],
+        actions: torch.Tensor,
+        noise: Noise,
+        capture: Sequence[int],
+    ) -> list[GDMLatent]:
+        """One posterior pass up to max(capture); the latents after each captured step."""
+        n = obs["adjacency"].shape[-1]
+        nm = torch.ones(1, n, dtype=torch.bool, device=self.device)
+        pm = ~torch.eye(n, dtype=torch.bool, device=self.device)[None]
+        latent = self.initial_latent(1, n)
+        wanted = set(capture)
+        found: dict[int, GDMLatent] = {}
+        for t in range(max(capture) + 1):
+            o = {k: v[t][None] for k, v in obs.items()}
+            a = torch.zeros(1, n, device=self.device) if t == 0 else actions[t - 1][None]
+            latent, _ = self.posterior_step(latent, a, o, nm, pm, noise, t, need_prior=False)
+            if t in wanted:
+                found[t] = latent
+        return [found[t] for t in capture]
+
+    def _observe_at(
+        self, obs: TensorObs, actions: torch.Tensor, steps: list[int], generator: torch.Generator
+    ) -> list[GDMLatent]:
+        """Posterior latents at several steps from one pass (see ``WorldModel.observe_at``)."""
+        return self._posterior_pass(obs, actions, Noise(generator, self.device), steps)
+
+    @torch.no_grad()
+    def imagine_tensors(
+        self, latent: GDMLatent, actions: torch.Tensor, noise: Noise
+    ) -> tuple[list[dict[str, torch.Tensor]], GDMLatent]:
+        """Prior rollout of S samples over K actions ((K, S, N) float); tensors per step
+        (noise keys ``"i<k>/<what>"``)."""
+        latent = latent.expand(actions.shape[1])
+        preds = []
+        for k in range(actions.shape[0]):
+            pred, latent = self.imagine_step(latent, actions[k], noise, f"i{k}")
+            preds.append(pred)
+        return preds, latent
+
+    def _latent_num_nodes(self, latent: Any) -> int:
+        if not isinstance(latent, GDMLatent):
+            raise TypeError("latent must be a GDMLatent returned by GDM.observe")
+        return latent.num_nodes
+
+    # ================================================================== batched stepping
+    def start(self, obs: Mapping[str, torch.Tensor], generator: torch.Generator) -> StepState:
+        """The posterior after B start observations: the first posterior step of
+        ``observe`` (zero latent, zero action, observed adjacency), batched."""
+        b, n = obs["adjacency"].shape[:2]
+        dev = self.device
+        latent, _ = self.posterior_step(
+            self.initial_latent(b, n),
+            torch.zeros(b, n, device=dev),
+            obs,
+            torch.ones(b, n, dtype=torch.bool, device=dev),
+            ~torch.eye(n, dtype=torch.bool, device=dev)[None],
+            Noise(generator, dev),
+            0,
+            need_prior=False,
+        )
+        return _state(latent)
+
+    def state_from_latent(
+        self, latent: Any, num_samples: int, generator: torch.Generator
+    ) -> StepState:
+        """``num_samples`` copies of the ``observe`` latent (no randomness)."""
+        self._latent_num_nodes(latent)
+        return _state(latent.expand(num_samples))
+
+    def step(
+        self,
+        state: StepState,
+        actions: torch.Tensor,
+        generator: torch.Generator,
+        *,
+        batched: bool = False,
+    ) -> tuple[dict[str, torch.Tensor], StepState]:
+        """One prior step of B rows (:meth:`imagine_step`). ``batched=True`` on a GPU runs
+        the rows in blocks (:meth:`dense_step_blocks`) with the dense edge MLP: the same
+        function, one broadcast per block instead of a Python loop over graphs, but the
+        uniforms are drawn per block, so the samples differ from ``batched=False``."""
+        blocks = self.dense_step_blocks(*actions.shape) if batched else None
+        if blocks is None:
+            pred, latent = self.imagine_step(
+                GDMLatent(**state), actions, Noise(generator, self.device), "i0"
+            )
+            return pred, _state(latent)
+        outs, states = [], []
+        for rows in blocks:
+            sub = GDMLatent(**{k: v[rows] for k, v in state.items()})
+            pred, latent = self.imagine_step(
+                sub, actions[rows], Noise(generator, self.device), "i0", edge_impl="dense"
+            )
+            outs.append(pred)
+            states.append(_state(latent))
+        pred = {k: torch.cat([o[k] for o in outs]) for k in outs[0]}
+        return pred, {k: torch.cat([s[k] for s in states]) for k in STATE_KEYS}
+
+    #: largest B * N * N * width of the pairwise edge MLP computed in one dense block on a GPU
+    DENSE_EDGE_ELEMS = 1 << 28
+
+    def dense_step_blocks(self, b: int, n: int) -> list[slice] | None:
+        """Rows of a batched :meth:`step` of B graphs with N nodes in blocks whose pairwise
+        edge-MLP activations fit :attr:`DENSE_EDGE_ELEMS`, on a GPU with the edge MLP's
+        default implementation ("auto"); ``None`` (the default path) on a CPU, without the
+        recurrent adjacency, or when the edge MLP's implementation was chosen explicitly."""
+        mlp = getattr(self, "edge_mlp", None)
+        if mlp is None or self.device.type != "cuda" or mlp.impl != "auto":
+            return None
+        size = max(1, self.DENSE_EDGE_ELEMS // (n * n * mlp.hidden))
+        return [slice(i, min(b, i + size)) for i in range(0, b, size)]
+
+
+def build_gdm(
+    schema: Mapping[str, Any] | Schema,
+    scaler: FeatureScaler | None = None,
+    *,
+    variant: str | None = None,
+    **overrides: Any,
+) -> GDM:
+    """Registry factory for ``"gdm"`` and ``"gdm:<ablation>[+<ablation>...]"``.
+
+    Ablation settings take precedence over ``overrides`` (so a preset with ``beta_h=1`` does
+    not undo ``gdm:no-beta-h``).
+    """
+    flags: dict[str, Any] = {}
+    if variant:
+        for name in variant.split("+"):
+            if name not in ABLATIONS:
+                raise KeyError(f"unknown GDM ablation {name!r}; known: {sorted(ABLATIONS)}")
+            flags.update(ABLATIONS[name])
+    known = {f.name for f in dataclasses.fields(GDMConfig)}
+    bad = set(overrides) - known
+    if bad:
+        raise TypeError(f"unknown GDM config fields {sorted(bad)}")
+    return GDM(schema, scaler, GDMConfig(**{**overrides, **flags}))
