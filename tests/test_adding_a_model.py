@@ -1,6 +1,6 @@
 """Adding a model is one module plus one registry line (docs/models.md, "Adding a model"): a toy
 model written against the public ``WorldModel`` API only is trained, checkpointed, dreamed in
-(graphwm.dream) and evaluated (graphwm.evaluate's sampler and GDD) like the built-in models.
+(graphwm.dream) and evaluated (graphwm.stages.evaluate's sampler and GDD) like the built-in models.
 
 The toy model predicts that nothing changes: the next observation is the current one, the
 reward a learned constant, the continuation a learned Bernoulli. That makes its behaviour in
@@ -145,10 +145,10 @@ def test_the_evaluation_samples_and_scores_the_new_model(trained):
     from gdd_metric import fit_bandwidths
 
     from graphwm.envs import env_schema
-    from graphwm.evaluate import ModelSampler, ReferencePoint
-    from graphwm.fit import bandwidth_transitions
-    from graphwm.metric_graph import extend_schema, stack_graphs
-    from graphwm.protocol import env_samples, replay_episode, transition_gdd
+    from graphwm.metric.graph import extend_schema, stack_graphs
+    from graphwm.metric.protocol import env_samples, replay_episode, transition_gdd
+    from graphwm.stages.evaluate import ModelSampler, ReferencePoint
+    from graphwm.stages.fit import bandwidth_transitions
 
     model, eps = trained
     schema = env_schema(ENV)
