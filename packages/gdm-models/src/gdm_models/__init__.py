@@ -3,12 +3,13 @@
 Public API::
 
     from gdm_models import (Schema, FeatureScaler, EpisodeDataset, WorldModel, make_model,
-                            register_model, get_preset, train, load_checkpoint)
+                            register_model, get_preset, train, train_ensemble, load_checkpoint)
 """
 
 from .api import PREDICTION_KEYS, WorldModel, predictions_to_numpy
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .data import OBS_KEYS, Batch, DataError, EpisodeDataset, EpochSampler
+from .ensemble import EnsembleResult, MemberResult, train_ensemble
 from .presets import ENV_IDS, get_preset, register_preset
 from .registry import available_models, make_model, register_model
 from .scaling import FeatureScaler
@@ -25,10 +26,12 @@ __all__ = [
     "CheckpointError",
     "DataError",
     "EpisodeDataset",
+    "EnsembleResult",
     "EpochSampler",
     "FeatureScaler",
     "GDM",
     "GDMConfig",
+    "MemberResult",
     "Schema",
     "SchemaError",
     "TrainResult",
@@ -43,6 +46,7 @@ __all__ = [
     "register_preset",
     "save_checkpoint",
     "train",
+    "train_ensemble",
 ]
 
 

@@ -10,7 +10,6 @@ the probabilities).
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 __all__ = [

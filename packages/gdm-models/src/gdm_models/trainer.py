@@ -137,9 +137,7 @@ class _TrainerState:
     step: int
 
 
-def _read_trainer_state(
-    latest: Path, model: WorldModel, args: Mapping[str, Any]
-) -> _TrainerState:
+def _read_trainer_state(latest: Path, model: WorldModel, args: Mapping[str, Any]) -> _TrainerState:
     """Verify and read the trainer state in ``latest`` for ``model`` trained with ``args``."""
     manifest = verify_checkpoint(latest)  # weights, config, scaler and trainer state
     if manifest["model_name"] != model.model_name or manifest["config"] != model.config_dict():

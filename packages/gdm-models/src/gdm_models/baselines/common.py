@@ -166,9 +166,7 @@ def state_from_observation(
         one_hot(nk[..., i], k, m.dtype) * m[..., None]
         for i, k in enumerate(schema.node_cardinalities)
     ]
-    graph_cat = [
-        one_hot(gk[..., i], k, m.dtype) for i, k in enumerate(schema.graph_cardinalities)
-    ]
+    graph_cat = [one_hot(gk[..., i], k, m.dtype) for i, k in enumerate(schema.graph_cardinalities)]
     return GraphState(
         adjacency=adj,
         node_continuous=scaler.scale_node(obs["node_continuous"].to(m.dtype)) * m[..., None],
