@@ -242,6 +242,9 @@ def test_argument_errors(scaler, dataset):
                        strategy="threads", **KW)  # fmt: skip
     with pytest.raises(ValueError, match="model_config"):
         train_ensemble(lambda: None, [1], dataset, model_config=TINY, **KW)
+    with pytest.raises(ValueError, match="fp32 only"):
+        train_ensemble("gdm", [1], dataset, scaler=scaler, model_config=TINY,
+                       strategy="vmap", precision="bf16", **KW)  # fmt: skip
     with pytest.raises(ValueError, match="one path per seed"):
         train_ensemble("gdm", [1, 2], dataset, scaler=scaler, model_config=TINY,
                        member_logs=["a.csv"], **KW)  # fmt: skip

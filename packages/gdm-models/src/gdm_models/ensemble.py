@@ -72,8 +72,8 @@ from .trainer import (
 
 __all__ = ["train_ensemble", "EnsembleResult", "MemberResult", "STRATEGIES", "ENSEMBLE_FORMAT"]
 
-#: ``strategy`` values: "auto" = "vmap" on CUDA (where it pays) when the model has a member
-#: loss (:func:`gdm_models.ensemble_loss.member_loss_for`), else "loop"
+#: ``strategy`` values: "auto" = "vmap" on CUDA (where it pays) in fp32 when the model has a
+#: member loss (:func:`gdm_models.ensemble_loss.member_loss_for`), else "loop"
 STRATEGIES = ("auto", "vmap", "loop")
 ENSEMBLE_FORMAT = "gdm-models-ensemble/1"
 ENSEMBLE_FILE = "ensemble.json"
@@ -224,7 +224,8 @@ def train_ensemble(
             "reduce-overhead" = CUDA graphs on CUDA; batches padded to a multiple of the
             model's ``compile_pad_multiple`` nodes; the numbers stay those of the eager single
             run). loop: each member's ``enable_compile`` (as ``train(compile=True)``).
-        strategy: "vmap", "loop" or "auto" (:data:`STRATEGIES`).
+        strategy: "vmap", "loop" or "auto" (:data:`STRATEGIES`: vmap on CUDA for the
+            built-in models in fp32, else the loop). vmap trains in fp32 only.
 
     Returns:
         :class:`EnsembleResult` with one :class:`MemberResult` per seed.
@@ -250,7 +251,11 @@ def train_ensemble(
         m.train()
     loss_fn = member_loss_for(models[0])
     if strategy == "auto":
-        strategy = "vmap" if device.type == "cuda" and loss_fn is not None else "loop"
+        use_vmap = device.type == "cuda" and loss_fn is not None and precision == "fp32"
+        strategy = "vmap" if use_vmap else "loop"
+    if strategy == "vmap" and precision != "fp32":
+        # bf16 autocast inside vmap(grad) fails in the backward pass (mixed-dtype batching)
+        raise ValueError("strategy 'vmap' trains in fp32 only; use strategy='loop' for bf16")
     if strategy == "vmap" and loss_fn is None:
         raise ValueError(
             f"strategy 'vmap': model {models[0].model_name!r} ({type(models[0]).__name__}) has "
