@@ -330,13 +330,15 @@ def train_ensemble(
     )
     nonfinite = torch.zeros(K, dtype=torch.bool, device=device)
     first_unchecked = start + 1
+    idx: torch.Tensor | None = None
     try:
         for step in range(start + 1, total + 1):
             if not alive:
                 break
             batches = [samplers[k].next_batch() for k in alive]
             loss, gn, terms = engine.step(batches, [gens[k] for k in alive])
-            idx = torch.tensor(alive, device=device)
+            if idx is None:  # the live members' positions, rebuilt when one fails
+                idx = torch.tensor(alive, device=device)
             nonfinite[idx] |= ~torch.isfinite(loss)
             for k in alive:
                 results[k].steps = step
@@ -368,6 +370,7 @@ def train_ensemble(
             if newly_failed:
                 engine.drop(newly_failed)
                 alive = [k for k in alive if k not in newly_failed]
+                idx = None
             if do_log and progress and alive:
                 bar.set_postfix(loss=f"{sum(r['loss'] for r, _ in rows) / len(rows):.4g}")
             bar.update(1)
