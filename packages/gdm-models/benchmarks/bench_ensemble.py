@@ -12,8 +12,8 @@ windows of L = 20 transitions on 15-25-node graphs with mean degree ~4, as
   ``torch.compile``, mode "reduce-overhead" = CUDA graphs on CUDA).
 
 Printed: ms per step (median), the ratio to the single step (target: CPU K=4 <= 2x, GPU
-K=10 <= 1.5x) and ms per member-step. Timings on a busy machine are noisy; the ratios are
-measured in one run.
+K=10 <= 1.5x) and ms per member-step. The single step and the ensemble step are timed in
+alternation, so the ratio holds up on a shared machine even when the absolute times do not.
 
 Usage::
 
@@ -67,18 +67,22 @@ def _sync(dev: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def _time(step: Callable[[], object], dev: torch.device, steps: int) -> float:
-    """Median ms of ``steps`` steps after two warm-up steps (compilation happens there)."""
-    step()
-    step()
+def _time(steps_fns: list[Callable[[], object]], dev: torch.device, steps: int) -> list[float]:
+    """Median ms per call of each function, timed in alternation (so that load changes on a
+    shared machine hit all of them alike) after two warm-up calls each (compilation happens
+    there)."""
+    for fn in steps_fns:
+        fn()
+        fn()
     _sync(dev)
-    times = []
+    times: list[list[float]] = [[] for _ in steps_fns]
     for _ in range(steps):
-        t0 = time.perf_counter()
-        step()
-        _sync(dev)
-        times.append(time.perf_counter() - t0)
-    return 1000 * statistics.median(times)
+        for fn, out in zip(steps_fns, times, strict=True):
+            t0 = time.perf_counter()
+            fn()
+            _sync(dev)
+            out.append(time.perf_counter() - t0)
+    return [1000 * statistics.median(t) for t in times]
 
 
 def bench(name: str, dev: torch.device, ks: list[int], steps: int, compile_: bool) -> None:
@@ -95,8 +99,6 @@ def bench(name: str, dev: torch.device, ks: list[int], steps: int, compile_: boo
         batch = _to_device(sampler.next_batch(), dev)
         _train_step(model, opt, params, batch, gen, 100.0, autocast)
 
-    ref = _time(single, dev, steps)
-    print(f"[{name}] single: {ref:8.1f} ms/step", flush=True)
     kinds = ["vmap", "loop"] if dev.type == "cpu" else ["vmap"]
     if compile_:
         kinds.append("vmap+compile")
@@ -119,10 +121,10 @@ def bench(name: str, dev: torch.device, ks: list[int], steps: int, compile_: boo
             def ens(engine=engine, samplers=samplers, gens=gens) -> None:
                 engine.step([s.next_batch() for s in samplers], gens)
 
-            ms = _time(ens, dev, steps)
+            ref, ms = _time([single, ens], dev, steps)
             print(
                 f"[{name}] {kind:>12} K={k:2d}: {ms:8.1f} ms/step = x{ms / ref:5.2f} the single "
-                f"step, {ms / k:7.1f} ms per member-step",
+                f"step ({ref:.1f} ms, timed alternately), {ms / k:7.1f} ms per member-step",
                 flush=True,
             )
 
