@@ -248,3 +248,39 @@ def test_argument_errors(scaler, dataset):
     with pytest.raises(ValueError, match="one path per seed"):
         train_ensemble("gdm", [1, 2], dataset, scaler=scaler, model_config=TINY,
                        member_logs=["a.csv"], **KW)  # fmt: skip
+
+
+def test_failed_member_stays_failed_on_resume(scaler, dataset, tmp_path):
+    def nan(m):
+        m.node_heads.cont.weight[0, 0] = float("nan")
+
+    factory = _poisoned(scaler, 5, nan)
+    kw = dict(strategy="vmap", out_dir=tmp_path, checkpoint_every=1, **{**KW, "steps": 2})
+    train_ensemble(factory, SEEDS, dataset, **kw)
+    # a save cut short between its two renames leaves only .latest_old
+    (tmp_path / "latest").rename(tmp_path / ".latest_old")
+    res = train_ensemble(factory, SEEDS, dataset, **{**kw, "steps": 3})
+    assert res.resumed_from == 2 and res.steps == 3
+    assert isinstance(res[1].error, FloatingPointError) and res[1].failed_step == 1
+    assert res[0].ok and res[2].ok and not (tmp_path / "seed5" / "final").exists()
+    ref = train_ensemble(factory, SEEDS, dataset, **{**kw, "steps": 3, "out_dir": tmp_path / "r"})
+    for k in (0, 2):
+        for key, v in ref.models[k].state_dict().items():
+            assert torch.equal(v, res.models[k].state_dict()[key]), key
+
+
+def test_member_paths_for_a_pipeline(scaler, dataset, tmp_path):
+    """One log and one final checkpoint per seed wherever the caller wants them."""
+    jobs = [tmp_path / "jobs" / f"seed{s}" for s in SEEDS[:2]]
+    res = train_ensemble(
+        "vanilla-gwm", SEEDS[:2], dataset, scaler=scaler, model_config=CONFIGS["vanilla-gwm"],
+        out_dir=tmp_path / "ens", member_logs=[j / "log.csv" for j in jobs],
+        member_finals=[j / "ckpt" / "final" for j in jobs], **{**KW, "steps": 1},
+    )  # fmt: skip
+    for k, j in enumerate(jobs):
+        assert res[k].log_csv == j / "log.csv" and (j / "log.csv").is_file()
+        assert res[k].final_checkpoint == j / "ckpt" / "final"
+        m = load_checkpoint(j / "ckpt" / "final", model_name="vanilla-gwm")
+        assert all(torch.equal(v, res.models[k].state_dict()[n]) for n, v in m.state_dict().items())
+    assert (tmp_path / "ens" / "latest" / "ensemble.json").is_file()
+    assert not (tmp_path / "ens" / f"seed{SEEDS[0]}").exists()

@@ -27,8 +27,10 @@ Layout of ``out_dir``::
 folder per seed in a pipeline.) Resuming (``resume=True`` and ``out_dir/latest`` present)
 restores every member's weights, Adam state, sampler and generator, so an interrupted ensemble
 ends with the same weights bit for bit as an uninterrupted one; the logs are truncated to the
-resumed step. A member's ``latest/seed<s>`` folder is also a valid ``latest/`` for
-:func:`~gdm_models.trainer.train` with that seed.
+resumed step. ``latest/`` is replaced atomically (a save cut short between its two renames
+leaves the previous state as ``.latest_old``, which resuming picks up). A member's
+``latest/seed<s>`` folder is also a valid ``latest/`` for :func:`~gdm_models.trainer.train`
+with that seed.
 
 Diverged members: a member whose loss is non-finite is detected as train() detects it (on the
 device, reported at the next logged or checkpoint step) and fails as train() would fail: its
@@ -42,6 +44,7 @@ huge gradient in one member changes no other member's numbers.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -305,7 +308,9 @@ def train_ensemble(
     opt_states = None
     if root is not None:
         root.mkdir(parents=True, exist_ok=True)
-        latest = root / "latest"
+        latest, previous = root / "latest", root / ".latest_old"
+        if resume and not latest.exists() and (previous / ENSEMBLE_FILE).is_file():
+            os.replace(previous, latest)  # a save cut short between its two renames
         if resume and (latest / ENSEMBLE_FILE).is_file():
             start, failed, opt_states = _load_state(
                 latest, seeds, models, samplers, gens, member_args
