@@ -51,6 +51,7 @@ def _assert_close_weights(name, a, b, atol=2e-6):
         torch.testing.assert_close(va, vb, atol=atol, rtol=1e-5, msg=f"{name}: {key}")
 
 
+@pytest.mark.filterwarnings("ignore:There is a performance drop:UserWarning")  # CPU attention
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_vmap_members_equal_single_runs(name, scaler, dataset):
     res = train_ensemble(

@@ -20,7 +20,6 @@ evaluates K members in one call. :func:`member_loss_for` returns the adapter of 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import torch
@@ -31,7 +30,16 @@ from .data import Batch
 if TYPE_CHECKING:
     from .api import WorldModel
 
-__all__ = ["MemberLoss", "GDMLoss", "GWMLoss", "GRSSMLoss", "member_loss_for", "PAD_UNIFORM"]
+__all__ = [
+    "MemberLoss",
+    "GDMLoss",
+    "GWMLoss",
+    "GRSSMLoss",
+    "member_loss_for",
+    "stack_batches",
+    "stack_noise",
+    "PAD_UNIFORM",
+]
 
 Noise = tuple[torch.Tensor | None, ...]
 
@@ -184,8 +192,3 @@ def stack_noise(noises: list[Noise]) -> tuple[Noise, tuple[int | None, ...]]:
         for parts in zip(*noises, strict=True)
     )
     return stacked, tuple(None if u is None else 0 for u in stacked)
-
-
-def terms_of(values: Mapping[str, torch.Tensor], k: int) -> dict[str, torch.Tensor]:
-    """The terms of member ``k`` from member-stacked terms."""
-    return {name: v[k] for name, v in values.items()}
