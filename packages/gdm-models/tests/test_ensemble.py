@@ -285,3 +285,23 @@ def test_member_paths_for_a_pipeline(scaler, dataset, tmp_path):
         assert all(torch.equal(v, res.models[k].state_dict()[n]) for n, v in m.state_dict().items())
     assert (tmp_path / "ens" / "latest" / "ensemble.json").is_file()
     assert not (tmp_path / "ens" / f"seed{SEEDS[0]}").exists()
+
+
+@pytest.mark.slow
+def test_compiled_vmap_gives_the_eager_numbers(scaler, dataset):
+    """compile=True (the vmapped loss and gradient through torch.compile; minutes of
+    compilation on a CPU) trains the same members as the eager vmap path."""
+    import warnings
+
+    from gdm_models.compiling import CompileFallbackWarning
+
+    args = dict(scaler=scaler, model_config=CONFIGS["vanilla-gwm"], strategy="vmap",
+                keep_history=True, **KW)  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompileFallbackWarning)  # a fallback fails the test
+        res = train_ensemble("vanilla-gwm", SEEDS[:2], dataset, compile=True, **args)
+    ref = train_ensemble("vanilla-gwm", SEEDS[:2], dataset, **args)
+    for a, b in zip(res, ref, strict=True):
+        np.testing.assert_allclose(
+            [r["loss"] for r in a.history], [r["loss"] for r in b.history], rtol=1e-5
+        )

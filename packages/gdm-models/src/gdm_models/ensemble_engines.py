@@ -89,6 +89,18 @@ def stack_opt_states(states: Sequence[Mapping[str, Any]]) -> OptState:
     return {"state": out, "param_groups": copy.deepcopy(states[0]["param_groups"])}
 
 
+def _tensor_scaler(model: WorldModel) -> WorldModel:
+    """A shallow copy of ``model`` (same parameters and modules) whose scaler holds its
+    statistics as float64 tensors instead of numpy arrays: the same numbers, and torch.compile
+    of vmap(grad) does not trip over guards on numpy constants (a dynamo bug)."""
+    view = copy.copy(model)
+    sc = copy.copy(model.scaler)
+    for name in ("node_mean", "node_std", "graph_mean", "graph_std"):
+        setattr(sc, name, torch.from_numpy(getattr(sc, name)))
+    view.scaler = sc
+    return view
+
+
 class _Bound(nn.Module):
     """``forward`` = the member loss of ``model`` (for ``functional_call``)."""
 
@@ -145,7 +157,7 @@ class VmapEngine:
         self.opt = torch.optim.Adam(list(self.params.values()), lr=self.lr)
         if opt_states is not None:
             self.opt.load_state_dict(stack_opt_states([opt_states[k] for k in self.members]))
-        self._bound = _Bound(shells[0], self.loss)
+        self._bound = _Bound(_tensor_scaler(shells[0]) if self.compile else shells[0], self.loss)
 
     def export(self, k: int) -> tuple[WorldModel, OptState]:
         """Member ``k``'s model (its weights written back) and its single-Adam state dict."""
@@ -177,12 +189,17 @@ class VmapEngine:
 
     def _vmapped(self, in_noise: tuple) -> Callable[..., Any]:
         if self._fn is None:
-            fn = vmap(grad_and_value(self._member, has_aux=True), in_dims=(0, 0, 0, in_noise))
+            vmapped = vmap(grad_and_value(self._member, has_aux=True), in_dims=(0, 0, 0, in_noise))
+
+            def fn(params: Any, buffers: Any, fields: Any, noise: Any) -> Any:
+                return vmapped(params, buffers, fields, noise)  # dynamo traces the transforms
+
             if self.compile:
                 name = f"the vmapped {self.models[0].model_name} ensemble loss"
                 mode = default_compile_mode(self.device)
-                fn = compile_or_eager(fn, name, mode=mode, dynamic=False)
-            self._fn = fn
+                self._fn = compile_or_eager(fn, name, mode=mode, dynamic=False)
+            else:
+                self._fn = fn
         return self._fn
 
     def step(
