@@ -96,7 +96,8 @@ def _tensor_scaler(model: WorldModel) -> WorldModel:
     view = copy.copy(model)
     sc = copy.copy(model.scaler)
     for name in ("node_mean", "node_std", "graph_mean", "graph_std"):
-        setattr(sc, name, torch.from_numpy(getattr(sc, name)))
+        # on the model's device: no host tensor inside a CUDA graph
+        setattr(sc, name, torch.from_numpy(getattr(sc, name)).to(model.device))
     view.scaler = sc
     return view
 
