@@ -4,7 +4,8 @@ imagination.
 Public API::
 
     from gdm_models import (Schema, FeatureScaler, EpisodeDataset, WorldModel, make_model,
-                            register_model, get_preset, train, load_checkpoint)
+                            register_model, get_preset, train, train_ensemble,
+                            load_checkpoint)
 
 Modules in layers, each importing only those below it (checked by import-linter, see the root
 pyproject.toml):
@@ -20,6 +21,7 @@ pyproject.toml):
 
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .data import OBS_KEYS, Batch, DataError, EpisodeDataset, EpochSampler
+from .ensemble import EnsembleResult, MemberResult, train_ensemble
 from .gdm import GDM, GDMConfig
 from .presets import ENV_IDS, get_preset, register_preset
 from .registry import available_models, make_model, register_model
@@ -47,10 +49,12 @@ __all__ = [
     "CheckpointError",
     "DataError",
     "EpisodeDataset",
+    "EnsembleResult",
     "EpochSampler",
     "FeatureScaler",
     "GDM",
     "GDMConfig",
+    "MemberResult",
     "Schema",
     "SchemaError",
     "StepState",
@@ -66,4 +70,5 @@ __all__ = [
     "register_preset",
     "save_checkpoint",
     "train",
+    "train_ensemble",
 ]

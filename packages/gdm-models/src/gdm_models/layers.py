@@ -11,7 +11,6 @@ the probabilities).
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 __all__ = [
@@ -23,6 +22,7 @@ __all__ = [
     "sample_onehot_st",
     "categorical_kl",
     "EPS",
+    "one_hot",
 ]
 
 #: probability floor before a log (categorical samples and KLs)
@@ -74,6 +74,13 @@ def gumbel_from_uniform(u: torch.Tensor) -> torch.Tensor:
     return -torch.log(-torch.log(u))
 
 
+def one_hot(idx: torch.Tensor, num_classes: int, dtype: torch.dtype) -> torch.Tensor:
+    """``F.one_hot(idx, num_classes).to(dtype)`` as a comparison with ``arange``: the same
+    numbers without ``F.one_hot``'s range check on the host, which ``torch.func.vmap`` of
+    ``grad`` (ensemble training) cannot run. ``idx`` must lie in ``[0, num_classes)``."""
+    return (idx[..., None] == torch.arange(num_classes, device=idx.device)).to(dtype)
+
+
 def sample_onehot_st(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """Straight-through one-hot sample from ``probs`` (last axis) using uniforms ``u``.
 
@@ -81,7 +88,7 @@ def sample_onehot_st(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     categorical sample); the gradient is that of ``probs``.
     """
     idx = (torch.log(probs.clamp_min(EPS)) + gumbel_from_uniform(u)).argmax(dim=-1)
-    onehot = F.one_hot(idx, probs.shape[-1]).to(probs.dtype)
+    onehot = one_hot(idx, probs.shape[-1], probs.dtype)
     return onehot + probs - probs.detach()
 
 

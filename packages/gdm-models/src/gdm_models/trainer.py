@@ -74,6 +74,39 @@ def _seeds(seed: int) -> tuple[int, int]:
     return int(a >> 1), int(b >> 1)
 
 
+def _write_trainer_state(
+    path: Path,
+    model: WorldModel,
+    opt_state: Mapping[str, Any],
+    gen_state: torch.Tensor,
+    sampler_state: Mapping[str, Any],
+    step: int,
+    args: Mapping[str, Any],
+) -> None:
+    """Write a full trainer state into the new directory ``path``: the model checkpoint plus
+    ``trainer_state.pt`` (optimizer and generator states) and ``trainer_state.json`` (step,
+    sampler state, training arguments), sealed into the checkpoint's digest."""
+    save_checkpoint(model, path)
+    torch.save({"optimizer": opt_state, "generator": gen_state.cpu()}, path / "trainer_state.pt")
+    (path / "trainer_state.json").write_text(
+        json.dumps({"step": step, "sampler": dict(sampler_state), "args": dict(args)})
+    )
+    seal_checkpoint(path, TRAINER_STATE_FILES)  # the digest covers the trainer state too
+
+
+def _replace_dir(tmp: Path, target: Path) -> None:
+    """Move the finished directory ``tmp`` to ``target``, replacing it; the previous one is
+    kept as ``.<name>_old`` until the new one is in place (a cut-short save leaves it)."""
+    old = target.parent / f".{target.name}_old"
+    if old.exists():
+        shutil.rmtree(old)
+    if target.exists():
+        os.replace(target, old)
+    os.replace(tmp, target)
+    if old.exists():
+        shutil.rmtree(old)
+
+
 def _save_trainer_state(
     ckdir: Path,
     model: WorldModel,
@@ -86,34 +119,26 @@ def _save_trainer_state(
     tmp = ckdir / ".latest_tmp"
     if tmp.exists():
         shutil.rmtree(tmp)
-    save_checkpoint(model, tmp)
-    torch.save(
-        {"optimizer": opt.state_dict(), "generator": gen.get_state().cpu()},
-        tmp / "trainer_state.pt",
+    _write_trainer_state(
+        tmp, model, opt.state_dict(), gen.get_state(), sampler.state_dict(), step, args
     )
-    (tmp / "trainer_state.json").write_text(
-        json.dumps({"step": step, "sampler": sampler.state_dict(), "args": dict(args)})
-    )
-    seal_checkpoint(tmp, TRAINER_STATE_FILES)  # the digest covers the trainer state too
-    latest = ckdir / "latest"
-    old = ckdir / ".latest_old"
-    if old.exists():
-        shutil.rmtree(old)
-    if latest.exists():
-        os.replace(latest, old)
-    os.replace(tmp, latest)
-    if old.exists():
-        shutil.rmtree(old)
+    _replace_dir(tmp, ckdir / "latest")
 
 
-def _load_trainer_state(
-    latest: Path,
-    model: WorldModel,
-    opt: torch.optim.Optimizer,
-    sampler: EpochSampler,
-    gen: torch.Generator,
-    args: Mapping[str, Any],
-) -> int:
+@dataclass
+class _TrainerState:
+    """A trainer state read back by :func:`_read_trainer_state` (weights on the model's
+    device)."""
+
+    weights: dict[str, torch.Tensor]
+    optimizer: dict[str, Any]
+    generator: torch.Tensor
+    sampler: dict[str, Any]
+    step: int
+
+
+def _read_trainer_state(latest: Path, model: WorldModel, args: Mapping[str, Any]) -> _TrainerState:
+    """Verify and read the trainer state in ``latest`` for ``model`` trained with ``args``."""
     manifest = verify_checkpoint(latest)  # weights, config, scaler and trainer state
     if manifest["model_name"] != model.model_name or manifest["config"] != model.config_dict():
         raise CheckpointError(
@@ -129,13 +154,27 @@ def _load_trainer_state(
             raise CheckpointError(
                 f"cannot resume: {k}={args[k]} differs from the checkpoint's {saved_args[k]}"
             )
-    state = load_file(str(latest / WEIGHTS_FILE), device=str(model.device))
-    model.load_state_dict(state, strict=True)
+    weights = load_file(str(latest / WEIGHTS_FILE), device=str(model.device))
     ts = torch.load(latest / "trainer_state.pt", map_location=model.device, weights_only=True)
-    opt.load_state_dict(ts["optimizer"])
-    gen.set_state(ts["generator"].cpu())
-    sampler.load_state_dict(meta["sampler"])
-    return int(meta["step"])
+    return _TrainerState(
+        weights, ts["optimizer"], ts["generator"].cpu(), meta["sampler"], int(meta["step"])
+    )
+
+
+def _load_trainer_state(
+    latest: Path,
+    model: WorldModel,
+    opt: torch.optim.Optimizer,
+    sampler: EpochSampler,
+    gen: torch.Generator,
+    args: Mapping[str, Any],
+) -> int:
+    st = _read_trainer_state(latest, model, args)
+    model.load_state_dict(st.weights, strict=True)
+    opt.load_state_dict(st.optimizer)
+    gen.set_state(st.generator)
+    sampler.load_state_dict(st.sampler)
+    return st.step
 
 
 class CsvLog:
@@ -226,6 +265,26 @@ def _host_row(
     row = {"step": step, "loss": host[0], "grad_norm": host[1]}
     row.update(zip(keys, host[2:], strict=True))
     return row
+
+
+def _train_step(
+    model: WorldModel,
+    opt: torch.optim.Optimizer,
+    params: list[torch.nn.Parameter],
+    batch: Batch,
+    gen: torch.Generator,
+    clip: float,
+    autocast: torch.autocast,
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    """One optimisation step (loss, backward, gradient-norm clipping, Adam); returns the loss,
+    the gradient norm before clipping and the loss terms (all on the device)."""
+    with autocast:
+        loss, terms = model.training_loss(batch, generator=gen)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    gn = torch.nn.utils.clip_grad_norm_(params, clip)
+    opt.step()
+    return loss, gn, terms
 
 
 def train(
@@ -327,13 +386,8 @@ def train(
     try:
         for step in range(start + 1, total + 1):
             batch = _to_device(sampler.next_batch(), device)
-            with autocast:
-                loss, terms = model.training_loss(batch, generator=gen)
+            loss, gn, terms = _train_step(model, opt, params, batch, gen, clip, autocast)
             nonfinite |= ~torch.isfinite(loss.detach())
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            gn = torch.nn.utils.clip_grad_norm_(params, clip)
-            opt.step()
             result.steps = step
             do_log = step % log_every == 0 or step == total
             ck_here = ckdir if step % checkpoint_every == 0 or step == total else None

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..layers import one_hot
 from ..losses import NodeMasks, Prediction, masked_mean, pair_mask_of
 from ..scaling import FeatureScaler
 from ..schema import Schema
@@ -193,12 +194,10 @@ def state_from_observation(
     nk = obs["node_categorical"]
     gk = obs["graph_categorical"]
     node_cat = [
-        F.one_hot(nk[..., i], k).to(m.dtype) * m[..., None]
+        one_hot(nk[..., i], k, m.dtype) * m[..., None]
         for i, k in enumerate(schema.node_cardinalities)
     ]
-    graph_cat = [
-        F.one_hot(gk[..., i], k).to(m.dtype) for i, k in enumerate(schema.graph_cardinalities)
-    ]
+    graph_cat = [one_hot(gk[..., i], k, m.dtype) for i, k in enumerate(schema.graph_cardinalities)]
     return GraphState(
         adjacency=adj,
         node_continuous=scaler.scale_node(obs["node_continuous"].to(m.dtype)) * m[..., None],

@@ -59,7 +59,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..data import OBS_KEYS, Batch, TensorObs
-from ..layers import EPS, categorical_kl, gumbel_from_uniform, sample_onehot_st, unimix_probs
+from ..layers import (
+    EPS,
+    categorical_kl,
+    gumbel_from_uniform,
+    one_hot,
+    sample_onehot_st,
+    unimix_probs,
+)
 from ..losses import (
     PREDICTION_LOSS_KEYS,
     NodeMasks,
@@ -208,10 +215,10 @@ class GRSSMLatent:
 
 def _onehot_st(probs: torch.Tensor, gumbel: torch.Tensor) -> torch.Tensor:
     """:func:`~gdm_models.layers.sample_onehot_st` given the Gumbel noise: forward the one-hot of
-    argmax(log p + g), gradient that of ``probs`` (scatter instead of ``F.one_hot``, which
-    checks its input range on the host)."""
-    idx = (torch.log(probs.clamp_min(EPS)) + gumbel).argmax(dim=-1, keepdim=True)
-    onehot = torch.zeros_like(probs).scatter_(-1, idx, 1.0)
+    argmax(log p + g), gradient that of ``probs`` (:func:`~gdm_models.layers.one_hot` instead of
+    ``F.one_hot``, which checks its input range on the host)."""
+    idx = (torch.log(probs.clamp_min(EPS)) + gumbel).argmax(dim=-1)
+    onehot = one_hot(idx, probs.shape[-1], probs.dtype)
     return onehot + probs - probs.detach()
 
 
@@ -273,11 +280,12 @@ def attention_key_bias(node_mask: torch.Tensor, dtype: torch.dtype) -> torch.Ten
 
     The rows are allocated 16-aligned (a view of a (B,1,1,16k) buffer) so that the fused CUDA
     attention kernels take the mask as is instead of padding a copy at every call."""
-    B, N = node_mask.shape
+    N = node_mask.shape[-1]
     n_pad = -(-N // 16) * 16
-    bias = torch.zeros(B, 1, 1, n_pad, dtype=dtype, device=node_mask.device)
-    bias[:, 0, 0, :N].masked_fill_(~node_mask, float("-inf"))
-    return bias[..., :N]
+    zero = torch.zeros((), dtype=dtype, device=node_mask.device)
+    bias = torch.where(node_mask, zero, float("-inf"))[:, None, None, :]
+    # out of place (no masked_fill_ into a fresh buffer), so that torch.func.vmap batches it
+    return F.pad(bias, (0, n_pad - N))[..., :N]
 
 
 class DenseGNNLayer(nn.Module):

@@ -1,0 +1,515 @@
+"""Ensemble training: K seeds of one configuration in one process, one step per iteration.
+
+The paper's tables are means and 95% intervals over 10 training seeds. One seed's training
+step leaves a GPU idle (tens of thousands of small kernels), so :func:`train_ensemble` trains
+the K members together (:mod:`gdm_models.ensemble_engines`: ``torch.func.vmap`` over stacked
+parameters, or a per-member loop).
+
+Member k *is* the single run ``train(model_k, dataset, seed=seeds[k], ...)`` of a model built
+as ``torch.manual_seed(seeds[k]); make_model(...)`` (the convention of graphwm's training
+stage): its own initialisation, data sampler stream and model-noise generator (both seeded
+from ``seeds[k]`` as :func:`~gdm_models.trainer.train` seeds them), its own gradient-norm
+clipping and Adam state. With the per-member loop it is the same computation; with vmap the
+same up to float rounding (batched kernels, and batches padded to the ensemble's largest node
+count - padded nodes are masked out of every loss term; each member's noise is drawn at its
+own node count, then padded).
+
+Layout of ``out_dir``::
+
+    latest/                    ensemble trainer state, every member at the same step:
+        ensemble.json          step, seeds, training arguments, failed members
+        seed<s>/               member with seed s: a complete train() ``latest/`` checkpoint
+                               (model checkpoint + trainer_state.pt/.json, sealed)
+    seed<s>/log.csv            the member's CSV log (the columns of train()'s)
+    seed<s>/final/             the member's final model checkpoint (load_checkpoint)
+
+(``member_logs`` / ``member_finals`` put the logs and final checkpoints elsewhere, e.g. one
+folder per seed in a pipeline.) Resuming (``resume=True`` and ``out_dir/latest`` present)
+restores every member's weights, Adam state, sampler and generator, so an interrupted ensemble
+ends with the same weights bit for bit as an uninterrupted one; the logs are truncated to the
+resumed step. ``latest/`` is replaced atomically (a save cut short between its two renames
+leaves the previous state as ``.latest_old``, which resuming picks up). A member's
+``latest/seed<s>`` folder is also a valid ``latest/`` for :func:`~gdm_models.trainer.train`
+with that seed.
+
+Diverged members: a member whose loss is non-finite is detected as train() detects it (on the
+device, reported at the next logged or checkpoint step) and fails as train() would fail: its
+result holds a :class:`FloatingPointError` (``error``) and the step it was detected at, it is
+dropped from training (no further log rows, no ``final/``), and its ``latest/seed<s>`` keeps
+its last checkpoint from before the failure. The other members are unaffected: every
+operation is per member (losses, gradients, clipping norms, Adam), so a NaN, an infinity or a
+huge gradient in one member changes no other member's numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from .checkpoint import CheckpointError, save_checkpoint
+from .data import EpisodeDataset, EpochSampler
+from .ensemble_engines import LoopEngine, VmapEngine
+from .ensemble_loss import member_loss_for
+from .registry import make_model
+from .scaling import FeatureScaler
+from .trainer import (
+    PRECISIONS,
+    CsvLog,
+    TrainResult,
+    _host_row,
+    _read_trainer_state,
+    _replace_dir,
+    _seeds,
+    _write_trainer_state,
+    default_device,
+)
+from .world_model import WorldModel
+
+__all__ = ["train_ensemble", "EnsembleResult", "MemberResult", "STRATEGIES", "ENSEMBLE_FORMAT"]
+
+#: ``strategy`` values: "auto" = "vmap" on CUDA (where it pays) in fp32 when the model has a
+#: member loss (:func:`gdm_models.ensemble_loss.member_loss_for`), else "loop"
+STRATEGIES = ("auto", "vmap", "loop")
+ENSEMBLE_FORMAT = "gdm-models-ensemble/1"
+ENSEMBLE_FILE = "ensemble.json"
+
+
+@dataclass
+class MemberResult(TrainResult):
+    """Outcome of one member (the fields of :class:`~gdm_models.trainer.TrainResult` plus its
+    seed, its failure if it diverged, and where its outputs are)."""
+
+    seed: int = 0
+    error: FloatingPointError | None = None
+    failed_step: int | None = None
+    final_checkpoint: Path | None = None
+    log_csv: Path | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Whether the member trained to the end (no non-finite loss)."""
+        return self.error is None
+
+
+@dataclass
+class EnsembleResult:
+    """Outcome of :func:`train_ensemble`: one :class:`MemberResult` per seed, in seed order."""
+
+    members: list[MemberResult]
+    steps: int
+    resumed_from: int
+    strategy: str
+    #: the member models, in seed order (the trained weights, except for failed members)
+    models: list[WorldModel] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    def __iter__(self) -> Iterator[MemberResult]:
+        return iter(self.members)
+
+    def __getitem__(self, k: int) -> MemberResult:
+        return self.members[k]
+
+    @property
+    def failed(self) -> list[MemberResult]:
+        """The members that diverged."""
+        return [m for m in self.members if not m.ok]
+
+
+def _build_members(
+    model: str | Callable[[], WorldModel],
+    seeds: Sequence[int],
+    dataset: EpisodeDataset,
+    scaler: FeatureScaler | None,
+    model_config: Mapping[str, Any] | None,
+) -> list[WorldModel]:
+    """Member k: ``torch.manual_seed(seeds[k])`` then the model (the single-run convention)."""
+    out: list[WorldModel] = []
+    for s in seeds:
+        torch.manual_seed(int(s))
+        if isinstance(model, str):
+            m = make_model(model, dataset.schema, scaler, **dict(model_config or {}))
+        else:
+            if model_config:
+                raise ValueError("model_config is for a model name; a factory sets its own")
+            m = model()
+        if not isinstance(m, WorldModel):
+            raise TypeError(f"the model factory returned {type(m).__name__}, not a WorldModel")
+        out.append(m)
+    first = out[0]
+    for m in out[1:]:
+        if type(m) is not type(first) or m.config_dict() != first.config_dict():
+            raise ValueError("ensemble members must share one model class and config")
+        if m.model_name != first.model_name:
+            raise ValueError("ensemble members must share one model name")
+    if not dataset.schema.same_features(first.schema):
+        raise ValueError("dataset schema does not match the model schema")
+    return out
+
+
+def _check_seeds(seeds: Sequence[int]) -> list[int]:
+    out = [int(s) for s in seeds]
+    if not out:
+        raise ValueError("seeds must name at least one member")
+    if len(set(out)) != len(out):
+        raise ValueError(f"seeds must be distinct, got {out}")
+    return out
+
+
+def _member_paths(
+    kind: str, given: Sequence[str | Path] | None, default: Callable[[int], Path] | None, k: int
+) -> list[Path] | None:
+    if given is not None:
+        if len(given) != k:
+            raise ValueError(f"{kind} needs one path per seed ({k}), got {len(given)}")
+        return [Path(p) for p in given]
+    if default is None:
+        return None
+    return [default(i) for i in range(k)]
+
+
+def train_ensemble(
+    model: str | Callable[[], WorldModel],
+    seeds: Sequence[int],
+    dataset: EpisodeDataset,
+    *,
+    scaler: FeatureScaler | None = None,
+    model_config: Mapping[str, Any] | None = None,
+    steps: int | None = None,
+    epochs: int | None = None,
+    batch_size: int = 8,
+    seq_len: int = 20,
+    lr: float = 1e-3,
+    grad_clip: float | None = 100.0,
+    device: torch.device | str | None = None,
+    out_dir: str | Path | None = None,
+    member_logs: Sequence[str | Path] | None = None,
+    member_finals: Sequence[str | Path] | None = None,
+    checkpoint_every: int = 1000,
+    resume: bool = True,
+    progress: bool = True,
+    keep_history: bool = False,
+    precision: str = "fp32",
+    compile: bool = False,
+    log_every: int = 1,
+    strategy: str = "auto",
+) -> EnsembleResult:
+    """Train one model configuration with K seeds together (see the module docstring).
+
+    Member k equals ``torch.manual_seed(seeds[k]); m = <model>; train(m, dataset,
+    seed=seeds[k], ...)`` with the same arguments.
+
+    Args:
+        model: a registry name (``"gdm"``, ``"gdm:<ablation>"``, ``"vanilla-gwm"``,
+            ``"ea-gwm"``, ``"g-rssm"``, ...), built as ``make_model(model, dataset.schema,
+            scaler, **model_config)``; or a factory ``() -> WorldModel``. Either is called
+            once per member right after ``torch.manual_seed(seed)``.
+        seeds: one distinct seed per member.
+        dataset: the training episodes (shared by the members; each samples its own stream).
+        scaler, model_config: for a model name (e.g. ``get_preset(name, env)["model"]``).
+        steps / epochs, batch_size, seq_len, lr, grad_clip, device, checkpoint_every,
+            progress, keep_history, precision, log_every: as in
+            :func:`~gdm_models.trainer.train`, for every member.
+        out_dir: ensemble state (``latest/``) and, unless given below, ``seed<s>/log.csv``
+            and ``seed<s>/final/``; ``None`` writes nothing.
+        member_logs, member_finals: per-seed CSV log paths / final checkpoint directories.
+        resume: continue from ``out_dir/latest`` if present.
+        compile: vmap: the vmapped loss and gradient through ``torch.compile`` (mode
+            "reduce-overhead" = CUDA graphs on CUDA; batches padded to a multiple of the
+            model's ``compile_pad_multiple`` nodes; the numbers stay those of the eager single
+            run). loop: each member's ``enable_compile`` (as ``train(compile=True)``).
+        strategy: "vmap", "loop" or "auto" (:data:`STRATEGIES`: vmap on CUDA for the
+            built-in models in fp32, else the loop). vmap trains in fp32 only.
+
+    Returns:
+        :class:`EnsembleResult` with one :class:`MemberResult` per seed.
+    """
+    seeds = _check_seeds(seeds)
+    K = len(seeds)
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+    if int(log_every) < 1:
+        raise ValueError(f"log_every must be >= 1, got {log_every}")
+    if (steps is None) == (epochs is None):
+        raise ValueError("give exactly one of steps= or epochs=")
+    if not isinstance(dataset, EpisodeDataset):
+        raise TypeError("dataset must be an EpisodeDataset")
+    if checkpoint_every < 1:
+        raise ValueError("checkpoint_every must be >= 1")
+    device = default_device() if device is None else torch.device(device)
+    models = _build_members(model, seeds, dataset, scaler, model_config)
+    for m in models:
+        m.to(device)
+        m.train()
+    loss_fn = member_loss_for(models[0])
+    if strategy == "auto":
+        use_vmap = device.type == "cuda" and loss_fn is not None and precision == "fp32"
+        strategy = "vmap" if use_vmap else "loop"
+    if strategy == "vmap" and precision != "fp32":
+        # bf16 autocast inside vmap(grad) fails in the backward pass (mixed-dtype batching)
+        raise ValueError("strategy 'vmap' trains in fp32 only; use strategy='loop' for bf16")
+    if strategy == "vmap" and loss_fn is None:
+        raise ValueError(
+            f"strategy 'vmap': model {models[0].model_name!r} ({type(models[0]).__name__}) has "
+            "no member loss for torch.func.vmap; use strategy='loop'"
+        )
+
+    samplers, gens = [], []
+    for s in seeds:
+        data_seed, noise_seed = _seeds(s)  # exactly as train() seeds a single run
+        samplers.append(EpochSampler(dataset, batch_size, seq_len, seed=data_seed))
+        g = torch.Generator(device=device)
+        g.manual_seed(noise_seed)
+        gens.append(g)
+    if steps is not None:
+        total = int(steps)
+    else:
+        assert epochs is not None  # exactly one of steps / epochs, checked above
+        total = int(epochs) * samplers[0].batches_per_epoch
+    if total < 0:
+        raise ValueError("steps/epochs must be non-negative")
+    member_args = [
+        {"batch_size": batch_size, "seq_len": seq_len, "seed": s, "lr": lr} for s in seeds
+    ]
+
+    root = Path(out_dir) if out_dir is not None else None
+    logs = _member_paths(
+        "member_logs",
+        member_logs,
+        (lambda i: root / f"seed{seeds[i]}" / "log.csv") if root else None,
+        K,
+    )
+    finals = _member_paths(
+        "member_finals",
+        member_finals,
+        (lambda i: root / f"seed{seeds[i]}" / "final") if root else None,
+        K,
+    )
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+    clip = float("inf") if grad_clip is None else float(grad_clip)
+    if strategy == "vmap":
+        assert loss_fn is not None
+        engine: VmapEngine | LoopEngine = VmapEngine(
+            models, loss_fn, lr=lr, clip=clip, autocast=autocast, compile=compile
+        )
+    else:
+        engine = LoopEngine(models, lr=lr, clip=clip, autocast=autocast, compile=compile)
+
+    # ---- resume
+    start = 0
+    failed: dict[int, dict[str, Any]] = {}
+    opt_states = None
+    if root is not None:
+        root.mkdir(parents=True, exist_ok=True)
+        latest, previous = root / "latest", root / ".latest_old"
+        if resume and not latest.exists() and (previous / ENSEMBLE_FILE).is_file():
+            os.replace(previous, latest)  # a save cut short between its two renames
+        if resume and (latest / ENSEMBLE_FILE).is_file():
+            start, failed, opt_states = _load_state(
+                latest, seeds, models, samplers, gens, member_args
+            )
+    alive = [k for k in range(K) if k not in failed]
+    engine.build(alive, opt_states)
+
+    results = [
+        MemberResult(
+            steps=failed[k]["step"] if k in failed else start,
+            resumed_from=start,
+            seed=seeds[k],
+            error=FloatingPointError(failed[k]["error"]) if k in failed else None,
+            failed_step=failed[k]["step"] if k in failed else None,
+            log_csv=logs[k] if logs else None,
+        )
+        for k in range(K)
+    ]
+    csvs = [CsvLog(p, start, log_every) for p in logs] if logs else None
+    bar = tqdm(
+        total=total, initial=start, disable=not progress, desc=f"train x{K}", dynamic_ncols=True
+    )
+    nonfinite = torch.zeros(K, dtype=torch.bool, device=device)
+    first_unchecked = start + 1
+    idx: torch.Tensor | None = None
+    try:
+        for step in range(start + 1, total + 1):
+            if not alive:
+                break
+            batches = [samplers[k].next_batch() for k in alive]
+            loss, gn, terms = engine.step(batches, [gens[k] for k in alive])
+            if idx is None:  # the live members' positions, rebuilt when one fails
+                idx = torch.tensor(alive, device=device)
+            nonfinite[idx] |= ~torch.isfinite(loss)
+            for k in alive:
+                results[k].steps = step
+            do_log = step % log_every == 0 or step == total
+            do_ckpt = root is not None and (step % checkpoint_every == 0 or step == total)
+            if not (do_log or do_ckpt):
+                bar.update(1)
+                continue
+            rows = _host_rows(step, loss, gn, terms, nonfinite[idx])
+            newly_failed = []
+            for k, (row, bad) in zip(alive, rows, strict=True):
+                if bad:
+                    msg = (
+                        f"seed {seeds[k]}: non-finite loss between steps {first_unchecked} "
+                        f"and {step} (last loss {row['loss']}, terms {row})"
+                    )
+                    failed[k] = {"step": step, "error": msg}
+                    results[k].error = FloatingPointError(msg)
+                    results[k].failed_step = step
+                    newly_failed.append(k)
+                    continue
+                if do_log:
+                    results[k].last_terms = row
+                    if keep_history:
+                        results[k].history.append(row)
+                    if csvs is not None:
+                        csvs[k].write(row)
+            first_unchecked = step + 1
+            if newly_failed:
+                engine.drop(newly_failed)
+                alive = [k for k in alive if k not in newly_failed]
+                idx = None
+            if do_log and progress and alive:
+                bar.set_postfix(loss=f"{sum(r['loss'] for r, _ in rows) / len(rows):.4g}")
+            bar.update(1)
+            if do_ckpt and root is not None:
+                if csvs is not None:
+                    for c in csvs:
+                        c.flush()
+                _save_state(root, step, seeds, alive, failed, engine, samplers, gens, member_args)
+    finally:
+        bar.close()
+        if csvs is not None:
+            for c in csvs:
+                c.close()
+    if finals is not None:
+        for k in alive:
+            model_k, _ = engine.export(k)
+            save_checkpoint(model_k, finals[k])
+            results[k].final_checkpoint = finals[k]
+    else:
+        for k in alive:
+            engine.export(k)  # the returned models hold the trained weights
+    steps_done = max((r.steps for r in results if r.ok), default=start)
+    return EnsembleResult(
+        members=results,
+        steps=steps_done,
+        resumed_from=start,
+        strategy=strategy,
+        models=models,
+    )
+
+
+def _host_rows(
+    step: int,
+    loss: torch.Tensor,
+    gn: torch.Tensor,
+    terms: Mapping[str, torch.Tensor],
+    bad: torch.Tensor,
+) -> list[tuple[dict[str, float], bool]]:
+    """Per-member log rows (train()'s columns) and non-finite flags, one device transfer."""
+    keys = list(terms)
+    stacked = torch.stack(
+        [loss.detach().float(), gn.detach().float(), bad.float()]
+        + [terms[k].detach().float() for k in keys]
+    ).cpu()
+    out = []
+    for i in range(stacked.shape[1]):
+        col = stacked[:, i]
+        row = _host_row(step, col[0], col[1], dict(zip(keys, col[3:], strict=True)))
+        out.append((row, bool(col[2])))
+    return out
+
+
+def _save_state(
+    root: Path,
+    step: int,
+    seeds: list[int],
+    alive: list[int],
+    failed: Mapping[int, Mapping[str, Any]],
+    engine: VmapEngine | LoopEngine,
+    samplers: list[EpochSampler],
+    gens: list[torch.Generator],
+    member_args: list[dict[str, Any]],
+) -> None:
+    """Write ``root/latest`` atomically: every live member's train() state at ``step``; a
+    failed member keeps its last state from before the failure (if it had one)."""
+    tmp = root / ".latest_tmp"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    old = root / "latest"
+    for k, s in enumerate(seeds):
+        sub = f"seed{s}"
+        if k in alive:
+            model_k, opt_state = engine.export(k)
+            _write_trainer_state(
+                tmp / sub,
+                model_k,
+                opt_state,
+                gens[k].get_state(),
+                samplers[k].state_dict(),
+                step,
+                member_args[k],
+            )
+        elif (old / sub).is_dir():
+            shutil.copytree(old / sub, tmp / sub)
+    meta = {
+        "format": ENSEMBLE_FORMAT,
+        "step": step,
+        "seeds": seeds,
+        "args": {k: v for k, v in member_args[0].items() if k != "seed"},
+        "failed": {str(seeds[k]): dict(v) for k, v in failed.items()},
+    }
+    (tmp / ENSEMBLE_FILE).write_text(json.dumps(meta, indent=1))
+    _replace_dir(tmp, old)
+
+
+def _load_state(
+    latest: Path,
+    seeds: list[int],
+    models: list[WorldModel],
+    samplers: list[EpochSampler],
+    gens: list[torch.Generator],
+    member_args: list[dict[str, Any]],
+) -> tuple[int, dict[int, dict[str, Any]], dict[int, dict[str, Any]]]:
+    """Restore the live members from ``latest``; returns (step, failed, Adam states)."""
+    meta = json.loads((latest / ENSEMBLE_FILE).read_text())
+    if meta.get("format") != ENSEMBLE_FORMAT:
+        raise CheckpointError(f"{latest / ENSEMBLE_FILE}: unknown format {meta.get('format')!r}")
+    if meta["seeds"] != seeds:
+        raise CheckpointError(
+            f"cannot resume from {latest}: it holds seeds {meta['seeds']}, asked for {seeds}"
+        )
+    for name in ("batch_size", "seq_len"):
+        if meta["args"].get(name) != member_args[0][name]:
+            raise CheckpointError(
+                f"cannot resume: {name}={member_args[0][name]} differs from the checkpoint's "
+                f"{meta['args'].get(name)}"
+            )
+    step = int(meta["step"])
+    by_seed = {int(s): v for s, v in meta["failed"].items()}
+    failed = {k: dict(by_seed[s]) for k, s in enumerate(seeds) if s in by_seed}
+    opt_states = {}
+    for k, s in enumerate(seeds):
+        if k in failed:
+            continue
+        st = _read_trainer_state(latest / f"seed{s}", models[k], member_args[k])
+        if st.step != step:
+            raise CheckpointError(f"{latest}/seed{s} is at step {st.step}, the ensemble at {step}")
+        models[k].load_state_dict(st.weights, strict=True)
+        opt_states[k] = st.optimizer
+        gens[k].set_state(st.generator)
+        samplers[k].load_state_dict(st.sampler)
+    return step, failed, opt_states

@@ -1,0 +1,307 @@
+"""Ensemble training: member k of train_ensemble is the single run with seed k."""
+
+from __future__ import annotations
+
+import csv
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from gdm_models import load_checkpoint, make_model, train, train_ensemble
+from gdm_models.ensemble_engines import clip_grad_norms_, member_opt_state, stack_opt_states
+from gdm_models.synthetic import SYNTHETIC_SCHEMA
+
+from .conftest import TINY
+
+SEEDS = [3, 5, 7]
+KW = dict(steps=3, batch_size=2, seq_len=3, lr=1e-3, device="cpu", progress=False)
+CONFIGS = {
+    "gdm": TINY,
+    "gdm:no-h-plus": TINY,
+    "vanilla-gwm": {"hidden_dim": 16},
+    "ea-gwm": {"hidden_dim": 16},
+    "g-rssm": {"hidden_dim": 16, "embed_dim": 8},
+}
+
+
+def _single(name, seed, scaler, dataset, **kw):
+    torch.manual_seed(seed)
+    m = make_model(name, SYNTHETIC_SCHEMA, scaler, **CONFIGS[name])
+    res = train(m, dataset, seed=seed, keep_history=True, **{**KW, **kw})
+    return m, res
+
+
+def _undetermined(name: str, key: str, hidden: int) -> slice | None:
+    """Parameter entries whose exact gradient is 0, so Adam turns rounding noise into
+    lr-sized steps in any implementation: G-RSSM's attention key bias (softmax is invariant
+    to a shift of all key scores)."""
+    if name == "g-rssm" and key.endswith("qkv.bias"):
+        return slice(hidden, 2 * hidden)
+    return None
+
+
+def _assert_close_weights(name, a, b, atol=2e-6):
+    for key, va in a.state_dict().items():
+        vb = b.state_dict()[key]
+        cut = _undetermined(name, key, 16)
+        if cut is not None:
+            va, vb = va.clone(), vb.clone()
+            va[cut] = vb[cut] = 0
+        torch.testing.assert_close(va, vb, atol=atol, rtol=1e-5, msg=f"{name}: {key}")
+
+
+@pytest.mark.filterwarnings("ignore:There is a performance drop:UserWarning")  # CPU attention
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_vmap_members_equal_single_runs(name, scaler, dataset):
+    res = train_ensemble(
+        name, SEEDS, dataset, scaler=scaler, model_config=CONFIGS[name], strategy="vmap",
+        keep_history=True, **KW,
+    )  # fmt: skip
+    assert res.strategy == "vmap" and [m.seed for m in res] == SEEDS
+    for k, seed in enumerate(SEEDS):
+        single, sres = _single(name, seed, scaler, dataset)
+        got = [r["loss"] for r in res[k].history]
+        want = [r["loss"] for r in sres.history]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        assert set(res[k].history[0]) == set(sres.history[0])  # the same logged columns
+        _assert_close_weights(name, res.models[k], single)
+    # the members are different experiments (own initialisation, data and noise)
+    w0, w1 = (dict(m.named_parameters()) for m in res.models[:2])
+    assert any(not torch.allclose(w0[k], w1[k]) for k in w0)
+    assert res[0].history[0]["loss"] != res[1].history[0]["loss"]
+
+
+def test_loop_members_are_bit_identical_to_single_runs(scaler, dataset, tmp_path):
+    res = train_ensemble(
+        "gdm", SEEDS, dataset, scaler=scaler, model_config=TINY, strategy="loop",
+        keep_history=True, out_dir=tmp_path, **KW,
+    )  # fmt: skip
+    for k, seed in enumerate(SEEDS):
+        single, sres = _single("gdm", seed, scaler, dataset, log_csv=tmp_path / f"s{seed}.csv")
+        assert res[k].history == sres.history
+        for key, v in single.state_dict().items():
+            assert torch.equal(v, res.models[k].state_dict()[key]), key
+        final = load_checkpoint(res[k].final_checkpoint)
+        assert all(
+            torch.equal(v, final.state_dict()[key]) for key, v in single.state_dict().items()
+        )
+        with open(tmp_path / f"s{seed}.csv") as f, open(res[k].log_csv) as g:
+            assert list(csv.DictReader(f)) == list(csv.DictReader(g))
+
+
+def _poisoned(scaler, bad_seed, poison):
+    """Factory: the tiny GDM; the member built under ``bad_seed`` gets ``poison`` applied."""
+
+    def factory():
+        m = make_model("gdm", SYNTHETIC_SCHEMA, scaler, **TINY)
+        if torch.initial_seed() == bad_seed:
+            with torch.no_grad():
+                poison(m)
+        return m
+
+    return factory
+
+
+def test_nan_member_fails_alone(scaler, dataset, tmp_path):
+    def nan(m):
+        m.node_heads.cont.weight[0, 0] = float("nan")
+
+    factory = _poisoned(scaler, 5, nan)
+    res = train_ensemble(factory, SEEDS, dataset, strategy="vmap", keep_history=True,
+                         out_dir=tmp_path, checkpoint_every=1, **KW)  # fmt: skip
+    bad = res[1]
+    assert isinstance(bad.error, FloatingPointError) and bad.failed_step == 1
+    assert bad.final_checkpoint is None and bad.history == []
+    assert not (tmp_path / "seed5" / "final").exists()
+    # as the single run fails
+    torch.manual_seed(5)
+    with pytest.raises(FloatingPointError):
+        train(factory(), dataset, seed=5, **KW)
+    for k in (0, 2):
+        assert res[k].ok
+        single, sres = _single("gdm", SEEDS[k], scaler, dataset)
+        np.testing.assert_allclose(
+            [r["loss"] for r in res[k].history], [r["loss"] for r in sres.history], rtol=1e-5
+        )
+        _assert_close_weights("gdm", res.models[k], single)
+    assert len(res.failed) == 1
+
+
+def test_huge_gradient_changes_no_other_member(scaler, dataset):
+    def huge(m):
+        m.graph_heads.reward.weight.mul_(1e6)  # finite, enormous loss and gradients
+
+    res = train_ensemble(_poisoned(scaler, 5, huge), SEEDS, dataset, strategy="vmap",
+                         keep_history=True, **KW)  # fmt: skip
+    assert all(m.ok for m in res)
+    assert res[1].history[0]["grad_norm"] > 1e6  # clipped, per member
+    for k in (0, 2):
+        single, sres = _single("gdm", SEEDS[k], scaler, dataset)
+        np.testing.assert_allclose(
+            [r["grad_norm"] for r in res[k].history],
+            [r["grad_norm"] for r in sres.history],
+            rtol=1e-5,
+        )
+        _assert_close_weights("gdm", res.models[k], single)
+
+
+@pytest.mark.parametrize("strategy", ["vmap", "loop"])
+def test_resume_after_interruption_is_exact(scaler, dataset, tmp_path, strategy):
+    args = dict(scaler=scaler, model_config=TINY, strategy=strategy, checkpoint_every=2,
+                **{**KW, "steps": 4})  # fmt: skip
+    ref = train_ensemble("gdm", SEEDS, dataset, out_dir=tmp_path / "ref", **args)
+    run = tmp_path / "run"
+    train_ensemble("gdm", SEEDS, dataset, out_dir=run, **{**args, "steps": 2})
+    for s in SEEDS:  # a job killed after step 3 has logged a row past its checkpoint (step 2)
+        with open(run / f"seed{s}" / "log.csv", "a") as f:
+            f.write(
+                "3"
+                + ",0" * (len(open(run / f"seed{s}" / "log.csv").readline().split(",")) - 1)
+                + "\n"
+            )
+    res = train_ensemble("gdm", SEEDS, dataset, out_dir=run, **args)
+    assert res.resumed_from == 2 and res.steps == 4
+    for a, b in zip(ref.models, res.models, strict=True):
+        for key, v in a.state_dict().items():
+            assert torch.equal(v, b.state_dict()[key]), key
+    for s in SEEDS:
+        with (
+            open(tmp_path / "ref" / f"seed{s}" / "log.csv") as f,
+            open(run / f"seed{s}" / "log.csv") as g,
+        ):
+            assert list(csv.DictReader(f)) == list(csv.DictReader(g))
+
+
+def test_member_state_is_a_single_run_checkpoint(scaler, dataset, tmp_path):
+    """latest/seed<s> of an ensemble resumes a single train() run to the same weights."""
+    args = dict(scaler=scaler, model_config=TINY, strategy="loop", checkpoint_every=2,
+                **{**KW, "steps": 2})  # fmt: skip
+    train_ensemble("gdm", SEEDS, dataset, out_dir=tmp_path / "ens", **args)
+    (tmp_path / "one").mkdir()
+    shutil.copytree(tmp_path / "ens" / "latest" / "seed5", tmp_path / "one" / "latest")
+    torch.manual_seed(123)
+    m = make_model("gdm", SYNTHETIC_SCHEMA, scaler, **TINY)
+    r = train(m, dataset, seed=5, checkpoint_dir=tmp_path / "one", **{**KW, "steps": 4})
+    assert r.resumed_from == 2
+    single, _ = _single("gdm", 5, scaler, dataset, steps=4)
+    assert all(torch.equal(v, m.state_dict()[k]) for k, v in single.state_dict().items())
+
+
+def test_per_member_clipping_is_clip_grad_norm(scaler):
+    torch.manual_seed(0)
+    shapes = [(4, 3), (5,), ()]
+    grads = [torch.randn(3, *s) for s in shapes]
+    grads[0][1] *= 1e4  # member 1: a huge gradient
+    ref = [[g[k].clone() for g in grads] for k in range(3)]
+    norms = clip_grad_norms_(grads, 1.0)
+    for k in range(3):
+        params = [torch.nn.Parameter(torch.zeros(s)) for s in shapes]
+        for p, g in zip(params, ref[k], strict=True):
+            p.grad = g
+        n = torch.nn.utils.clip_grad_norm_(params, 1.0)
+        torch.testing.assert_close(norms[k], n)
+        for p, g in zip(params, grads, strict=True):
+            torch.testing.assert_close(g[k], p.grad)
+    assert norms[1] > 1e3 and norms[0] < 10
+
+
+def test_stacked_adam_equals_k_adams():
+    torch.manual_seed(0)
+    K, shapes = 3, [(4, 3), (2,)]
+    singles = [[torch.nn.Parameter(torch.randn(s)) for s in shapes] for _ in range(K)]
+    stacked = [torch.nn.Parameter(torch.stack([p[i].detach() for p in singles])) for i in range(2)]
+    opts = [torch.optim.Adam(p, lr=1e-2) for p in singles]
+    opt = torch.optim.Adam(stacked, lr=1e-2)
+    for _ in range(5):
+        grads = [torch.randn(K, *s) for s in shapes]
+        for k in range(K):
+            for i, p in enumerate(singles[k]):
+                p.grad = grads[i][k].clone()
+            opts[k].step()
+        for i, p in enumerate(stacked):
+            p.grad = grads[i].clone()
+        opt.step()
+    for k in range(K):
+        for i in range(2):
+            assert torch.equal(stacked[i][k], singles[k][i])
+        # the member's slice of the stacked state is that Adam's state dict, and back
+        sd, ref = member_opt_state(opt.state_dict(), k), opts[k].state_dict()
+        for i in range(2):
+            for name in ("step", "exp_avg", "exp_avg_sq"):
+                assert torch.equal(sd["state"][i][name], ref["state"][i][name])
+    back = stack_opt_states([opts[k].state_dict() for k in range(K)])
+    for i in range(2):
+        assert torch.equal(back["state"][i]["exp_avg"], opt.state_dict()["state"][i]["exp_avg"])
+
+
+def test_argument_errors(scaler, dataset):
+    with pytest.raises(ValueError, match="distinct"):
+        train_ensemble("gdm", [1, 1], dataset, scaler=scaler, model_config=TINY, **KW)
+    with pytest.raises(ValueError, match="strategy"):
+        train_ensemble("gdm", [1], dataset, scaler=scaler, model_config=TINY,
+                       strategy="threads", **KW)  # fmt: skip
+    with pytest.raises(ValueError, match="model_config"):
+        train_ensemble(lambda: None, [1], dataset, model_config=TINY, **KW)
+    with pytest.raises(ValueError, match="fp32 only"):
+        train_ensemble("gdm", [1], dataset, scaler=scaler, model_config=TINY,
+                       strategy="vmap", precision="bf16", **KW)  # fmt: skip
+    with pytest.raises(ValueError, match="one path per seed"):
+        train_ensemble("gdm", [1, 2], dataset, scaler=scaler, model_config=TINY,
+                       member_logs=["a.csv"], **KW)  # fmt: skip
+
+
+def test_failed_member_stays_failed_on_resume(scaler, dataset, tmp_path):
+    def nan(m):
+        m.node_heads.cont.weight[0, 0] = float("nan")
+
+    factory = _poisoned(scaler, 5, nan)
+    kw = dict(strategy="vmap", out_dir=tmp_path, checkpoint_every=1, **{**KW, "steps": 2})
+    train_ensemble(factory, SEEDS, dataset, **kw)
+    # a save cut short between its two renames leaves only .latest_old
+    (tmp_path / "latest").rename(tmp_path / ".latest_old")
+    res = train_ensemble(factory, SEEDS, dataset, **{**kw, "steps": 3})
+    assert res.resumed_from == 2 and res.steps == 3
+    assert isinstance(res[1].error, FloatingPointError) and res[1].failed_step == 1
+    assert res[0].ok and res[2].ok and not (tmp_path / "seed5" / "final").exists()
+    ref = train_ensemble(factory, SEEDS, dataset, **{**kw, "steps": 3, "out_dir": tmp_path / "r"})
+    for k in (0, 2):
+        for key, v in ref.models[k].state_dict().items():
+            assert torch.equal(v, res.models[k].state_dict()[key]), key
+
+
+def test_member_paths_for_a_pipeline(scaler, dataset, tmp_path):
+    """One log and one final checkpoint per seed wherever the caller wants them."""
+    jobs = [tmp_path / "jobs" / f"seed{s}" for s in SEEDS[:2]]
+    res = train_ensemble(
+        "vanilla-gwm", SEEDS[:2], dataset, scaler=scaler, model_config=CONFIGS["vanilla-gwm"],
+        out_dir=tmp_path / "ens", member_logs=[j / "log.csv" for j in jobs],
+        member_finals=[j / "ckpt" / "final" for j in jobs], **{**KW, "steps": 1},
+    )  # fmt: skip
+    for k, j in enumerate(jobs):
+        assert res[k].log_csv == j / "log.csv" and (j / "log.csv").is_file()
+        assert res[k].final_checkpoint == j / "ckpt" / "final"
+        m = load_checkpoint(j / "ckpt" / "final", model_name="vanilla-gwm")
+        assert all(torch.equal(v, res.models[k].state_dict()[n]) for n, v in m.state_dict().items())
+    assert (tmp_path / "ens" / "latest" / "ensemble.json").is_file()
+    assert not (tmp_path / "ens" / f"seed{SEEDS[0]}").exists()
+
+
+@pytest.mark.slow
+def test_compiled_vmap_gives_the_eager_numbers(scaler, dataset):
+    """compile=True (the vmapped loss and gradient through torch.compile; minutes of
+    compilation on a CPU) trains the same members as the eager vmap path."""
+    import warnings
+
+    from gdm_models.compiling import CompileFallbackWarning
+
+    args = dict(scaler=scaler, model_config=CONFIGS["vanilla-gwm"], strategy="vmap",
+                keep_history=True, **KW)  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompileFallbackWarning)  # a fallback fails the test
+        res = train_ensemble("vanilla-gwm", SEEDS[:2], dataset, compile=True, **args)
+    ref = train_ensemble("vanilla-gwm", SEEDS[:2], dataset, **args)
+    for a, b in zip(res, ref, strict=True):
+        np.testing.assert_allclose(
+            [r["loss"] for r in a.history], [r["loss"] for r in b.history], rtol=1e-5
+        )
