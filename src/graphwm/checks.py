@@ -115,13 +115,16 @@ def _check_models(p: Preset) -> None:
             for env in p.envs:
                 check_model_name(name, env, f"{key}[{i}]")
     trained = {env: p.models_of(env) for env in p.envs}
-    bases = sorted({m.split(":", 1)[0] for models in trained.values() for m in models})
+    from gdm_models import available_models
+
+    registered = available_models()
     for base, values in p.train.model_overrides.items():
         key = f"train.model_overrides.{base}"
-        if base not in bases:
+        if base not in registered:
+            # a typo would otherwise silently leave the model at its paper preset
             raise PresetError(
-                f"preset key {key!r} is unknown: no model of the preset is {base!r} "
-                f"(a typo?); known keys here: {bases}"
+                f"preset key {key!r} is unknown: {base!r} is not a model name; known keys "
+                f"here: {registered}"
             )
         for env, models in trained.items():
             for model in models:

@@ -115,6 +115,11 @@ def load_episodes(path: Path) -> tuple[list[dict[str, np.ndarray]], np.ndarray]:
         raise CorruptFileError(Path(path), f"not a readable npz ({err})") from None
     if "lengths" not in arrays or "seeds" not in arrays:
         raise CorruptFileError(Path(path), "lacks the 'lengths' or 'seeds' array")
+    for name, value in arrays.items():  # a member that is not an .npy loads as raw bytes
+        if not isinstance(value, np.ndarray) or value.dtype.kind not in "biuf":
+            raise CorruptFileError(Path(path), f"not a readable npz (member {name!r} is no array)")
+    if arrays["lengths"].ndim != 1 or arrays["lengths"].dtype.kind not in "iu":
+        raise CorruptFileError(Path(path), "not a readable npz ('lengths' is no 1-d integer array)")
     lengths = arrays.pop("lengths")
     seeds = arrays.pop("seeds")
     has_obs = "adjacency" in arrays
