@@ -99,7 +99,8 @@ def check_model_values(model: str, env: str, values: Mapping[str, Any], key: str
     for name, value in values.items():  # name the value the model's config refuses
         err = _build_error(model, env, _freeze({name: value}))
         if err is not None:
-            raise PresetError(f"preset key '{key}.{name}': {err}, got {value!r}")
+            got = "" if "got" in err else f", got {value!r}"
+            raise PresetError(f"preset key '{key}.{name}': {err}{got}")
     raise PresetError(f"preset key {key!r}: {_build_error(model, env, _freeze(values))}")
 
 

@@ -258,6 +258,7 @@ def stage_collect(preset: PresetLike, paths: RunPaths, progress: bool = True) ->
     p = _preset(preset)
     refs = [ref for env in p.envs for split in data_refs(p, env).values() for ref in split]
     with run_lock(paths.root):
+        paths.check_logs()
         return collect(paths, refs, progress=progress)
 
 

@@ -252,12 +252,14 @@ def _float(value: Any, where: Where, key: str, meta: Mapping) -> float:
     if where.finite and not math.isfinite(value):
         raise where.fail(key, "must be a finite number", value)
     gt, lt, ge, le = meta.get("gt"), meta.get("lt"), meta.get("ge"), meta.get("le")
-    if (gt is not None or lt is not None) and not math.isnan(value):
-        if (gt is not None and value <= gt) or (lt is not None and value >= lt):
-            raise where.fail(key, f"must lie in ({gt}, {lt})", value)
-    if (ge is not None or le is not None) and not math.isnan(value):
-        if (ge is not None and value < ge) or (le is not None and value > le):
-            raise where.fail(key, f"must lie in [{ge}, {le}]", value)
+    if math.isnan(value) or all(b is None for b in (gt, lt, ge, le)):
+        return value
+    low_ok = (gt is None or value > gt) and (ge is None or value >= ge)
+    high_ok = (lt is None or value < lt) and (le is None or value <= le)
+    if not (low_ok and high_ok):
+        low = f"({gt}" if gt is not None else (f"[{ge}" if ge is not None else "(-inf")
+        high = f"{lt})" if lt is not None else (f"{le}]" if le is not None else "inf)")
+        raise where.fail(key, f"must lie in {low}, {high}", value)
     return value
 
 

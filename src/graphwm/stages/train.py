@@ -275,7 +275,7 @@ def verify_trained(run_dir: Path, record: TrainRecord, job: TrainJob | None = No
             f"{job.reldir}/ckpt/final",
             quarantine=job.dir(run_dir),
         )
-    path = inside(run_dir, record.checkpoint, run_dir / "jobs")
+    path = inside(run_dir, record.checkpoint, run_dir / record.checkpoint)
     try:
         digest = checkpoint_digest(path)
     except CheckpointError as err:

@@ -53,6 +53,9 @@ class RunPaths:
         """Quarantine the corrupt file (and ``also``) with ``redo_corrupt``, else re-raise."""
         if not self.redo_corrupt:
             raise err
+        root = self.root.resolve()
         for path in (err.quarantine, *also):
+            if not (path.parent.resolve() / path.name).is_relative_to(root):
+                continue  # never move anything outside the run directory
             if path.exists() or path.is_symlink():
                 quarantine(self.root, path, err.reason)
