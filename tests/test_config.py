@@ -130,3 +130,47 @@ def _to_toml(raw: dict) -> str:
 
     table("", raw)
     return "\n".join(lines) + "\n"
+
+
+def test_every_default_is_a_dataclass_field():
+    """Defaults live in the config dataclasses; the job, the trainer options and the PPO
+    settings read them from there (changing a field default changes all of them)."""
+    from dataclasses import fields
+
+    from graphwm.config import TrainConfig
+    from graphwm.downstream.config import DEFAULT_PPO, PpoSettings
+    from graphwm.schema import defaults
+    from graphwm.stages.train import TrainJob
+
+    assert DEFAULT_PPO == {k: v for k, v in defaults(PpoSettings).items() if v is not None}
+    assert DEFAULT_PPO == {"n_steps": 256, "batch_size": 64, "n_epochs": 4, "learning_rate": 3e-4}
+    job_defaults = {f.name: f.default for f in fields(TrainJob)}
+    for name in ("precision", "compile", "checkpoint_every", "log_every"):
+        assert job_defaults[name] == defaults(TrainConfig)[name]
+
+
+def test_records_are_read_by_the_preset_parser_naming_file_and_field(tmp_path):
+    from graphwm.store.records import ResultsFormatError, TrainRecord, parse_record
+
+    good = {
+        "kind": "train",
+        "env": "SAR",
+        "model": "gdm",
+        "seed": 0,
+        "steps": 4,
+        "checkpoint": "train/SAR/gdm/seed0-x/ckpt/final",
+        "checkpoint_digest": "ab",
+    }
+    path = tmp_path / "jobs" / "train-x.json"
+    record = parse_record(good, path)
+    assert isinstance(record, TrainRecord) and record.resumed_from == 0
+    with pytest.raises(
+        ResultsFormatError, match=r"train-x\.json: 'seed' must be an integer, got '0'"
+    ):
+        parse_record({**good, "seed": "0"}, path)
+    with pytest.raises(
+        ResultsFormatError, match=r"train-x\.json: lacks required key\(s\) \['steps'\]"
+    ):
+        parse_record({k: v for k, v in good.items() if k != "steps"}, path)
+    with pytest.raises(ResultsFormatError, match=r"'last_terms\.loss' must be a number"):
+        parse_record({**good, "last_terms": {"loss": "low"}}, path)

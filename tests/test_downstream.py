@@ -159,7 +159,7 @@ def test_record_validation_and_gdd_maps():
     with pytest.raises(ValueError, match="lacks"):
         DownstreamRecord.from_dict({"env": "SAR"}, "x.json")
     good = _rec("gdm", 1.0, 0.1, 0.2).to_dict()
-    with pytest.raises(ValueError, match="mean_return must be a number"):
+    with pytest.raises(ValueError, match="'mean_return' must be a number"):
         DownstreamRecord.from_dict({**good, "mean_return": "high"})
     with pytest.raises(ValueError, match="not a downstream record"):
         DownstreamRecord.from_dict({**good, "kind": "single_step"})
@@ -194,9 +194,9 @@ def test_downstream_config_parse_and_jobs():
     assert jobs[0]["checkpoint"] == "ck/gdm" and jobs[0]["ppo"] == {"n_steps": 64}
     assert "budget" not in jobs[2]  # yardsticks do not train
     for bad, match in (
-        ({}, "lacks 'budget'"),
+        ({}, r"'downstream\.budget' is missing"),
         ({"budget": 0}, "downstream.budget"),
-        ({"budget": 8, "agents": 3}, "unknown keys"),
+        ({"budget": 8, "agents": 3}, r"'downstream\.agents' is unknown"),
         ({"budget": 8, "ppo": {"lr": 1}}, "downstream.ppo"),
         ({"budget": 8, "real_agent": "yes"}, "downstream.real_agent"),
     ):

@@ -17,6 +17,7 @@ from graphwm.stages.downstream import (
     load_downstream,
 )
 from graphwm.store.executors import run_jobs
+from graphwm.store.records import seal
 from graphwm.store.results import ResultStore
 
 pytest.importorskip("sb3_contrib")
@@ -89,5 +90,5 @@ def test_stored_record_must_be_valid(tmp_path):
     with pytest.raises(ValueError, match="bad.json.*lacks"):
         load_downstream(tmp_path)
     rec = DownstreamRecord("SAR", 8, "random", None, 0, 0, -3.0, 0.5, 2)
-    (tmp_path / "downstream" / "bad.json").write_text(json.dumps(rec.to_dict()))
+    (tmp_path / "downstream" / "bad.json").write_text(json.dumps(seal(rec.to_dict())))
     assert load_downstream(tmp_path) == [rec]

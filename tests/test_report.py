@@ -20,6 +20,7 @@ from graphwm.report.build import (
 )
 from graphwm.report.figures import mean_curve, smooth
 from graphwm.report.tables import format_mean_ci
+from graphwm.store.records import seal
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 T_975_2 = 4.302652729911275  # t_{0.975, 2} (statistical tables)
@@ -86,7 +87,8 @@ def _multi(env: str, model: str, seed: int) -> dict:
 def _write(run: Path, name: str, obj: dict) -> None:
     (run / "results").mkdir(parents=True, exist_ok=True)
     # json.dumps writes NaN/Infinity tokens, as Python's json module does by default.
-    (run / "results" / f"{name}.json").write_text(json.dumps(obj))
+    # a stored record carries the digest of its content (graphwm.store.records.seal)
+    (run / "results" / f"{name}.json").write_text(json.dumps(seal(json.loads(json.dumps(obj)))))
 
 
 def _write_log(run: Path, env: str, model: str, seed: int, terms: list[str], n: int) -> None:

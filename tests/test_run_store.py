@@ -214,6 +214,23 @@ CORRUPTIONS = {
         lambda r: _one(r, "results/self_gdd-*.json"),
         lambda p: _edit_json(p, lambda d: d.update(gdd="high")),
     ),
+    # faults that used to pass unnoticed or stop every run with a bare error
+    "result number edited by hand": (
+        lambda r: _one(r, "results/single_step-*.json"),
+        lambda p: _edit_json(p, lambda d: d.update(gdd=d["gdd"] + 1.0)),
+    ),
+    "training log truncated": (
+        lambda r: _one(r, "train/SAR/*/*/log.csv"),
+        lambda p: p.write_text(p.read_text().splitlines()[0] + "\n2,0.5\n"),
+    ),
+    "data record names /etc/passwd": (
+        lambda r: _one(r, "data/SAR/train_n7-*.json"),
+        lambda p: _edit_json(p, lambda d: d.update(file="/etc/passwd")),
+    ),
+    "result json nested too deeply": (
+        lambda r: _one(r, "results/single_step-*.json"),
+        lambda p: p.write_text("[" * 100_000 + "]" * 100_000),
+    ),
 }
 
 
@@ -232,6 +249,64 @@ def test_corruption_is_named_and_redo_corrupt_recovers(base_run, tmp_path, what)
     assert results_of(run) == results_of(base)
     assert list((run / "quarantine").rglob("*"))
     assert "quarantined" in (run / "events.log").read_text()
+
+
+def test_symlinked_jobs_log_is_never_appended_to(base_run, tmp_path):
+    """A symlink as a run's log would make every job append wherever it points."""
+    preset, base = base_run
+    run = _copy(base, tmp_path)
+    outside = tmp_path / "outside.txt"
+    outside.write_text("untouched\n")
+    (run / "jobs.log").unlink()
+    (run / "jobs.log").symlink_to(outside)
+    with pytest.raises(CorruptFileError, match=r"jobs\.log: is a symlink"):
+        reproduce(preset, run, progress=False)
+    reproduce(preset, run, progress=False, redo_corrupt=True)
+    assert outside.read_text() == "untouched\n"
+    assert not (run / "jobs.log").is_symlink() and list((run / "quarantine").glob("jobs.log*"))
+
+
+def test_training_record_pointing_at_another_checkpoint_is_refused(base_run, tmp_path):
+    """The check must run on the checkpoint evaluation loads (the job's own), not a copy."""
+    from graphwm.pipeline import training_jobs
+    from graphwm.stages.train import verify_trained
+    from graphwm.store.records import TrainRecord
+
+    preset, base = base_run
+    run = _copy(base, tmp_path)
+    (job,) = training_jobs(preset)
+    (path,) = (run / "jobs").glob("*.json")
+    record = TrainRecord.from_dict(json.loads(path.read_text()), path)
+    verify_trained(run, record, job)  # the intact record passes
+    copy_dir = run / "train" / "copy" / "ckpt" / "final"
+    shutil.copytree(run / record.checkpoint, copy_dir)
+    moved = TrainRecord(**{**record.__dict__, "checkpoint": "train/copy/ckpt/final"})
+    with pytest.raises(CorruptFileError, match="not its job's"):
+        verify_trained(run, moved, job)
+    with pytest.raises(Exception, match="relative to the run dir"):
+        TrainRecord.from_dict({**record.to_dict(), "checkpoint": "../../elsewhere"}, path)
+
+
+def test_pickled_trainer_state_falls_back_instead_of_failing_every_run(base_run, tmp_path):
+    """A (re-sealed) pickle as trainer_state.pt: the trainer loads with weights_only=True and
+    would fail on every resume; the latest checkpoint is quarantined and training restarts."""
+    import pickle
+
+    from gdm_models.checkpoint import seal_checkpoint
+
+    preset, base = base_run
+    run = _copy(base, tmp_path)
+    (record,) = list((run / "jobs").glob("*.json"))
+    final = run / json.loads(record.read_text())["checkpoint"]
+    ckpt = final.parent
+    shutil.rmtree(final)
+    record.unlink()
+    (ckpt / "latest" / "trainer_state.pt").write_bytes(pickle.dumps({"step": object}))
+    seal_checkpoint(ckpt / "latest", ("trainer_state.pt", "trainer_state.json"))
+    stage_train(preset, RunPaths(run), progress=False)
+    assert "restarts from step 0" in (run / "events.log").read_text()
+    reproduce(preset, run, progress=False)
+    assert results_of(run) == results_of(base)
 
 
 def test_truncated_manifest_is_rewritten(base_run, tmp_path):

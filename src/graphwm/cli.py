@@ -17,9 +17,31 @@ import sys
 from pathlib import Path
 
 
+def _count(minimum: int):
+    """An argparse type: an integer >= ``minimum`` (else a usage error, exit code 2)."""
+
+    def read(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {value}")
+        return value
+
+    return read
+
+
+def _directory(text: str) -> Path:
+    """An argparse type: a non-empty path (``""`` would mean the current directory)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must be a non-empty path")
+    return Path(text)
+
+
 def _add_run_args(p: argparse.ArgumentParser, default_out: str = "runs/smoke") -> None:
     p.add_argument("--preset", default="smoke", help="preset name (smoke, paper) or TOML path")
-    p.add_argument("--out", type=Path, default=Path(default_out), help="run directory")
+    p.add_argument("--out", type=_directory, default=Path(default_out), help="run directory")
     p.add_argument("--executor", choices=["local", "ray"], help="override the preset's executor")
     p.add_argument("--device", help="override the preset's device (cpu, cuda)")
     p.add_argument(
@@ -30,7 +52,7 @@ def _add_run_args(p: argparse.ArgumentParser, default_out: str = "runs/smoke") -
         action="store_true",
         help="quarantine corrupt store files (to RUN_DIR/quarantine/) and recompute them",
     )
-    p.add_argument("--workers", type=int, help="local worker processes (0: one per core)")
+    p.add_argument("--workers", type=_count(0), help="local worker processes (0: one per core)")
     p.add_argument("--envs", nargs="+", help="restrict to these envs (RGC OD SAR CF)")
     p.add_argument("--models", nargs="+", help="restrict to these models")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -43,9 +65,9 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="random-policy episodes of every env, with renders")
-    demo.add_argument("--out", type=Path, default=Path("runs/demo"), help="output directory")
-    demo.add_argument("--seeds", type=int, default=3, help="episodes per env")
-    demo.add_argument("--num-nodes", type=int, default=20, help="graph size N")
+    demo.add_argument("--out", type=_directory, default=Path("runs/demo"), help="output directory")
+    demo.add_argument("--seeds", type=_count(1), default=3, help="episodes per env")
+    demo.add_argument("--num-nodes", type=_count(5), default=20, help="graph size N (>= 5)")
     demo.add_argument("--gif", action="store_true", help="also write an animation per episode")
     for name, help_text in (
         ("reproduce", "run every stage of a preset and print the result tables"),
@@ -62,7 +84,7 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     cost.add_argument("--preset", default="paper", help="preset name or TOML path")
     cost.add_argument("--device", default="cpu", help="device to measure on (cpu, cuda)")
-    cost.add_argument("--steps", type=int, default=5, help="timed training steps per model")
+    cost.add_argument("--steps", type=_count(1), default=5, help="timed training steps per model")
     cost.add_argument("--envs", nargs="+", help="restrict to these envs")
     cost.add_argument("--models", nargs="+", help="restrict to these models")
     report = sub.add_parser("report", help="rebuild tables and figures from stored results")
@@ -104,6 +126,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
         CheckpointError,
         ResultsFormatError,
         FileNotFoundError,
+        NotADirectoryError,
     )
 
 
@@ -155,12 +178,19 @@ def _run(args: argparse.Namespace) -> int:
             ablations = read_preset(args.preset).get("ablations", [])
             overrides["ablations"] = [a for a in ablations if a in args.models]
         preset = load_preset(args.preset, overrides)
+        from graphwm.checks import check_device
+
+        check_device(args.device, "--device")
         print(format_estimate(estimate(preset, args.device, args.steps), args.device))
         return 0
 
     from graphwm import pipeline
 
     preset = _preset(args)  # validated here, before any work
+    from graphwm.checks import check_machine
+    from graphwm.config import Preset
+
+    check_machine(Preset.parse(preset))
     run = pipeline.RunPaths(args.out, redo_corrupt=args.redo_corrupt)
     progress = not args.quiet
     if args.command == "reproduce":

@@ -1,168 +1,84 @@
-"""Typed, validated presets: every default of the pipeline lives here.
+"""Typed, validated presets: every default of the pipeline is a dataclass field here.
 
 A preset (TOML file or dict) is parsed by :meth:`Preset.parse` into frozen dataclasses before
-any work starts; a bad value raises :class:`PresetError` naming the preset key, e.g.
-``preset key 'collect.train_episodes': must be an integer >= 1, got 0``. Unknown keys are
-refused too (a typo would otherwise be silently ignored).
+any work starts, by the one field-driven parser of :mod:`graphwm.schema` (type hints, defaults,
+``setting(ge=..., choices=...)`` metadata); a bad value raises :class:`PresetError` naming the
+preset key, e.g. ``preset key 'collect.train_episodes': must be an integer >= 1, got 0``.
+Unknown keys are refused too (a typo would otherwise be silently ignored). Checks that need the
+envs and the models (names, overrides, size limits) are in :mod:`graphwm.checks`.
 """
 
 from __future__ import annotations
 
 import copy
+import re
 import tomllib
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
 from importlib import resources
 from pathlib import Path
 from typing import Any
+
+from graphwm.schema import Where, read_fields, setting
 
 PRESET_NAMES = ("smoke", "medium", "paper", "tiny")
 ENV_NAMES = ("RGC", "OD", "SAR", "CF")
 EXECUTORS = ("local", "ray")
 PRECISIONS = ("fp32", "bf16")
-
-# The defaults of optional preset keys (the single place they are written down).
-DEFAULT_DEVICE = "cpu"
-DEFAULT_EXECUTOR = "local"
-DEFAULT_WORKERS = 0  # 0: one local worker per core
-DEFAULT_RGC_MAX_TEST_SIZE = 200  # RGC episodes are quadratic in N (docs/reproducing.md)
-DEFAULT_TRANSITIONS_PER_EPISODE = 8  # paper appendix "Bandwidth Fitting"
-DEFAULT_FIT_SEED = 0
-DEFAULT_CHECKPOINT_EVERY = 1000
-DEFAULT_PRECISION = "fp32"
-DEFAULT_LOG_EVERY = 1
-DEFAULT_PERMUTATIONS = 0  # 0: no indistinguishability column
-DEFAULT_ALPHA = 0.05
-TRAINER_KEYS = ("lr", "batch_size", "seq_len")  # train_overrides / search keys of the trainer
+# "cpu", "cuda", "cuda:<index>" or "mps"; whether this machine has it: graphwm.checks
+DEVICE_PATTERN = re.compile(r"cpu|cuda(:\d+)?|mps")
 
 
 class PresetError(ValueError):
     """A preset value is missing, of the wrong type or out of range (the key is named)."""
 
 
-# ---------------------------------------------------------------------------------------------
-# Small typed readers; each names the preset key in its error
-# ---------------------------------------------------------------------------------------------
-def _fail(key: str, what: str, value: Any) -> PresetError:
-    return PresetError(f"preset key {key!r}: {what}, got {value!r}")
+#: how preset errors are worded: ``preset key 'collect.train_episodes': must be ..., got 0``
+PRESET = Where(PresetError, "preset key ")
 
 
-def _int(value: Any, key: str, minimum: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _fail(key, "must be an integer", value)
-    if minimum is not None and value < minimum:
-        raise _fail(key, f"must be an integer >= {minimum}", value)
-    return value
-
-
-def _float(value: Any, key: str, low: float | None = None, high: float | None = None) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise _fail(key, "must be a number", value)
-    if (low is not None and value <= low) or (high is not None and value >= high):
-        raise _fail(key, f"must lie in ({low}, {high})", value)
-    return float(value)
-
-
-def _bool(value: Any, key: str) -> bool:
-    if not isinstance(value, bool):
-        raise _fail(key, "must be true or false", value)
-    return value
-
-
-def _str(value: Any, key: str, choices: Sequence[str] | None = None) -> str:
-    if not isinstance(value, str) or not value:
-        raise _fail(key, "must be a non-empty string", value)
-    if choices is not None and value not in choices:
-        raise _fail(key, f"must be one of {list(choices)}", value)
-    return value
-
-
-def _list(value: Any, key: str, allow_empty: bool = False) -> list:
-    if not isinstance(value, list | tuple):
-        raise _fail(key, "must be a list", value)
-    if not value and not allow_empty:
-        raise _fail(key, "must be a non-empty list", value)
-    return list(value)
-
-
-def _ints(value: Any, key: str, minimum: int, unique: bool = True) -> tuple[int, ...]:
-    items = [_int(v, f"{key}[{i}]", minimum) for i, v in enumerate(_list(value, key))]
-    if unique and len(set(items)) != len(items):
-        raise _fail(key, "must not repeat a value", value)
-    return tuple(items)
-
-
-def _table(value: Any, key: str) -> dict:
-    if not isinstance(value, Mapping):
-        raise _fail(key, "must be a table", value)
-    return dict(value)
-
-
-def _no_unknown(table: Mapping, key: str, known: Sequence[str]) -> None:
-    unknown = sorted(set(table) - set(known))
-    if unknown:
-        where = f"{key}.{unknown[0]}" if key else unknown[0]
-        raise PresetError(f"preset key {where!r} is unknown; known keys here: {sorted(known)}")
-
-
-def _required(table: Mapping, key: str, name: str) -> Any:
-    if name not in table:
-        raise PresetError(f"preset key {(key + '.' if key else '') + name!r} is missing")
-    return table[name]
+def _sizes(**kw: Any) -> Any:
+    # graph sizes N: the envs accept 5 <= N <= max_nodes (graphwm.checks.check_limits)
+    return setting(ge=2, unique=True, **kw)
 
 
 # ---------------------------------------------------------------------------------------------
-# The typed preset
+# The typed preset: every default of the pipeline is a field default below
 # ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class CollectConfig:
     """Stage 1: sizes and episode counts per split (``[collect]``)."""
 
-    train_sizes: tuple[int, ...]
-    train_episodes: int
-    val_sizes: tuple[int, ...]
-    val_episodes: int
-    test_sizes: tuple[int, ...]
-    test_episodes: int
-    rgc_max_test_size: int = DEFAULT_RGC_MAX_TEST_SIZE
-
-    @classmethod
-    def parse(cls, raw: Any, key: str = "collect") -> CollectConfig:
-        t = _table(raw, key)
-        _no_unknown(t, key, [f.name for f in cls.__dataclass_fields__.values()])
-        k = key + "."
-        return cls(
-            train_sizes=_ints(_required(t, key, "train_sizes"), k + "train_sizes", 2),
-            train_episodes=_int(_required(t, key, "train_episodes"), k + "train_episodes", 1),
-            val_sizes=_ints(_required(t, key, "val_sizes"), k + "val_sizes", 2),
-            val_episodes=_int(_required(t, key, "val_episodes"), k + "val_episodes", 1),
-            test_sizes=_ints(_required(t, key, "test_sizes"), k + "test_sizes", 2),
-            test_episodes=_int(_required(t, key, "test_episodes"), k + "test_episodes", 1),
-            rgc_max_test_size=_int(
-                t.get("rgc_max_test_size", DEFAULT_RGC_MAX_TEST_SIZE), k + "rgc_max_test_size", 2
-            ),
-        )
+    train_sizes: tuple[int, ...] = _sizes(help="N of the training files (observations stored)")
+    train_episodes: int = setting(ge=1, help="episodes per training size")
+    val_sizes: tuple[int, ...] = _sizes(help="N of the validation files (search)")
+    val_episodes: int = setting(ge=1, help="episodes per validation size")
+    test_sizes: tuple[int, ...] = _sizes(help="N of the test files (replayed from seeds)")
+    test_episodes: int = setting(ge=1, help="episodes per test size")
+    # RGC episodes are quadratic in N (docs/reproducing.md)
+    rgc_max_test_size: int = setting(200, ge=2, help="RGC test sizes above this are skipped")
 
 
 @dataclass(frozen=True)
 class FitConfig:
     """Stage 2: bandwidth fitting (``[fit]``)."""
 
-    transitions_per_episode: int = DEFAULT_TRANSITIONS_PER_EPISODE
-    seed: int = DEFAULT_FIT_SEED
+    # paper appendix "Bandwidth Fitting"
+    transitions_per_episode: int = setting(8, ge=1, help="bandwidth transitions per episode")
+    seed: int = setting(0, ge=0, help="seed of the transitions' draw")
 
-    @classmethod
-    def parse(cls, raw: Any, key: str = "fit") -> FitConfig:
-        t = _table(raw, key)
-        _no_unknown(t, key, ["transitions_per_episode", "seed"])
-        return cls(
-            transitions_per_episode=_int(
-                t.get("transitions_per_episode", DEFAULT_TRANSITIONS_PER_EPISODE),
-                key + ".transitions_per_episode",
-                1,
-            ),
-            seed=_int(t.get("seed", DEFAULT_FIT_SEED), key + ".seed", 0),
-        )
+
+@dataclass(frozen=True)
+class TrainerSettings:
+    """``[train.train_overrides]`` (and the trainer keys of a search grid): set for every
+    model, else the paper's per-model preset (gdm_models.get_preset) holds."""
+
+    lr: float | None = setting(None, gt=0.0, help="Adam learning rate")
+    batch_size: int | None = setting(None, ge=1, help="episodes per batch")
+    seq_len: int | None = setting(None, ge=1, help="transitions per training sequence")
+
+
+TRAINER_KEYS = tuple(f.name for f in fields(TrainerSettings))
 
 
 @dataclass(frozen=True)
@@ -170,113 +86,62 @@ class TrainConfig:
     """Stage 3: training length, overrides and trainer options (``[train]``).
 
     Exactly one of ``steps`` and ``epochs``. ``model_overrides`` maps a base model name
-    (``gdm``, ``vanilla-gwm``, ...) to model hyperparameters; ``train_overrides`` sets
-    ``lr``/``batch_size``/``seq_len`` for every model (else the paper's per-model preset).
+    (``gdm``, ``vanilla-gwm``, ...) to model hyperparameters (checked against the model's
+    config by :mod:`graphwm.checks`); ``train_overrides`` sets ``lr``/``batch_size``/
+    ``seq_len`` for every model (else the paper's per-model preset).
     """
 
-    steps: int | None = None
-    epochs: int | None = None
-    checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY
-    model_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
-    train_overrides: dict[str, Any] = field(default_factory=dict)
-    precision: str = DEFAULT_PRECISION
-    compile: bool = False
-    log_every: int = DEFAULT_LOG_EVERY
+    steps: int | None = setting(None, ge=1, help="optimiser steps")
+    epochs: int | None = setting(None, ge=1, help="passes over the training episodes")
+    checkpoint_every: int = setting(1000, ge=1, help="steps between checkpoints")
+    model_overrides: dict[str, dict[str, Any]] = setting(default_factory=dict)
+    train_overrides: dict[str, Any] = setting(default_factory=dict, table=TrainerSettings)
+    precision: str = setting("fp32", choices=PRECISIONS)
+    compile: bool = setting(False, help="torch.compile the model")
+    log_every: int = setting(1, ge=1, help="steps between log.csv rows")
 
     @classmethod
-    def parse(cls, raw: Any, key: str = "train") -> TrainConfig:
-        t = _table(raw, key)
-        _no_unknown(t, key, [f for f in cls.__dataclass_fields__])
-        k = key + "."
-        if ("steps" in t) == ("epochs" in t):
-            raise PresetError(f"preset key {key!r}: give exactly one of 'steps' and 'epochs'")
-        overrides = _table(t.get("model_overrides", {}), k + "model_overrides")
-        model_overrides = {
-            str(m): _table(v, f"{k}model_overrides.{m}") for m, v in overrides.items()
-        }
-        train_overrides = _table(t.get("train_overrides", {}), k + "train_overrides")
-        _no_unknown(train_overrides, k + "train_overrides", TRAINER_KEYS)
-        if "lr" in train_overrides:
-            _float(train_overrides["lr"], k + "train_overrides.lr", 0.0)
-        for name in ("batch_size", "seq_len"):
-            if name in train_overrides:
-                _int(train_overrides[name], f"{k}train_overrides.{name}", 1)
-        return cls(
-            steps=_int(t["steps"], k + "steps", 1) if "steps" in t else None,
-            epochs=_int(t["epochs"], k + "epochs", 1) if "epochs" in t else None,
-            checkpoint_every=_int(
-                t.get("checkpoint_every", DEFAULT_CHECKPOINT_EVERY), k + "checkpoint_every", 1
-            ),
-            model_overrides=model_overrides,
-            train_overrides=train_overrides,
-            precision=_str(t.get("precision", DEFAULT_PRECISION), k + "precision", PRECISIONS),
-            compile=_bool(t.get("compile", False), k + "compile"),
-            log_every=_int(t.get("log_every", DEFAULT_LOG_EVERY), k + "log_every", 1),
-        )
+    def _check(cls, obj: TrainConfig, where: Where, key: str) -> None:
+        if (obj.steps is None) == (obj.epochs is None):
+            raise where.say(f"{where.loc(key)}: give exactly one of 'steps' and 'epochs'")
 
 
 @dataclass(frozen=True)
 class EvalConfig:
-    """Stages 4-7: the evaluation protocol (``[evaluate]`` and ``[multi_step]``).
+    """Stages 4-6: the single-step evaluation protocol (``[evaluate]``).
 
     ``num_samples`` is kappa (>= 2: the unbiased self-GDD and the permutation test need two
-    samples per set). ``permutations`` > 0 adds the permutation-test column (single-step).
+    samples per set). ``permutations`` > 0 adds the permutation-test column.
     """
 
-    num_samples: int
-    reference_transitions: int
-    max_episodes: int | None = None
-    permutations: int = DEFAULT_PERMUTATIONS
-    alpha: float = DEFAULT_ALPHA
-    size: int | None = None  # multi-step only
-    horizon: int | None = None  # multi-step only
+    num_samples: int = setting(ge=2, help="kappa: model samples per reference transition")
+    reference_transitions: int = setting(ge=1, help="reference transitions per episode")
+    max_episodes: int | None = setting(None, ge=1, help="test episodes used (None: all)")
+    permutations: int = setting(0, ge=0, help="permutation-test relabelings (0: no column)")
+    alpha: float = setting(0.05, gt=0.0, lt=1.0, help="level of the permutation test")
 
-    @classmethod
-    def parse(cls, raw: Any, key: str, multi_step: bool = False) -> EvalConfig:
-        t = _table(raw, key)
-        known = ["num_samples", "reference_transitions", "max_episodes"]
-        known += ["size", "horizon"] if multi_step else ["permutations", "alpha"]
-        _no_unknown(t, key, known)
-        k = key + "."
-        max_episodes = t.get("max_episodes")
-        return cls(
-            num_samples=_int(_required(t, key, "num_samples"), k + "num_samples", 2),
-            reference_transitions=_int(
-                _required(t, key, "reference_transitions"), k + "reference_transitions", 1
-            ),
-            max_episodes=None
-            if max_episodes is None
-            else _int(max_episodes, k + "max_episodes", 1),
-            permutations=_int(t.get("permutations", DEFAULT_PERMUTATIONS), k + "permutations", 0),
-            alpha=_float(t.get("alpha", DEFAULT_ALPHA), k + "alpha", 0.0, 1.0),
-            size=_int(_required(t, key, "size"), k + "size", 2) if multi_step else None,
-            horizon=_int(_required(t, key, "horizon"), k + "horizon", 1) if multi_step else None,
-        )
+
+@dataclass(frozen=True)
+class MultiStepConfig:
+    """Stage 7: multi-step rollouts (``[multi_step]``)."""
+
+    num_samples: int = setting(ge=2, help="model rollouts per reference transition")
+    reference_transitions: int = setting(ge=1, help="reference transitions per episode")
+    size: int = setting(ge=2, help="N of the multi-step test file")
+    horizon: int = setting(ge=1, help="rollout length H")
+    max_episodes: int | None = setting(None, ge=1, help="test episodes used (None: all)")
 
 
 @dataclass(frozen=True)
 class SearchConfig:
-    """``[search]``: the hyperparameter grid per model and the validation sizes."""
+    """``[search]``: the hyperparameter grid per model and the validation sizes.
 
-    grid: dict[str, dict[str, list]] = field(default_factory=dict)
-    val_sizes: tuple[int, ...] | None = None
+    ``grid.<model>.<name>`` lists the values of one hyperparameter (a list of tables sets
+    several at once); names and values are checked by :mod:`graphwm.checks`.
+    """
 
-    @classmethod
-    def parse(cls, raw: Any, key: str = "search") -> SearchConfig:
-        t = _table(raw, key)
-        _no_unknown(t, key, ["grid", "val_sizes"])
-        grid = {}
-        for model, table in _table(t.get("grid", {}), key + ".grid").items():
-            entries = _table(table, f"{key}.grid.{model}")
-            grid[str(model)] = {
-                name: _list(values, f"{key}.grid.{model}.{name}")
-                for name, values in entries.items()
-            }
-        val_sizes = t.get("val_sizes")
-        return cls(
-            grid=grid,
-            val_sizes=None if val_sizes is None else _ints(val_sizes, key + ".val_sizes", 2),
-        )
+    grid: dict[str, dict[str, list]] = setting(default_factory=dict)
+    val_sizes: tuple[int, ...] | None = _sizes(default=None)
 
 
 # Optional preset sections owned by other modules: name -> "module:Class", where the class has
@@ -292,107 +157,60 @@ def _parse_section(name: str, raw: Any) -> Any:
     return getattr(importlib.import_module(module), cls).parse(raw, name)
 
 
-_TOP_KEYS = (
-    "name",
-    "envs",
-    "models",
-    "ablations",
-    "ablation_envs",
-    "seeds",
-    "device",
-    "executor",
-    "workers",
-    "collect",
-    "fit",
-    "train",
-    "evaluate",
-    "multi_step",
-    "search",
-)
-
-
 @dataclass(frozen=True)
 class Preset:
     """A validated preset. Build with :meth:`parse` (or :func:`load_preset`)."""
 
-    name: str
-    envs: tuple[str, ...]
-    models: tuple[str, ...]
-    seeds: tuple[int, ...]
-    collect: CollectConfig
-    train: TrainConfig
-    evaluate: EvalConfig
-    fit: FitConfig = FitConfig()
-    ablations: tuple[str, ...] = ()
-    ablation_envs: tuple[str, ...] | None = None  # None: every env
-    device: str = DEFAULT_DEVICE
-    executor: str = DEFAULT_EXECUTOR
-    workers: int = DEFAULT_WORKERS
-    multi_step: EvalConfig | None = None
-    search: SearchConfig | None = None
+    envs: tuple[str, ...] = setting(choices=ENV_NAMES, unique=True)
+    models: tuple[str, ...] = setting(unique=True)
+    seeds: tuple[int, ...] = setting(ge=0, unique=True)
+    collect: CollectConfig = setting()
+    train: TrainConfig = setting()
+    evaluate: EvalConfig = setting()
+    name: str = setting("custom")
+    fit: FitConfig = setting(default_factory=FitConfig)
+    ablations: tuple[str, ...] = setting((), allow_empty=True, unique=True)
+    ablation_envs: tuple[str, ...] | None = setting(None, choices=ENV_NAMES, allow_empty=True)
+    device: str = setting("cpu", help="cpu, cuda, cuda:<index> or mps")
+    executor: str = setting("local", choices=EXECUTORS)
+    workers: int = setting(0, ge=0, help="local worker processes (0: one per core)")
+    multi_step: MultiStepConfig | None = setting(None)
+    search: SearchConfig | None = setting(None)
     sections: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def parse(cls, raw: Mapping[str, Any] | Preset) -> Preset:
-        """Validate a preset dict (as read from TOML); raise :class:`PresetError` naming a key."""
+    def parse(cls, raw: Mapping[str, Any] | Preset, *, check: bool = True) -> Preset:
+        """Validate a preset dict (as read from TOML); raise :class:`PresetError` naming a key.
+
+        ``check`` also checks what needs the envs and the models: model names, overrides and
+        grid entries against each model's config, sizes against the envs' limits
+        (:mod:`graphwm.checks`); whether this machine has the device is checked before work
+        by :func:`graphwm.checks.check_machine`.
+        """
         if isinstance(raw, Preset):
             return raw
-        t = _table(raw, "the preset")
-        _no_unknown(t, "", _TOP_KEYS + tuple(SECTIONS))
-        envs = tuple(
-            _str(e, f"envs[{i}]", ENV_NAMES) for i, e in enumerate(_list(t.get("envs"), "envs"))
-        )
-        models = tuple(
-            _str(m, f"models[{i}]") for i, m in enumerate(_list(t.get("models"), "models"))
-        )
-        ablations = tuple(
-            _str(a, f"ablations[{i}]")
-            for i, a in enumerate(_list(t.get("ablations", []), "ablations", allow_empty=True))
-        )
-        ablation_envs = None
-        if "ablation_envs" in t:
-            ablation_envs = tuple(
-                _str(e, f"ablation_envs[{i}]", ENV_NAMES)
-                for i, e in enumerate(_list(t["ablation_envs"], "ablation_envs", True))
+        if not isinstance(raw, Mapping):
+            raise PRESET.fail("the preset", "must be a table", raw)
+        known = [f.name for f in fields(cls) if f.name != "sections"] + list(SECTIONS)
+        unknown = sorted(str(k) for k in set(raw) - set(known))
+        if unknown:
+            raise PresetError(
+                f"preset key {unknown[0]!r} is unknown; known keys here: {sorted(known)}"
             )
-        seeds = _ints(_required(t, "", "seeds"), "seeds", 0)
-        preset = cls(
-            name=_str(t.get("name", "custom"), "name"),
-            envs=envs,
-            models=models,
-            seeds=seeds,
-            collect=CollectConfig.parse(_required(t, "", "collect")),
-            train=TrainConfig.parse(_required(t, "", "train")),
-            evaluate=EvalConfig.parse(_required(t, "", "evaluate"), "evaluate"),
-            fit=FitConfig.parse(t.get("fit", {})),
-            ablations=ablations,
-            ablation_envs=ablation_envs,
-            device=_str(t.get("device", DEFAULT_DEVICE), "device"),
-            executor=_str(t.get("executor", DEFAULT_EXECUTOR), "executor", EXECUTORS),
-            workers=_int(t.get("workers", DEFAULT_WORKERS), "workers", 0),
-            multi_step=(
-                EvalConfig.parse(t["multi_step"], "multi_step", multi_step=True)
-                if t.get("multi_step")
-                else None
-            ),
-            search=SearchConfig.parse(t["search"]) if "search" in t else None,
-            sections={name: _parse_section(name, t[name]) for name in SECTIONS if name in t},
-        )
-        preset._check_models()
+        plain = {k: v for k, v in raw.items() if k not in SECTIONS}
+        if not plain.get("multi_step", True):
+            plain.pop("multi_step")  # an empty [multi_step] table: no multi-step stage
+        values = read_fields(cls, plain, PRESET)
+        if not DEVICE_PATTERN.fullmatch(values.get("device", "cpu")):
+            raise PRESET.fail("device", "must be 'cpu', 'cuda', 'cuda:<index>' or 'mps'",
+                              values["device"])  # fmt: skip
+        values["sections"] = {n: _parse_section(n, raw[n]) for n in SECTIONS if n in raw}
+        preset = cls(**values)
+        if check:
+            from graphwm.checks import check_preset
+
+            check_preset(preset)
         return preset
-
-    def _check_models(self) -> None:
-        """Every model name must have a paper preset for every env it is trained on."""
-        from gdm_models import get_preset
-
-        for key, names in (("models", self.models), ("ablations", self.ablations)):
-            for i, name in enumerate(names):
-                for env in self.envs:
-                    try:
-                        get_preset(name, env)
-                    except (KeyError, ValueError) as err:
-                        msg = err.args[0] if err.args else err
-                        raise PresetError(f"preset key '{key}[{i}]' ({name!r}): {msg}") from None
 
     # -- derived views -----------------------------------------------------------------------
     def test_sizes(self, env: str) -> tuple[int, ...]:
@@ -423,33 +241,33 @@ class Preset:
         out.pop("sections")
         for name, section in self.sections.items():
             out[name] = section.to_dict() if hasattr(section, "to_dict") else asdict(section)
-        if self.train.steps is None:
-            out["train"].pop("steps", None)
-        if self.multi_step is not None:
-            out["multi_step"] = {
-                k: v for k, v in out["multi_step"].items() if k not in ("permutations", "alpha")
-            }
-        if self.ablation_envs is None:
-            out.pop("ablation_envs", None)
-        for k in ("size", "horizon"):
-            out["evaluate"].pop(k, None)
         return out
 
 
 def read_preset(name_or_path: str | Path) -> dict[str, Any]:
-    """The raw dict of a named preset (``smoke``, ``paper``, ``tiny``) or a TOML file."""
+    """The raw dict of a named preset (``smoke``, ``paper``, ``tiny``) or a TOML file.
+
+    Raises:
+        PresetError: the name is neither a shipped preset nor a path; the file is missing, is
+            not a regular file, is not UTF-8 text or not TOML (each said as such).
+    """
+    text = str(name_or_path)
+    if text in PRESET_NAMES:
+        source = resources.files("graphwm.presets").joinpath(f"{text}.toml").read_text()
+        return tomllib.loads(source)
     path = Path(name_or_path)
-    if path.suffix == ".toml" and path.exists():
-        try:
-            return tomllib.loads(path.read_text())
-        except tomllib.TOMLDecodeError as err:
-            raise PresetError(f"preset file {path} is not valid TOML: {err}") from None
-    if str(name_or_path) in PRESET_NAMES:
-        text = resources.files("graphwm.presets").joinpath(f"{name_or_path}.toml").read_text()
-        return tomllib.loads(text)
-    raise PresetError(
-        f"unknown preset {str(name_or_path)!r}: give one of {PRESET_NAMES} or a .toml file"
-    )
+    if path.suffix != ".toml" and len(path.parts) <= 1 and not path.exists():
+        raise PresetError(f"unknown preset {text!r}: give one of {PRESET_NAMES} or a .toml file")
+    if not path.exists():
+        raise PresetError(f"preset file {path} does not exist")
+    if not path.is_file():
+        raise PresetError(f"preset file {path} is not a regular file")
+    try:
+        return tomllib.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise PresetError(f"preset file {path} is not UTF-8 text ({err.reason})") from None
+    except tomllib.TOMLDecodeError as err:
+        raise PresetError(f"preset file {path} is not valid TOML: {err}") from None
 
 
 def apply_overrides(raw: Mapping[str, Any], overrides: Mapping[str, Any] | None) -> dict:

@@ -93,7 +93,14 @@ def _save_png(image: np.ndarray, path: Path) -> None:
 def run_demo(
     out_dir: Path, seeds: int = 3, num_nodes: int = 20, gif: bool = False
 ) -> list[EpisodeStats]:
-    """Run every env for ``seeds`` seeds, print a table and render every episode."""
+    """Run every env for ``seeds`` seeds, print a table and render every episode.
+
+    Raises:
+        ValueError: ``seeds`` < 1 (nothing would be written) or ``num_nodes`` below the envs'
+            minimum.
+    """
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
+        raise ValueError(f"seeds must be an integer >= 1, got {seeds!r}")
     stats = []
     header = f"{'env':<18}{'seed':>5}{'length':>8}{'return':>10}{'removed':>9}{'added':>7}"
     print(header)

@@ -69,7 +69,12 @@ def load_preset(name_or_path: str | Path, overrides: dict[str, Any] | None = Non
 
 
 def _preset(preset: PresetLike) -> Preset:
-    return Preset.parse(preset)
+    """The parsed preset, checked against this machine (its device) before any work."""
+    from graphwm.checks import check_machine
+
+    p = Preset.parse(preset)
+    check_machine(p)
+    return p
 
 
 def _workers(preset: Preset) -> int:
@@ -253,6 +258,7 @@ def stage_collect(preset: PresetLike, paths: RunPaths, progress: bool = True) ->
     p = _preset(preset)
     refs = [ref for env in p.envs for split in data_refs(p, env).values() for ref in split]
     with run_lock(paths.root):
+        paths.check_logs()
         return collect(paths, refs, progress=progress)
 
 
@@ -267,7 +273,7 @@ def run_training_jobs(
     preset: PresetLike, paths: RunPaths, jobs: list[TrainJob], desc: str, progress: bool = True
 ) -> list[TrainRecord]:
     """Run training jobs in the run's job store (shared by ``stage_train`` and the search),
-    re-verifying every stored result's checkpoint before it is reused."""
+    re-verifying every stored result's checkpoint (and log) before it is reused."""
     return run_jobs(
         train_job,
         jobs,
@@ -275,7 +281,7 @@ def run_training_jobs(
         paths,
         desc=desc,
         progress=progress,
-        verify=lambda r: verify_trained(paths.root, r),
+        verify=lambda record, job: verify_trained(paths.root, record, job),
         **executor_args(preset, gpu=True),
     )
 
@@ -384,8 +390,11 @@ def reproduce(
 
     p = _preset(preset)
     _downstream_section(p)  # a bad [downstream] section fails before any work
+    if not str(out).strip():
+        raise PresetError("the run directory (--out) must be a non-empty path")
     paths = RunPaths(Path(out), redo_corrupt=redo_corrupt)
     with run_lock(paths.root):
+        paths.check_logs()
         stage_evaluate(p, paths, progress)
         stage_downstream(p, paths, progress)
         build_report(paths.root)

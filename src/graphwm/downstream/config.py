@@ -10,24 +10,31 @@ from typing import Any
 import numpy as np
 
 from graphwm.envs import make_env
+from graphwm.schema import defaults, parse, setting
 
 #: agent names of the reference rows (dream-trained agents are ``"dream:<model>"``)
 REAL, RANDOM, GREEDY = "real", "random", "greedy"
 YARDSTICKS = (RANDOM, GREEDY)
 
-#: MaskablePPO settings of every downstream agent unless the preset overrides them
-DEFAULT_PPO = {"n_steps": 256, "batch_size": 64, "n_epochs": 4, "learning_rate": 3e-4}
 
-PPO_KEYS = (
-    "n_steps",
-    "batch_size",
-    "n_epochs",
-    "learning_rate",
-    "gamma",
-    "gae_lambda",
-    "ent_coef",
-    "clip_range",
-)
+@dataclass(frozen=True)
+class PpoSettings:
+    """``[downstream.ppo]``: MaskablePPO settings; a field left at ``None`` keeps
+    stable-baselines3's default, the others are the defaults of every downstream agent."""
+
+    n_steps: int = setting(256, ge=1, help="rollout length per update")
+    batch_size: int = setting(64, ge=1, help="minibatch size")
+    n_epochs: int = setting(4, ge=1, help="passes over each rollout")
+    learning_rate: float = setting(3e-4, gt=0.0)
+    gamma: float | None = setting(None, gt=0.0, le=1.0)
+    gae_lambda: float | None = setting(None, ge=0.0, le=1.0)
+    ent_coef: float | None = setting(None, ge=0.0)
+    clip_range: float | None = setting(None, gt=0.0)
+
+
+#: MaskablePPO settings of every downstream agent unless the preset overrides them
+DEFAULT_PPO = {k: v for k, v in defaults(PpoSettings).items() if v is not None}
+PPO_KEYS = tuple(f.name for f in fields(PpoSettings))
 
 
 @dataclass(frozen=True)
@@ -44,18 +51,18 @@ class DownstreamConfig:
         real_agent: also train the agent in the real env with the same budget.
         yardsticks: also evaluate the random policy and the greedy heuristic.
         eval_seed: first evaluation seed (episode e resets with ``eval_seed + e``).
-        ppo: MaskablePPO overrides (keys in ``PPO_KEYS``).
+        ppo: MaskablePPO overrides (keys in ``PPO_KEYS``, see :class:`PpoSettings`).
     """
 
-    budget: int
-    episodes: int = 100
-    num_nodes: int = 20
-    envs: tuple[str, ...] | None = None
-    models: tuple[str, ...] | None = None
+    budget: int = setting(ge=1, help="agent training env steps")
+    episodes: int = setting(100, ge=1)
+    num_nodes: int = setting(20, ge=5)
+    envs: tuple[str, ...] | None = setting(None)
+    models: tuple[str, ...] | None = setting(None)
     real_agent: bool = True
     yardsticks: bool = True
-    eval_seed: int = 1_000_000
-    ppo: Mapping[str, Any] | None = None
+    eval_seed: int = setting(1_000_000, ge=0)
+    ppo: Mapping[str, Any] | None = setting(None, table=PpoSettings)
 
     def to_dict(self) -> dict[str, Any]:
         """The TOML/dict form that :meth:`parse` reads back (unset keys left out)."""
@@ -68,66 +75,9 @@ class DownstreamConfig:
     @classmethod
     def parse(cls, raw: Any, key: str = "downstream") -> DownstreamConfig:
         """Validate the section; ``PresetError`` (a ``ValueError``) naming the offending key."""
-        try:
-            return cls._parse(raw, key)
-        except ValueError as err:
-            try:
-                from graphwm.config import PresetError
-            except ImportError:  # pragma: no cover - config always ships with graphwm
-                raise
-            raise PresetError(str(err)) from None
+        from graphwm.config import PRESET
 
-    @classmethod
-    def _parse(cls, raw: Any, key: str) -> DownstreamConfig:
-        if not isinstance(raw, Mapping):
-            raise ValueError(f"preset key '{key}' must be a table, got {raw!r}")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(raw) - known)
-        if unknown:
-            raise ValueError(
-                f"preset key '{key}' has unknown keys {unknown}; known: {sorted(known)}"
-            )
-
-        def integer(name: str, default: Any, minimum: int) -> int:
-            v = raw.get(name, default)
-            if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-                raise ValueError(
-                    f"preset key '{key}.{name}' must be an integer >= {minimum}, got {v!r}"
-                )
-            return v
-
-        def names(name: str) -> tuple[str, ...] | None:
-            v = raw.get(name)
-            if v is None:
-                return None
-            if not isinstance(v, list) or not v or not all(isinstance(x, str) for x in v):
-                raise ValueError(f"preset key '{key}.{name}' must be a non-empty list of names")
-            return tuple(v)
-
-        def flag(name: str) -> bool:
-            v = raw.get(name, True)
-            if not isinstance(v, bool):
-                raise ValueError(f"preset key '{key}.{name}' must be true or false, got {v!r}")
-            return v
-
-        if "budget" not in raw:
-            raise ValueError(f"preset key '{key}' lacks 'budget' (agent training env steps)")
-        ppo = raw.get("ppo")
-        if ppo is not None:
-            if not isinstance(ppo, Mapping) or set(ppo) - set(PPO_KEYS):
-                raise ValueError(f"preset key '{key}.ppo' must be a table with keys in {PPO_KEYS}")
-            ppo = dict(ppo)
-        return cls(
-            budget=integer("budget", None, 1),
-            episodes=integer("episodes", 100, 1),
-            num_nodes=integer("num_nodes", 20, 5),
-            envs=names("envs"),
-            models=names("models"),
-            real_agent=flag("real_agent"),
-            yardsticks=flag("yardsticks"),
-            eval_seed=integer("eval_seed", 1_000_000, 0),
-            ppo=ppo,
-        )
+        return parse(cls, raw, PRESET, key)
 
     def check(self, envs: Sequence[str], models_of: Callable[[str], Sequence[str]]) -> None:
         """``ValueError`` when the section names an env the preset does not run or a model it

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
-from dataclasses import MISSING, asdict, dataclass, fields
-from typing import Any
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar
 
-from graphwm.store.records import Record, ResultsFormatError, register_record
+from graphwm.schema import Where
+from graphwm.store.records import Record, register_record
 
 
 @dataclass(frozen=True)
@@ -48,25 +48,12 @@ class DownstreamRecord(Record):
         """JSON-able dict (with ``kind = "downstream"``; ``None`` fields kept as null)."""
         return asdict(self)
 
+    KIND: ClassVar[str] = "downstream"
+
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any], path: Any = None) -> DownstreamRecord:
-        """Inverse of :meth:`to_dict`; unknown keys (e.g. the stored job) are ignored, a
-        missing or mistyped field raises ``ResultsFormatError`` (a ``ValueError``) naming it
-        (and ``path``)."""
-        where = f"{path}: " if path is not None else ""
-        names = {f.name for f in fields(cls)}
-        required = {f.name for f in fields(cls) if f.default is MISSING}
-        missing = sorted(required - set(d))
-        if missing:
-            raise ResultsFormatError(f"{where}downstream record lacks {missing}")
-        if d.get("kind", "downstream") != "downstream":
-            raise ResultsFormatError(f"{where}not a downstream record (kind {d.get('kind')!r})")
-        for key in ("mean_return", "se_return"):
-            if d[key] is not None and not isinstance(d[key], int | float):
-                raise ResultsFormatError(f"{where}{key} must be a number, got {d[key]!r}")
-        out = {k: v for k, v in d.items() if k in names}
-        out["se_return"] = math.nan if out["se_return"] is None else out["se_return"]
-        return cls(**out)
+    def _precheck(cls, raw: Mapping[str, Any], where: Where, key: str) -> None:
+        if raw.get("kind", "downstream") != "downstream":
+            raise where.say(f"{where.prefix}not a downstream record (kind {raw.get('kind')!r})")
 
 
 register_record("downstream", DownstreamRecord)

@@ -26,12 +26,13 @@ from graphwm.report.tables import (
     to_markdown,
 )
 from graphwm.report.training_logs import TrainingLog, load_training_logs
-from graphwm.store.files import CorruptFileError, read_json
+from graphwm.store.files import CorruptFileError, inside, read_json
 from graphwm.store.records import (
     RECORD_TYPES,
     RESULT_KINDS,
     Record,
     ResultsFormatError,
+    check_digest,
     parse_record,
 )
 
@@ -54,7 +55,7 @@ __all__ = [
 
 KINDS = RESULT_KINDS
 # Keys a result file must hold, per kind (other documented or unknown keys are optional).
-REQUIRED_KEYS: dict[str, tuple[str, ...]] = {k: RECORD_TYPES[k].REQUIRED for k in KINDS}
+REQUIRED_KEYS: dict[str, tuple[str, ...]] = {k: RECORD_TYPES[k].required() for k in KINDS}
 REPORT_DIRNAME = "report"
 MAIN_TABLE = "gdd_single_step"
 
@@ -94,6 +95,7 @@ def result_files(run_dir: Path) -> list[Path]:
 
     Raises:
         ResultsFormatError: ``run.json`` is unreadable or lists a missing file.
+        CorruptFileError: ``run.json`` lists a path outside the run directory.
     """
     record = run_dir / "run.json"
     if record.exists():
@@ -102,7 +104,9 @@ def result_files(run_dir: Path) -> list[Path]:
         except (CorruptFileError, AttributeError) as err:
             raise ResultsFormatError(f"{record}: unreadable ({err})") from None
         if listed is not None:
-            files = [run_dir / rel for rel in listed]
+            if not isinstance(listed, list):
+                raise ResultsFormatError(f"{record}: 'results' must be a list, got {listed!r}")
+            files = [inside(run_dir, rel, record) for rel in listed]
             missing = [str(f) for f in files if not f.exists()]
             if missing:
                 raise ResultsFormatError(f"{record} lists missing result file(s) {missing[:3]}")
@@ -124,6 +128,8 @@ def load_results(run_dir: Path | str) -> list[dict]:
             another file (which would count one seed twice); the message names the file(s).
     """
     run_dir = Path(run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise NotADirectoryError(f"run directory {run_dir} is not a directory")
     if not run_dir.is_dir():
         raise FileNotFoundError(f"run directory {run_dir} does not exist")
     records: list[dict] = []
@@ -131,9 +137,10 @@ def load_results(run_dir: Path | str) -> list[dict]:
     for path in result_files(run_dir):
         try:
             raw = json.loads(path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise ResultsFormatError(f"{path}: not valid JSON ({err})") from err
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
+            raise ResultsFormatError(f"{path}: not valid JSON ({err})") from None
         record = _report_view(parse_record(raw, path, KINDS))
+        check_digest(raw, path)
         ident = _identity(record)
         if ident in seen:
             raise ResultsFormatError(

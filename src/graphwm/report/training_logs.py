@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from graphwm.store.files import CorruptFileError, read_json
+from graphwm.store.files import CorruptFileError, inside, read_json
 from graphwm.store.records import ResultsFormatError
 
 __all__ = ["TrainingLog", "load_training_logs", "read_log"]
@@ -67,7 +67,15 @@ def _listed_logs(run_dir: Path) -> list[tuple[Path, str, str, int]] | None:
         raise ResultsFormatError(f"{record}: unreadable ({err})") from None
     if train is None:
         return None
-    return [(run_dir / t["dir"] / "log.csv", t["env"], t["model"], int(t["seed"])) for t in train]
+    if not isinstance(train, list) or not all(isinstance(t, dict) for t in train):
+        raise ResultsFormatError(f"{record}: 'train' must be a list of objects")
+    try:
+        return [
+            (inside(run_dir, t["dir"], record) / "log.csv", t["env"], t["model"], int(t["seed"]))
+            for t in train
+        ]
+    except (KeyError, TypeError, ValueError) as err:
+        raise ResultsFormatError(f"{record}: a 'train' entry is malformed ({err})") from None
 
 
 def _globbed_logs(run_dir: Path) -> list[tuple[Path, str, str, int]]:
@@ -85,8 +93,9 @@ def load_training_logs(run_dir: Path | str) -> list[TrainingLog]:
     """Read the training logs of a run (see the module docstring).
 
     Only the ``step`` and total-loss columns are kept (term columns differ between models).
-    Logs without data rows, and listed jobs without a log yet, are skipped. Raises
-    :class:`ResultsFormatError` naming the file on a bad header or row.
+    Logs without data rows are skipped. Raises :class:`ResultsFormatError` naming the file on
+    a bad header or row, and ``FileNotFoundError`` when a job ``run.json`` lists has no log
+    (its curve would silently vanish from the figure).
     """
     run_dir = Path(run_dir)
     entries = _listed_logs(run_dir)
@@ -95,7 +104,10 @@ def load_training_logs(run_dir: Path | str) -> list[TrainingLog]:
     logs = []
     for path, env, model, seed in entries:
         if not path.exists():
-            continue
+            raise FileNotFoundError(
+                f"training log {path} of {env}/{model}/seed {seed} (listed in run.json) is "
+                "missing; rerun `graphwm train` (or reproduce) to recompute it"
+            )
         log = read_log(path, env, model, seed)
         if log.step.size:
             logs.append(log)

@@ -37,6 +37,7 @@ from graphwm.store.files import (
     atomic_save_npz,
     atomic_write_json,
     content_key,
+    inside,
     read_json,
     sha256_file,
 )
@@ -108,12 +109,17 @@ def load_episodes(path: Path) -> tuple[list[dict[str, np.ndarray]], np.ndarray]:
     try:
         with np.load(path, allow_pickle=False) as data:
             arrays = {k: data[k] for k in data.files}
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as err:
+    except (OSError, ValueError, TypeError, zipfile.BadZipFile, EOFError) as err:
         if not Path(path).exists():
             raise FileNotFoundError(f"episode file {path} does not exist; run collect") from None
         raise CorruptFileError(Path(path), f"not a readable npz ({err})") from None
     if "lengths" not in arrays or "seeds" not in arrays:
         raise CorruptFileError(Path(path), "lacks the 'lengths' or 'seeds' array")
+    for name, value in arrays.items():  # a member that is not an .npy loads as raw bytes
+        if not isinstance(value, np.ndarray) or value.dtype.kind not in "biuf":
+            raise CorruptFileError(Path(path), f"not a readable npz (member {name!r} is no array)")
+    if arrays["lengths"].ndim != 1 or arrays["lengths"].dtype.kind not in "iu":
+        raise CorruptFileError(Path(path), "not a readable npz ('lengths' is no 1-d integer array)")
     lengths = arrays.pop("lengths")
     seeds = arrays.pop("seeds")
     has_obs = "adjacency" in arrays
@@ -179,6 +185,8 @@ def verify_data(run_dir: Path, ref: DataRef) -> bool:
     record = read_json(record_path)
     if not isinstance(record, dict) or record.get("key") != ref.key or "sha256" not in record:
         raise CorruptFileError(record_path, "not the record of this data file")
+    if record.get("file") != ref.relpath:
+        raise CorruptFileError(record_path, f"names file {record.get('file')!r}, not {ref.relpath}")
     if not path.exists():
         raise CorruptFileError(record_path, f"its data file {path.name} is missing")
     if sha256_file(path) != record["sha256"]:
@@ -219,6 +227,9 @@ def write_manifest(run_dir: Path) -> dict:
         except CorruptFileError:
             continue  # reported by verify_data when a stage needs the file
         if isinstance(record, dict) and "file" in record:
+            target = inside(run_dir, record["file"], path)
+            if not target.resolve().is_relative_to(data_dir.resolve()):
+                raise CorruptFileError(path, f"names file {record['file']!r} outside data/")
             files[str(Path(record["file"]).relative_to("data"))] = record
     manifest = {
         "files": files,
@@ -252,5 +263,9 @@ def collect(paths, refs: Iterable[DataRef], progress: bool = True) -> list[DataR
             started = time.time()
             collect_file(paths.root, ref)
             log_event(paths.root, "collect", ref.key, ref.env, None, started, "done")
-    write_manifest(paths.root)
-    return refs
+    while True:  # every corrupt record the manifest reads: stop, or quarantine and go on
+        try:
+            write_manifest(paths.root)
+            return refs
+        except CorruptFileError as err:
+            paths.recover(err)

@@ -21,7 +21,8 @@ from graphwm.downstream.gdd import attach_gdd, gdd_maps
 from graphwm.downstream.record import DownstreamRecord
 from graphwm.downstream.report import downstream_figure, downstream_table
 from graphwm.downstream.runs import run_agent_job
-from graphwm.store.files import content_key, read_json
+from graphwm.store.files import content_key, inside, read_json
+from graphwm.store.records import ResultsFormatError, check_digest
 
 STORE_DIR = "downstream"
 TABLE_NAME = "downstream"
@@ -124,13 +125,24 @@ def downstream_files(run_dir: Path) -> list[Path]:
         raw = read_json(record)
         listed = raw.get("downstream") if isinstance(raw, dict) else None
     if listed is not None:
-        return sorted(run_dir / rel for rel in listed if (run_dir / rel).exists())
+        if not isinstance(listed, list):
+            raise ResultsFormatError(f"{record}: 'downstream' must be a list, got {listed!r}")
+        files = [inside(run_dir, rel, record) for rel in listed]
+        missing = [str(f) for f in files if not f.exists()]
+        if missing:
+            raise ResultsFormatError(f"{record} lists missing downstream record(s) {missing[:3]}")
+        return sorted(files)
     return sorted((run_dir / STORE_DIR).glob("*.json"))
 
 
 def load_downstream(run_dir: Path) -> list[DownstreamRecord]:
-    """Read and validate the downstream records of a run."""
-    return [DownstreamRecord.from_dict(read_json(p), p) for p in downstream_files(run_dir)]
+    """Read and validate the downstream records of a run (each against its digest)."""
+    out = []
+    for path in downstream_files(run_dir):
+        raw = read_json(path)
+        out.append(DownstreamRecord.from_dict(raw, path))
+        check_digest(raw, path)
+    return out
 
 
 def build_downstream_report(

@@ -171,11 +171,15 @@ def load_fitted(out_dir: Path):
 
     out_dir = Path(out_dir)
     try:
-        bandwidths = Bandwidths.from_json((out_dir / "bandwidths.json").read_text())
+        # parsed here, never handed to from_json: a string there would be read as a path
+        raw = json.loads((out_dir / "bandwidths.json").read_text(encoding="utf-8"))
+        if not isinstance(raw, dict):
+            raise ValueError(f"bandwidths.json holds a JSON {type(raw).__name__}, not an object")
+        bandwidths = Bandwidths.from_dict(raw)
         scaler = FeatureScaler.from_dict(json.loads((out_dir / "scaler.json").read_text()))
     except FileNotFoundError:
         raise
-    except (ValueError, KeyError, TypeError) as err:
+    except (ValueError, KeyError, TypeError, RecursionError) as err:
         raise CorruptFileError(out_dir, f"fitted bandwidths/scaler unreadable ({err})") from None
     return bandwidths, scaler
 

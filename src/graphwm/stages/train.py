@@ -20,10 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from graphwm.config import TrainConfig
 from graphwm.envs import env_schema
+from graphwm.schema import defaults
 from graphwm.stages.fit import FitJob, load_fitted, training_episodes
-from graphwm.store.files import CorruptFileError, content_key, note, quarantine
+from graphwm.store.files import CorruptFileError, content_key, inside, note, quarantine
 from graphwm.store.records import TrainRecord
+
+_TRAIN = defaults(TrainConfig)  # the preset's defaults (graphwm.config) are the job's
 
 
 def model_dir_name(model: str) -> str:
@@ -48,10 +52,10 @@ class TrainJob:
     steps: int | None = None
     epochs: int | None = None
     device: str = "cpu"
-    precision: str = "fp32"
-    compile: bool = False
-    checkpoint_every: int = field(default=1000, compare=False)
-    log_every: int = field(default=1, compare=False)
+    precision: str = _TRAIN["precision"]
+    compile: bool = _TRAIN["compile"]
+    checkpoint_every: int = field(default=_TRAIN["checkpoint_every"], compare=False)
+    log_every: int = field(default=_TRAIN["log_every"], compare=False)
     threads: int = field(default=1, compare=False)
 
     kind = "train"
@@ -139,13 +143,33 @@ def trainer_options(job: TrainJob) -> dict[str, Any]:
 
     accepted = inspect.signature(train).parameters
     wanted = {"precision": job.precision, "compile": job.compile, "log_every": job.log_every}
-    defaults = {"precision": "fp32", "compile": False, "log_every": 1}
+    defaults = _TRAIN
     for name, value in wanted.items():
         if name not in accepted and value != defaults[name]:
             raise ValueError(
                 f"train.{name} = {value!r} needs a gdm-models trainer with a {name!r} argument"
             )
     return {k: v for k, v in wanted.items() if k in accepted}
+
+
+def _check_trainer_state(ckpt: Path) -> None:
+    """The trainer state of a checkpoint must load as the trainer loads it (tensors only,
+    ``weights_only=True``), else :class:`CheckpointError` (so a pickle is never retried)."""
+    import json
+
+    import torch
+    from gdm_models.checkpoint import CheckpointError
+
+    state, meta = ckpt / "trainer_state.pt", ckpt / "trainer_state.json"
+    try:
+        if state.exists():
+            torch.load(state, map_location="cpu", weights_only=True)
+        if meta.exists():
+            json.loads(meta.read_text(encoding="utf-8"))
+    except Exception as err:  # any failure to load is a corrupt state
+        raise CheckpointError(
+            f"trainer state in {ckpt} does not load ({type(err).__name__}: {err})"
+        ) from None
 
 
 def recover_latest(run_dir: Path, ckpt_dir: Path) -> None:
@@ -161,6 +185,7 @@ def recover_latest(run_dir: Path, ckpt_dir: Path) -> None:
     if latest.exists():
         try:
             verify_checkpoint(latest)
+            _check_trainer_state(latest)
             return
         except CheckpointError as err:
             problem = str(err)
@@ -168,6 +193,7 @@ def recover_latest(run_dir: Path, ckpt_dir: Path) -> None:
     if old.exists():
         try:
             verify_checkpoint(old)
+            _check_trainer_state(old)
             os.replace(old, latest)
             note(run_dir, f"{ckpt_dir}: resuming from the previous good checkpoint (.latest_old)")
             return
@@ -225,14 +251,42 @@ def train_job(job: TrainJob, run_dir: str) -> TrainRecord:
     )
 
 
-def verify_trained(run_dir: Path, record: TrainRecord) -> None:
-    """Raise :class:`CorruptFileError` unless the record's checkpoint is intact and its own."""
+def verify_trained(run_dir: Path, record: TrainRecord, job: TrainJob | None = None) -> None:
+    """Raise :class:`CorruptFileError` unless the record's checkpoint is intact and its own.
+
+    With ``job``: the checkpoint must be the job's own (in its folder: a record pointing
+    elsewhere would have this check pass on a copy while evaluation loads the job's), and the
+    job's ``log.csv`` must read (else the whole job folder is what ``--redo-corrupt``
+    quarantines, so the job trains again).
+    """
     from gdm_models.checkpoint import CheckpointError, checkpoint_digest
 
-    path = Path(run_dir) / record.checkpoint
+    from graphwm.report.training_logs import read_log
+    from graphwm.store.records import ResultsFormatError
+
+    run_dir = Path(run_dir)
+    if (
+        job is not None
+        and record.checkpoint != job.checkpoint(run_dir).relative_to(run_dir).as_posix()
+    ):
+        raise CorruptFileError(
+            run_dir / record.checkpoint,
+            f"the training record names checkpoint {record.checkpoint!r}, not its job's "
+            f"{job.reldir}/ckpt/final",
+            quarantine=job.dir(run_dir),
+        )
+    path = inside(run_dir, record.checkpoint, run_dir / record.checkpoint)
     try:
         digest = checkpoint_digest(path)
     except CheckpointError as err:
         raise CorruptFileError(path, str(err)) from None
     if digest != record.checkpoint_digest:
         raise CorruptFileError(path, "its digest differs from the training record's")
+    if job is not None:
+        log = job.dir(run_dir) / "log.csv"
+        try:
+            if log.is_symlink():
+                raise ResultsFormatError(f"{log}: is a symlink")
+            read_log(log, job.env, job.model, job.seed)
+        except (ResultsFormatError, UnicodeDecodeError, OSError) as err:
+            raise CorruptFileError(log, str(err), quarantine=job.dir(run_dir)) from None

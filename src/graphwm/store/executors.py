@@ -44,7 +44,7 @@ def default_workers() -> int:
 
 
 def _finished(
-    job: Job, store: ResultStore, paths: RunPaths, verify: Callable[[Record], None] | None
+    job: Job, store: ResultStore, paths: RunPaths, verify: Callable[[Record, Any], None] | None
 ) -> bool:
     """Whether ``job`` has an intact record (a corrupt one: see :meth:`RunPaths.recover`)."""
     if not store.has(job):
@@ -52,7 +52,7 @@ def _finished(
     try:
         record = store.load(job)
         if verify is not None:
-            verify(record)
+            verify(record, job)
         return True
     except CorruptFileError as err:
         paths.recover(err, store.path(job))
@@ -70,7 +70,7 @@ def run_jobs(
     num_gpus_per_job: float = 0.0,
     desc: str = "jobs",
     progress: bool = True,
-    verify: Callable[[Record], None] | None = None,
+    verify: Callable[[Record, Any], None] | None = None,
 ) -> list[Record]:
     """Run every unfinished job; return all records in the order of ``jobs``.
 
@@ -78,7 +78,8 @@ def run_jobs(
         executor: ``"local"`` (a process pool; ``max_workers=1`` runs in this process) or
             ``"ray"`` (Ray tasks; connects to ``RAY_ADDRESS`` if set, else starts a local Ray).
         num_gpus_per_job: GPUs requested per Ray task (1 for ``--device cuda`` training).
-        verify: an extra integrity check of a stored record (raises ``CorruptFileError``).
+        verify: an extra integrity check ``verify(record, job)`` of a stored record (raises
+            ``CorruptFileError``).
     """
     paths = paths if isinstance(paths, RunPaths) else RunPaths(Path(paths))
     run_dir = paths.root

@@ -35,11 +35,16 @@ EVENTS_LOG = "events.log"
 
 
 class CorruptFileError(RuntimeError):
-    """A store file exists but cannot be read or fails its integrity check."""
+    """A store file exists but cannot be read or fails its integrity check.
 
-    def __init__(self, path: Path, reason: str) -> None:
+    ``quarantine`` is what ``--redo-corrupt`` moves away so that the stage recomputes it
+    (default: the file itself; e.g. a whole training folder for a corrupt ``log.csv``).
+    """
+
+    def __init__(self, path: Path, reason: str, quarantine: Path | None = None) -> None:
         self.path = Path(path)
         self.reason = reason
+        self.quarantine = Path(quarantine) if quarantine is not None else self.path
         super().__init__(
             f"corrupt store file {self.path}: {reason} "
             "(rerun with --redo-corrupt to quarantine it and recompute)"
@@ -127,6 +132,35 @@ def read_json(path: Path) -> Any:
         return json.loads(Path(path).read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise CorruptFileError(path, f"not valid JSON ({err})") from None
+    except RecursionError:
+        raise CorruptFileError(path, "JSON nested too deeply to be a store file") from None
+
+
+def inside(run_dir: Path, rel: object, source: Path) -> Path:
+    """``run_dir / rel`` if it stays inside ``run_dir`` once symlinks are resolved.
+
+    Raises:
+        CorruptFileError: ``rel`` (read from the store file ``source``) is not a relative path
+            string or leads outside the run directory (names both).
+    """
+    root = Path(run_dir).resolve()
+    if not isinstance(rel, str) or not rel:
+        raise CorruptFileError(source, f"holds {rel!r} where a path in the run dir belongs")
+    target = (root / rel).resolve()
+    if Path(rel).is_absolute() or not target.is_relative_to(root):
+        raise CorruptFileError(source, f"path {rel!r} leads outside the run directory {root}")
+    return Path(run_dir) / rel
+
+
+def open_log(path: Path) -> int:
+    """An ``O_APPEND`` descriptor of a log in the run dir; a symlink there is refused
+    (appending would write wherever it points)."""
+    try:
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
+    except OSError:
+        if Path(path).is_symlink():
+            raise CorruptFileError(path, "is a symlink; a run's logs are plain files") from None
+        raise
 
 
 # ---------------------------------------------------------------------------------------------
@@ -137,7 +171,7 @@ def note(run_dir: Path, message: str) -> None:
     LOG.warning(message)
     line = json.dumps({"time": round(time.time(), 3), "pid": os.getpid(), "message": message})
     Path(run_dir).mkdir(parents=True, exist_ok=True)
-    fd = os.open(Path(run_dir) / EVENTS_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    fd = open_log(Path(run_dir) / EVENTS_LOG)
     try:
         os.write(fd, (line + "\n").encode())
     finally:
@@ -148,7 +182,7 @@ def quarantine(run_dir: Path, path: Path, reason: str = "") -> Path:
     """Move a corrupt file or folder to ``RUN_DIR/quarantine/<its relative path>.<time>``."""
     run_dir, path = Path(run_dir), Path(path)
     try:
-        rel = path.resolve().relative_to(run_dir.resolve())
+        rel = (path.parent.resolve() / path.name).relative_to(run_dir.resolve())
     except ValueError:
         rel = Path(path.name)
     target = run_dir / QUARANTINE / f"{rel}.{time.strftime('%Y%m%dT%H%M%S')}.{os.getpid()}"

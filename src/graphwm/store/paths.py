@@ -41,10 +41,21 @@ class RunPaths:
         """``run.json``: which results and training runs belong to the last preset run."""
         return self.root / "run.json"
 
+    def check_logs(self) -> None:
+        """The run's logs and run record must be plain files (never symlinks that would make
+        a run append or write elsewhere); else :meth:`recover`."""
+        for name in ("jobs.log", "events.log", "run.json"):
+            path = self.root / name
+            if path.is_symlink():
+                self.recover(CorruptFileError(path, "is a symlink; a run's logs are plain files"))
+
     def recover(self, err: CorruptFileError, *also: Path) -> None:
         """Quarantine the corrupt file (and ``also``) with ``redo_corrupt``, else re-raise."""
         if not self.redo_corrupt:
             raise err
-        for path in (err.path, *also):
-            if path.exists():
+        root = self.root.resolve()
+        for path in (err.quarantine, *also):
+            if not (path.parent.resolve() / path.name).is_relative_to(root):
+                continue  # never move anything outside the run directory
+            if path.exists() or path.is_symlink():
                 quarantine(self.root, path, err.reason)

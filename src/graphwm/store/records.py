@@ -1,17 +1,21 @@
 """Result records: what each job writes and what the report reads, through the same types.
 
 Every record is a frozen dataclass with ``to_dict()`` (the stored JSON, format in
-docs/reporting.md) and ``from_dict(raw, path)`` (validation; a bad value raises
+docs/reporting.md) and ``from_dict(raw, path)``, which reads it through the field-driven parser
+of :mod:`graphwm.schema` (the one that reads presets; a bad value raises
 :class:`ResultsFormatError` naming the file and the key). :func:`parse_record` dispatches on
 ``kind``; :func:`register_record` adds the record type of a new stage.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import asdict, dataclass, field
+import hashlib
+from collections.abc import Mapping
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
+
+from graphwm.schema import Where, parse, setting
 
 COMPONENTS = ("node", "graph", "edge", "joint")
 
@@ -20,85 +24,59 @@ class ResultsFormatError(ValueError):
     """A results or training-log file does not follow the results-store format."""
 
 
-# ---------------------------------------------------------------------------------------------
-# Typed readers (each names the file and the key)
-# ---------------------------------------------------------------------------------------------
-def number(value: object, where: str, path: Path) -> float:
-    """A JSON number as float; ``null`` reads as NaN (so it shows as ``nan``, not a crash)."""
-    if value is None:
-        return math.nan
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ResultsFormatError(f"{path}: {where} must be a number, got {value!r}")
-    return float(value)
+def record_where(path: object) -> Where:
+    """How record errors are worded: ``<path>: 'seed' must be an integer, got '0'``; unknown
+    keys (the stored job, the key, the digest) are ignored and ``null`` numbers read as NaN."""
+    prefix = f"{path}: " if path is not None else "record: "
+    return Where(
+        ResultsFormatError,
+        prefix,
+        colon=False,
+        unknown_keys="ignore",
+        finite=False,
+        null_is_nan=True,
+        missing_list=True,
+    )
 
 
-def integer(value: object, where: str, path: Path) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ResultsFormatError(f"{path}: {where} must be an integer, got {value!r}")
-    return value
-
-
-def string(value: object, where: str, path: Path) -> str:
-    if not isinstance(value, str) or not value:
-        raise ResultsFormatError(f"{path}: {where} must be a non-empty string, got {value!r}")
-    return value
-
-
-def mapping(value: object, where: str, path: Path) -> dict:
-    if not isinstance(value, dict):
-        raise ResultsFormatError(f"{path}: {where} must be an object, got {value!r}")
-    return value
-
-
-def numbers(value: object, where: str, path: Path, length: int | None = None) -> list[float]:
-    if not isinstance(value, list):
-        raise ResultsFormatError(f"{path}: {where} must be a list, got {value!r}")
-    if length is not None and len(value) != length:
-        raise ResultsFormatError(
-            f"{path}: {where} has {len(value)} entries, expected {length} (one per horizon)"
-        )
-    return [number(v, f"{where}[{i}]", path) for i, v in enumerate(value)]
-
-
-def components(value: object, where: str, path: Path, length: int | None) -> dict:
-    comps = mapping(value, where, path)
-    out = {}
-    for c in COMPONENTS:
-        if c not in comps:
-            raise ResultsFormatError(f"{path}: {where} lacks component {c!r}")
-        sub = f"{where}.{c}"
-        out[c] = (
-            number(comps[c], sub, path) if length is None else numbers(comps[c], sub, path, length)
-        )
-    return out
-
-
-def _optional(raw: dict, key: str, read, path: Path, *args):
-    return None if raw.get(key) is None else read(raw[key], f"'{key}'", path, *args)
-
-
-def _require(raw: dict, kind: str, keys: tuple[str, ...], path: Path) -> None:
-    missing = [k for k in keys if k not in raw]
-    if missing:
-        raise ResultsFormatError(f"{path}: kind {kind!r} lacks required key(s) {missing}")
+def _need_components(raw: Mapping, name: str, where: Where) -> None:
+    comps = raw.get(name)
+    if isinstance(comps, Mapping):
+        for c in COMPONENTS:
+            if c not in comps:
+                raise where.say(f"{where.prefix}{name!r} lacks component {c!r}")
 
 
 # ---------------------------------------------------------------------------------------------
-# Records
+# Records: the fields are the format; :mod:`graphwm.schema` reads them
 # ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Record:
     """Base of every record: ``kind`` plus the fields of the subclass."""
-
-    REQUIRED: ClassVar[tuple[str, ...]] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The stored JSON form (``None`` fields are left out)."""
         return {k: v for k, v in asdict(self).items() if v is not None}
 
     @classmethod
-    def from_dict(cls, raw: dict, path: Path) -> Record:  # pragma: no cover - abstract
-        raise NotImplementedError
+    def required(cls) -> tuple[str, ...]:
+        """The keys a stored record of this type must hold."""
+        return tuple(
+            f.name
+            for f in fields(cls)
+            if f.name != "kind" and f.default is MISSING and f.default_factory is MISSING
+        )
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any], path: Any = None) -> Self:
+        """Read a stored record; a bad value raises :class:`ResultsFormatError` naming
+        ``path`` and the key."""
+        where = record_where(path)
+        if not isinstance(raw, Mapping):
+            raise where.say(f"{where.prefix}the top level must be an object, got {raw!r}")
+        return parse(cls, {"kind": cls.KIND, **raw}, where)
+
+    KIND: ClassVar[str] = ""
 
 
 @dataclass(frozen=True)
@@ -110,33 +88,17 @@ class TrainRecord(Record):
     model: str
     seed: int
     steps: int
-    resumed_from: int
     checkpoint: str
     checkpoint_digest: str
+    resumed_from: int = 0
     last_terms: dict[str, float] = field(default_factory=dict)
 
-    REQUIRED: ClassVar = ("env", "model", "seed", "steps", "checkpoint", "checkpoint_digest")
+    KIND: ClassVar[str] = "train"
 
     @classmethod
-    def from_dict(cls, raw: dict, path: Path) -> TrainRecord:
-        _require(raw, "train", cls.REQUIRED, path)
-        checkpoint = string(raw["checkpoint"], "'checkpoint'", path)
-        if Path(checkpoint).is_absolute():
-            raise ResultsFormatError(f"{path}: 'checkpoint' must be relative to the run dir")
-        return cls(
-            kind="train",
-            env=string(raw["env"], "'env'", path),
-            model=string(raw["model"], "'model'", path),
-            seed=integer(raw["seed"], "'seed'", path),
-            steps=integer(raw["steps"], "'steps'", path),
-            resumed_from=integer(raw.get("resumed_from", 0), "'resumed_from'", path),
-            checkpoint=checkpoint,
-            checkpoint_digest=string(raw["checkpoint_digest"], "'checkpoint_digest'", path),
-            last_terms={
-                str(k): number(v, f"'last_terms.{k}'", path)
-                for k, v in mapping(raw.get("last_terms", {}), "'last_terms'", path).items()
-            },
-        )
+    def _check(cls, obj: TrainRecord, where: Where, key: str) -> None:
+        if Path(obj.checkpoint).is_absolute() or ".." in Path(obj.checkpoint).parts:
+            raise where.say(f"{where.prefix}'checkpoint' must be relative to the run dir")
 
 
 @dataclass(frozen=True)
@@ -153,26 +115,23 @@ class SelfGddRecord(Record):
     size: int
     gdd: float
     gdd_unbiased: float | None = None
-    gdd_episodes: list[float] | None = None
+    gdd_episodes: list[float] | None = setting(None, allow_empty=True)
     components: dict[str, float] | None = None
     num_transitions: int | None = None
 
-    REQUIRED: ClassVar = ("env", "size", "seed", "gdd")
+    KIND: ClassVar[str] = "self_gdd"
 
     @classmethod
-    def from_dict(cls, raw: dict, path: Path) -> SelfGddRecord:
-        _require(raw, "self_gdd", cls.REQUIRED, path)
-        return cls(
-            kind="self_gdd",
-            env=string(raw["env"], "'env'", path),
-            seed=integer(raw["seed"], "'seed'", path),
-            size=integer(raw["size"], "'size'", path),
-            gdd=number(raw["gdd"], "'gdd'", path),
-            gdd_unbiased=_optional(raw, "gdd_unbiased", number, path),
-            gdd_episodes=_optional(raw, "gdd_episodes", numbers, path),
-            components=_optional(raw, "components", components, path, None),
-            num_transitions=_optional(raw, "num_transitions", integer, path),
-        )
+    def _precheck(cls, raw: Mapping, where: Where, key: str) -> None:
+        _need_components(raw, "components", where)
+
+
+@dataclass(frozen=True)
+class FactorMetrics:
+    """``factor_metrics`` of a single-step record."""
+
+    adjacency_bce: float
+    features: dict[str, float]
 
 
 @dataclass(frozen=True)
@@ -185,58 +144,30 @@ class SingleStepRecord(Record):
     environment samples come from one distribution" (absent when not computed).
     """
 
-    kind: str
+    kind: str = setting(choices=("single_step", "validation"))
     env: str
     model: str
     seed: int
     size: int
     gdd: float
     components: dict[str, float]
-    factor_metrics: dict[str, Any]
-    gdd_episodes: list[float] | None = None
+    factor_metrics: dict[str, Any] = setting(table=FactorMetrics)
+    gdd_episodes: list[float] | None = setting(None, allow_empty=True)
     num_transitions: int | None = None
-    indistinguishable: float | None = None
+    indistinguishable: float | None = setting(None, ge=0.0, le=1.0)
     num_permutations: int | None = None
     alpha: float | None = None
 
-    REQUIRED: ClassVar = ("env", "model", "seed", "size", "gdd", "components", "factor_metrics")
+    KIND: ClassVar[str] = "single_step"
 
     @classmethod
-    def from_dict(cls, raw: dict, path: Path) -> SingleStepRecord:
-        kind = raw["kind"]
-        _require(raw, kind, cls.REQUIRED, path)
-        fm = mapping(raw["factor_metrics"], "'factor_metrics'", path)
-        if "adjacency_bce" not in fm or "features" not in fm:
-            raise ResultsFormatError(
-                f"{path}: 'factor_metrics' needs keys 'adjacency_bce' and 'features'"
+    def _precheck(cls, raw: Mapping, where: Where, key: str) -> None:
+        _need_components(raw, "components", where)
+        fm = raw.get("factor_metrics")
+        if isinstance(fm, Mapping) and ("adjacency_bce" not in fm or "features" not in fm):
+            raise where.say(
+                f"{where.prefix}'factor_metrics' needs keys 'adjacency_bce' and 'features'"
             )
-        features = mapping(fm["features"], "'factor_metrics.features'", path)
-        share = _optional(raw, "indistinguishable", number, path)
-        if share is not None and not (0.0 <= share <= 1.0 or math.isnan(share)):
-            raise ResultsFormatError(f"{path}: 'indistinguishable' must lie in [0, 1]")
-        return cls(
-            kind=kind,
-            env=string(raw["env"], "'env'", path),
-            model=string(raw["model"], "'model'", path),
-            seed=integer(raw["seed"], "'seed'", path),
-            size=integer(raw["size"], "'size'", path),
-            gdd=number(raw["gdd"], "'gdd'", path),
-            components=components(raw["components"], "'components'", path, None),
-            factor_metrics={
-                "adjacency_bce": number(
-                    fm["adjacency_bce"], "'factor_metrics.adjacency_bce'", path
-                ),
-                "features": {
-                    str(k): number(v, f"'factor_metrics.features.{k}'", path)
-                    for k, v in features.items()
-                },
-            },
-            gdd_episodes=_optional(raw, "gdd_episodes", numbers, path),
-            num_transitions=_optional(raw, "num_transitions", integer, path),
-            indistinguishable=share,
-            num_permutations=_optional(raw, "num_permutations", integer, path),
-            alpha=_optional(raw, "alpha", number, path),
-        )
 
 
 @dataclass(frozen=True)
@@ -248,45 +179,30 @@ class MultiStepRecord(Record):
     model: str
     seed: int
     size: int
-    horizons: list[int]
-    gdd: list[float]
-    components: dict[str, list[float]]
-    invalid_rate_model: list[float]
-    invalid_rate_env: list[float]
+    horizons: list[int] = setting(unique=True)
+    gdd: list[float] = setting(allow_empty=True)
+    components: dict[str, list[float]] = setting()
+    invalid_rate_model: list[float] = setting(allow_empty=True)
+    invalid_rate_env: list[float] = setting(allow_empty=True)
 
-    REQUIRED: ClassVar = (
-        "env",
-        "model",
-        "seed",
-        "size",
-        "horizons",
-        "gdd",
-        "components",
-        "invalid_rate_model",
-        "invalid_rate_env",
-    )
+    KIND: ClassVar[str] = "multi_step"
 
     @classmethod
-    def from_dict(cls, raw: dict, path: Path) -> MultiStepRecord:
-        _require(raw, "multi_step", cls.REQUIRED, path)
-        if not isinstance(raw["horizons"], list) or not raw["horizons"]:
-            raise ResultsFormatError(f"{path}: 'horizons' must be a non-empty list of integers")
-        horizons = [integer(h, f"'horizons[{i}]'", path) for i, h in enumerate(raw["horizons"])]
-        if len(set(horizons)) != len(horizons):
-            raise ResultsFormatError(f"{path}: 'horizons' has duplicates: {horizons}")
-        n = len(horizons)
-        return cls(
-            kind="multi_step",
-            env=string(raw["env"], "'env'", path),
-            model=string(raw["model"], "'model'", path),
-            seed=integer(raw["seed"], "'seed'", path),
-            size=integer(raw["size"], "'size'", path),
-            horizons=horizons,
-            gdd=numbers(raw["gdd"], "'gdd'", path, n),
-            components=components(raw["components"], "'components'", path, n),
-            invalid_rate_model=numbers(raw["invalid_rate_model"], "'invalid_rate_model'", path, n),
-            invalid_rate_env=numbers(raw["invalid_rate_env"], "'invalid_rate_env'", path, n),
-        )
+    def _precheck(cls, raw: Mapping, where: Where, key: str) -> None:
+        _need_components(raw, "components", where)
+
+    @classmethod
+    def _check(cls, obj: MultiStepRecord, where: Where, key: str) -> None:
+        n = len(obj.horizons)
+        series = {"gdd": obj.gdd, "invalid_rate_model": obj.invalid_rate_model}
+        series["invalid_rate_env"] = obj.invalid_rate_env
+        series.update({f"components.{c}": obj.components[c] for c in COMPONENTS})
+        for name, values in series.items():
+            if len(values) != n:
+                raise where.say(
+                    f"{where.prefix}{name!r} has {len(values)} entries, expected {n} "
+                    "(one per horizon)"
+                )
 
 
 RECORD_TYPES: dict[str, type[Record]] = {
@@ -307,7 +223,8 @@ def register_record(kind: str, record_type: type[Record]) -> None:
 
 def parse_record(raw: object, path: Path, kinds: tuple[str, ...] | None = None) -> Record:
     """Validate one stored record (dispatching on its ``kind``)."""
-    raw = mapping(raw, "the top level", path)
+    if not isinstance(raw, Mapping):
+        raise ResultsFormatError(f"{path}: the top level must be an object, got {raw!r}")
     allowed = tuple(RECORD_TYPES) if kinds is None else kinds
     kind = raw.get("kind")
     if kind not in allowed:
@@ -315,3 +232,33 @@ def parse_record(raw: object, path: Path, kinds: tuple[str, ...] | None = None) 
             f"{path}: unknown or missing 'kind' {kind!r}; expected one of {allowed}"
         )
     return RECORD_TYPES[kind].from_dict(raw, path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Digests: a stored record carries the SHA-256 of its own content
+# ---------------------------------------------------------------------------------------------
+DIGEST_KEY = "digest"
+
+
+def record_digest(stored: Mapping[str, Any]) -> str:
+    """SHA-256 of a stored record's canonical JSON, its ``digest`` key left out."""
+    from graphwm.store.files import canonical_json
+
+    body = {k: v for k, v in stored.items() if k != DIGEST_KEY}
+    return hashlib.sha256(canonical_json(body).encode()).hexdigest()
+
+
+def seal(stored: Mapping[str, Any]) -> dict[str, Any]:
+    """``stored`` with its digest added (what a store writes)."""
+    return {**stored, DIGEST_KEY: record_digest(stored)}
+
+
+def check_digest(stored: object, path: Path) -> None:
+    """Raise :class:`~graphwm.store.files.CorruptFileError` naming ``path`` unless ``stored``
+    carries the digest of its content (a record edited by hand, or written without it)."""
+    from graphwm.store.files import CorruptFileError
+
+    if not isinstance(stored, Mapping) or not isinstance(stored.get(DIGEST_KEY), str):
+        raise CorruptFileError(path, "the record carries no digest of its content")
+    if stored[DIGEST_KEY] != record_digest(stored):
+        raise CorruptFileError(path, "its content differs from its digest (edited?)")

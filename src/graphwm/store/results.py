@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from graphwm.store.files import CorruptFileError, atomic_write_json, read_json
-from graphwm.store.records import Record, ResultsFormatError, parse_record
+from graphwm.store.files import CorruptFileError, atomic_write_json, open_log, read_json
+from graphwm.store.records import Record, ResultsFormatError, check_digest, parse_record, seal
 
 __all__ = ["Job", "ResultStore", "atomic_write_json", "log_event", "log_job"]
 
@@ -53,22 +53,25 @@ class ResultStore:
         """The stored record of ``job``.
 
         Raises:
-            CorruptFileError: the file is unreadable, is not a valid record, or belongs to
-                another job (names the file).
+            CorruptFileError: the file is unreadable, is not a valid record, belongs to
+                another job, or differs from its digest (names the file).
         """
         path = self.path(job)
         raw = read_json(path)
         if not isinstance(raw, dict) or raw.get("key") != job.key:
             raise CorruptFileError(path, f"does not hold the record of job {job.key}")
+        check_digest(raw, path)
         try:
             return parse_record(raw, path)
         except ResultsFormatError as err:
             raise CorruptFileError(path, str(err)) from None
 
     def save(self, job: Job, record: Record) -> Path:
-        """Store ``record`` atomically, with the job's key and payload attached."""
+        """Store ``record`` atomically, with the job's key and payload and the digest of it all
+        attached."""
         path = self.path(job)
-        atomic_write_json(path, {**record.to_dict(), "key": job.key, "job": job.describe()})
+        stored = {**record.to_dict(), "key": job.key, "job": job.describe()}
+        atomic_write_json(path, seal(json.loads(json.dumps(stored, allow_nan=True))))
         return path
 
 
@@ -95,7 +98,7 @@ def log_event(
         "seconds": round(time.time() - started, 3),
         "status": status,
     }
-    fd = os.open(Path(run_dir) / "jobs.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    fd = open_log(Path(run_dir) / "jobs.log")
     try:
         os.write(fd, (json.dumps(line) + "\n").encode())
     finally:

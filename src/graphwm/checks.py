@@ -1,0 +1,255 @@
+"""Checks of a parsed preset that need the envs, the models or the machine.
+
+:func:`check_preset` (run by :meth:`graphwm.config.Preset.parse`) checks every model name
+(ablations included) through gdm_models' registry, every ``train.model_overrides`` and
+``search.grid`` entry against the fields and the own checks of the model's config dataclass
+(the config of a model built by :func:`gdm_models.make_model` on the env's schema), and every
+size and count against the limits below. :func:`check_machine` (run before any work) checks
+that this machine has the preset's device. Each error is a :class:`PresetError` naming the key.
+
+Limits (docs/reproducing.md, "Limits"):
+
+* every graph size N: the env's own range, ``graphwm_envs.core.base.MIN_NODES`` (5) to the
+  env class's ``max_nodes`` (2000 for RGC and CF, 5000 for OD and SAR);
+* sizes whose observations are stored (``collect.train_sizes``, ``collect.val_sizes``,
+  ``search.val_sizes``): at most :data:`MAX_STORED_NODES`, since every stored frame holds a
+  dense N x N adjacency;
+* episodes per file: at most :data:`graphwm.stages.collect.SEEDS_PER_SIZE` (the seed scheme
+  gives each split and size that many disjoint seeds).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from graphwm.config import PRESET, TRAINER_KEYS, Preset, PresetError, TrainerSettings
+from graphwm.schema import read_value, type_hints
+
+#: largest N of a split whose observations are stored (train, validation): N^2 bytes a frame
+MAX_STORED_NODES = 500
+
+
+# ---------------------------------------------------------------------------------------------
+# Models and their overrides
+# ---------------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=256)
+def _config_class(model: str, env: str) -> type:
+    """The config dataclass of ``model`` on ``env`` (KeyError/ValueError for a bad name)."""
+    from gdm_models import get_preset, make_model
+
+    from graphwm.envs import env_schema
+
+    built = make_model(model, env_schema(env), None, **get_preset(model, env)["model"])
+    return type(built.config)
+
+
+def _model_error(key: str, name: str, err: BaseException) -> PresetError:
+    msg = err.args[0] if err.args else err
+    return PresetError(f"preset key {key!r} ({name!r}): {msg}")
+
+
+def check_model_name(name: str, env: str, key: str) -> type:
+    """The config class of ``name`` on ``env``; a name gdm_models cannot build is refused."""
+    try:
+        return _config_class(name, env)
+    except (KeyError, ValueError, TypeError) as err:
+        raise _model_error(key, name, err) from None
+
+
+@functools.lru_cache(maxsize=1024)
+def _build_error(model: str, env: str, frozen: tuple[tuple[str, Any], ...]) -> str | None:
+    """The error of building ``model`` with ``frozen`` overrides (None: it builds)."""
+    from gdm_models import get_preset, make_model
+
+    from graphwm.envs import env_schema
+
+    try:
+        make_model(
+            model, env_schema(env), None, **{**get_preset(model, env)["model"], **dict(frozen)}
+        )
+    except (ValueError, TypeError, KeyError) as err:
+        return str(err.args[0] if err.args else err)
+    return None
+
+
+def _freeze(values: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    return tuple(
+        sorted((k, repr(v) if isinstance(v, list | dict) else v) for k, v in values.items())
+    )
+
+
+def check_model_values(model: str, env: str, values: Mapping[str, Any], key: str) -> None:
+    """Each of ``values`` must be a field of the model's config, of its type, and the model
+    must build with them (the config's own range checks); errors name ``key.<field>``."""
+    cls = check_model_name(model, env, key)
+    hints = type_hints(cls)
+    known = sorted(f.name for f in dataclasses.fields(cls))
+    for name, value in values.items():
+        if name not in hints:
+            raise PresetError(
+                f"preset key '{key}.{name}' is unknown: not a field of {cls.__name__} "
+                f"({model!r}); known keys here: {known}"
+            )
+        read_value(hints[name], value, PRESET, f"{key}.{name}")
+    if _build_error(model, env, _freeze(values)) is None:
+        return
+    for name, value in values.items():  # name the value the model's config refuses
+        err = _build_error(model, env, _freeze({name: value}))
+        if err is not None:
+            got = "" if "got" in err else f", got {value!r}"
+            raise PresetError(f"preset key '{key}.{name}': {err}{got}")
+    raise PresetError(f"preset key {key!r}: {_build_error(model, env, _freeze(values))}")
+
+
+def check_trainer_value(name: str, value: Any, key: str) -> None:
+    """A trainer key (``lr``, ``batch_size``, ``seq_len``) of a search grid."""
+    field = next(f for f in dataclasses.fields(TrainerSettings) if f.name == name)
+    read_value(type_hints(TrainerSettings)[name], value, PRESET, key, field.metadata)
+
+
+def _check_models(p: Preset) -> None:
+    for key, names in (("models", p.models), ("ablations", p.ablations)):
+        for i, name in enumerate(names):
+            for env in p.envs:
+                check_model_name(name, env, f"{key}[{i}]")
+    trained = {env: p.models_of(env) for env in p.envs}
+    from gdm_models import available_models
+
+    registered = available_models()
+    for base, values in p.train.model_overrides.items():
+        key = f"train.model_overrides.{base}"
+        if base not in registered:
+            # a typo would otherwise silently leave the model at its paper preset
+            raise PresetError(
+                f"preset key {key!r} is unknown: {base!r} is not a model name; known keys "
+                f"here: {registered}"
+            )
+        for env, models in trained.items():
+            for model in models:
+                if model.split(":", 1)[0] == base:
+                    check_model_values(model, env, values, key)
+
+
+def _check_grid(p: Preset) -> None:
+    if p.search is None:
+        return
+    for model, grid in p.search.grid.items():
+        gkey = f"search.grid.{model}"
+        for env in p.envs:
+            check_model_name(model, env, gkey)
+        for name, values in grid.items():
+            for i, value in enumerate(values):
+                key = f"{gkey}.{name}[{i}]"
+                point = value if isinstance(value, Mapping) else {name: value}
+                trainer = {k: v for k, v in point.items() if k in TRAINER_KEYS}
+                for k, v in trainer.items():
+                    check_trainer_value(k, v, key if k == name else f"{key}.{k}")
+                rest = {k: v for k, v in point.items() if k not in TRAINER_KEYS}
+                if rest:
+                    for env in p.envs:
+                        where = key if isinstance(value, Mapping) else f"{gkey}"
+                        check_model_values(model, env, rest, where)
+
+
+# ---------------------------------------------------------------------------------------------
+# Sizes and counts
+# ---------------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=16)
+def env_limits(env: str) -> tuple[int, int]:
+    """``(min N, max N)`` the env accepts (its class's ``max_nodes``)."""
+    from graphwm_envs.core.base import MIN_NODES
+
+    from graphwm.envs import make_env
+
+    return int(MIN_NODES), int(type(make_env(env, MIN_NODES)).max_nodes)
+
+
+def _check_size(value: int, key: str, envs: Iterable[str], stored: bool = False) -> None:
+    for env in envs:
+        low, high = env_limits(env)
+        why = f"the {env} env's range"
+        if stored and high > MAX_STORED_NODES:
+            high, why = MAX_STORED_NODES, "its observations are stored, N x N per frame"
+        if not low <= value <= high:
+            raise PRESET.fail(key, f"must be an integer >= {low} and <= {high} ({why})", value)
+
+
+def _check_sizes(values: Iterable[int], key: str, envs: Iterable[str], stored: bool) -> None:
+    envs = tuple(envs)
+    for i, n in enumerate(values):
+        _check_size(n, f"{key}[{i}]", envs, stored)
+
+
+def _check_limits(p: Preset) -> None:
+    from graphwm.stages.collect import SEEDS_PER_SIZE
+
+    c = p.collect
+    _check_sizes(c.train_sizes, "collect.train_sizes", p.envs, True)
+    _check_sizes(c.val_sizes, "collect.val_sizes", p.envs, True)
+    for i, n in enumerate(c.test_sizes):
+        used = [env for env in p.envs if n in p.test_sizes(env)]
+        _check_size(n, f"collect.test_sizes[{i}]", used)
+    if "RGC" in p.envs:
+        _check_size(c.rgc_max_test_size, "collect.rgc_max_test_size", ["RGC"])
+    for name in ("train_episodes", "val_episodes", "test_episodes"):
+        value = getattr(c, name)
+        if value > SEEDS_PER_SIZE:
+            raise PRESET.fail(
+                f"collect.{name}",
+                f"must be an integer >= 1 and <= {SEEDS_PER_SIZE} (the seed scheme's episodes "
+                "per split and size)",
+                value,
+            )
+    if p.multi_step is not None:
+        _check_size(p.multi_step.size, "multi_step.size", p.envs)
+    if p.search is not None and p.search.val_sizes is not None:
+        _check_sizes(p.search.val_sizes, "search.val_sizes", p.envs, True)
+    section = p.sections.get("downstream")
+    if section is not None:
+        envs = [e for e in (section.envs or p.envs) if e in p.envs]
+        _check_size(section.num_nodes, "downstream.num_nodes", envs)
+
+
+def check_preset(p: Preset) -> None:
+    """Every check of this module except the machine's (see the module docstring)."""
+    _check_models(p)
+    _check_grid(p)
+    _check_limits(p)
+
+
+# ---------------------------------------------------------------------------------------------
+# The machine
+# ---------------------------------------------------------------------------------------------
+def check_device(device: str, key: str = "device") -> None:
+    """The device must exist here: ``cuda`` needs ``torch.cuda.is_available()`` (and the
+    index below the device count), ``mps`` ``torch.backends.mps.is_available()``."""
+    from graphwm.config import DEVICE_PATTERN
+
+    if not DEVICE_PATTERN.fullmatch(str(device)):
+        raise PRESET.fail(key, "must be 'cpu', 'cuda', 'cuda:<index>' or 'mps'", device)
+    if device == "cpu":
+        return
+    import torch
+
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise PresetError(
+                f"preset key {key!r}: {device!r} is not available on this machine "
+                "(torch.cuda.is_available() is False); use 'cpu'"
+            )
+        index = int(device.split(":")[1]) if ":" in device else 0
+        if index >= torch.cuda.device_count():
+            raise PresetError(
+                f"preset key {key!r}: {device!r}: this machine has "
+                f"{torch.cuda.device_count()} CUDA device(s)"
+            )
+    elif device == "mps" and not torch.backends.mps.is_available():
+        raise PresetError(f"preset key {key!r}: 'mps' is not available on this machine")
+
+
+def check_machine(p: Preset) -> None:
+    """What the preset needs of this machine (its device), checked before any work."""
+    check_device(p.device)
