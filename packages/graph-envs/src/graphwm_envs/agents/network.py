@@ -62,7 +62,10 @@ class ObservationEncoder(nn.Module):
 
     def __init__(self, observation_space: spaces.Dict) -> None:
         super().__init__()
-        if not isinstance(observation_space, spaces.Dict) or "adjacency" not in observation_space.spaces:
+        if (
+            not isinstance(observation_space, spaces.Dict)
+            or "adjacency" not in observation_space.spaces
+        ):
             raise ValueError(
                 "the graph agents need a graphwm_envs observation space (a Dict with "
                 f"'adjacency' and 'action_mask'), got {observation_space}"
@@ -70,7 +73,9 @@ class ObservationEncoder(nn.Module):
         sp = observation_space.spaces
         self.has = {k: k in sp for k in ("node_continuous", "node_categorical")}
         self.has.update({k: k in sp for k in ("graph_continuous", "graph_categorical")})
-        self.node_cards = _cardinalities(sp["node_categorical"]) if self.has["node_categorical"] else []
+        self.node_cards = (
+            _cardinalities(sp["node_categorical"]) if self.has["node_categorical"] else []
+        )
         self.graph_cards = (
             _cardinalities(sp["graph_categorical"]) if self.has["graph_categorical"] else []
         )
@@ -107,7 +112,9 @@ class ObservationEncoder(nn.Module):
             g = obs["graph_continuous"].float().reshape(batch, -1)
             graph_parts.append((g - self.graph_continuous_offset) / self.graph_continuous_scale)
         if self.has["graph_categorical"]:
-            graph_parts.append(_one_hot(obs["graph_categorical"].reshape(batch, -1), self.graph_cards))
+            graph_parts.append(
+                _one_hot(obs["graph_categorical"].reshape(batch, -1), self.graph_cards)
+            )
         graph = torch.cat(graph_parts, -1) if graph_parts else adj.new_zeros(batch, 0)
         parts += [mask, degree, graph.unsqueeze(1).expand(batch, n, graph.shape[-1])]
         return torch.cat(parts, -1), graph, adj

@@ -119,7 +119,9 @@ class _GraphPolicyMixin:
         n = int(obs["adjacency"].shape[-1])
         kind, slots = action_layout(self.action_space, n)
         if (kind == "pair") != self.net.pair:
-            raise ValueError(f"this policy was built for another action layout than {self.action_space}")
+            raise ValueError(
+                f"this policy was built for another action layout than {self.action_space}"
+            )
         logits, value = self.net(obs)
         if kind == "node" and slots > 1:
             logits = logits.repeat(1, slots)  # the same node scores for every slot
@@ -150,8 +152,10 @@ class _GraphPolicyMixin:
             dist.apply_masking(mask)
         else:
             logits = torch.where(mask, logits, torch.full_like(logits, HUGE_NEG))
-            dist = CategoricalDistribution(dims[0]) if len(dims) == 1 else (
-                MultiCategoricalDistribution(dims)
+            dist = (
+                CategoricalDistribution(dims[0])
+                if len(dims) == 1
+                else (MultiCategoricalDistribution(dims))
             )
             dist.proba_distribution(action_logits=logits)
         return dist, value, logits, mask, slots if kind == "node" else 1
