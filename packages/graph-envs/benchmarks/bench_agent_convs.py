@@ -51,7 +51,7 @@ def main() -> None:
         for name in ("graphconv", "gin", "sage"):
             layers = nn.ModuleList(make_conv(name, HIDDEN) for _ in range(LAYERS))
 
-            def dense(layers=layers):
+            def dense(layers=layers, x=x, adj=adj):
                 h = x
                 for layer in layers:
                     h = torch.relu(layer(h, adj))
@@ -61,7 +61,7 @@ def main() -> None:
         for name, make in sparse.items():
             layers = nn.ModuleList(make() for _ in range(LAYERS))
 
-            def sparse_fn(layers=layers):
+            def sparse_fn(layers=layers, x=x, adj=adj, n=n):
                 edge_index, _ = dense_to_sparse(adj)
                 h = x.reshape(BATCH * n, HIDDEN)
                 for layer in layers:
