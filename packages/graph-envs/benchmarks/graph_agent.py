@@ -45,7 +45,7 @@ SHORT["graphenv/CF-v0"] = "CF"
 GAMMA = {"RGC": 0.99, "OD": 0.98, "SAR": 0.99, "CF": 0.99}
 # The graph agent's PPO settings (not tuned beyond a sanity check; see docs/agents.md).
 AGENT_KWARGS = dict(
-    n_steps=256,
+    n_steps=128,
     batch_size=256,
     n_epochs=4,
     learning_rate=3e-4,
@@ -53,7 +53,7 @@ AGENT_KWARGS = dict(
     gae_lambda=0.95,
     policy_kwargs=dict(hidden_dim=64, num_layers=3, conv="graphconv"),
 )
-N_ENVS = 4  # parallel envs per run (DummyVecEnv): one batched forward pass per step
+N_ENVS = 8  # parallel envs per run (DummyVecEnv): one batched forward pass per step
 # SAR's agent navigates to survivors and the exit several hops away: 5 message-passing layers
 # (10,000 steps, 20 episodes at N = 20: 3 layers -15.7, 5 layers +2.9); 3 elsewhere.
 LAYERS = {"RGC": 3, "OD": 3, "SAR": 5, "CF": 3}
@@ -95,20 +95,26 @@ def _silence(model) -> None:
 
 
 def evaluate(model, env_id: str, num_nodes: int, episodes: int) -> list[float]:
-    """Deterministic returns on ``reset(seed=e)``, e < episodes."""
+    """Deterministic returns on ``reset(seed=e)``, e < episodes: every episode steps in
+    lockstep and the policy acts on all running ones in one batched call (same actions as one
+    ``predict`` per env: deterministic and per-observation)."""
     import gymnasium as gym
 
-    env = gym.make(env_id, **env_kwargs(env_id, num_nodes)).unwrapped
-    returns = []
-    for episode in range(episodes):
-        obs, _ = env.reset(seed=episode)
-        total, done = 0.0, False
-        while not done:
-            action, _ = model.predict(obs, action_masks=env.action_masks(), deterministic=True)
-            obs, reward, terminated, truncated, _ = env.step(action)
-            total += reward
-            done = terminated or truncated
-        returns.append(total)
+    envs = [gym.make(env_id, **env_kwargs(env_id, num_nodes)).unwrapped for _ in range(episodes)]
+    obs = [env.reset(seed=e)[0] for e, env in enumerate(envs)]
+    returns = [0.0] * episodes
+    running = list(range(episodes))
+    while running:
+        batch = {k: np.stack([obs[i][k] for i in running]) for k in obs[running[0]]}
+        masks = np.stack([envs[i].action_masks() for i in running])
+        actions, _ = model.predict(batch, action_masks=masks, deterministic=True)
+        still = []
+        for i, action in zip(running, actions, strict=True):
+            obs[i], reward, terminated, truncated, _ = envs[i].step(action)
+            returns[i] += float(reward)
+            if not (terminated or truncated):
+                still.append(i)
+        running = still
     return returns
 
 
