@@ -166,7 +166,10 @@ class GraphNet(nn.Module):
         self.pair = pair
         ctx = hidden_dim  # mean-pooled embedding, a graph context for every node's score
         if pair:
-            self.pair_head = _mlp(2 * hidden_dim + ctx, hidden_dim, 1)
+            # additive pair scorer: w . relu(A h_i + A h_j + C mean) costs N^2 H, not N^2 H^2
+            self.pair_node = nn.Linear(hidden_dim, hidden_dim)
+            self.pair_ctx = nn.Linear(ctx, hidden_dim, bias=False)
+            self.pair_out = nn.Linear(hidden_dim, 1)
         else:
             self.node_head = _mlp(hidden_dim + ctx, hidden_dim, 1)
         self.value_head = nn.Sequential(
@@ -195,10 +198,9 @@ class GraphNet(nn.Module):
         ctx = mean.unsqueeze(1).expand(batch, n, width)
         if self.pair:
             rows, cols = torch.triu_indices(n, n, offset=1, device=h.device)
-            hi, hj = h[:, rows], h[:, cols]
-            # symmetric in (i, j): sum and product of the two endpoint embeddings
-            feats = torch.cat([hi + hj, hi * hj, mean.unsqueeze(1).expand_as(hi)], -1)
-            logits = self.pair_head(feats).squeeze(-1)
+            a = self.pair_node(h) + 0.5 * self.pair_ctx(mean).unsqueeze(1)  # (B, N, H)
+            # symmetric in (i, j)
+            logits = self.pair_out(torch.relu(a[:, rows] + a[:, cols])).squeeze(-1)
         else:
             logits = self.node_head(torch.cat([h, ctx], -1)).squeeze(-1)
         value = self.value_head(torch.cat([mean, h.max(1).values, graph], -1))
