@@ -347,8 +347,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--throughput-steps", type=int, default=4096)
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--out-dir", type=Path, required=True)
+    parser.add_argument(
+        "--from-raw",
+        nargs="*",
+        type=Path,
+        default=None,
+        help="no runs: write the table and figure from these raw.jsonl files (runs split "
+        "over several processes, e.g. one per pair of envs)",
+    )
     args = parser.parse_args(argv)
     args.out_dir.mkdir(parents=True, exist_ok=True)
+    if args.from_raw is not None:
+        results = [json.loads(line) for f in args.from_raw for line in f.read_text().splitlines()]
+        steps = max((r.get("steps", 0) for r in results if r["kind"] == "train"), default=0)
+        report = format_report(results, steps or args.steps, args.episodes)
+        print(report)
+        (args.out_dir / "table.md").write_text(report + "\n")
+        plot_curves(results, args.out_dir / "learning_curves.png")
+        return 0
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
     jobs: list[tuple] = []
