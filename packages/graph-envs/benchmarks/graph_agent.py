@@ -323,13 +323,19 @@ def plot_curves(results: list[dict], path: Path, bins: int = 20) -> None:
             ax.plot(centres, np.nanmean(arr, 0), color=colour, label=f"N = {n} ({len(runs)} seeds)")
             ax.fill_between(centres, np.nanmin(arr, 0), np.nanmax(arr, 0), color=colour, alpha=0.2)
             ax.axhline(GREEDY[(env, n)], color=colour, ls="--", lw=0.8)
+            rnd = [r for r in results if r["kind"] == "random" and r["env"] == env]
+            for r in rnd:
+                if r["eval_nodes"] == n:
+                    ax.axhline(float(np.mean(r["returns"])), color=colour, ls=":", lw=0.8)
         ax.set_title(env)
         ax.set_xlabel("env steps")
         ax.ticklabel_format(axis="x", style="sci", scilimits=(3, 3))
     axes[0].set_ylabel("training episode return")
     axes[0].legend(fontsize=7)
     fig.suptitle(
-        "Graph agent learning curves (band: min-max over seeds; dashed: greedy)", fontsize=9
+        "Graph agent: training-episode return (line: mean over seeds, band: min-max; "
+        "dashed: greedy, dotted: random, deterministic evaluation)",
+        fontsize=9,
     )
     fig.tight_layout()
     fig.savefig(path)
