@@ -15,7 +15,9 @@ states for every policy):
   of the same N, then run deterministically (MaskablePPO with the env's action masks). RGC
   uses ``action_mode="pair"`` (exact masks over addable edges) when the env offers it.
 
-and prints a markdown table (also written to ``--out`` when given). Cells are independent
+and prints a markdown table (also written to ``--out`` when given). The graph agent
+(``graphwm_envs.agents``: several training seeds, transfer across N, learning curves) has its
+own script, ``graph_agent.py`` next to this one, on the same initial states. Cells are independent
 jobs run on ``--jobs`` processes; each PPO cell trains with one torch thread. Use
 ``nice -n 10`` on a shared machine.
 """

@@ -117,6 +117,9 @@ class CFEnv(GraphEnv):
             ranges={"load": (0.0, 1.0), "capacity": (0.0, 1.0), "k": (1.0, 1.0)},
         )
 
+    def _horizon(self) -> int:
+        return self.horizon  # terminated at H = ceil(N / 2) steps at the latest
+
     def _make_action_space(self) -> spaces.Space:
         return spaces.Discrete(self.num_nodes)
 

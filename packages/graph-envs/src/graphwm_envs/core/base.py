@@ -144,6 +144,15 @@ class GraphEnv(gym.Env[dict[str, np.ndarray], Any], ABC):
         """Truncation length of the current episode (``None``: never truncated)."""
         return None
 
+    def _horizon(self) -> int | None:
+        """Most steps the current episode can last, by truncation or termination (the
+        ``"horizon"`` of the reset info); by default the truncation length."""
+        return self._max_steps()
+
+    def _require_reset(self, what: str) -> None:
+        if self._state is None:
+            raise RuntimeError(f"{type(self).__name__}: call reset() before {what}")
+
     def _node_positions(self) -> np.ndarray | None:
         """(N, 2) coordinates for spatial envs; ``None`` for a computed layout."""
         return None
@@ -152,14 +161,19 @@ class GraphEnv(gym.Env[dict[str, np.ndarray], Any], ABC):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-        """Sample a new episode; deterministic in ``seed``."""
+        """Sample a new episode; deterministic in ``seed``.
+
+        The info holds ``"horizon"``: the most steps this episode can last (truncation for OD
+        and SAR, the step limit that terminates RGC and CF), the key the dream env's reset info
+        uses too.
+        """
         super().reset(seed=seed)
         self._state = self._initial_state(self.np_random)
         self._steps = 0
         self._done = False
         self._layout_cache = None
         self._start_render_trace()
-        return self._observation(), {}
+        return self._observation(), {"horizon": self._horizon()}
 
     def step(self, action: Any) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
         """Apply ``action``; see the class docstring for invalid-action handling.
@@ -167,8 +181,7 @@ class GraphEnv(gym.Env[dict[str, np.ndarray], Any], ABC):
         Raises ``RuntimeError`` before the first ``reset`` and after the episode has ended
         (terminated or truncated) until the next ``reset``.
         """
-        if self._state is None:
-            raise RuntimeError("call reset() before step()")
+        self._require_reset("step()")
         if self._done:
             raise RuntimeError(
                 f"{type(self).__name__}: the episode ended at step {self._steps} (terminated or "
@@ -225,7 +238,9 @@ class GraphEnv(gym.Env[dict[str, np.ndarray], Any], ABC):
         every node is marked, so masked samplers and MaskablePPO's distribution stay defined
         on the terminal observation that autoreset vector envs return. No action is taken there
         (``step`` raises until ``reset``), and validity of an action always follows the rule.
+        Raises ``RuntimeError`` before the first ``reset``.
         """
+        self._require_reset("node_mask()")
         mask = self._mask().astype(bool)
         if not mask.any():
             mask = np.ones_like(mask)
@@ -236,8 +251,9 @@ class GraphEnv(gym.Env[dict[str, np.ndarray], Any], ABC):
 
         ``Discrete(N)``: the (N,) node mask. ``MultiDiscrete([N] * k)``: the node mask repeated
         once per component, concatenated to shape (k * N,). Built on :meth:`node_mask`, so it
-        is never all-zero.
+        is never all-zero. Raises ``RuntimeError`` before the first ``reset``.
         """
+        self._require_reset("action_masks()")
         mask = self.node_mask()
         if isinstance(self.action_space, spaces.MultiDiscrete):
             return np.tile(mask, len(self.action_space.nvec))

@@ -165,6 +165,10 @@ class RGCEnv(GraphEnv):
             ranges={"tau": (0.0, top), "k": (2.0, 2.0)},
         )
 
+    def _horizon(self) -> int:
+        # H = N(N-1)/2 steps at most; the budget of ceil(5% M) additions usually ends it first
+        return self.horizon
+
     def _make_action_space(self) -> spaces.Space:
         if self.action_mode == "pair":
             return spaces.Discrete(num_pairs(self.num_nodes))
@@ -254,12 +258,14 @@ class RGCEnv(GraphEnv):
 
     def addable_pairs(self) -> np.ndarray:
         """(N(N-1)/2,) bool: the pairs ``i < j`` (pair-mode order) that are not yet edges."""
+        self._require_reset("addable_pairs()")
         return self._state.adjacency[self._pair_rows, self._pair_cols] == 0
 
     def action_masks(self) -> np.ndarray:
         """MaskablePPO's mask: pair mode, the addable pairs (exact: every marked action adds an
         edge); node mode, the node mask once per endpoint (see :class:`GraphEnv`). Never
         all-zero: a complete graph (terminal) marks every action."""
+        self._require_reset("action_masks()")
         if self.action_mode != "pair":
             return super().action_masks()
         mask = self.addable_pairs()

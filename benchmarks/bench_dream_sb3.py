@@ -1,0 +1,71 @@
+"""SB3 ``VecEnv`` throughput: ``DreamSB3VecEnv`` (one batched model forward pass per step)
+against B single ``DreamEnv`` copies in SB3's ``DummyVecEnv`` (B forward passes per step).
+
+    uv run python benchmarks/bench_dream_sb3.py            # B = 32, N = 20, SAR, gdm preset
+    uv run python benchmarks/bench_dream_sb3.py --envs 32 --nodes 20 --seconds 5
+
+Both step under random valid actions through SB3's ``VecEnv.step``; the model is untrained at
+the paper's preset size (the cost of a trained one). Prints env steps per second of each and
+their ratio, measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import torch
+from stable_baselines3.common.vec_env import DummyVecEnv
+
+from graphwm.dream import DreamEnv, DreamVectorEnv
+from graphwm.dream.sb3_vec_env import DreamSB3VecEnv
+from graphwm.envs import env_schema, make_env
+
+
+def steps_per_second(vec, masks_of, seconds: float) -> float:
+    """Env steps per second of ``vec`` under random valid actions (after one warm-up step)."""
+    rng = np.random.default_rng(0)
+    vec.seed(0)
+    vec.reset()
+
+    def act() -> np.ndarray:
+        masks = masks_of(vec)
+        return (rng.random(masks.shape) + masks).argmax(axis=1)
+
+    vec.step(act())
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        vec.step(act())
+        steps += vec.num_envs
+    return steps / (time.perf_counter() - start)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Print both rates and their ratio."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--env", default="SAR")
+    parser.add_argument("--model", default="gdm")
+    parser.add_argument("--envs", type=int, default=32)
+    parser.add_argument("--nodes", type=int, default=20)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    from gdm_models import get_preset, make_model
+
+    torch.manual_seed(0)
+    preset = get_preset(args.model, args.env)
+    model = make_model(args.model, env_schema(args.env), None, **preset["model"]).eval()
+    b, n = args.envs, args.nodes
+    batched = DreamSB3VecEnv(DreamVectorEnv(model, make_env(args.env, n), b))
+    singles = DummyVecEnv([lambda: DreamEnv(model, make_env(args.env, n)) for _ in range(b)])
+    fast = steps_per_second(batched, lambda v: v.action_masks(), args.seconds)
+    slow = steps_per_second(singles, lambda v: np.stack(v.env_method("action_masks")), args.seconds)
+    print(f"{args.model} ({args.env} preset), B = {b}, N = {n}, one torch thread")
+    print(f"DreamSB3VecEnv          {fast:9.0f} steps/s")
+    print(f"DummyVecEnv of DreamEnv {slow:9.0f} steps/s")
+    print(f"ratio                   {fast / slow:9.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,416 @@
+"""Yardsticks of the graph agent (``graphwm_envs.agents``): returns, transfer across N,
+training throughput against the MLP MaskablePPO, and learning curves.
+
+Usage (the graph-agent table and figure in ``docs/agents.md`` come from this command)::
+
+    nice -n 10 uv run python packages/graph-envs/benchmarks/graph_agent.py --jobs 2 \
+        --out-dir packages/graph-envs/benchmarks/out/graph_agent
+
+Jobs (independent processes, one torch thread each):
+
+* ``train``: MaskablePPO with :class:`~graphwm_envs.agents.MaskableGraphPolicy` on the
+  unwrapped env at N (RGC in ``action_mode="pair"``, as the MLP yardstick), ``--steps`` env
+  steps, training seed s; then evaluated deterministically on ``reset(seed=e)``,
+  e = 0 .. episodes - 1 (the yardsticks' shared initial states), at N and, for N = 20, at N = 50
+  with the same weights (:func:`~graphwm_envs.agents.load_graph_agent`, no retraining). Every
+  finished training episode's return is logged with the env step count (learning curves).
+* ``random``: the random policy on the same initial states (the reference of the z-scores).
+* ``throughput``: ``--throughput-steps`` of MaskablePPO training at N = 20 with SB3's default
+  hyperparameters (one env, ``n_steps=2048``, ``batch_size=64``, ``n_epochs=10``), once with
+  ``MultiInputPolicy`` (MLP) and once with the graph policy: the ratio of their env steps per
+  second, measured in the same run.
+
+Writes ``table.md``, ``raw.jsonl`` and ``learning_curves.png`` to ``--out-dir``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+import warnings
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+
+import numpy as np
+
+ENVS = ("graphenv/RGC-v0", "graphenv/OD-v0", "graphenv/SAR-v0", "graphenv/CF-v0")
+SHORT = {"graphenv/RGC-v0": "RGC", "graphenv/OD-v0": "OD", "graphenv/SAR-v0": "SAR"}
+SHORT["graphenv/CF-v0"] = "CF"
+# Discount per env horizon: OD's 50-step episodes reward the final share, so a shorter memory;
+# the others' episodes are short (RGC's 10 additions, CF's N / 2 steps) or need long paths (SAR).
+GAMMA = {"RGC": 0.99, "OD": 0.98, "SAR": 0.99, "CF": 0.99}
+# The graph agent's PPO settings (not tuned beyond a sanity check; see docs/agents.md).
+AGENT_KWARGS = dict(
+    n_steps=128,
+    batch_size=256,
+    n_epochs=4,
+    learning_rate=3e-4,
+    ent_coef=0.01,
+    gae_lambda=0.95,
+    policy_kwargs=dict(hidden_dim=64, num_layers=3, conv="graphconv"),
+)
+N_ENVS = 8  # parallel envs per run (DummyVecEnv): one batched forward pass per step
+# SAR's agent navigates to survivors and the exit several hops away: 5 message-passing layers
+# (10,000 steps, 20 episodes at N = 20: 3 layers -15.7, 5 layers +2.9); 3 elsewhere.
+LAYERS = {"RGC": 3, "OD": 3, "SAR": 5, "CF": 3}
+# Reward scaling (VecNormalize) everywhere but OD, where it kept the agent at the random level
+# (10,000 steps, N = 20, 100 episodes: seeds 0 / 1 scored 0.399 / 0.596 with it, 0.682 / 0.686
+# without).
+REWARD_SCALING = {"RGC": True, "OD": False, "SAR": True, "CF": True}
+# Published yardsticks (docs/envs.md, same initial states): the greedy heuristic.
+GREEDY = {
+    ("RGC", 20): 0.487,
+    ("RGC", 50): 0.506,
+    ("OD", 20): 0.721,
+    ("OD", 50): 0.792,
+    ("SAR", 20): 13.430,
+    ("SAR", 50): -28.950,
+    ("CF", 20): -0.732,
+    ("CF", 50): -0.782,
+}
+MLP_MASKABLE = {
+    ("RGC", 20): 0.116,
+    ("RGC", 50): 0.129,
+    ("OD", 20): 0.194,
+    ("OD", 50): 0.217,
+    ("SAR", 20): -93.390,
+    ("SAR", 50): -420.610,
+    ("CF", 20): -0.876,
+    ("CF", 50): -1.020,
+}
+
+
+def env_kwargs(env_id: str, num_nodes: int) -> dict:
+    """RGC in pair mode (exact masks over addable edges), as the MLP yardstick."""
+    kwargs: dict = {"num_nodes": num_nodes}
+    if env_id == "graphenv/RGC-v0":
+        kwargs["action_mode"] = "pair"
+    return kwargs
+
+
+def _silence(model) -> None:
+    from stable_baselines3.common.logger import Logger
+
+    model.set_logger(Logger(folder=None, output_formats=[]))
+
+
+def evaluate(model, env_id: str, num_nodes: int, episodes: int) -> list[float]:
+    """Deterministic returns on ``reset(seed=e)``, e < episodes: every episode steps in
+    lockstep and the policy acts on all running ones in one batched call (same actions as one
+    ``predict`` per env: deterministic and per-observation)."""
+    import gymnasium as gym
+
+    envs = [gym.make(env_id, **env_kwargs(env_id, num_nodes)).unwrapped for _ in range(episodes)]
+    obs = [env.reset(seed=e)[0] for e, env in enumerate(envs)]
+    returns = [0.0] * episodes
+    running = list(range(episodes))
+    while running:
+        batch = {k: np.stack([obs[i][k] for i in running]) for k in obs[running[0]]}
+        masks = np.stack([envs[i].action_masks() for i in running])
+        actions, _ = model.predict(batch, action_masks=masks, deterministic=True)
+        still = []
+        for i, action in zip(running, actions, strict=True):
+            obs[i], reward, terminated, truncated, _ = envs[i].step(action)
+            returns[i] += float(reward)
+            if not (terminated or truncated):
+                still.append(i)
+        running = still
+    return returns
+
+
+def train_job(env_id: str, num_nodes: int, seed: int, steps: int, episodes: int, out: str) -> dict:
+    """Train the graph agent, log its training episodes, evaluate at N (and at 50 from 20)."""
+    import graphwm_envs  # noqa: F401
+    import gymnasium as gym
+    import torch
+    from graphwm_envs.agents import load_graph_agent, make_graph_agent
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    torch.set_num_threads(1)
+    short = SHORT[env_id]
+    curve: list[tuple[int, float]] = []
+
+    class Curve(BaseCallback):
+        def _on_step(self) -> bool:
+            for info in self.locals["infos"]:
+                if "episode" in info:
+                    curve.append((int(self.num_timesteps), float(info["episode"]["r"])))
+            return True
+
+    vec = make_vec_env(
+        lambda: gym.make(env_id, **env_kwargs(env_id, num_nodes)).unwrapped,
+        n_envs=N_ENVS,
+        seed=seed,
+    )
+    # rewards scaled by a running std of the return (the envs' scales differ by 1000x);
+    # observations as they are (the policy normalises them itself)
+    if REWARD_SCALING[short]:
+        vec = VecNormalize(vec, norm_obs=False, norm_reward=True, gamma=GAMMA[short])
+    kwargs = {**AGENT_KWARGS, "policy_kwargs": {**AGENT_KWARGS["policy_kwargs"]}}
+    kwargs["policy_kwargs"]["num_layers"] = LAYERS[short]
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = make_graph_agent(vec, gamma=GAMMA[short], seed=seed, device="cpu", **kwargs)
+        _silence(model)
+        model.learn(total_timesteps=steps, callback=Curve())
+    train_s = time.perf_counter() - t0
+    path = Path(out) / f"{short}_N{num_nodes}_seed{seed}.zip"
+    model.save(path)
+    results = [
+        {
+            "kind": "train",
+            "env": short,
+            "train_nodes": num_nodes,
+            "eval_nodes": num_nodes,
+            "seed": seed,
+            "steps": int(model.num_timesteps),
+            "train_seconds": train_s,
+            "returns": evaluate(model, env_id, num_nodes, episodes),
+            "curve": curve,
+        }
+    ]
+    if num_nodes == 20:
+        big = gym.make(env_id, **env_kwargs(env_id, 50)).unwrapped
+        transferred = load_graph_agent(path, big, device="cpu")
+        results.append(
+            {
+                "kind": "transfer",
+                "env": short,
+                "train_nodes": 20,
+                "eval_nodes": 50,
+                "seed": seed,
+                "returns": evaluate(transferred, env_id, 50, episodes),
+            }
+        )
+    return {"results": results}
+
+
+def random_job(env_id: str, num_nodes: int, episodes: int) -> dict:
+    """The random policy's returns on the shared initial states."""
+    from graphwm_envs.policies import episode_returns, random_action
+
+    returns = episode_returns(env_id, random_action, episodes=episodes, num_nodes=num_nodes)
+    kind = {"kind": "random", "env": SHORT[env_id], "eval_nodes": num_nodes}
+    return {"results": [{**kind, "returns": returns.tolist()}]}
+
+
+def throughput_job(env_id: str, policy: str, steps: int) -> dict:
+    """Env steps per second of MaskablePPO training at N = 20, SB3 defaults, one env."""
+    import graphwm_envs  # noqa: F401
+    import gymnasium as gym
+    import torch
+    from graphwm_envs.agents import MaskableGraphPolicy
+    from sb3_contrib import MaskablePPO
+
+    torch.set_num_threads(1)
+    env = gym.make(env_id, **env_kwargs(env_id, 20)).unwrapped
+    cls = "MultiInputPolicy" if policy == "mlp" else MaskableGraphPolicy
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = MaskablePPO(cls, env, seed=0, device="cpu")
+        _silence(model)
+        t0 = time.perf_counter()
+        model.learn(total_timesteps=steps)
+    rate = model.num_timesteps / (time.perf_counter() - t0)
+    return {
+        "results": [{"kind": "throughput", "env": SHORT[env_id], "policy": policy, "rate": rate}]
+    }
+
+
+def _stats(returns: list[float]) -> tuple[float, float]:
+    r = np.asarray(returns, dtype=float)
+    return float(r.mean()), float(r.std(ddof=1) / math.sqrt(r.size))
+
+
+def format_report(results: list[dict], steps: int, episodes: int) -> str:
+    """The markdown table, the z-scores against random and the throughput ratios."""
+
+    def pooled(kind: str, env: str, n: int, train_n: int | None = None) -> list[float]:
+        out: list[float] = []
+        for r in sorted(results, key=lambda r: r.get("seed", 0)):
+            if r["kind"] == kind and r["env"] == env and r["eval_nodes"] == n:
+                if train_n is None or r.get("train_nodes") == train_n:
+                    out += r["returns"]
+        return out
+
+    def seeds(kind: str, env: str, n: int, train_n: int) -> list[float]:
+        return [
+            float(np.mean(r["returns"]))
+            for r in sorted(results, key=lambda r: r.get("seed", 0))
+            if r["kind"] == kind
+            and r["env"] == env
+            and r["eval_nodes"] == n
+            and r.get("train_nodes") == train_n
+        ]
+
+    lines = [
+        "| env | N | random | greedy | MLP MaskablePPO | graph agent, trained at N | z vs random "
+        "| graph agent, trained at N = 20 | z vs random |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for env in SHORT.values():
+        for n in (20, 50):
+            rnd = pooled("random", env, n)
+            if not rnd:
+                continue
+            rm, rs = _stats(rnd)
+            cells = [
+                f"{rm:.3f} ± {rs:.3f}",
+                f"{GREEDY[(env, n)]:.3f}",
+                f"{MLP_MASKABLE[(env, n)]:.3f}",
+            ]
+            for kind, train_n in (("train", n), ("transfer" if n == 50 else "train", 20)):
+                if kind == "train" and train_n == 20 and n == 20 and len(cells) == 5:
+                    cells += ["(same)", ""]
+                    continue
+                g = pooled(kind, env, n, train_n)
+                if not g:
+                    cells += ["-", "-"]
+                    continue
+                gm, gs = _stats(g)
+                per_seed = ", ".join(f"{s:.3f}" for s in seeds(kind, env, n, train_n))
+                z = (gm - rm) / math.sqrt(gs**2 + rs**2)
+                cells += [f"{gm:.3f} ± {gs:.3f} (seeds: {per_seed})", f"{z:+.1f}"]
+            lines.append(f"| {env} | {n} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        f"Graph agent: MaskablePPO with `MaskableGraphPolicy`, {steps:,} env steps per run, "
+        f"mean ± s.e. of the returns of every training seed pooled ({episodes} episodes each, "
+        "initial states `reset(seed=e)` shared with every policy), per-seed means in brackets; "
+        "z = (graph - random) / sqrt(se_graph^2 + se_random^2). greedy and MLP MaskablePPO "
+        "(20,000 steps): the published yardsticks.",
+    ]
+    rates: dict[str, dict[str, float]] = {}
+    for r in results:
+        if r["kind"] == "throughput":
+            rates.setdefault(r["env"], {})[r["policy"]] = r["rate"]
+    if rates:
+        lines += ["", "| env | MLP steps/s | graph steps/s | MLP / graph |", "|---|---|---|---|"]
+        for env, rate in rates.items():
+            if {"mlp", "graph"} <= set(rate):
+                ratio = rate["mlp"] / rate["graph"]
+                lines.append(f"| {env} | {rate['mlp']:.0f} | {rate['graph']:.0f} | {ratio:.2f} |")
+    return "\n".join(lines)
+
+
+def plot_curves(results: list[dict], path: Path, bins: int = 20) -> None:
+    """Training-episode return vs env steps: mean over seeds and min-max band, per env."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    envs = list(SHORT.values())
+    fig, axes = plt.subplots(1, len(envs), figsize=(3.2 * len(envs), 2.8), dpi=90)
+    for ax, env in zip(axes, envs, strict=True):
+        for n, colour in ((20, "tab:blue"), (50, "tab:orange")):
+            runs = [r for r in results if r["kind"] == "train" and r["env"] == env]
+            runs = [r for r in runs if r["train_nodes"] == n and r["curve"]]
+            if not runs:
+                continue
+            total = max(r["steps"] for r in runs)
+            edges = np.linspace(0, total, bins + 1)
+            centres = 0.5 * (edges[1:] + edges[:-1])
+            per_seed = []
+            for r in runs:
+                t, ret = np.asarray(r["curve"]).T
+                idx = np.clip(np.digitize(t, edges) - 1, 0, bins - 1)
+                means = [ret[idx == b].mean() if np.any(idx == b) else np.nan for b in range(bins)]
+                per_seed.append(means)
+            arr = np.asarray(per_seed)
+            ax.plot(centres, np.nanmean(arr, 0), color=colour, label=f"N = {n} ({len(runs)} seeds)")
+            ax.fill_between(centres, np.nanmin(arr, 0), np.nanmax(arr, 0), color=colour, alpha=0.2)
+            ax.axhline(GREEDY[(env, n)], color=colour, ls="--", lw=0.8)
+            rnd = [r for r in results if r["kind"] == "random" and r["env"] == env]
+            for r in rnd:
+                if r["eval_nodes"] == n:
+                    ax.axhline(float(np.mean(r["returns"])), color=colour, ls=":", lw=0.8)
+        ax.set_title(env)
+        ax.set_xlabel("env steps")
+        ax.ticklabel_format(axis="x", style="sci", scilimits=(3, 3))
+    axes[0].set_ylabel("training episode return")
+    axes[0].legend(fontsize=7)
+    fig.suptitle(
+        "Graph agent: training-episode return (line: mean over seeds, band: min-max; "
+        "dashed: greedy, dotted: random, deterministic evaluation)",
+        fontsize=9,
+    )
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run every job, then write the table, the raw results and the figure."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--envs", nargs="*", default=list(ENVS))
+    parser.add_argument("--steps", type=int, default=30_000, help="env steps per training run")
+    parser.add_argument("--seeds", type=int, default=3, help="training seeds at N = 20")
+    parser.add_argument("--seeds-50", type=int, default=2, help="training seeds at N = 50")
+    parser.add_argument("--episodes", type=int, default=100)
+    parser.add_argument("--throughput-steps", type=int, default=4096)
+    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--out-dir", type=Path, required=True)
+    parser.add_argument(
+        "--from-raw",
+        nargs="*",
+        type=Path,
+        default=None,
+        help="no runs: write the table and figure from these raw.jsonl files (runs split "
+        "over several processes, e.g. one per pair of envs)",
+    )
+    args = parser.parse_args(argv)
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    if args.from_raw is not None:
+        results = [json.loads(line) for f in args.from_raw for line in f.read_text().splitlines()]
+        steps = max((r.get("steps", 0) for r in results if r["kind"] == "train"), default=0)
+        report = format_report(results, steps or args.steps, args.episodes)
+        print(report)
+        (args.out_dir / "table.md").write_text(report + "\n")
+        plot_curves(results, args.out_dir / "learning_curves.png")
+        return 0
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+    jobs: list[tuple] = []
+    for env_id in args.envs:
+        for n, count in ((50, args.seeds_50), (20, args.seeds)):
+            jobs += [
+                (train_job, env_id, n, s, args.steps, args.episodes, str(args.out_dir))
+                for s in range(count)
+            ]
+    for env_id in args.envs:
+        if args.throughput_steps:
+            jobs += [(throughput_job, env_id, p, args.throughput_steps) for p in ("mlp", "graph")]
+        jobs += [(random_job, env_id, n, args.episodes) for n in (20, 50)]
+
+    results: list[dict] = []
+    start = time.perf_counter()
+    raw = args.out_dir / "raw.jsonl"
+    raw.write_text("")
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        futures = {pool.submit(fn, *rest): (fn.__name__, rest[:3]) for fn, *rest in jobs}
+        for future in as_completed(futures):
+            out = future.result()["results"]
+            results += out
+            with raw.open("a") as fh:
+                fh.writelines(json.dumps(r) + "\n" for r in out)
+            name, what = futures[future]
+            print(
+                f"[{time.perf_counter() - start:7.1f}s] {name} {what}", file=sys.stderr, flush=True
+            )
+    report = format_report(results, args.steps, args.episodes)
+    print(report)
+    (args.out_dir / "table.md").write_text(report + "\n")
+    plot_curves(results, args.out_dir / "learning_curves.png")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
