@@ -63,6 +63,16 @@ def _config_class(model: str, env: str) -> type:
     return _CLASSES[model]
 
 
+def _has_preset(model: str, env: str) -> bool:
+    from gdm_models import get_preset
+
+    try:
+        get_preset(model, env)
+    except KeyError:
+        return False
+    return True
+
+
 def _model_error(key: str, name: str, err: BaseException) -> PresetError:
     msg = err.args[0] if err.args else err
     return PresetError(f"preset key {key!r} ({name!r}): {msg}")
@@ -135,10 +145,11 @@ def _check_models(p: Preset) -> None:
                 f"preset key {key!r} is unknown: {base!r} is not a model name; known keys "
                 f"here: {registered}"
             )
-        for env, models in trained.items():
-            for model in models:
-                if model.split(":", 1)[0] == base:
-                    check_model_values(model, env, values, key)
+        used = [(env, m) for env, ms in trained.items() for m in ms if m.split(":", 1)[0] == base]
+        if not used:  # overrides kept for a model left out (e.g. by --models): check them too
+            used = [(env, base) for env in p.envs if _has_preset(base, env)][:1]
+        for env, model in used:
+            check_model_values(model, env, values, key)
 
 
 def _check_grid(p: Preset) -> None:
