@@ -36,14 +36,41 @@ MAX_STORED_NODES = 500
 # Models and their overrides
 # ---------------------------------------------------------------------------------------------
 @functools.lru_cache(maxsize=256)
-def _config_class(model: str, env: str) -> type:
-    """The config dataclass of ``model`` on ``env`` (KeyError/ValueError for a bad name)."""
+def _built_config_class(model: str, env: str) -> type:
     from gdm_models import get_preset, make_model
 
     from graphwm.envs import env_schema
 
     built = make_model(model, env_schema(env), None, **get_preset(model, env)["model"])
     return type(built.config)
+
+
+_CLASSES: dict[str, type] = {}
+
+
+def _config_class(model: str, env: str) -> type:
+    """The config dataclass of ``model`` (KeyError/ValueError for a bad name or env).
+
+    The model is built once per name (on the first env asked for) through
+    :func:`gdm_models.make_model`, which refuses unknown names and ablations; its config's
+    class is the same on every env, so other envs only need their paper preset.
+    """
+    from gdm_models import get_preset
+
+    get_preset(model, env)  # KeyError: no preset for this model on this env
+    if model not in _CLASSES:
+        _CLASSES[model] = _built_config_class(model, env)
+    return _CLASSES[model]
+
+
+def _has_preset(model: str, env: str) -> bool:
+    from gdm_models import get_preset
+
+    try:
+        get_preset(model, env)
+    except KeyError:
+        return False
+    return True
 
 
 def _model_error(key: str, name: str, err: BaseException) -> PresetError:
@@ -59,26 +86,17 @@ def check_model_name(name: str, env: str, key: str) -> type:
         raise _model_error(key, name, err) from None
 
 
-@functools.lru_cache(maxsize=1024)
-def _build_error(model: str, env: str, frozen: tuple[tuple[str, Any], ...]) -> str | None:
-    """The error of building ``model`` with ``frozen`` overrides (None: it builds)."""
-    from gdm_models import get_preset, make_model
+def _build_error(model: str, env: str, overrides: Mapping[str, Any]) -> str | None:
+    """The error of the model's config under ``overrides`` on top of the paper preset (None:
+    accepted); the config dataclass's own checks (``__post_init__``) decide."""
+    from gdm_models import get_preset
 
-    from graphwm.envs import env_schema
-
+    values = {**get_preset(model, env)["model"], **overrides}
     try:
-        make_model(
-            model, env_schema(env), None, **{**get_preset(model, env)["model"], **dict(frozen)}
-        )
+        _config_class(model, env)(**values)
     except (ValueError, TypeError, KeyError) as err:
         return str(err.args[0] if err.args else err)
     return None
-
-
-def _freeze(values: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
-    return tuple(
-        sorted((k, repr(v) if isinstance(v, list | dict) else v) for k, v in values.items())
-    )
 
 
 def check_model_values(model: str, env: str, values: Mapping[str, Any], key: str) -> None:
@@ -94,14 +112,14 @@ def check_model_values(model: str, env: str, values: Mapping[str, Any], key: str
                 f"({model!r}); known keys here: {known}"
             )
         read_value(hints[name], value, PRESET, f"{key}.{name}")
-    if _build_error(model, env, _freeze(values)) is None:
+    if _build_error(model, env, values) is None:
         return
     for name, value in values.items():  # name the value the model's config refuses
-        err = _build_error(model, env, _freeze({name: value}))
+        err = _build_error(model, env, {name: value})
         if err is not None:
             got = "" if "got" in err else f", got {value!r}"
             raise PresetError(f"preset key '{key}.{name}': {err}{got}")
-    raise PresetError(f"preset key {key!r}: {_build_error(model, env, _freeze(values))}")
+    raise PresetError(f"preset key {key!r}: {_build_error(model, env, values)}")
 
 
 def check_trainer_value(name: str, value: Any, key: str) -> None:
@@ -127,10 +145,11 @@ def _check_models(p: Preset) -> None:
                 f"preset key {key!r} is unknown: {base!r} is not a model name; known keys "
                 f"here: {registered}"
             )
-        for env, models in trained.items():
-            for model in models:
-                if model.split(":", 1)[0] == base:
-                    check_model_values(model, env, values, key)
+        used = [(env, m) for env, ms in trained.items() for m in ms if m.split(":", 1)[0] == base]
+        if not used:  # overrides kept for a model left out (e.g. by --models): check them too
+            used = [(env, base) for env in p.envs if _has_preset(base, env)][:1]
+        for env, model in used:
+            check_model_values(model, env, values, key)
 
 
 def _check_grid(p: Preset) -> None:

@@ -128,7 +128,7 @@ class Where:
 
 def _short(value: Any) -> str:
     text = repr(value)
-    return text if len(text) <= 200 else text[:200] + "...]"
+    return text if len(text) <= 200 else text[:200] + "..."
 
 
 _HINTS: dict[type, dict[str, Any]] = {}
