@@ -37,3 +37,25 @@ def test_changelog_covers_every_distribution():
     text = (ROOT / "CHANGELOG.md").read_text()
     for dist in PACKAGES:
         assert dist in text
+
+
+def test_graphwm_pins_its_siblings_to_their_minor_release():
+    """graphwm's metadata accepts each sibling's bug-fix releases but not its next minor (a
+    breaking release under 0.x): ``~=X.Y.Z`` over the sibling's version."""
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    requirements = {Requirement(r).name: Requirement(r) for r in project["dependencies"]}
+    for dist, (_, folder) in PACKAGES.items():
+        if dist == "graphwm":
+            continue
+        version = Version(
+            tomllib.loads((folder / "pyproject.toml").read_text())["project"]["version"]
+        )
+        spec = requirements[dist].specifier
+        assert str(spec) == f"~={version}", f"{dist}: {spec or 'no version'}"
+        major, minor, micro = version.release
+        assert spec.contains(version) and spec.contains(f"{major}.{minor}.{micro + 1}")
+        assert not spec.contains(f"{major}.{minor + 1}.0")
+        assert metadata.version(dist) in spec  # the workspace install satisfies it
