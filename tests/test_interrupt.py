@@ -1,0 +1,186 @@
+"""SIGTERM / SIGINT to a running ``graphwm`` (what a cluster scheduler or Ctrl-C sends) stop
+its pool workers, leave the store consistent, exit 143 / 130 with a note on stderr, and a
+rerun resumes.
+
+A real subprocess runs the tiny preset with two pool workers and longer training (so the
+signal comes while both workers train); the signal goes to the graphwm process alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import psutil
+import pytest
+
+from graphwm.pipeline import RunPaths, load_preset, training_jobs
+from graphwm.stages.train import verify_trained
+from graphwm.store.files import read_json
+from graphwm.store.records import TrainRecord
+from graphwm.store.results import ResultStore
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "src" / "graphwm" / "presets" / "tiny.toml"
+STEPS = 60  # both workers still train when the signal comes, a step after their checkpoint
+CHECKPOINT_EVERY = 5
+
+
+def _preset(tmp_path: Path, envs: list[str], models: list[str]) -> Path:
+    """tiny.toml with two workers, longer training, frequent checkpoints, no ablations."""
+    text = TINY.read_text()
+    text = re.sub(r"(?m)^ablations = .*$", "ablations = []", text)
+    text = re.sub(r"(?m)^workers = \d+$", "workers = 2", text)
+    text = re.sub(r"(?m)^steps = \d+$", f"steps = {STEPS}", text)
+    text = re.sub(r"(?m)^checkpoint_every = \d+$", f"checkpoint_every = {CHECKPOINT_EVERY}", text)
+    preset = tomllib.loads(text)
+    assert preset["workers"] == 2 and preset["train"]["steps"] == STEPS
+    path = tmp_path / "preset.toml"
+    path.write_text(text)
+    return path
+
+
+def _graphwm(*args: str) -> list[str]:
+    return [sys.executable, "-m", "graphwm.cli", *args]
+
+
+def _env() -> dict[str, str]:
+    # each worker trains on one thread: the test machine's cores are shared
+    return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def _rows(log: Path) -> int:
+    try:
+        return max(0, len(log.read_text().splitlines()) - 1)
+    except FileNotFoundError:
+        return 0
+
+
+def _wait_until_training(proc: subprocess.Popen, run_dir: Path, logs: int, timeout: float):
+    """Wait until ``logs`` training logs hold a checkpoint's worth of rows (the workers train
+    and have a checkpoint to resume from); return the pool workers and their descendants."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        busy = [p for p in run_dir.glob("train/**/log.csv") if _rows(p) >= CHECKPOINT_EVERY]
+        if len(busy) >= logs:
+            return psutil.Process(proc.pid).children(recursive=True)
+        time.sleep(0.1)
+    proc.kill()
+    pytest.fail(f"training did not start within {timeout} s: {proc.communicate()[1][-3000:]}")
+
+
+def _assert_gone(procs: list[psutil.Process], timeout: float = 15.0) -> None:
+    _, alive = psutil.wait_procs(procs, timeout=timeout)
+    assert not alive, f"processes left running: {[(p.pid, p.cmdline()[:3]) for p in alive]}"
+
+
+def _assert_store_consistent(run_dir: Path, preset: dict) -> None:
+    """Every visible store file reads; every stored training record's checkpoint is intact."""
+    for path in run_dir.rglob("*.json"):
+        if not path.name.startswith(".tmp"):
+            json.loads(path.read_text())
+    store = ResultStore(RunPaths(run_dir).jobs)
+    for job in training_jobs(preset):
+        if store.has(job):
+            record = store.load(job)
+            assert isinstance(record, TrainRecord)
+            verify_trained(run_dir, record)
+
+
+def _interrupt_and_resume(tmp_path: Path, sig: signal.Signals, command: str) -> None:
+    envs, models = ["SAR"], ["gdm", "vanilla-gwm"]
+    preset_path = _preset(tmp_path, envs, models)
+    run_dir = tmp_path / "run"
+    args = _graphwm(command, "--preset", str(preset_path), "--out", str(run_dir), "--quiet")
+    args += ["--envs", *envs, "--models", *models]
+    proc = subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env()
+    )
+    workers = _wait_until_training(proc, run_dir, logs=2, timeout=120)
+    assert len(workers) >= 2
+    proc.send_signal(sig)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + sig, stderr[-3000:]
+    assert f"interrupted by {sig.name}" in stderr
+    assert re.search(r"stopped \d+ unfinished job\(s\)", stderr)
+    assert stderr.count(" SAR gdm") + stderr.count(" SAR vanilla-gwm") >= 2, stderr
+    assert f"graphwm {command} --preset" in stderr  # how to resume
+    _assert_gone(workers)
+
+    preset = load_preset(str(preset_path), {"envs": envs, "models": models})
+    _assert_store_consistent(run_dir, preset)
+    store = ResultStore(RunPaths(run_dir).jobs)
+    interrupted = [job for job in training_jobs(preset) if not store.has(job)]
+    assert len(interrupted) == 2, "a job finished before the signal: it came too late"
+    checkpointed = [job for job in interrupted if (job.dir(run_dir) / "ckpt/latest").is_dir()]
+    assert checkpointed
+
+    rerun = subprocess.run(args, capture_output=True, text=True, env=_env(), timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    _assert_store_consistent(run_dir, preset)
+    for job in interrupted:
+        assert store.load(job).steps == STEPS
+    for job in checkpointed:  # resumed from the checkpoint the interrupted run left
+        assert store.load(job).resumed_from >= CHECKPOINT_EVERY
+    events = [json.loads(line) for line in (run_dir / "jobs.log").read_text().splitlines()]
+    assert not [e for e in events if e["status"] == "failed"]
+    assert read_json(run_dir / "run.json")
+
+
+def test_sigterm_stops_the_workers_and_a_rerun_resumes(tmp_path):
+    _interrupt_and_resume(tmp_path, signal.SIGTERM, "train")
+
+
+@pytest.mark.slow
+def test_sigint_stops_the_workers_and_a_rerun_resumes(tmp_path):
+    _interrupt_and_resume(tmp_path, signal.SIGINT, "train")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
+def test_cli_exits_128_plus_the_signal_naming_the_stopped_jobs(tmp_path, monkeypatch, capsys, sig):
+    """In-process: the signal reaches the CLI while the executor runs a job (sequentially);
+    the job is logged as interrupted and the message says how to resume."""
+    from graphwm import cli
+    from graphwm.store.executors import run_jobs
+    from graphwm.store.records import Record
+
+    class Job:
+        key, kind, env, model = "train-0123", "train", "SAR", "gdm"
+
+        def describe(self):
+            return {"kind": self.kind}
+
+    def job_fn(job, run_dir) -> Record:
+        os.kill(os.getpid(), sig)
+        time.sleep(5)  # the handler raises before this ends
+        raise AssertionError("the signal did not interrupt the job")
+
+    def run(args):
+        run_jobs(job_fn, [Job()], ResultStore(tmp / "store"), tmp, max_workers=1, progress=False)
+        return 0
+
+    tmp = tmp_path
+    monkeypatch.setattr(cli, "_run", run)
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    code = cli.main(["train", "--preset", "tiny", "--out", "runs/x"])
+    assert code == 128 + sig
+    assert {s: signal.getsignal(s) for s in previous} == previous  # handlers restored
+    err = capsys.readouterr().err
+    assert f"interrupted by {sig.name}; stopped 1 unfinished job(s)" in err
+    assert "  train-0123 SAR gdm\n" in err
+    assert "graphwm train --preset tiny --out runs/x" in err
+    events = [json.loads(line) for line in (tmp / "jobs.log").read_text().splitlines()]
+    assert [e["status"] for e in events] == ["interrupted"]
+
+
+@pytest.mark.slow
+def test_sigterm_to_reproduce_stops_the_workers_and_a_rerun_completes(tmp_path):
+    _interrupt_and_resume(tmp_path, signal.SIGTERM, "reproduce")
