@@ -139,11 +139,11 @@ def _run_local(fn, todo, store, run_dir, workers, desc, progress) -> None:
         pool = ProcessPoolExecutor(
             max_workers=min(workers, len(todo)), mp_context=ctx, initializer=_ignore_sigint
         )
-        futures = {
-            pool.submit(_run_and_store, fn, job, str(store.root), str(run_dir)): job for job in todo
-        }
+        futures: dict[Future, Job] = {}
         error: BaseException | None = None
         try:
+            for job in todo:  # submitting starts the workers: a signal may come meanwhile
+                futures[pool.submit(_run_and_store, fn, job, str(store.root), str(run_dir))] = job
             try:
                 for future in as_completed(futures):
                     future.result()
@@ -154,7 +154,9 @@ def _run_local(fn, todo, store, run_dir, workers, desc, progress) -> None:
                 error = err
             pool.shutdown(wait=True)
         except KeyboardInterrupt as err:
+            submitted = {job.key for job in futures.values()}
             unfinished = [describe_job(job) for f, job in futures.items() if not f.done()]
+            unfinished += [describe_job(job) for job in todo if job.key not in submitted]
             _stop_pool(pool, futures)
             bar.close()
             raise Interrupted.of(err, unfinished) from None
