@@ -8,6 +8,7 @@ signal comes while both workers train); the signal goes to the graphwm process a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -63,18 +64,28 @@ def _rows(log: Path) -> int:
         return 0
 
 
+def _kill_tree(proc: subprocess.Popen) -> str:
+    """Kill ``proc`` and everything it started; return the end of its stderr."""
+    with contextlib.suppress(psutil.NoSuchProcess):
+        for child in psutil.Process(proc.pid).children(recursive=True):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                child.kill()
+    proc.kill()
+    return proc.communicate(timeout=30)[1][-3000:]
+
+
 def _wait_until_training(proc: subprocess.Popen, run_dir: Path, logs: int, timeout: float):
     """Wait until ``logs`` training logs hold a checkpoint's worth of rows (the workers train
     and have a checkpoint to resume from); return the pool workers and their descendants."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        if proc.poll() is not None:
+            pytest.fail(f"graphwm ended before training: {_kill_tree(proc)}")
         busy = [p for p in run_dir.glob("train/**/log.csv") if _rows(p) >= CHECKPOINT_EVERY]
         if len(busy) >= logs:
             return psutil.Process(proc.pid).children(recursive=True)
         time.sleep(0.1)
-    proc.kill()
-    pytest.fail(f"training did not start within {timeout} s: {proc.communicate()[1][-3000:]}")
+    pytest.fail(f"training did not start within {timeout} s: {_kill_tree(proc)}")
 
 
 def _assert_gone(procs: list[psutil.Process], timeout: float = 15.0) -> None:
@@ -104,16 +115,25 @@ def _interrupt_and_resume(tmp_path: Path, sig: signal.Signals, command: str) -> 
     proc = subprocess.Popen(
         args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env()
     )
-    workers = _wait_until_training(proc, run_dir, logs=2, timeout=120)
+    # generous: on a loaded machine starting the workers (torch imports) takes minutes
+    workers = _wait_until_training(proc, run_dir, logs=2, timeout=600)
     assert len(workers) >= 2
     proc.send_signal(sig)
-    _, stderr = proc.communicate(timeout=60)
+    try:
+        _, stderr = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"graphwm did not end within 60 s of {sig.name}: {_kill_tree(proc)}")
+    try:
+        _assert_gone(workers)
+    finally:  # leave nothing running, whatever failed
+        for worker in workers:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                worker.kill()
     assert proc.returncode == 128 + sig, stderr[-3000:]
     assert f"interrupted by {sig.name}" in stderr
     assert re.search(r"stopped \d+ unfinished job\(s\)", stderr)
     assert stderr.count(" SAR gdm") + stderr.count(" SAR vanilla-gwm") >= 2, stderr
     assert f"graphwm {command} --preset" in stderr  # how to resume
-    _assert_gone(workers)
 
     preset = load_preset(str(preset_path), {"envs": envs, "models": models})
     _assert_store_consistent(run_dir, preset)
@@ -123,7 +143,11 @@ def _interrupt_and_resume(tmp_path: Path, sig: signal.Signals, command: str) -> 
     checkpointed = [job for job in interrupted if (job.dir(run_dir) / "ckpt/latest").is_dir()]
     assert checkpointed
 
-    rerun = subprocess.run(args, capture_output=True, text=True, env=_env(), timeout=300)
+    # the rerun runs in-process (--workers does not enter any job key): two fewer processes
+    # to start, and the resume is the same
+    rerun = subprocess.run(
+        [*args, "--workers", "1"], capture_output=True, text=True, env=_env(), timeout=300
+    )
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     _assert_store_consistent(run_dir, preset)
     for job in interrupted:
@@ -142,6 +166,44 @@ def test_sigterm_stops_the_workers_and_a_rerun_resumes(tmp_path):
 @pytest.mark.slow
 def test_sigint_stops_the_workers_and_a_rerun_resumes(tmp_path):
     _interrupt_and_resume(tmp_path, signal.SIGINT, "train")
+
+
+WATCHED_POOL = """
+import sys, time, multiprocessing as mp, os
+from concurrent.futures import ProcessPoolExecutor
+from graphwm.store.executors import _init_worker
+pool = ProcessPoolExecutor(
+    2, mp_context=mp.get_context("spawn"), initializer=_init_worker, initargs=(os.getpid(),)
+)
+futures = [pool.submit(time.sleep, 300) for _ in range(2)]
+while len(pool._processes) < 2:
+    time.sleep(0.05)
+print(" ".join(map(str, pool._processes)), flush=True)
+time.sleep(300)
+"""
+
+
+def test_pool_workers_end_when_the_main_process_is_killed():
+    """SIGKILL (a scheduler's after its grace period) cannot be handled: the workers notice
+    their parent is gone and end themselves instead of training on."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WATCHED_POOL], stdout=subprocess.PIPE, text=True, env=_env()
+    )
+    workers: list[psutil.Process] = []
+    try:
+        workers += [psutil.Process(int(pid)) for pid in proc.stdout.readline().split()]
+        assert len(workers) == 2
+        time.sleep(1.0)  # the workers are sleeping in their jobs
+        assert all(w.is_running() for w in workers)
+        proc.kill()
+        proc.wait(timeout=30)
+        _assert_gone(workers, timeout=30)
+    finally:  # leave nothing running, whatever failed
+        if proc.poll() is None:
+            _kill_tree(proc)
+        for worker in workers:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                worker.kill()
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
@@ -37,6 +38,7 @@ JobFn = Callable[[Any, str], Record]
 
 
 GRACE_SECONDS = 5.0  # between SIGTERM and SIGKILL for a worker that does not stop
+WATCHDOG_SECONDS = 1.0  # how often a pool worker checks that its parent is alive
 
 
 def _run_and_store(fn: JobFn, job: Job, store_root: str, run_dir: str) -> Record:
@@ -116,10 +118,23 @@ def describe_job(job: Job) -> str:
     return " ".join(parts)
 
 
-def _ignore_sigint() -> None:
-    """Pool worker initializer: a terminal's Ctrl-C reaches the whole process group; the main
-    process alone handles it (and stops the workers), so a job is not cut short twice."""
+def _init_worker(parent: int) -> None:
+    """Pool worker initializer.
+
+    A terminal's Ctrl-C reaches the whole process group: the main process alone handles it
+    (and stops the workers), so SIGINT is ignored here. A main process that dies without
+    stopping its workers (SIGKILL, e.g. a scheduler's after its grace period) would leave
+    them training, or waiting for work, forever: a watchdog thread ends the worker once its
+    parent (``parent``, the pid of the process that made the pool) is gone.
+    """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(WATCHDOG_SECONDS)
+        os._exit(1)  # no clean-up to wait for: the job's record is never half written
+
+    threading.Thread(target=watch, name="graphwm-parent-watchdog", daemon=True).start()
 
 
 def _run_local(fn, todo, store, run_dir, workers, desc, progress) -> None:
@@ -137,7 +152,10 @@ def _run_local(fn, todo, store, run_dir, workers, desc, progress) -> None:
 
         ctx = mp.get_context("spawn")  # torch and fork do not mix
         pool = ProcessPoolExecutor(
-            max_workers=min(workers, len(todo)), mp_context=ctx, initializer=_ignore_sigint
+            max_workers=min(workers, len(todo)),
+            mp_context=ctx,
+            initializer=_init_worker,
+            initargs=(os.getpid(),),
         )
         futures: dict[Future, Job] = {}
         error: BaseException | None = None
