@@ -189,7 +189,8 @@ def _stop_pool(pool: ProcessPoolExecutor, futures: Iterable[Future]) -> None:
         future.cancel()
     workers = list((getattr(pool, "_processes", None) or {}).values())
     terminate_processes([p.pid for p in workers if p.pid is not None])
-    pool.shutdown(wait=False, cancel_futures=True)
+    # the pool sees its workers gone and closes its queues: nothing is left to wait for
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
 def terminate_processes(pids: Sequence[int], grace: float = GRACE_SECONDS) -> None:
