@@ -150,8 +150,8 @@ def _interrupt_and_resume(tmp_path: Path, sig: signal.Signals, command: str) -> 
     # the rerun runs in-process (--workers does not enter any job key): two fewer processes
     # to start, and the resume is the same
     rerun = subprocess.run(
-        [*args, "--workers", "1"], capture_output=True, text=True, env=_env(), timeout=300
-    )
+        [*args, "--workers", "1"], capture_output=True, text=True, env=_env(), timeout=1800
+    )  # reproduce's rerun evaluates and trains agents too: minutes on a loaded machine
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     _assert_store_consistent(run_dir, preset)
     for job in interrupted:
