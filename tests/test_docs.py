@@ -106,19 +106,45 @@ def test_doc_code_blocks_run(path, tmp_path, monkeypatch):
     run_file(path)
 
 
-def test_package_readme_links_are_absolute():
-    """A package README is also the package's page on an index, where ../../docs breaks: its
-    links are absolute, and those into this repository (the package's ``Repository`` URL in
-    its pyproject.toml, then ``/blob/main/<path>``) name files that exist."""
-    link = re.compile(r"\]\((?P<target>[^)\s]+)\)")
-    for readme in sorted(REPO.glob("packages/*/README.md")):
-        meta = tomllib.loads((readme.parent / "pyproject.toml").read_text(encoding="utf-8"))
-        repo_url = meta["project"].get("urls", {}).get("Repository")
-        for target in link.findall(readme.read_text(encoding="utf-8")):
-            assert re.match(r"https?://", target), f"{rel(readme)}: relative link {target}"
-            if repo_url and target.startswith(f"{repo_url}/blob/main/"):
-                path = target.removeprefix(f"{repo_url}/blob/main/").split("#")[0]
-                assert (REPO / path).exists(), f"{rel(readme)}: {target} names no file"
+def _project_pages() -> list[tuple[Path, dict]]:
+    """(README, [project] table) of every pyproject.toml whose ``readme`` is an index page."""
+    pages = []
+    for pyproject in sorted([REPO / "pyproject.toml", *REPO.glob("packages/*/pyproject.toml")]):
+        project = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]
+        readme = project.get("readme")
+        readme = readme.get("file") if isinstance(readme, dict) else readme
+        if readme:
+            pages.append((pyproject.parent / readme, project))
+    return pages
+
+
+def test_every_readme_that_is_a_project_page_is_checked():
+    assert {rel(readme) for readme, _ in _project_pages()} >= {
+        "README.md",
+        *(rel(p) for p in REPO.glob("packages/*/README.md")),
+    }
+
+
+@pytest.mark.parametrize("page", _project_pages(), ids=lambda page: rel(page[0]))
+def test_project_page_links_are_absolute(page):
+    """A README declared as ``readme`` is also the package's page on an index, where
+    ``docs/x.md`` or ``../../docs`` breaks: its links (inline, reference-style, images, HTML)
+    are absolute, and those into this repository (the ``Repository`` URL in its
+    pyproject.toml, then ``/blob/main/<path>``) name files that exist."""
+    readme, project = page
+    text = readme.read_text(encoding="utf-8")
+    targets = [
+        *re.findall(r"\]\(\s*<?([^)\s>]+)", text),  # [text](target), ![alt](target)
+        *re.findall(r"(?m)^\s*\[[^\]]+\]:\s*<?(\S+?)>?(?:\s|$)", text),  # [ref]: target
+        *re.findall(r"""(?:href|src)\s*=\s*["']([^"']+)["']""", text),  # HTML
+    ]
+    assert targets or readme.parent != REPO, "the root README links the docs"
+    repo_url = project.get("urls", {}).get("Repository")
+    for target in targets:
+        assert re.match(r"(https?|mailto):", target), f"{rel(readme)}: relative link {target}"
+        if repo_url and target.startswith(f"{repo_url}/blob/main/"):
+            path = target.removeprefix(f"{repo_url}/blob/main/").split("#")[0]
+            assert (REPO / path).exists(), f"{rel(readme)}: {target} names no file"
 
 
 def test_no_reference_to_a_missing_architecture_file():

@@ -37,3 +37,56 @@ def test_changelog_covers_every_distribution():
     text = (ROOT / "CHANGELOG.md").read_text()
     for dist in PACKAGES:
         assert dist in text
+
+
+def test_graphwm_pins_its_siblings_to_their_minor_release():
+    """graphwm's metadata accepts each sibling's bug-fix releases but not its next minor (a
+    breaking release under 0.x): ``~=X.Y.Z`` over the sibling's version."""
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    requirements = {Requirement(r).name: Requirement(r) for r in project["dependencies"]}
+    for dist, (_, folder) in PACKAGES.items():
+        if dist == "graphwm":
+            continue
+        version = Version(
+            tomllib.loads((folder / "pyproject.toml").read_text())["project"]["version"]
+        )
+        spec = requirements[dist].specifier
+        assert str(spec) == f"~={version}", f"{dist}: {spec or 'no version'}"
+        major, minor, micro = version.release
+        assert spec.contains(version) and spec.contains(f"{major}.{minor}.{micro + 1}")
+        assert not spec.contains(f"{major}.{minor + 1}.0")
+        assert metadata.version(dist) in spec  # the workspace install satisfies it
+
+
+def test_graphwm_wheel_metadata_pins_the_siblings_and_links_absolutely(tmp_path):
+    """What an index receives: the built wheel's Requires-Dist pins the siblings and its
+    project page (the README as long description) has no relative link."""
+    import re
+    import shutil
+    import subprocess
+    import zipfile
+    from email.parser import Parser
+
+    uv = shutil.which("uv")
+    if uv is None:
+        pytest.skip("uv is not installed")
+    build = [uv, "build", "--wheel", "-q", "-o", str(tmp_path), str(ROOT)]
+    result = subprocess.run(build, capture_output=True, text=True, timeout=300)
+    if result.returncode != 0:  # no network: the build backend may still be cached
+        result = subprocess.run([*build, "--offline"], capture_output=True, text=True)
+    if result.returncode != 0:
+        pytest.skip(f"cannot build the wheel here: {result.stderr[-300:]}")
+    (wheel,) = tmp_path.glob("graphwm-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
+        meta = Parser().parsestr(zf.read(name).decode())
+    requires = {re.split(r"[~=<>!; ]", r, maxsplit=1)[0]: r for r in meta.get_all("Requires-Dist")}
+    for dist in ("graphwm-envs", "gdm-models", "gdd-metric"):
+        assert requires[dist].replace(" ", "") == f"{dist}~={metadata.version(dist)}"
+    page = meta.get_payload()
+    assert "blob/main/docs/" in page
+    relative = [t for t in re.findall(r"\]\(([^)\s]+)", page) if not re.match(r"https?:", t)]
+    assert not relative, relative

@@ -131,7 +131,42 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the ``graphwm`` CLI; returns the exit code (errors: one line on stderr)."""
+    """Run the ``graphwm`` CLI; returns the exit code (errors: one line on stderr).
+
+    SIGINT and SIGTERM stop the run's workers and return 130 / 143 (``128 + signal``) after
+    saying on stderr which jobs were stopped and how to resume.
+    """
+    from graphwm.store.interrupts import raise_on_signals
+
+    with raise_on_signals():
+        try:
+            return _main(argv)
+        except KeyboardInterrupt as err:
+            return _interrupted(err, sys.argv[1:] if argv is None else argv)
+
+
+def _interrupted(err: KeyboardInterrupt, argv: list[str]) -> int:
+    """Report a run stopped by a signal; return the exit code ``128 + signal``."""
+    import shlex
+
+    from graphwm.store.interrupts import Interrupted
+
+    stop = Interrupted.of(err)
+    lines = [f"graphwm: interrupted by {stop.signal_name}"]
+    if stop.jobs:
+        lines[0] += f"; stopped {len(stop.jobs)} unfinished job(s) (running or queued):"
+        lines += [f"  {job}" for job in stop.jobs]
+    lines.append(
+        "graphwm: every finished job's record is stored (records are written whole, never in "
+        "part); to resume, rerun the same command (it skips finished jobs and training "
+        "continues from its last checkpoint):"
+    )
+    lines.append("  " + shlex.join(["graphwm", *argv]))
+    print("\n".join(lines), file=sys.stderr, flush=True)
+    return stop.exit_code
+
+
+def _main(argv: list[str] | None) -> int:
     args = _build_parser().parse_args(argv)
     if not logging.getLogger("graphwm").handlers:
         handler = logging.StreamHandler(sys.stderr)
@@ -142,9 +177,6 @@ def main(argv: list[str] | None = None) -> int:
         return _run(args)
     try:
         return _run(args)
-    except KeyboardInterrupt:
-        print("graphwm: interrupted", file=sys.stderr)
-        return 130
     except Exception as err:  # one clear line; --debug for the traceback
         user = isinstance(err, _user_errors())
         message = str(err) if user else f"{type(err).__name__}: {err}"

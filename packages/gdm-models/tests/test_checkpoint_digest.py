@@ -82,3 +82,20 @@ def test_model_name_is_checked(make_tiny, tmp_path):
     assert load_checkpoint(path, model_name="gdm").model_name == "gdm"
     with pytest.raises(CheckpointError, match="holds model 'gdm', expected 'vanilla-gwm'"):
         load_checkpoint(path, model_name="vanilla-gwm")
+
+
+def test_weights_that_are_not_safetensors_raise_checkpoint_error(make_tiny, tmp_path):
+    """A pickle under the safetensors name (digest resealed) names the file, not the parser."""
+    import torch
+    from gdm_models import checkpoint as ck
+
+    model = make_tiny()
+    path = model.save(tmp_path / "ck")
+    weights = path / ck.WEIGHTS_FILE
+    torch.save(model.state_dict(), weights)
+    manifest = ck.read_manifest(path)
+    manifest["weights_sha256"] = ck._sha256(weights)
+    ck._write_manifest(path, manifest)
+    verify_checkpoint(path)  # the files match the manifest: only the format is wrong
+    with pytest.raises(CheckpointError, match=r"weights\.safetensors are not a safetensors"):
+        load_checkpoint(path)

@@ -58,6 +58,25 @@ def test_exact_resume_and_csv(make_tiny, dataset, tmp_path):
     assert _same(_weights(final), _weights(m2))
 
 
+def test_every_logged_row_reaches_the_disk_before_any_checkpoint(make_tiny, dataset, tmp_path):
+    """`tail -f` on the log follows the run: step k sees the k - 1 rows logged before it."""
+    log = tmp_path / "run.csv"
+    model = make_tiny(seed=2)
+    rows_on_disk = []
+    loss_fn = model.training_loss
+
+    def spy(*args, **kwargs):
+        text = log.read_text() if log.is_file() else ""
+        rows_on_disk.append(max(0, len(text.splitlines()) - 1))  # minus the header
+        return loss_fn(*args, **kwargs)
+
+    model.training_loss = spy
+    train(model, dataset, steps=5, batch_size=2, seq_len=3, seed=3, device="cpu",
+          progress=False, log_csv=log, checkpoint_dir=tmp_path / "ck",
+          checkpoint_every=1000)  # fmt: skip
+    assert rows_on_disk == [0, 1, 2, 3, 4]
+
+
 def test_epochs_and_argument_errors(make_tiny, dataset):
     m = make_tiny()
     res = train(m, dataset, epochs=1, batch_size=4, seq_len=2, device="cpu", progress=False)

@@ -9,6 +9,11 @@ For a reference episode (a random-policy rollout replayed from its seed and acti
 * model samples: the model's own kappa predictions for the same state and action
   (see :mod:`graphwm.stages.evaluate`);
 * the transition GDD between the two sample sets of metric graphs (:func:`transition_gdd`).
+
+An evaluation job builds one :class:`EvalContext` (env, size, the extended schema, the
+terminal schema, the bandwidths and one env instance) and passes it down: every transition of
+the job uses it, instead of rebuilding the schema and an env per transition. The free
+functions are the same steps for one-off use.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from typing import Any
 import numpy as np
 from gdm_models.data import complete_observation
 
-from graphwm.envs import make_env
+from graphwm.envs import env_schema, make_env
 from graphwm.metric.graph import (
     extend_schema,
     metric_graph,
@@ -72,12 +77,15 @@ def replay_episode(
     capture: Sequence[int],
     keep_observations: bool = False,
     check: Mapping[str, np.ndarray] | None = None,
+    *,
+    env: Any = None,
 ) -> ReplayedEpisode:
     """Replay a recorded episode exactly and snapshot the state before each step in ``capture``.
 
     ``check`` (the recorded ``reward`` array) verifies the replay reproduces the recording.
+    ``env``: an instance of ``env_name`` at ``num_nodes`` to reuse (reset here); else a new one.
     """
-    env = make_env(env_name, num_nodes)
+    env = make_env(env_name, num_nodes) if env is None else env
     obs, _ = env.reset(seed=seed)
     observations = [complete_observation(obs)] if keep_observations else None
     capture_set = set(int(t) for t in capture)
@@ -120,15 +128,18 @@ def env_samples(
     snapshot: Any,
     actions: np.ndarray,
     seeds: Sequence[int],
+    *,
+    env: Any = None,
 ) -> tuple[list[list[dict]], np.ndarray]:
     """Environment rollouts from ``snapshot`` along ``actions`` (one per seed).
 
     Returns ``(graphs, invalid)``: ``graphs[h][i]`` is sample i's metric graph after step h+1,
     ``invalid`` (H, S) bool says whether step h of sample i was an invalid-action noop. After a
     sample terminates it stays in its terminal state: later steps repeat its terminal metric
-    graph with reward 0.
+    graph with reward 0. ``env``: an instance to reuse (every sample restores the snapshot
+    with its own seed, so earlier use does not matter); else a new one.
     """
-    env = make_env(env_name, num_nodes)
+    env = make_env(env_name, num_nodes) if env is None else env
     horizon = len(actions)
     graphs: list[list[dict]] = [[] for _ in range(horizon)]
     invalid = np.zeros((horizon, len(seeds)), dtype=bool)
@@ -149,6 +160,115 @@ def env_samples(
     return graphs, invalid
 
 
+@dataclass
+class EvalContext:
+    """What one evaluation job holds constant, built once (:meth:`build`) and passed down.
+
+    Attributes:
+        env_name, num_nodes: the env and graph size of the reference episodes.
+        metric_schema: the env schema extended with reward, continuation and action mask
+            (:func:`~graphwm.metric.graph.extend_schema`).
+        terminal_schema: reward and continuation only (a terminal reference transition).
+        bandwidths: the fitted GDD bandwidths of the env.
+        env: one env instance for every replay and every env sample of the job.
+    """
+
+    env_name: str
+    num_nodes: int
+    metric_schema: dict[str, Any]
+    terminal_schema: dict[str, Any]
+    bandwidths: Any
+    env: Any = field(default=None, repr=False)
+
+    @classmethod
+    def build(
+        cls,
+        env_name: str,
+        num_nodes: int,
+        bandwidths: Any,
+        schema: Mapping[str, Any] | None = None,
+    ) -> EvalContext:
+        """The context of ``env_name`` at ``num_nodes``; ``schema``: the env schema (read
+        from the env when omitted)."""
+        schema = env_schema(env_name) if schema is None else schema
+        return cls(env_name, num_nodes, extend_schema(schema), terminal_schema(), bandwidths)
+
+    def _env(self) -> Any:
+        if self.env is None:
+            self.env = make_env(self.env_name, self.num_nodes)
+        return self.env
+
+    def replay(
+        self,
+        seed: int,
+        actions: np.ndarray,
+        capture: Sequence[int],
+        keep_observations: bool = False,
+        check: Mapping[str, np.ndarray] | None = None,
+    ) -> ReplayedEpisode:
+        """:func:`replay_episode` in this context's env."""
+        return replay_episode(
+            self.env_name,
+            self.num_nodes,
+            seed,
+            actions,
+            capture,
+            keep_observations,
+            check,
+            env=self._env(),
+        )
+
+    def samples(
+        self, snapshot: Any, actions: np.ndarray, seeds: Sequence[int]
+    ) -> tuple[list[list[dict]], np.ndarray]:
+        """:func:`env_samples` in this context's env."""
+        return env_samples(self.env_name, self.num_nodes, snapshot, actions, seeds, env=self._env())
+
+    def view(
+        self, model_set: Mapping[str, np.ndarray], env_set: Mapping[str, np.ndarray], terminal: bool
+    ) -> tuple[Mapping[str, np.ndarray], Mapping[str, np.ndarray], dict[str, Any]]:
+        """The two sets and the schema a transition is scored on (terminal: reward and
+        continuation only)."""
+        if terminal:
+            return terminal_view(model_set), terminal_view(env_set), self.terminal_schema
+        return model_set, env_set, self.metric_schema
+
+    def gdd(
+        self,
+        model_set: Mapping[str, np.ndarray],
+        env_set: Mapping[str, np.ndarray],
+        terminal: bool,
+        estimator: str = "biased",
+    ):
+        """GDD between model and environment metric sample sets of one transition.
+
+        ``estimator``: "biased" (the paper's V-statistic) or "unbiased" (U-statistic).
+        """
+        from gdd_metric import gdd
+
+        return gdd(*self.view(model_set, env_set, terminal), self.bandwidths, estimator=estimator)
+
+    def p_value(
+        self,
+        model_set: Mapping[str, np.ndarray],
+        env_set: Mapping[str, np.ndarray],
+        terminal: bool,
+        num_permutations: int,
+        seed: int,
+    ) -> float:
+        """p-value of gdd-metric's permutation test (GDD statistic, the view of :meth:`gdd`)
+        of "model and env samples come from one distribution"."""
+        from gdd_metric import permutation_test
+
+        rng = np.random.default_rng(seed)
+        view = self.view(model_set, env_set, terminal)
+        return permutation_test(*view, self.bandwidths, num_permutations, rng)[1]
+
+
+def _one_off(schema: Mapping[str, Any], bandwidths: Any) -> EvalContext:
+    return EvalContext("", 0, extend_schema(schema), terminal_schema(), bandwidths)
+
+
 def transition_gdd(
     model_set: Mapping[str, np.ndarray],
     env_set: Mapping[str, np.ndarray],
@@ -159,21 +279,12 @@ def transition_gdd(
 ):
     """GDD between model and environment metric sample sets of one transition.
 
-    ``schema`` is the env schema; it is extended with reward/continuation/action mask here. A
-    terminal reference transition is scored on reward and continuation only. ``estimator``:
-    "biased" (the paper's V-statistic) or "unbiased" (U-statistic).
+    ``schema`` is the env schema; it is extended with reward/continuation/action mask here
+    (a job scores many transitions through one :class:`EvalContext` instead). A terminal
+    reference transition is scored on reward and continuation only. ``estimator``: "biased"
+    (the paper's V-statistic) or "unbiased" (U-statistic).
     """
-    from gdd_metric import gdd
-
-    if terminal:
-        return gdd(
-            terminal_view(model_set),
-            terminal_view(env_set),
-            terminal_schema(),
-            bandwidths,
-            estimator=estimator,
-        )
-    return gdd(model_set, env_set, extend_schema(schema), bandwidths, estimator=estimator)
+    return _one_off(schema, bandwidths).gdd(model_set, env_set, terminal, estimator)
 
 
 def transition_p_value(
@@ -187,11 +298,6 @@ def transition_p_value(
 ) -> float:
     """p-value of gdd-metric's permutation test (GDD statistic, same view as
     :func:`transition_gdd`) of "model and env samples come from one distribution"."""
-    from gdd_metric import permutation_test
-
-    rng = np.random.default_rng(seed)
-    if terminal:
-        args = (terminal_view(model_set), terminal_view(env_set), terminal_schema())
-    else:
-        args = (model_set, env_set, extend_schema(schema))
-    return permutation_test(*args, bandwidths, num_permutations, rng)[1]
+    return _one_off(schema, bandwidths).p_value(
+        model_set, env_set, terminal, num_permutations, seed
+    )

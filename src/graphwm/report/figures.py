@@ -78,15 +78,24 @@ def _save(fig: Figure, path: Path) -> Path:
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
             handles.setdefault(label, handle)
     if handles:
-        fig.legend(
-            list(handles.values()),
-            list(handles.keys()),
-            loc="outside lower center",
-            ncols=min(len(handles), 5),
-            fontsize="small",
-        )
+        _shared_legend(fig, list(handles.values()), list(handles.keys()))
     fig.savefig(path, dpi=_DPI, metadata={"Software": None})
     return path
+
+
+def _shared_legend(fig: Figure, handles: list, labels: list[str]) -> None:
+    """One legend below the panels, in as many columns (at most 5) as fit the figure's width.
+
+    A legend wider than the figure is cut off at its edges (a one-panel figure is 3.6 in
+    wide), so columns are dropped until it fits; its width does not depend on the layout.
+    """
+    for ncols in range(min(len(handles), 5), 0, -1):
+        legend = fig.legend(
+            handles, labels, loc="outside lower center", ncols=ncols, fontsize="small"
+        )
+        if ncols == 1 or legend.get_window_extent().width <= fig.bbox.width:
+            return
+        legend.remove()
 
 
 def _log_size_axis(ax: Axes, sizes: Sequence[int]) -> None:

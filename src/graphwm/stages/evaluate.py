@@ -7,6 +7,9 @@ from the reference state: latent models condition on the posterior over the refe
 trajectory up to the reference state (``observe``), state-space models start from the
 reference observation (their ``observe`` returns it). Sample seeds derive from (episode
 seed, step, stream), so a job is deterministic.
+
+A job builds one :class:`~graphwm.metric.protocol.EvalContext` (extended schema, bandwidths,
+one env instance) and passes it to every step: replay, env samples and scoring.
 """
 
 from __future__ import annotations
@@ -18,22 +21,18 @@ from typing import Any
 
 import numpy as np
 
-from graphwm.envs import env_schema
 from graphwm.metric.factor_metrics import average_metrics, factor_metrics
-from graphwm.metric.graph import OBS_KEYS, extend_schema, model_samples_to_metric, stack_graphs
+from graphwm.metric.graph import OBS_KEYS, model_samples_to_metric, stack_graphs
 from graphwm.metric.protocol import (
     STREAM_ENV,
     STREAM_MODEL,
     STREAM_PERMUTATION,
     STREAM_POSTERIOR,
     STREAM_SELF,
+    EvalContext,
     ReplayedEpisode,
-    env_samples,
     reference_indices,
-    replay_episode,
     sample_seeds,
-    transition_gdd,
-    transition_p_value,
 )
 from graphwm.stages.collect import DataRef, load_episodes
 from graphwm.stages.fit import FitJob, load_fitted
@@ -107,6 +106,12 @@ def _load_model(job: EvalJob, run_dir: Path):
     )
 
 
+def eval_context(job: EvalJob, run_dir: Path) -> EvalContext:
+    """The job's constants, built once: extended schema, fitted bandwidths, one env."""
+    bandwidths, _ = load_fitted(job.fit.dir(run_dir))
+    return EvalContext.build(job.env, job.size, bandwidths)
+
+
 def _test_episodes(job: EvalJob, run_dir: Path):
     episodes, seeds = load_episodes(job.data.path(run_dir))
     if job.max_episodes is not None:
@@ -141,6 +146,7 @@ class ReferencePoint:
 def reference_points(
     job: EvalJob,
     run_dir: Path,
+    ctx: EvalContext,
     horizon: int,
     keep_observations: bool,
     stream: int = STREAM_ENV,
@@ -155,20 +161,12 @@ def reference_points(
         seed = int(seed)
         length = len(episode["reward"])
         refs = reference_indices(length, job.reference_transitions)
-        replay = replay_episode(
-            job.env,
-            job.size,
-            seed,
-            episode["actions"],
-            refs,
-            keep_observations=keep_observations,
-            check=episode,
+        replay = ctx.replay(
+            seed, episode["actions"], refs, keep_observations=keep_observations, check=episode
         )
         for t in map(int, refs):
             steps = min(horizon, length - t)
-            graphs, invalid = env_samples(
-                job.env,
-                job.size,
+            graphs, invalid = ctx.samples(
                 replay.snapshots[t],
                 episode["actions"][t : t + steps],
                 sample_seeds(seed, t, stream, kappa),
@@ -241,10 +239,8 @@ def single_step_job(job: EvalJob, run_dir: str) -> SingleStepRecord:
     transition); ``indistinguishable`` is the share with p >= ``job.alpha``.
     """
     run_dir = Path(run_dir)
-    schema = env_schema(job.env)
-    bandwidths, _ = load_fitted(job.fit.dir(run_dir))
+    ctx = eval_context(job, run_dir)
     model = _load_model(job, run_dir)
-    ext = extend_schema(schema)
     factors: list[dict] = []
     p_values: list[float] = []
 
@@ -253,18 +249,15 @@ def single_step_job(job: EvalJob, run_dir: str) -> SingleStepRecord:
     def score(point: ReferencePoint):
         model_set = sampler(point)[0]
         env_set, terminal = point.env_sets[0], point.terminal[0]
-        result = transition_gdd(model_set, env_set, schema, bandwidths, terminal)
-        factors.append(factor_metrics(model_set, env_set, ext, terminal))
+        result = ctx.gdd(model_set, env_set, terminal)
+        factors.append(factor_metrics(model_set, env_set, ctx.metric_schema, terminal))
         if job.permutations:
             seed = sample_seeds(point.seed, point.t, STREAM_PERMUTATION, 1)[0]
-            p_values.append(
-                transition_p_value(
-                    model_set, env_set, schema, bandwidths, terminal, job.permutations, seed
-                )
-            )
+            p_values.append(ctx.p_value(model_set, env_set, terminal, job.permutations, seed))
         return result.gdd, _components(result)
 
-    gdds, comps = _per_episode(reference_points(job, run_dir, 1, keep_observations=True), score)
+    points = reference_points(job, run_dir, ctx, 1, keep_observations=True)
+    gdds, comps = _per_episode(points, score)
     summary = _summarise(gdds, comps)
     share = None
     if job.permutations:
@@ -300,8 +293,7 @@ def self_gdd_job(job: EvalJob, run_dir: str) -> SelfGddRecord:
     transition it never exceeds the biased GDD (the kernel is largest on the diagonal).
     """
     run_dir = Path(run_dir)
-    schema = env_schema(job.env)
-    bandwidths, _ = load_fitted(job.fit.dir(run_dir))
+    ctx = eval_context(job, run_dir)
     kappa = job.num_samples
     unbiased: dict[int, list[float]] = {}  # per episode: signed sqrt of the unbiased MMD^2
 
@@ -309,16 +301,15 @@ def self_gdd_job(job: EvalJob, run_dir: str) -> SelfGddRecord:
         snapshot = point.replay.snapshots[point.t]
         action = point.replay.actions[point.t : point.t + 1]
         seeds = sample_seeds(point.seed, point.t, STREAM_SELF, kappa)
-        graphs, _ = env_samples(job.env, job.size, snapshot, action, seeds)
+        graphs, _ = ctx.samples(snapshot, action, seeds)
         other = stack_graphs(graphs[0])
-        result = transition_gdd(other, point.env_sets[0], schema, bandwidths, point.terminal[0])
-        u = transition_gdd(
-            other, point.env_sets[0], schema, bandwidths, point.terminal[0], "unbiased"
-        )
+        result = ctx.gdd(other, point.env_sets[0], point.terminal[0])
+        u = ctx.gdd(other, point.env_sets[0], point.terminal[0], "unbiased")
         unbiased.setdefault(point.episode_index, []).append(_signed_sqrt(u.mmd2))
         return result.gdd, _components(result)
 
-    gdds, comps = _per_episode(reference_points(job, run_dir, 1, keep_observations=False), score)
+    points = reference_points(job, run_dir, ctx, 1, keep_observations=False)
+    gdds, comps = _per_episode(points, score)
     return SelfGddRecord(
         kind="self_gdd",
         env=job.env,
@@ -348,8 +339,7 @@ def multi_step_job(job: EvalJob, run_dir: str) -> MultiStepRecord:
     continuation at that horizon.
     """
     run_dir = Path(run_dir)
-    schema = env_schema(job.env)
-    bandwidths, _ = load_fitted(job.fit.dir(run_dir))
+    ctx = eval_context(job, run_dir)
     model = _load_model(job, run_dir)
     horizon = job.horizon
     per_h: dict[int, dict[str, list]] = {
@@ -357,18 +347,12 @@ def multi_step_job(job: EvalJob, run_dir: str) -> MultiStepRecord:
         for h in range(1, horizon + 1)
     }
     sampler = ModelSampler(model, job.num_samples)
-    for point in reference_points(job, run_dir, horizon, keep_observations=True):
+    for point in reference_points(job, run_dir, ctx, horizon, keep_observations=True):
         model_sets = sampler(point)
         nodes = point.replay.action_nodes[point.t : point.t + len(model_sets)]
         inv_m = _invalid_rate_model(model_sets, nodes)
         for h in range(1, len(point.env_sets) + 1):
-            result = transition_gdd(
-                model_sets[h - 1],
-                point.env_sets[h - 1],
-                schema,
-                bandwidths,
-                point.terminal[h - 1],
-            )
+            result = ctx.gdd(model_sets[h - 1], point.env_sets[h - 1], point.terminal[h - 1])
             acc = per_h[h]
             acc["gdd"].append(result.gdd)
             for k in COMPONENTS:

@@ -5,20 +5,31 @@ process pool or Ray). Finished jobs (an intact record in the store) are skipped,
 stored as each job finishes, and a failing job does not lose the others' records. A corrupt
 record stops the run naming the file, or with ``RunPaths.redo_corrupt`` is quarantined and
 its job rerun.
+
+SIGINT or SIGTERM (a ``KeyboardInterrupt``, :class:`~graphwm.store.interrupts.Interrupted`
+under the CLI) stops the workers at once: the local pool's processes and their children are
+terminated (killed if they outlive a grace period), Ray tasks are cancelled. A job's record is
+written atomically after the job, so an interrupted job has no record and a rerun runs it
+again (training resumes from its last checkpoint). The exception raised is
+:class:`~graphwm.store.interrupts.Interrupted`, naming the jobs that were running or queued.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import threading
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
 from tqdm.auto import tqdm
 
 from graphwm.store.files import CorruptFileError
+from graphwm.store.interrupts import Interrupted
 from graphwm.store.paths import RunPaths
 from graphwm.store.records import Record
 from graphwm.store.results import Job, ResultStore, log_job
@@ -26,10 +37,17 @@ from graphwm.store.results import Job, ResultStore, log_job
 JobFn = Callable[[Any, str], Record]
 
 
+GRACE_SECONDS = 5.0  # between SIGTERM and SIGKILL for a worker that does not stop
+WATCHDOG_SECONDS = 1.0  # how often a pool worker checks that its parent is alive
+
+
 def _run_and_store(fn: JobFn, job: Job, store_root: str, run_dir: str) -> Record:
     started = time.time()
     try:
         record = fn(job, run_dir)
+    except KeyboardInterrupt:
+        log_job(Path(run_dir), job, started, "interrupted")
+        raise
     except BaseException:
         log_job(Path(run_dir), job, started, "failed")
         raise
@@ -95,24 +113,104 @@ def run_jobs(
     return [store.load(job) for job in jobs]
 
 
+def describe_job(job: Job) -> str:
+    """One line naming a job: its key, env and model where it has them."""
+    parts = [job.key, *(str(v) for k in ("env", "model") if (v := getattr(job, k, None)))]
+    return " ".join(parts)
+
+
+def _init_worker(parent: int) -> None:
+    """Pool worker initializer.
+
+    A terminal's Ctrl-C reaches the whole process group: the main process alone handles it
+    (and stops the workers), so SIGINT is ignored here. A main process that dies without
+    stopping its workers (SIGKILL, e.g. a scheduler's after its grace period) would leave
+    them training, or waiting for work, forever: a watchdog thread ends the worker once its
+    parent (``parent``, the pid of the process that made the pool) is gone.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(WATCHDOG_SECONDS)
+        os._exit(1)  # no clean-up to wait for: the job's record is never half written
+
+    threading.Thread(target=watch, name="graphwm-parent-watchdog", daemon=True).start()
+
+
 def _run_local(fn, todo, store, run_dir, workers, desc, progress) -> None:
     bar = tqdm(total=len(todo), desc=desc, disable=not progress)
     if workers <= 1 or len(todo) == 1:
         for job in todo:
-            _run_and_store(fn, job, str(store.root), str(run_dir))
+            try:
+                _run_and_store(fn, job, str(store.root), str(run_dir))
+            except KeyboardInterrupt as err:
+                bar.close()
+                raise Interrupted.of(err, [describe_job(job)]) from None
             bar.update()
     else:
         import multiprocessing as mp
 
         ctx = mp.get_context("spawn")  # torch and fork do not mix
-        with ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=ctx) as pool:
-            futures = [
-                pool.submit(_run_and_store, fn, c, str(store.root), str(run_dir)) for c in todo
-            ]
-            for future in as_completed(futures):
-                future.result()
-                bar.update()
+        pool = ProcessPoolExecutor(
+            max_workers=min(workers, len(todo)),
+            mp_context=ctx,
+            initializer=_init_worker,
+            initargs=(os.getpid(),),
+        )
+        futures: dict[Future, Job] = {}
+        error: BaseException | None = None
+        try:
+            for job in todo:  # submitting starts the workers: a signal may come meanwhile
+                futures[pool.submit(_run_and_store, fn, job, str(store.root), str(run_dir))] = job
+            try:
+                for future in as_completed(futures):
+                    future.result()
+                    bar.update()
+            except KeyboardInterrupt:
+                raise
+            except BaseException as err:  # a failed job: the others still finish and store
+                error = err
+            pool.shutdown(wait=True)
+        except KeyboardInterrupt as err:
+            submitted = {job.key for job in futures.values()}
+            unfinished = [describe_job(job) for f, job in futures.items() if not f.done()]
+            unfinished += [describe_job(job) for job in todo if job.key not in submitted]
+            _stop_pool(pool, futures)
+            bar.close()
+            raise Interrupted.of(err, unfinished) from None
+        if error is not None:
+            raise error
     bar.close()
+
+
+def _stop_pool(pool: ProcessPoolExecutor, futures: Iterable[Future]) -> None:
+    """Cancel the queued jobs and end the workers (and whatever they started) now."""
+    for future in futures:
+        future.cancel()
+    workers = list((getattr(pool, "_processes", None) or {}).values())
+    terminate_processes([p.pid for p in workers if p.pid is not None])
+    # the pool sees its workers gone and closes its queues: nothing is left to wait for
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
+def terminate_processes(pids: Sequence[int], grace: float = GRACE_SECONDS) -> None:
+    """SIGTERM ``pids`` and their descendants; SIGKILL those alive after ``grace`` seconds."""
+    import psutil
+
+    procs = []
+    for pid in pids:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            parent = psutil.Process(pid)
+            procs += [*parent.children(recursive=True), parent]
+    for proc in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.terminate()
+    _, alive = psutil.wait_procs(procs, timeout=grace)
+    for proc in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.kill()
+    psutil.wait_procs(alive, timeout=grace)
 
 
 def _run_ray(fn, todo, store, run_dir, num_gpus, desc, progress) -> None:
@@ -125,7 +223,8 @@ def _run_ray(fn, todo, store, run_dir, num_gpus, desc, progress) -> None:
         import ray
     except ImportError as err:  # pragma: no cover - ray is in the dev group
         raise RuntimeError("the ray executor needs `pip install graphwm[ray]`") from err
-    if not ray.is_initialized():
+    started_here = not ray.is_initialized()
+    if started_here:
         ray.init(
             address=address,
             ignore_reinit_error=True,
@@ -133,11 +232,20 @@ def _run_ray(fn, todo, store, run_dir, num_gpus, desc, progress) -> None:
             include_dashboard=False,
         )
     remote = ray.remote(num_gpus=num_gpus, max_retries=0)(_run_and_store)
-    refs = [remote.remote(fn, c, str(store.root), str(run_dir)) for c in todo]
-    bar = tqdm(total=len(refs), desc=desc, disable=not progress)
-    pending = list(refs)
-    while pending:
-        done, pending = ray.wait(pending, num_returns=1)
-        ray.get(done)
-        bar.update(len(done))
+    jobs = {remote.remote(fn, c, str(store.root), str(run_dir)): c for c in todo}
+    bar = tqdm(total=len(jobs), desc=desc, disable=not progress)
+    pending = list(jobs)
+    try:
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            ray.get(done)
+            bar.update(len(done))
+    except KeyboardInterrupt as err:
+        for ref in pending:  # force: end the worker process running the task
+            with contextlib.suppress(Exception):
+                ray.cancel(ref, force=True)
+        if started_here and address is None:
+            ray.shutdown()  # the local Ray this run started, with its workers
+        bar.close()
+        raise Interrupted.of(err, [describe_job(jobs[ref]) for ref in pending]) from None
     bar.close()

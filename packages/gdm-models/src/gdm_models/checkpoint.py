@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from .registry import make_model
@@ -225,7 +226,10 @@ def load_checkpoint(
             )
     scaler = FeatureScaler.from_dict(manifest["scaler"])
     model = make_model(manifest["model_name"], ck_schema, scaler, **manifest["config"])
-    state = load_file(str(wf), device="cpu")
+    try:
+        state = load_file(str(wf), device="cpu")
+    except SafetensorError as err:  # e.g. a torch.save pickle under the safetensors name
+        raise CheckpointError(f"checkpoint weights {wf} are not a safetensors file: {err}") from err
     expected = model.state_dict()
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))

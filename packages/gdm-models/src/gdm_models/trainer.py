@@ -209,13 +209,14 @@ class CsvLog:
         self._writer: csv.DictWriter | None = None
 
     def write(self, row: Mapping[str, float]) -> None:
-        """Append one row (the first row fixes the columns of a new file)."""
+        """Append one row and flush it (the first row fixes the columns of a new file)."""
         if self._writer is None:
             self.fieldnames = self.fieldnames or list(row.keys())
             self._writer = csv.DictWriter(self._fh, self.fieldnames, extrasaction="ignore")
             if self._fh.tell() == 0:
                 self._writer.writeheader()
         self._writer.writerow(row)
+        self._fh.flush()  # a row reaches the disk when logged, so `tail -f` follows the run
 
     def flush(self) -> None:
         """Flush to disk."""

@@ -37,6 +37,8 @@ from scipy.sparse import csr_array
 from scipy.sparse.csgraph import minimum_spanning_tree, shortest_path
 from scipy.spatial.distance import pdist, squareform
 
+from graphwm_envs.core.params import check_real
+
 
 @dataclass(frozen=True)
 class SHKParams:
@@ -59,11 +61,8 @@ class SHKParams:
 
     def __post_init__(self) -> None:
         for name in ("n0_frac", "p", "q", "s"):
-            value = getattr(self, name)
-            if not 0.0 <= value <= 1.0 or math.isnan(value):
-                raise ValueError(f"SHK parameter {name} must lie in [0, 1], got {value}")
-        if not self.r >= 0.0:
-            raise ValueError(f"SHK parameter r must be >= 0, got {self.r}")
+            check_real(self, name, low=0.0, high=1.0)
+        check_real(self, "r", low=0.0)
 
     def initial_size(self, num_nodes: int) -> int:
         """``n0 = max(2, ceil(n0_frac * N))``, capped at N."""

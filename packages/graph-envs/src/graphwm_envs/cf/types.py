@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from graphwm_envs.core.params import check_real
+
 
 @dataclass(frozen=True)
 class CFParams:
@@ -23,10 +25,13 @@ class CFParams:
     horizon_frac: float = 0.5
 
     def __post_init__(self) -> None:
-        if not 0.0 < self.xi_low <= self.xi_high:
-            raise ValueError(f"need 0 < xi_low <= xi_high, got ({self.xi_low}, {self.xi_high})")
-        if not self.horizon_frac > 0.0:
-            raise ValueError(f"horizon_frac must be > 0, got {self.horizon_frac}")
+        check_real(self, "xi_low", low=0.0, low_open=True)
+        if check_real(self, "xi_high") < self.xi_low:
+            raise ValueError(
+                f"CFParams needs xi_low <= xi_high, got xi_low={self.xi_low}, "
+                f"xi_high={self.xi_high}"
+            )
+        check_real(self, "horizon_frac", low=0.0, low_open=True)
 
     def horizon(self, num_nodes: int) -> int:
         """``H = ceil(N / 2)`` (odd N rounds up), at least 1."""

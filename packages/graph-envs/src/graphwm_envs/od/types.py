@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from graphwm_envs.core.params import check_int, check_real
+
 
 def fraction_count(num_nodes: int, frac: float) -> int:
     """``ceil(N * frac)`` robust to float error (``0.1 * 30`` is ``3.0000000000000004``)."""
@@ -40,18 +42,13 @@ class ODParams:
     mean_degree: float = 4.0
 
     def __post_init__(self) -> None:
-        if self.num_opinions < 2 or not 0 <= self.target_opinion < self.num_opinions:
-            raise ValueError("need num_opinions >= 2 and 0 <= target_opinion < num_opinions")
+        check_int(self, "num_opinions", low=2)
+        check_int(self, "target_opinion", low=0, high=self.num_opinions - 1)
         for name in ("phi", "adopt_prob", "k_frac", "k_frac_env"):
-            value = getattr(self, name)
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"{name} must lie in [0, 1], got {value}")
-        if not self.temperature > 0.0:
-            raise ValueError(f"temperature must be > 0, got {self.temperature}")
-        if self.horizon < 1:
-            raise ValueError(f"horizon must be >= 1, got {self.horizon}")
-        if not self.mean_degree > 0.0:
-            raise ValueError(f"mean_degree must be > 0, got {self.mean_degree}")
+            check_real(self, name, low=0.0, high=1.0)
+        check_real(self, "temperature", low=0.0, low_open=True)
+        check_int(self, "horizon", low=1)
+        check_real(self, "mean_degree", low=0.0, low_open=True)
 
     def k(self, num_nodes: int) -> int:
         """Agent selections per step, ``ceil(k_frac N)``."""

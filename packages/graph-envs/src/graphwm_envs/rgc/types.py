@@ -7,6 +7,8 @@ from typing import Literal
 
 import numpy as np
 
+from graphwm_envs.core.params import check_choice, check_real
+
 InitialGraph = Literal["gnp", "gnm"]
 
 
@@ -27,12 +29,9 @@ class RGCParams:
     initial_graph: InitialGraph = "gnp"
 
     def __post_init__(self) -> None:
-        if not 0.0 < self.edge_probability < 1.0:
-            raise ValueError(f"edge_probability must lie in (0, 1), got {self.edge_probability}")
-        if not 0.0 < self.budget_fraction <= 1.0:
-            raise ValueError(f"budget_fraction must lie in (0, 1], got {self.budget_fraction}")
-        if self.initial_graph not in ("gnp", "gnm"):
-            raise ValueError(f"initial_graph must be 'gnp' or 'gnm', got {self.initial_graph!r}")
+        check_real(self, "edge_probability", low=0.0, high=1.0, low_open=True, high_open=True)
+        check_real(self, "budget_fraction", low=0.0, high=1.0, low_open=True)
+        check_choice(self, "initial_graph", ("gnp", "gnm"))
 
 
 @dataclass

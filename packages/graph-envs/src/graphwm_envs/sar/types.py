@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from graphwm_envs.core.params import check_int, check_real
+
 
 @dataclass(frozen=True)
 class SARParams:
@@ -46,18 +48,21 @@ class SARParams:
 
     def __post_init__(self) -> None:
         for name in ("survivor_fraction", "stability_loss", "stability_loss_prob"):
-            value = getattr(self, name)
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"{name} must lie in [0, 1], got {value}")
-        if not 0.0 <= self.stability_low <= self.stability_high <= 1.0:
-            raise ValueError(
-                "need 0 <= stability_low <= stability_high <= 1, got "
-                f"({self.stability_low}, {self.stability_high})"
-            )
-        if isinstance(self.observation_hops, bool) or not isinstance(self.observation_hops, int):
-            raise ValueError(f"observation_hops must be an int, got {self.observation_hops!r}")
-        if self.observation_hops < 0:
-            raise ValueError(f"observation_hops must be >= 0, got {self.observation_hops}")
+            check_real(self, name, low=0.0, high=1.0)
+        check_real(self, "stability_low", low=0.0, high=1.0)
+        check_real(self, "stability_high", low=self.stability_low, high=1.0)
+        # stabilities lie in [0, 1], so an edge's sum lies in [0, 2]
+        check_real(self, "collapse_threshold", low=0.0, high=2.0)
+        check_int(self, "observation_hops", low=0)
+        for name in (
+            "step_reward",
+            "collect_reward",
+            "deliver_reward",
+            "all_rescued_reward",
+            "stranded_penalty",
+            "per_survivor_penalty",
+        ):
+            check_real(self, name)
 
 
 @dataclass

@@ -1,0 +1,76 @@
+"""SIGINT and SIGTERM as one exception, :class:`Interrupted`.
+
+A cluster scheduler stops a job with SIGTERM (then SIGKILL after a grace period); a terminal
+sends SIGINT. :func:`raise_on_signals` turns both into :class:`Interrupted`, a
+``KeyboardInterrupt``, so the executors stop their workers the same way for either and the
+CLI exits with the conventional ``128 + signal`` (130 for SIGINT, 143 for SIGTERM).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator, Sequence
+from types import FrameType
+
+__all__ = ["SIGNALS", "Interrupted", "raise_on_signals"]
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Interrupted(KeyboardInterrupt):
+    """A signal stopped the run.
+
+    Attributes:
+        signum: the signal received (``signal.SIGINT`` for a plain ``KeyboardInterrupt``).
+        jobs: descriptions of the jobs that were running or queued when it came (set by the
+            executor that stopped them; empty when no job was running).
+    """
+
+    def __init__(self, signum: int = signal.SIGINT, jobs: Sequence[str] = ()) -> None:
+        self.signum = int(signum)
+        self.jobs = list(jobs)
+        super().__init__(self.signal_name)
+
+    @property
+    def signal_name(self) -> str:
+        """``"SIGINT"`` or ``"SIGTERM"``."""
+        return signal.Signals(self.signum).name
+
+    @property
+    def exit_code(self) -> int:
+        """The shell's convention for a process ended by a signal: ``128 + signum``."""
+        return 128 + self.signum
+
+    @classmethod
+    def of(cls, err: KeyboardInterrupt, jobs: Sequence[str] = ()) -> Interrupted:
+        """``err`` (a plain ``KeyboardInterrupt`` counts as SIGINT) with ``jobs`` attached."""
+        signum = err.signum if isinstance(err, Interrupted) else signal.SIGINT
+        return cls(signum, [*getattr(err, "jobs", []), *jobs])
+
+
+@contextlib.contextmanager
+def raise_on_signals() -> Iterator[None]:
+    """Inside the block, SIGINT and SIGTERM raise :class:`Interrupted` (once: a second signal
+    while the workers are being stopped is ignored, so the clean-up runs to its end).
+
+    Outside the main thread (where Python cannot install handlers) it does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if received:
+            return
+        received.append(signum)
+        raise Interrupted(signum)
+
+    previous = {sig: signal.signal(sig, handler) for sig in SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
