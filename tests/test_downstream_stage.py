@@ -97,12 +97,12 @@ def test_stored_record_must_be_valid(tmp_path):
 def test_stage_trains_graph_agents_by_default_and_mlp_by_name(tmp_path, monkeypatch):
     """The policy key reaches the trained agents: the spy records the env each agent trains on
     and the policy class it holds (a stage ignoring the key would train the default twice)."""
+    from graphwm_envs.agents import MaskableGraphPolicy
     from sb3_contrib.common.maskable.policies import MaskableMultiInputActorCriticPolicy
     from stable_baselines3.common.vec_env import DummyVecEnv
 
     import graphwm.downstream.runs as runs
     from graphwm.dream.sb3_vec_env import DreamSB3VecEnv
-    from graphwm_envs.agents import MaskableGraphPolicy
 
     seen = []
 
@@ -119,7 +119,8 @@ def test_stage_trains_graph_agents_by_default_and_mlp_by_name(tmp_path, monkeypa
     trained = [SimpleNamespace(env="SAR", model="gdm", seed=0, key="train-abc", reldir=reldir)]
     base = {"budget": 48, "episodes": 2, "num_nodes": 8, "yardsticks": False}
 
-    graph_jobs = downstream_jobs(DownstreamConfig.parse({**base, "dream_envs": 4}), ["SAR"], trained)
+    graph_section = DownstreamConfig.parse({**base, "dream_envs": 4})
+    graph_jobs = downstream_jobs(graph_section, ["SAR"], trained)
     graph = run_stage_jobs(graph_jobs, run)
     # dream: B imagined episodes, one model pass per step; real: as many real envs
     assert seen == [

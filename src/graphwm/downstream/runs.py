@@ -11,7 +11,7 @@ from typing import Any
 from graphwm.downstream.agents import dream_vec_env, evaluate_agent, real_vec_env, train_agent
 from graphwm.downstream.config import DEFAULT_ENVS, GRAPH, GREEDY, RANDOM, REAL, YARDSTICKS
 from graphwm.downstream.record import DownstreamRecord
-from graphwm.envs import env_id, make_env
+from graphwm.envs import env_id
 
 
 def dream_record(

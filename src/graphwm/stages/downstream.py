@@ -1,12 +1,13 @@
 """The downstream stage of the pipeline: jobs, their store, and the report's table and figure.
 
 ``graphwm downstream`` (and ``reproduce`` when the preset has a ``[downstream]`` section) runs,
-for every env of the section, a MaskablePPO agent in the dream env of every trained model
-(ablations included), the same agent budget in the real env and the yardsticks
+for every env of the section, a MaskablePPO agent (the section's ``policy``, graph by default)
+on ``dream_envs`` parallel episodes of the dream env of every trained model (ablations
+included), the same agent and budget on as many real envs, and the yardsticks
 (:mod:`graphwm.downstream`). Each job is keyed by its content (the world model's training job
-key included), its record is stored as ``RUN_DIR/downstream/<key>.json``, and
-``graphwm report`` rebuilds ``report/downstream.md`` and ``report/downstream.png`` from these
-records and the run's single- and multi-step GDD results.
+key, the policy and the env count included), its record is stored as
+``RUN_DIR/downstream/<key>.json``, and ``graphwm report`` rebuilds ``report/downstream.md`` and
+``report/downstream.png`` from these records and the run's single- and multi-step GDD results.
 """
 
 from __future__ import annotations
