@@ -1,8 +1,8 @@
 """Agent training (sb3-contrib's MaskablePPO with the graph or the MLP policy, on parallel
-dream envs or real envs) and real-env
-evaluation: mean undiscounted return +- its standard error over seeded episodes (episode e
-resets with ``seed + e``, the convention of ``graphwm_envs.policies.evaluate_policy``, so every
-agent and yardstick meets the same initial states)."""
+dream envs or real envs) and real-env evaluation: mean undiscounted return +- its standard
+error over seeded episodes (episode e resets with ``seed + e``, the convention of
+``graphwm_envs.policies.evaluate_policy``, so every agent and yardstick meets the same initial
+states)."""
 
 from __future__ import annotations
 

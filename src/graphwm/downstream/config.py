@@ -28,7 +28,7 @@ class PpoSettings:
     """``[downstream.ppo]``: MaskablePPO settings; a field left at ``None`` keeps
     stable-baselines3's default, the others are the defaults of every downstream agent."""
 
-    n_steps: int = setting(256, ge=1, help="rollout length per update")
+    n_steps: int = setting(256, ge=1, help="rollout length per env")
     batch_size: int = setting(64, ge=1, help="minibatch size")
     n_epochs: int = setting(4, ge=1, help="passes over each rollout")
     learning_rate: float = setting(3e-4, gt=0.0)

@@ -146,6 +146,19 @@ def load_downstream(run_dir: Path) -> list[DownstreamRecord]:
     return out
 
 
+def _agents_line(records: Sequence[DownstreamRecord]) -> str:
+    """What the trained agents were: policy and parallel envs (``unknown`` in older records)."""
+    trained = [r for r in records if r.budget > 0]
+    if not trained:
+        return ""
+    policies = sorted({r.policy or "unknown" for r in trained})
+    counts = sorted({str(r.num_envs) if r.num_envs else "unknown" for r in trained})
+    return (
+        f"MaskablePPO agents: {', '.join(policies)} policy, {', '.join(counts)} parallel env(s) "
+        "per agent; budget = env steps over all of them.\n\n"
+    )
+
+
 def build_downstream_report(
     run_dir: Path, out_dir: Path, results: Sequence[Mapping[str, Any]]
 ) -> dict[str, Path]:
@@ -168,6 +181,7 @@ def build_downstream_report(
         with_gdd += attach_gdd([r for r in records if r.num_nodes == n], s, m)
     text = (
         "### Downstream RL: real-env return of agents trained in each model's dream env\n\n"
+        + _agents_line(records)
         + downstream_table(with_gdd)
     )
     out_dir.mkdir(parents=True, exist_ok=True)
