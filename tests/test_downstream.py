@@ -31,8 +31,39 @@ def test_agent_trains_in_a_dream_env_and_is_evaluated_in_the_real_env():
     assert math.isfinite(record.se_return) and record.se_return >= 0
     # SAR returns are bounded: -1 per step, at most N x survivors steps, penalties >= -30 - 5 s
     assert -8 * 3 - 30 - 5 * 3 <= record.mean_return <= 3 * 11 + 5
-    again = dream_record(model, "gdm", "SAR", 8, budget=128, episodes=4, seed=0)
-    assert (again.mean_return, again.se_return) == (record.mean_return, record.se_return)
+    assert (record.policy, record.num_envs) == ("graph", 8)  # the defaults
+
+
+def test_same_seed_same_record():
+    """Dream and real agents (graph and MLP policy): a rerun with the same seed gives the same
+    record (wall time aside), another training seed another one."""
+    from graphwm.downstream.runs import real_record
+
+    def plain(rec):
+        return {k: v for k, v in rec.to_dict().items() if k != "seconds"}
+
+    model = tiny_trained_model("gdm", "SAR")
+    args = dict(budget=64, episodes=4, num_envs=4)
+    for policy in ("graph", "mlp"):
+        first = dream_record(model, "gdm", "SAR", 8, seed=0, policy=policy, **args)
+        again = dream_record(model, "gdm", "SAR", 8, seed=0, policy=policy, **args)
+        assert plain(again) == plain(first) and first.policy == policy
+    first = real_record("SAR", 8, seed=1, **args)
+    assert plain(real_record("SAR", 8, seed=1, **args)) == plain(first)
+    assert plain(real_record("SAR", 8, seed=2, **args)) != plain(first)
+
+
+def test_budget_counts_the_steps_of_all_parallel_envs():
+    from graphwm.downstream.agents import real_vec_env
+
+    agent = train_agent(real_vec_env("SAR", 8, 4), 64, 0)
+    assert agent.n_steps == 16 and agent.num_timesteps == 64  # one rollout of 4 x 16 steps
+    agent = train_agent(real_vec_env("SAR", 8, 4), 50, 0)  # rounded up to a whole rollout
+    assert agent.n_steps == 13 and agent.num_timesteps == 52
+    with pytest.raises(ValueError, match="policy"):
+        train_agent(make_env("SAR", 8), 16, 0, policy="cnn")
+    with pytest.raises(ValueError, match="num_envs"):
+        real_vec_env("SAR", 8, 0)
 
 
 def test_evaluate_agent_uses_seeded_real_episodes_and_the_mask():
@@ -188,17 +219,21 @@ def test_downstream_config_parse_and_jobs():
         {"budget": 256, "episodes": 5, "num_nodes": 8, "models": ["gdm"], "ppo": {"n_steps": 64}}
     )
     assert (cfg.budget, cfg.episodes, cfg.num_nodes, cfg.models) == (256, 5, 8, ("gdm",))
+    assert (cfg.policy, cfg.dream_envs) == ("graph", 8)
     jobs = cfg.job_configs("SAR", [("gdm", 0, "ck/gdm"), ("g-rssm", 0, "ck/g")], threads=1)
     agents = [j["agent"] for j in jobs]
     assert agents == ["dream", REAL, RANDOM, GREEDY]  # g-rssm is not selected
     assert jobs[0]["checkpoint"] == "ck/gdm" and jobs[0]["ppo"] == {"n_steps": 64}
-    assert "budget" not in jobs[2]  # yardsticks do not train
+    assert [(j["policy"], j["dream_envs"]) for j in jobs[:2]] == [("graph", 8)] * 2
+    assert "budget" not in jobs[2] and "policy" not in jobs[2]  # yardsticks do not train
     for bad, match in (
         ({}, r"'downstream\.budget' is missing"),
         ({"budget": 0}, "downstream.budget"),
         ({"budget": 8, "agents": 3}, r"'downstream\.agents' is unknown"),
         ({"budget": 8, "ppo": {"lr": 1}}, "downstream.ppo"),
         ({"budget": 8, "real_agent": "yes"}, "downstream.real_agent"),
+        ({"budget": 8, "policy": "cnn"}, r"downstream\.policy.*one of \['graph', 'mlp'\]"),
+        ({"budget": 8, "dream_envs": 0}, "downstream.dream_envs"),
     ):
         with pytest.raises(ValueError, match=match):
             DownstreamConfig.parse(bad)

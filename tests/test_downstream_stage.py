@@ -74,6 +74,7 @@ def test_stage_runs_stores_and_reports(tmp_path):
     out = build_downstream_report(run, run / "report", results)
     table = out["table"].read_text()
     assert "dream:gdm" in table and "0.2500" in table and "0.6000" in table
+    assert "MaskablePPO agents: graph policy, 8 parallel env(s) per agent" in table
     assert out["figure"].stat().st_size > 5000
     # a rerun finds every job finished (the stored records come back unchanged)
     again = run_stage_jobs(jobs, run)
@@ -92,3 +93,72 @@ def test_stored_record_must_be_valid(tmp_path):
     rec = DownstreamRecord("SAR", 8, "random", None, 0, 0, -3.0, 0.5, 2)
     (tmp_path / "downstream" / "bad.json").write_text(json.dumps(seal(rec.to_dict())))
     assert load_downstream(tmp_path) == [rec]
+
+
+def test_stage_trains_graph_agents_by_default_and_mlp_by_name(tmp_path, monkeypatch):
+    """The policy key reaches the trained agents: the spy records the env each agent trains on
+    and the policy class it holds (a stage ignoring the key would train the default twice)."""
+    from graphwm_envs.agents import MaskableGraphPolicy
+    from sb3_contrib.common.maskable.policies import MaskableMultiInputActorCriticPolicy
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    import graphwm.downstream.runs as runs
+    from graphwm.dream.sb3_vec_env import DreamSB3VecEnv
+
+    seen = []
+
+    def spy(env, budget, seed, ppo_kwargs=None, policy="graph"):
+        agent = train_agent(env, budget, seed, ppo_kwargs, policy)
+        seen.append((type(env), env.num_envs, type(agent.policy), agent.num_timesteps))
+        return agent
+
+    train_agent = runs.train_agent
+    monkeypatch.setattr(runs, "train_agent", spy)
+    run = tmp_path / "run"
+    reldir = "train/SAR/gdm/seed0-abc"
+    tiny_trained_model("gdm", "SAR").save(run / reldir / "ckpt" / "final")
+    trained = [SimpleNamespace(env="SAR", model="gdm", seed=0, key="train-abc", reldir=reldir)]
+    base = {"budget": 48, "episodes": 2, "num_nodes": 8, "yardsticks": False}
+
+    graph_section = DownstreamConfig.parse({**base, "dream_envs": 4})
+    graph_jobs = downstream_jobs(graph_section, ["SAR"], trained)
+    graph = run_stage_jobs(graph_jobs, run)
+    # dream: B imagined episodes, one model pass per step; real: as many real envs
+    assert seen == [
+        (DreamSB3VecEnv, 4, MaskableGraphPolicy, 48),
+        (DummyVecEnv, 4, MaskableGraphPolicy, 48),
+    ]
+    assert [(r.agent, r.policy, r.num_envs) for r in graph] == [
+        ("dream:gdm", "graph", 4),
+        ("real", "graph", 4),
+    ]
+
+    seen.clear()
+    mlp_section = DownstreamConfig.parse({**base, "dream_envs": 4, "policy": "mlp"})
+    mlp_jobs = downstream_jobs(mlp_section, ["SAR"], trained)
+    assert {j.key for j in mlp_jobs}.isdisjoint(j.key for j in graph_jobs)
+    mlp = run_stage_jobs(mlp_jobs, run)
+    assert [(cls, n, pol) for cls, n, pol, _ in seen] == [
+        (DreamSB3VecEnv, 4, MaskableMultiInputActorCriticPolicy),
+        (DummyVecEnv, 4, MaskableMultiInputActorCriticPolicy),
+    ]
+    assert [r.policy for r in mlp] == ["mlp", "mlp"]
+    # the parallel env count is part of the key too
+    other = downstream_jobs(DownstreamConfig.parse({**base, "dream_envs": 2}), ["SAR"], trained)
+    assert {j.key for j in other}.isdisjoint(j.key for j in graph_jobs)
+
+    # a rerun trains nothing and returns the stored records
+    seen.clear()
+    assert run_stage_jobs(graph_jobs + mlp_jobs, run) == graph + mlp
+    assert seen == []
+    assert len(load_downstream(run)) == 4
+
+
+def test_records_before_the_policy_key_stay_readable():
+    old = DownstreamRecord("SAR", 8, "real", None, 0, 64, -3.0, 0.5, 2).to_dict()
+    for key in ("policy", "num_envs"):
+        del old[key]
+    rec = DownstreamRecord.from_dict(old)
+    assert rec.policy is None and rec.num_envs is None and rec.mean_return == -3.0
+    with pytest.raises(ValueError, match="policy"):
+        DownstreamRecord.from_dict({**old, "policy": 3})

@@ -350,7 +350,8 @@ def _downstream_section(p: Preset):
 
 
 def stage_downstream(preset: PresetLike, paths: RunPaths, progress: bool = True) -> list[Record]:
-    """Stage 8 (``[downstream]``): MaskablePPO in each trained model's dream env, evaluated
+    """Stage 8 (``[downstream]``): MaskablePPO (the graph policy unless the section says
+    ``policy = "mlp"``) on parallel episodes of each trained model's dream env, evaluated
     in the real env, next to the real-env agent and the yardsticks (docs/dream.md).
 
     Trains whatever is not trained yet first; a preset without the section records none.

@@ -1,7 +1,8 @@
-"""Agent training (sb3-contrib's MaskablePPO, in a dream env or the real env) and real-env
-evaluation: mean undiscounted return +- its standard error over seeded episodes (episode e
-resets with ``seed + e``, the convention of ``graphwm_envs.policies.evaluate_policy``, so every
-agent and yardstick meets the same initial states)."""
+"""Agent training (sb3-contrib's MaskablePPO with the graph or the MLP policy, on parallel
+dream envs or real envs) and real-env evaluation: mean undiscounted return +- its standard
+error over seeded episodes (episode e resets with ``seed + e``, the convention of
+``graphwm_envs.policies.evaluate_policy``, so every agent and yardstick meets the same initial
+states)."""
 
 from __future__ import annotations
 
@@ -12,25 +13,71 @@ from typing import Any
 
 import numpy as np
 
-from graphwm.downstream.config import DEFAULT_PPO
+from graphwm.downstream.config import DEFAULT_PPO, GRAPH, POLICIES
 from graphwm.envs import make_env
 
 
-def train_agent(env, budget: int, seed: int, ppo_kwargs: Mapping[str, Any] | None = None):
-    """MaskablePPO (``MultiInputPolicy``, CPU) trained for ``budget`` env steps on ``env``."""
+def dream_vec_env(model, env_name: str, num_nodes: int, num_envs: int, seed: int):
+    """``num_envs`` imagined episodes of ``model`` as an SB3 ``VecEnv`` (one batched model
+    forward pass per step for all of them; episode i starts from the real ``reset(seed + i)``
+    once the agent seeds it)."""
+    from graphwm.dream import DreamVectorEnv
+    from graphwm.dream.sb3_vec_env import DreamSB3VecEnv
+
+    dream = DreamVectorEnv(model, make_env(env_name, num_nodes), _count(num_envs), seed=seed)
+    return DreamSB3VecEnv(dream)
+
+
+def real_vec_env(env_name: str, num_nodes: int, num_envs: int):
+    """``num_envs`` real envs in SB3's ``DummyVecEnv`` (the real-env agent's counterpart of
+    :func:`dream_vec_env`, so both spend the same budget the same way)."""
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    return DummyVecEnv([lambda: make_env(env_name, num_nodes) for _ in range(_count(num_envs))])
+
+
+def _count(num_envs: int) -> int:
+    if int(num_envs) < 1:
+        raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+    return int(num_envs)
+
+
+def train_agent(
+    env,
+    budget: int,
+    seed: int,
+    ppo_kwargs: Mapping[str, Any] | None = None,
+    policy: str = GRAPH,
+):
+    """MaskablePPO (CPU) trained for ``budget`` env steps on ``env`` (a Gymnasium env or an
+    SB3 ``VecEnv``; the budget counts the steps of all its envs, rounded up to whole rollouts).
+
+    ``policy``: ``"graph"`` (``graphwm_envs.agents.MaskableGraphPolicy``) or ``"mlp"``
+    (SB3's ``MultiInputPolicy``). ``n_steps`` is the rollout length per env (SB3's meaning),
+    capped so that one rollout of all envs does not exceed the budget.
+    """
     import torch
     from sb3_contrib import MaskablePPO
     from stable_baselines3.common.logger import Logger
 
     if int(budget) < 1:
         raise ValueError(f"budget must be >= 1 env step, got {budget}")
+    if policy not in POLICIES:
+        raise ValueError(f"policy must be one of {list(POLICIES)}, got {policy!r}")
+    num_envs = int(getattr(env, "num_envs", 1))
     kwargs = {**DEFAULT_PPO, **(ppo_kwargs or {})}
-    kwargs["n_steps"] = min(int(kwargs["n_steps"]), int(budget))
-    kwargs["batch_size"] = min(int(kwargs["batch_size"]), kwargs["n_steps"])
+    kwargs["n_steps"] = min(int(kwargs["n_steps"]), math.ceil(int(budget) / num_envs))
+    kwargs["batch_size"] = min(int(kwargs["batch_size"]), kwargs["n_steps"] * num_envs)
+    kwargs.update(seed=seed, device="cpu", verbose=0)
     torch.manual_seed(seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # SB3's notes on (N, F) observation shapes
-        agent = MaskablePPO("MultiInputPolicy", env, seed=seed, device="cpu", verbose=0, **kwargs)
+        if policy == GRAPH:
+            from graphwm_envs.agents import make_graph_agent
+
+            agent = make_graph_agent(env, algo="MaskablePPO", **kwargs)
+        else:
+            agent = MaskablePPO("MultiInputPolicy", env, **kwargs)
         # a silent logger: SB3's default one makes an empty /tmp/SB3-<time> folder per agent
         agent.set_logger(Logger(folder=None, output_formats=[]))
         agent.learn(total_timesteps=int(budget))
@@ -46,7 +93,7 @@ def evaluate_agent(
     seed: int = 0,
     deterministic: bool = False,
 ) -> tuple[float, float]:
-    """Mean real-env return of a MaskablePPO agent and its standard error.
+    """Mean real-env return of a MaskablePPO agent (either policy) and its standard error.
 
     Episode e starts from ``reset(seed=seed + e)``. Actions are sampled from the masked policy
     (the stochastic policy PPO optimises; torch's generator is seeded with ``seed``, so the

@@ -15,6 +15,12 @@ from graphwm.schema import defaults, parse, setting
 #: agent names of the reference rows (dream-trained agents are ``"dream:<model>"``)
 REAL, RANDOM, GREEDY = "real", "random", "greedy"
 YARDSTICKS = (RANDOM, GREEDY)
+#: agent policies: graphwm_envs.agents' MaskableGraphPolicy (any N, message passing) or SB3's
+#: MultiInputPolicy (an MLP on the flattened observation, tied to one N)
+GRAPH, MLP = "graph", "mlp"
+POLICIES = (GRAPH, MLP)
+#: parallel envs per trained agent unless the preset says otherwise
+DEFAULT_ENVS = 8
 
 
 @dataclass(frozen=True)
@@ -22,7 +28,7 @@ class PpoSettings:
     """``[downstream.ppo]``: MaskablePPO settings; a field left at ``None`` keeps
     stable-baselines3's default, the others are the defaults of every downstream agent."""
 
-    n_steps: int = setting(256, ge=1, help="rollout length per update")
+    n_steps: int = setting(256, ge=1, help="rollout length per env")
     batch_size: int = setting(64, ge=1, help="minibatch size")
     n_epochs: int = setting(4, ge=1, help="passes over each rollout")
     learning_rate: float = setting(3e-4, gt=0.0)
@@ -42,7 +48,13 @@ class DownstreamConfig:
     """The ``[downstream]`` preset section (see docs/dream.md).
 
     Attributes:
-        budget: env steps of MaskablePPO training per agent (dream and real alike).
+        budget: env steps of MaskablePPO training per agent, summed over its parallel envs
+            (dream and real alike; rounded up to whole rollouts).
+        policy: the agents' policy, ``"graph"`` (``graphwm_envs.agents.MaskableGraphPolicy``)
+            or ``"mlp"`` (SB3's ``MultiInputPolicy``); dream and real agents alike.
+        dream_envs: parallel envs per agent: a dream agent steps this many imagined episodes
+            with one world-model forward pass (``DreamSB3VecEnv``), the real-env agent as
+            many real envs (SB3's ``DummyVecEnv``).
         episodes: real-env evaluation episodes per agent.
         num_nodes: N of the dream and real episodes.
         envs: envs to run (``None``: every env of the preset).
@@ -55,6 +67,8 @@ class DownstreamConfig:
     """
 
     budget: int = setting(ge=1, help="agent training env steps")
+    policy: str = setting(GRAPH, choices=POLICIES, help="agent policy")
+    dream_envs: int = setting(DEFAULT_ENVS, ge=1, help="parallel envs per agent")
     episodes: int = setting(100, ge=1)
     num_nodes: int = setting(20, ge=5)
     envs: tuple[str, ...] | None = setting(None)
@@ -114,7 +128,12 @@ class DownstreamConfig:
             "eval_seed": self.eval_seed,
             "threads": int(threads),
         }
-        train = {"budget": self.budget, **({"ppo": dict(self.ppo)} if self.ppo else {})}
+        train = {
+            "budget": self.budget,
+            "policy": self.policy,
+            "dream_envs": self.dream_envs,
+            **({"ppo": dict(self.ppo)} if self.ppo else {}),
+        }
         jobs, seeds = [], []
         for model, seed, checkpoint in trained:
             if self.models is not None and model not in self.models:

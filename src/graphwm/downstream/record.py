@@ -28,6 +28,9 @@ class DownstreamRecord(Record):
         gdd_single: the model's single-step GDD (``None`` where not applicable / unknown).
         gdd_multi: the model's multi-step GDD (mean over the horizon), or ``None``.
         seconds: wall time of training plus evaluation.
+        policy: the trained agent's policy (``"graph"`` or ``"mlp"``); ``None`` for the
+            yardsticks and in records written before the key existed (those were ``"mlp"``).
+        num_envs: parallel envs the agent trained on (``None``: yardsticks, older records).
     """
 
     env: str
@@ -42,6 +45,8 @@ class DownstreamRecord(Record):
     gdd_single: float | None = None
     gdd_multi: float | None = None
     seconds: float = 0.0
+    policy: str | None = None
+    num_envs: int | None = None
     kind: str = "downstream"
 
     def to_dict(self) -> dict[str, Any]:

@@ -8,10 +8,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from graphwm.downstream.agents import evaluate_agent, train_agent
-from graphwm.downstream.config import GREEDY, RANDOM, REAL, YARDSTICKS
+from graphwm.downstream.agents import dream_vec_env, evaluate_agent, real_vec_env, train_agent
+from graphwm.downstream.config import DEFAULT_ENVS, GRAPH, GREEDY, RANDOM, REAL, YARDSTICKS
 from graphwm.downstream.record import DownstreamRecord
-from graphwm.envs import env_id, make_env
+from graphwm.envs import env_id
 
 
 def dream_record(
@@ -25,13 +25,14 @@ def dream_record(
     seed: int = 0,
     eval_seed: int = 1_000_000,
     ppo_kwargs: Mapping[str, Any] | None = None,
+    policy: str = GRAPH,
+    num_envs: int = DEFAULT_ENVS,
 ) -> DownstreamRecord:
-    """Train MaskablePPO in ``model``'s dream env, evaluate it in the real env."""
-    from graphwm.dream import DreamEnv
-
+    """Train MaskablePPO (``policy``) on ``num_envs`` parallel episodes of ``model``'s dream
+    env (``DreamSB3VecEnv``), evaluate it in the real env."""
     start = time.perf_counter()
-    dream = DreamEnv(model, make_env(env_name, num_nodes), seed=seed)
-    agent = train_agent(dream, budget, seed, ppo_kwargs)
+    dream = dream_vec_env(model, env_name, num_nodes, num_envs, seed)
+    agent = train_agent(dream, budget, seed, ppo_kwargs, policy)
     mean, se = evaluate_agent(agent, env_name, num_nodes, episodes=episodes, seed=eval_seed)
     return DownstreamRecord(
         env_name,
@@ -44,6 +45,8 @@ def dream_record(
         se,
         int(episodes),
         seconds=time.perf_counter() - start,
+        policy=policy,
+        num_envs=int(num_envs),
     )
 
 
@@ -56,10 +59,14 @@ def real_record(
     seed: int = 0,
     eval_seed: int = 1_000_000,
     ppo_kwargs: Mapping[str, Any] | None = None,
+    policy: str = GRAPH,
+    num_envs: int = DEFAULT_ENVS,
 ) -> DownstreamRecord:
-    """The same agent and budget trained in the real env (the upper reference)."""
+    """The same agent and budget trained in ``num_envs`` real envs (SB3's ``DummyVecEnv``;
+    the upper reference)."""
     start = time.perf_counter()
-    agent = train_agent(make_env(env_name, num_nodes), budget, seed, ppo_kwargs)
+    vec = real_vec_env(env_name, num_nodes, num_envs)
+    agent = train_agent(vec, budget, seed, ppo_kwargs, policy)
     mean, se = evaluate_agent(agent, env_name, num_nodes, episodes=episodes, seed=eval_seed)
     return DownstreamRecord(
         env_name,
@@ -72,6 +79,8 @@ def real_record(
         se,
         int(episodes),
         seconds=time.perf_counter() - start,
+        policy=policy,
+        num_envs=int(num_envs),
     )
 
 
@@ -122,35 +131,27 @@ def run_agent_job(config: Mapping[str, Any]) -> dict[str, Any]:
     """One pipeline job -> a stored record dict. ``config["agent"]`` is ``"dream"`` (needs
     ``model``, ``checkpoint``), ``"real"``, ``"random"`` or ``"greedy"``; the other keys:
     ``env``, ``num_nodes``, ``seed``, ``budget``, ``episodes``, ``eval_seed``, optional
-    ``ppo`` (MaskablePPO overrides), ``threads`` and ``device`` (of the world model)."""
+    ``policy`` (``"graph"``), ``dream_envs`` (parallel envs of a trained agent), ``ppo``
+    (MaskablePPO overrides), ``threads`` and ``device`` (of the world model)."""
     import torch
 
     torch.set_num_threads(max(1, int(config.get("threads", 1))))
     env, n, agent = config["env"], int(config["num_nodes"]), config["agent"]
     common = {"episodes": int(config["episodes"]), "eval_seed": int(config["eval_seed"])}
+    train = {
+        "budget": int(config.get("budget", 0)),
+        "seed": int(config["seed"]),
+        "ppo_kwargs": config.get("ppo"),
+        "policy": str(config.get("policy", GRAPH)),
+        "num_envs": int(config.get("dream_envs", DEFAULT_ENVS)),
+    }
     if agent == "dream":
         from graphwm.dream import load_world_model
 
         model = load_world_model(config["checkpoint"], config.get("device", "cpu"))
-        record = dream_record(
-            model,
-            config["model"],
-            env,
-            n,
-            budget=int(config["budget"]),
-            seed=int(config["seed"]),
-            ppo_kwargs=config.get("ppo"),
-            **common,
-        )
+        record = dream_record(model, config["model"], env, n, **train, **common)
     elif agent == REAL:
-        record = real_record(
-            env,
-            n,
-            budget=int(config["budget"]),
-            seed=int(config["seed"]),
-            ppo_kwargs=config.get("ppo"),
-            **common,
-        )
+        record = real_record(env, n, **train, **common)
     else:
         record = yardstick_record(env, n, agent, **common)
     return record.to_dict()
@@ -165,31 +166,26 @@ def env_records(
     episodes: int = 100,
     seed: int = 0,
     ppo_kwargs: Mapping[str, Any] | None = None,
+    policy: str = GRAPH,
+    num_envs: int = DEFAULT_ENVS,
     progress: Callable[[str], None] | None = None,
 ) -> list[DownstreamRecord]:
     """Every record of one env: a dream agent per model (``{name: model}``), the real-env
     agent with the same budget, and the yardsticks, all evaluated on the same episodes."""
     say = progress or (lambda _msg: None)
+    train: dict[str, Any] = dict(
+        budget=budget,
+        episodes=episodes,
+        seed=seed,
+        ppo_kwargs=ppo_kwargs,
+        policy=policy,
+        num_envs=num_envs,
+    )
     records = []
     for name, model in models.items():
         say(f"dream agent in {name}")
-        records.append(
-            dream_record(
-                model,
-                name,
-                env_name,
-                num_nodes,
-                budget=budget,
-                episodes=episodes,
-                seed=seed,
-                ppo_kwargs=ppo_kwargs,
-            )
-        )
+        records.append(dream_record(model, name, env_name, num_nodes, **train))
     say("real-env agent")
-    records.append(
-        real_record(
-            env_name, num_nodes, budget=budget, episodes=episodes, seed=seed, ppo_kwargs=ppo_kwargs
-        )
-    )
+    records.append(real_record(env_name, num_nodes, **train))
     records += yardstick_records(env_name, num_nodes, episodes=episodes)
     return records

@@ -1,12 +1,13 @@
 """The downstream stage of the pipeline: jobs, their store, and the report's table and figure.
 
 ``graphwm downstream`` (and ``reproduce`` when the preset has a ``[downstream]`` section) runs,
-for every env of the section, a MaskablePPO agent in the dream env of every trained model
-(ablations included), the same agent budget in the real env and the yardsticks
+for every env of the section, a MaskablePPO agent (the section's ``policy``, graph by default)
+on ``dream_envs`` parallel episodes of the dream env of every trained model (ablations
+included), the same agent and budget on as many real envs, and the yardsticks
 (:mod:`graphwm.downstream`). Each job is keyed by its content (the world model's training job
-key included), its record is stored as ``RUN_DIR/downstream/<key>.json``, and
-``graphwm report`` rebuilds ``report/downstream.md`` and ``report/downstream.png`` from these
-records and the run's single- and multi-step GDD results.
+key, the policy and the env count included), its record is stored as
+``RUN_DIR/downstream/<key>.json``, and ``graphwm report`` rebuilds ``report/downstream.md`` and
+``report/downstream.png`` from these records and the run's single- and multi-step GDD results.
 """
 
 from __future__ import annotations
@@ -145,6 +146,19 @@ def load_downstream(run_dir: Path) -> list[DownstreamRecord]:
     return out
 
 
+def _agents_line(records: Sequence[DownstreamRecord]) -> str:
+    """What the trained agents were: policy and parallel envs (``unknown`` in older records)."""
+    trained = [r for r in records if r.budget > 0]
+    if not trained:
+        return ""
+    policies = sorted({r.policy or "unknown" for r in trained})
+    counts = sorted({str(r.num_envs) if r.num_envs else "unknown" for r in trained})
+    return (
+        f"MaskablePPO agents: {', '.join(policies)} policy, {', '.join(counts)} parallel env(s) "
+        "per agent; budget = env steps over all of them.\n\n"
+    )
+
+
 def build_downstream_report(
     run_dir: Path, out_dir: Path, results: Sequence[Mapping[str, Any]]
 ) -> dict[str, Path]:
@@ -167,6 +181,7 @@ def build_downstream_report(
         with_gdd += attach_gdd([r for r in records if r.num_nodes == n], s, m)
     text = (
         "### Downstream RL: real-env return of agents trained in each model's dream env\n\n"
+        + _agents_line(records)
         + downstream_table(with_gdd)
     )
     out_dir.mkdir(parents=True, exist_ok=True)
