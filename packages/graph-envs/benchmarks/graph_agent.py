@@ -329,7 +329,10 @@ def format_report(results: list[dict], steps: int, episodes: int) -> str:
     return "\n".join(lines)
 
 
-def compact_curve(curve: list, window: int = 1024) -> list[list[float]]:
+CURVE_WINDOW = 1024  # env steps per row of a compacted training curve (one rollout of 8 x 128)
+
+
+def compact_curve(curve: list, window: int = CURVE_WINDOW) -> list[list[float]]:
     """Training episodes binned by env step into ``window``-step windows: one
     ``[last step, mean return, episodes]`` row per non-empty window (the raw results kept in
     the repository stay small; the figure's bins are wider than a window)."""
@@ -358,19 +361,21 @@ def plot_curves(results: list[dict], path: Path, bins: int = 20) -> None:
             if not runs:
                 continue
             total = max(r["steps"] for r in runs)
-            edges = np.linspace(0, total, bins + 1)
+            # bins no narrower than the compacted curves' windows (else every other one is empty)
+            n_bins = max(1, min(bins, total // CURVE_WINDOW))
+            edges = np.linspace(0, total, n_bins + 1)
             centres = 0.5 * (edges[1:] + edges[:-1])
             per_seed = []
             for r in runs:
                 # per-episode [step, return] or compacted [step, mean, episodes] rows
                 curve = np.asarray([(*p, 1) if len(p) == 2 else p for p in r["curve"]], float)
                 t, ret, count = curve.T
-                idx = np.clip(np.digitize(t, edges) - 1, 0, bins - 1)
+                idx = np.clip(np.digitize(t, edges, right=True) - 1, 0, n_bins - 1)
                 means = [
                     np.average(ret[idx == b], weights=count[idx == b])
                     if np.any(idx == b)
                     else np.nan
-                    for b in range(bins)
+                    for b in range(n_bins)
                 ]
                 per_seed.append(means)
             arr = np.asarray(per_seed)
