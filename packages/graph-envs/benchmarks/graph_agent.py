@@ -379,7 +379,8 @@ def plot_curves(results: list[dict], path: Path, bins: int = 20) -> None:
                 ]
                 per_seed.append(means)
             arr = np.asarray(per_seed)
-            ax.plot(centres, np.nanmean(arr, 0), color=colour, label=f"N = {n} ({len(runs)} seeds)")
+            label = f"N = {n}: {len(runs)} seed{'s' * (len(runs) > 1)}, {total:,} steps"
+            ax.plot(centres, np.nanmean(arr, 0), color=colour, label=label)
             ax.fill_between(centres, np.nanmin(arr, 0), np.nanmax(arr, 0), color=colour, alpha=0.2)
             ax.axhline(GREEDY[(env, n)], color=colour, ls="--", lw=0.8)
             rnd = [r for r in results if r["kind"] == "random" and r["env"] == env]
