@@ -274,7 +274,7 @@ def format_report(results: list[dict], steps: int, episodes: int) -> str:
             rm, rs = _stats(rnd)
             cells = [
                 f"{rm:.3f} ± {rs:.3f}",
-                f"{GREEDY[(env, n)]:.3f}",
+                f"{GREEDY[(env, n)]:.3f} ± {GREEDY_SE[(env, n)]:.3f}",
                 f"{MLP_MASKABLE[(env, n)]:.3f}",
             ]
             for kind, train_n in (("train", n), ("transfer" if n == 50 else "train", 20)):
