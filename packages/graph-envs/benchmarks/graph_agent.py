@@ -72,6 +72,17 @@ GREEDY = {
     ("CF", 20): -0.732,
     ("CF", 50): -0.782,
 }
+# Their standard errors (docs/envs.md; RGC at N = 50 over 20 episodes, the others over 100).
+GREEDY_SE = {
+    ("RGC", 20): 0.015,
+    ("RGC", 50): 0.036,
+    ("OD", 20): 0.016,
+    ("OD", 50): 0.007,
+    ("SAR", 20): 3.086,
+    ("SAR", 50): 2.940,
+    ("CF", 20): 0.015,
+    ("CF", 50): 0.010,
+}
 MLP_MASKABLE = {
     ("RGC", 20): 0.116,
     ("RGC", 50): 0.129,
@@ -252,8 +263,8 @@ def format_report(results: list[dict], steps: int, episodes: int) -> str:
 
     lines = [
         "| env | N | random | greedy | MLP MaskablePPO | graph agent, trained at N | z vs random "
-        "| graph agent, trained at N = 20 | z vs random |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| z vs greedy | graph agent, trained at N = 20 | z vs random | z vs greedy |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for env in SHORT.values():
         for n in (20, 50):
@@ -263,29 +274,47 @@ def format_report(results: list[dict], steps: int, episodes: int) -> str:
             rm, rs = _stats(rnd)
             cells = [
                 f"{rm:.3f} ± {rs:.3f}",
-                f"{GREEDY[(env, n)]:.3f}",
+                f"{GREEDY[(env, n)]:.3f} ± {GREEDY_SE[(env, n)]:.3f}",
                 f"{MLP_MASKABLE[(env, n)]:.3f}",
             ]
             for kind, train_n in (("train", n), ("transfer" if n == 50 else "train", 20)):
-                if kind == "train" and train_n == 20 and n == 20 and len(cells) == 5:
-                    cells += ["(same)", ""]
+                if kind == "train" and train_n == 20 and n == 20 and len(cells) == 6:
+                    cells += ["(same)", "", ""]
                     continue
                 g = pooled(kind, env, n, train_n)
                 if not g:
-                    cells += ["-", "-"]
+                    cells += ["-", "-", "-"]
                     continue
                 gm, gs = _stats(g)
                 per_seed = ", ".join(f"{s:.3f}" for s in seeds(kind, env, n, train_n))
                 z = (gm - rm) / math.sqrt(gs**2 + rs**2)
-                cells += [f"{gm:.3f} ± {gs:.3f} (seeds: {per_seed})", f"{z:+.1f}"]
+                z_greedy = (gm - GREEDY[(env, n)]) / math.sqrt(gs**2 + GREEDY_SE[(env, n)] ** 2)
+                cells += [
+                    f"{gm:.3f} ± {gs:.3f} (seeds: {per_seed})",
+                    f"{z:+.1f}",
+                    f"{z_greedy:+.1f}",
+                ]
             lines.append(f"| {env} | {n} | " + " | ".join(cells) + " |")
+    budgets: dict[tuple[str, int], set[int]] = {}
+    for r in results:
+        if r["kind"] == "train" and "steps" in r:
+            budgets.setdefault((r["env"], r["train_nodes"]), set()).add(int(r["steps"]))
+    if budgets:
+        # runs merged from several invocations may differ in budget: state each env's
+        budget = "env steps per run: " + "; ".join(
+            f"{env} N = {n}: " + " / ".join(f"{s:,}" for s in sorted(steps_))
+            for (env, n), steps_ in sorted(budgets.items())
+        )
+    else:
+        budget = f"{steps:,} env steps per run"
     lines += [
         "",
-        f"Graph agent: MaskablePPO with `MaskableGraphPolicy`, {steps:,} env steps per run, "
+        f"Graph agent: MaskablePPO with `MaskableGraphPolicy`, {budget}, "
         f"mean ± s.e. of the returns of every training seed pooled ({episodes} episodes each, "
         "initial states `reset(seed=e)` shared with every policy), per-seed means in brackets; "
-        "z = (graph - random) / sqrt(se_graph^2 + se_random^2). greedy and MLP MaskablePPO "
-        "(20,000 steps): the published yardsticks.",
+        "z = (graph - random) / sqrt(se_graph^2 + se_random^2), likewise against greedy "
+        "(positive: above greedy). greedy and MLP MaskablePPO (20,000 steps): the published "
+        "yardsticks.",
     ]
     rates: dict[str, dict[str, float]] = {}
     for r in results:
@@ -298,6 +327,22 @@ def format_report(results: list[dict], steps: int, episodes: int) -> str:
                 ratio = rate["mlp"] / rate["graph"]
                 lines.append(f"| {env} | {rate['mlp']:.0f} | {rate['graph']:.0f} | {ratio:.2f} |")
     return "\n".join(lines)
+
+
+CURVE_WINDOW = 1024  # env steps per row of a compacted training curve (one rollout of 8 x 128)
+
+
+def compact_curve(curve: list, window: int = CURVE_WINDOW) -> list[list[float]]:
+    """Training episodes binned by env step into ``window``-step windows: one
+    ``[last step, mean return, episodes]`` row per non-empty window (the raw results kept in
+    the repository stay small; the figure's bins are wider than a window)."""
+    rows: dict[int, list] = {}
+    for point in curve:
+        t, ret, count = (*point, 1) if len(point) == 2 else point
+        b = (int(t) - 1) // window
+        last, total, n = rows.get(b, (0, 0.0, 0))
+        rows[b] = [max(last, int(t)), total + float(ret) * count, n + int(count)]
+    return [[t, round(total / n, 6), n] for _, (t, total, n) in sorted(rows.items())]
 
 
 def plot_curves(results: list[dict], path: Path, bins: int = 20) -> None:
@@ -316,16 +361,26 @@ def plot_curves(results: list[dict], path: Path, bins: int = 20) -> None:
             if not runs:
                 continue
             total = max(r["steps"] for r in runs)
-            edges = np.linspace(0, total, bins + 1)
+            # bins no narrower than the compacted curves' windows (else every other one is empty)
+            n_bins = max(1, min(bins, total // CURVE_WINDOW))
+            edges = np.linspace(0, total, n_bins + 1)
             centres = 0.5 * (edges[1:] + edges[:-1])
             per_seed = []
             for r in runs:
-                t, ret = np.asarray(r["curve"]).T
-                idx = np.clip(np.digitize(t, edges) - 1, 0, bins - 1)
-                means = [ret[idx == b].mean() if np.any(idx == b) else np.nan for b in range(bins)]
+                # per-episode [step, return] or compacted [step, mean, episodes] rows
+                curve = np.asarray([(*p, 1) if len(p) == 2 else p for p in r["curve"]], float)
+                t, ret, count = curve.T
+                idx = np.clip(np.digitize(t, edges, right=True) - 1, 0, n_bins - 1)
+                means = [
+                    np.average(ret[idx == b], weights=count[idx == b])
+                    if np.any(idx == b)
+                    else np.nan
+                    for b in range(n_bins)
+                ]
                 per_seed.append(means)
             arr = np.asarray(per_seed)
-            ax.plot(centres, np.nanmean(arr, 0), color=colour, label=f"N = {n} ({len(runs)} seeds)")
+            label = f"N = {n}: {len(runs)} seed{'s' * (len(runs) > 1)}, {total:,} steps"
+            ax.plot(centres, np.nanmean(arr, 0), color=colour, label=label)
             ax.fill_between(centres, np.nanmin(arr, 0), np.nanmax(arr, 0), color=colour, alpha=0.2)
             ax.axhline(GREEDY[(env, n)], color=colour, ls="--", lw=0.8)
             rnd = [r for r in results if r["kind"] == "random" and r["env"] == env]
@@ -352,6 +407,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--envs", nargs="*", default=list(ENVS))
     parser.add_argument("--steps", type=int, default=30_000, help="env steps per training run")
+    parser.add_argument(
+        "--no-random",
+        action="store_true",
+        help="skip the random-policy jobs (e.g. when merging with an earlier run's via --from-raw)",
+    )
     parser.add_argument("--seeds", type=int, default=3, help="training seeds at N = 20")
     parser.add_argument("--seeds-50", type=int, default=2, help="training seeds at N = 50")
     parser.add_argument("--episodes", type=int, default=100)
@@ -363,13 +423,20 @@ def main(argv: list[str] | None = None) -> int:
         nargs="*",
         type=Path,
         default=None,
-        help="no runs: write the table and figure from these raw.jsonl files (runs split "
-        "over several processes, e.g. one per pair of envs)",
+        help="no runs: write the table, the figure and one merged raw.jsonl (training curves "
+        "compacted to 1,024-step windows) from these raw.jsonl files (runs split over several "
+        "processes, e.g. one per pair of envs)",
     )
     args = parser.parse_args(argv)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     if args.from_raw is not None:
         results = [json.loads(line) for f in args.from_raw for line in f.read_text().splitlines()]
+        for r in results:
+            if r.get("curve"):
+                r["curve"] = compact_curve(r["curve"])
+        # the merged results, curves compacted (what the repository keeps)
+        with (args.out_dir / "raw.jsonl").open("w") as fh:
+            fh.writelines(json.dumps(r) + "\n" for r in results)
         steps = max((r.get("steps", 0) for r in results if r["kind"] == "train"), default=0)
         report = format_report(results, steps or args.steps, args.episodes)
         print(report)
@@ -388,7 +455,8 @@ def main(argv: list[str] | None = None) -> int:
     for env_id in args.envs:
         if args.throughput_steps:
             jobs += [(throughput_job, env_id, p, args.throughput_steps) for p in ("mlp", "graph")]
-        jobs += [(random_job, env_id, n, args.episodes) for n in (20, 50)]
+        if not args.no_random:
+            jobs += [(random_job, env_id, n, args.episodes) for n in (20, 50)]
 
     results: list[dict] = []
     start = time.perf_counter()

@@ -83,4 +83,30 @@ def test_report_numbers():
     z = (pooled.mean() - 1.5) / math.sqrt(g_se**2 + r_se**2)
     assert f"{pooled.mean():.3f} ± {g_se:.3f} (seeds: 3.500, 5.500)" in row
     assert f"{z:+.1f}" in row
+    z_greedy = (pooled.mean() + 0.732) / math.sqrt(g_se**2 + 0.015**2)  # CF's greedy at N = 20
+    assert f"| {z:+.1f} | {z_greedy:+.1f} | (same) |" in row
     assert "| CF | 300 | 120 | 2.50 |" in report
+
+
+def test_compact_curve_window_means():
+    bench = load_script()
+    curve = [(3, 1.0), (8, 3.0), (9, 5.0), (16, 2.0), (17, 4.0)]
+    compact = bench.compact_curve(curve, window=8)
+    # windows (0, 8], (8, 16], (16, 24]: means over the episodes that ended inside each
+    assert compact == [[8, 2.0, 2], [16, 3.5, 2], [17, 4.0, 1]]
+    # compacting again, or into wider windows, keeps the episode-weighted means
+    assert bench.compact_curve(compact, window=8) == compact
+    assert bench.compact_curve(compact, window=16) == [[16, 2.75, 4], [17, 4.0, 1]]
+
+
+def test_report_states_each_budget():
+    bench = load_script()
+    row = {"kind": "train", "eval_nodes": 20, "returns": [1.0, 2.0], "curve": []}
+    results = [
+        {**row, "env": "RGC", "train_nodes": 20, "seed": 0, "steps": 40960},
+        {**row, "env": "RGC", "train_nodes": 50, "eval_nodes": 50, "seed": 0, "steps": 10240},
+        {"kind": "random", "env": "RGC", "eval_nodes": 20, "returns": [0.0, 1.0]},
+    ]
+    report = bench.format_report(results, 999, 2)
+    assert "RGC N = 20: 40,960; RGC N = 50: 10,240" in report
+    assert "999" not in report
