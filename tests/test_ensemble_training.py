@@ -208,3 +208,19 @@ def test_sigkilled_ensemble_resumes_to_identical_weights(data, tmp_path):
     assert len({r["resumed_from"] for r in stored}) == 1  # every member from the same step
     for job in jobs:
         assert _weights(job, killed.root) == _weights(job, clean.root)
+
+
+def test_cost_estimate_counts_ensembles_at_their_measured_step_ratio():
+    from graphwm.cost import estimate, format_estimate
+
+    preset = load_preset("tiny")
+    preset.update(envs=["RGC"], models=["vanilla-gwm"], ablations=[], seeds=[0, 1, 2])
+    preset["train"]["ensemble"] = 2
+    (line,) = estimate(preset, "cpu", steps=1, probe_sizes=(8, 12))
+    assert line.groups == (2, 1) and line.train_jobs == 3 and line.train_units == 2
+    assert set(line.step_ratio) == {2} and line.step_ratio[2] > 0
+    steps = preset["train"]["steps"]
+    assert line.train_hours == pytest.approx(
+        line.sec_per_step * steps * (line.step_ratio[2] + 1) / 3600
+    )
+    assert f"{line.step_ratio[2]:.2f} (2)" in format_estimate([line], "cpu")
