@@ -224,3 +224,32 @@ def test_cost_estimate_counts_ensembles_at_their_measured_step_ratio():
         line.sec_per_step * steps * (line.step_ratio[2] + 1) / 3600
     )
     assert f"{line.step_ratio[2]:.2f} (2)" in format_estimate([line], "cpu")
+
+
+def test_medium_preset_trains_three_seeds_as_one_ensemble_within_its_sizing():
+    """The medium preset parses, trains its 3 seeds as one ensemble per (env, model), and the
+    sizing lines of its comment agree with what it sets and with the 45-minute CPU budget."""
+    import re
+    from importlib import resources
+
+    from graphwm.config import Preset
+
+    medium = Preset.parse(load_preset("medium"))
+    assert medium.envs == ("OD", "SAR") and len(medium.seeds) == 3
+    assert medium.train.ensemble == 3 and medium.evaluate.num_samples == 30
+    assert medium.collect.test_sizes == (20, 50)
+    jobs = training_jobs(load_preset("medium", {"device": "cpu"}))  # no GPU needed here
+    units = training_units(jobs)
+    assert len(jobs) == 24 and len(units) == 8
+    assert all(isinstance(u, EnsembleJob) and u.seeds == medium.seeds for u in units)
+    text = resources.files("graphwm.presets").joinpath("medium.toml").read_text()
+    sizing = dict(re.findall(r"^#\s+sizing ([\w-]+) = (\d+)", text, flags=re.MULTILINE))
+    assert int(sizing["steps"]) == medium.train.steps
+    assert {m for m in sizing if m in medium.models} == set(medium.models)
+    # one step of all 8 ensembles on the 2 one-thread workers of the 2-core CPU
+    sec_per_step = sum(int(sizing[m]) for m in medium.models) * len(medium.envs) / 2 / 1000
+    assert re.search(rf"{sec_per_step:.1f} s per step", text)
+    train_min = medium.train.steps * sec_per_step / 60
+    assert train_min <= int(sizing["training"])
+    assert int(sizing["training"]) + int(sizing["overhead"]) <= 45
+    assert f"{medium.train.steps} x {sec_per_step:.1f} s = {round(train_min)} min" in text
