@@ -67,7 +67,8 @@ def _finished(
     job: Job, store: ResultStore, paths: RunPaths, verify: Callable[[Record, Any], None] | None
 ) -> bool:
     """Whether ``job`` has an intact record (a corrupt one: see :meth:`RunPaths.recover`)."""
-    if hasattr(job, "parts"):
+    if hasattr(job, "parts"):  # every part checked (a list, not a generator: each corrupt
+        # record is recovered, not only the first)
         return all([_finished(part, store, paths, verify) for part in parts_of(job)])
     if not store.has(job):
         return False
