@@ -4,12 +4,14 @@
 #
 # On the lent GPU machine (see ../shared/gpu/README.md; carry [".whl"]):
 #   source .whl/setup.sh && bash benchmarks/gpu_check.sh bench    # ~5 min: GDM + baselines
-#   source .whl/setup.sh && bash benchmarks/gpu_check.sh medium   # <= 9 min: medium preset
+#   source .whl/setup.sh && bash benchmarks/gpu_check.sh ensemble # ~8 min: ensemble steps
+#   source .whl/setup.sh && bash benchmarks/gpu_check.sh medium   # <= 10 min: medium preset
+#                                                (3 seeds per configuration as one ensemble)
 # Here, on the CPU, a quick dry run of the same stages (tiny sizes, ~3 min):
 #   GPU_CHECK_DEVICE=cpu GPU_CHECK_QUICK=1 OUT=/tmp/gpu_check bash benchmarks/gpu_check.sh bench
 set -euo pipefail
 
-stage=${1:?usage: gpu_check.sh bench|medium}
+stage=${1:?usage: gpu_check.sh bench|ensemble|medium}
 device=${GPU_CHECK_DEVICE:-cuda}
 quick=${GPU_CHECK_QUICK:-}
 out=${OUT:?set OUT to the folder to write results to}
@@ -34,6 +36,20 @@ bench)
     timeout 240 "$py" packages/gdm-models/benchmarks/bench_baselines.py "${base_args[@]}" \
         2>&1 | tee "$out/bench_baselines.txt"
     ;;
+ensemble)
+    # one step of K = 3 (the medium preset) and K = 10 (the paper's seeds) members against the
+    # single step: vmap eager for every model, then the GDM with vmap + torch.compile
+    ens_args=(--device "$device" --ks 3 10)
+    if [[ -n "$quick" ]]; then
+        ens_args+=(--quick --models vanilla-gwm)
+    fi
+    timeout 240 "$py" packages/gdm-models/benchmarks/bench_ensemble.py "${ens_args[@]}" \
+        2>&1 | tee "$out/bench_ensemble.txt"
+    if [[ -z "$quick" ]]; then
+        timeout 280 "$py" packages/gdm-models/benchmarks/bench_ensemble.py "${ens_args[@]}" \
+            --compile --models gdm 2>&1 | tee "$out/bench_ensemble_compile.txt"
+    fi
+    ;;
 medium)
     preset=medium
     extra=()
@@ -48,7 +64,7 @@ medium)
     cp /tmp/gpu_check_run/report/report.md "$out/report.md"
     ;;
 *)
-    echo "unknown stage '$stage' (bench or medium)" >&2
+    echo "unknown stage '$stage' (bench, ensemble or medium)" >&2
     exit 2
     ;;
 esac

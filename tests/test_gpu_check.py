@@ -31,16 +31,22 @@ def test_script_parses_and_refuses_an_unknown_stage(tmp_path):
 
 def test_every_benchmark_flag_the_script_uses_exists():
     text = SCRIPT.read_text()
-    for bench in ("bench_gdm.py", "bench_baselines.py"):
+    args_vars = {
+        "bench_gdm.py": "gdm_args",
+        "bench_baselines.py": "base_args",
+        "bench_ensemble.py": "ens_args",
+    }
+    for bench, args_var in args_vars.items():
         path = ROOT / "packages" / "gdm-models" / "benchmarks" / bench
         assert path.exists() and f"benchmarks/{bench}" in text
         helptext = subprocess.run(
             [sys.executable, str(path), "--help"], capture_output=True, text=True, check=True
         ).stdout
-        args_var = "gdm_args" if bench == "bench_gdm.py" else "base_args"
         used = set(re.findall(rf"{args_var}\+?=\(([^)]*)\)", text))
         flags = {f for chunk in used for f in re.findall(r"--[a-z-]+", chunk)}
         assert flags, bench
+        if bench == "bench_ensemble.py":  # flags given on the command line itself
+            flags |= {"--compile", "--models"}
         for flag in flags:
             assert flag in helptext, f"{bench} has no {flag}"
     assert (ROOT / "src" / "graphwm" / "presets" / "medium.toml").exists()
@@ -52,3 +58,10 @@ def test_quick_bench_stage_runs_on_the_cpu(tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     assert "ms/step" in (tmp_path / "bench_gdm.txt").read_text()
     assert "vanilla-gwm" in (tmp_path / "bench_baselines.txt").read_text()
+
+
+@pytest.mark.slow
+def test_quick_ensemble_stage_runs_on_the_cpu(tmp_path):
+    res = _run("ensemble", OUT=str(tmp_path), GPU_CHECK_DEVICE="cpu", GPU_CHECK_QUICK="1")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "K= 3" in (tmp_path / "bench_ensemble.txt").read_text()

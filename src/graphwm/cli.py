@@ -203,7 +203,8 @@ def _run(args: argparse.Namespace) -> int:
         from graphwm.cost import estimate, format_estimate
         from graphwm.pipeline import load_preset
 
-        overrides = {"envs": args.envs, "models": args.models}
+        # measured on --device: the preset's own device need not exist here
+        overrides = {"envs": args.envs, "models": args.models, "device": args.device}
         if args.models:
             from graphwm.config import read_preset
 

@@ -99,6 +99,10 @@ class TrainConfig:
     precision: str = setting("fp32", choices=PRECISIONS)
     compile: bool = setting(False, help="torch.compile the model")
     log_every: int = setting(1, ge=1, help="steps between log.csv rows")
+    # seeds in preset order chunked by K (graphwm.stages.ensemble); 1: every seed alone
+    ensemble: int = setting(
+        1, ge=1, help="most seeds of one configuration trained together as one ensemble"
+    )
 
     @classmethod
     def _check(cls, obj: TrainConfig, where: Where, key: str) -> None:

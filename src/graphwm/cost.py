@@ -5,12 +5,18 @@ preset at the paper's hyperparameters: seconds per training step (batch 8, seque
 freshly recorded training-size episodes) and seconds per evaluated transition (posterior +
 kappa-sample imagination) at two graph sizes, extrapolated to the other test sizes with the
 O(N^2) cost of the pairwise terms. It multiplies these by the preset's job counts.
+
+With ``train.ensemble = K`` > 1 the seeds of a configuration train in ensembles of <= K
+(:func:`graphwm.stages.ensemble.ensemble_groups`); the estimate then also measures one ensemble
+step of each group size k on the device, as ``gdm_models.train_ensemble`` runs it ("auto":
+vmap on CUDA in fp32, else the per-member loop), as a ratio r(k) to the single step, and
+training costs ``s/step x steps x sum over groups of r(k)``.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -18,6 +24,7 @@ from graphwm.config import Preset
 from graphwm.envs import env_schema
 from graphwm.pipeline import training_jobs
 from graphwm.stages.collect import record_episode
+from graphwm.stages.ensemble import ensemble_groups
 
 
 @dataclass
@@ -31,10 +38,24 @@ class CostLine:
     steps_per_job: int
     sec_per_transition: dict[int, float]
     eval_transitions: dict[int, int]
+    #: members of each training unit (``(1,) * train_jobs`` without ensembles)
+    groups: tuple[int, ...] = ()
+    #: measured ensemble step / single step per group size k > 1
+    step_ratio: dict[int, float] = field(default_factory=dict)
+
+    def ratio(self, k: int) -> float:
+        """Cost of one step of a k-member unit in single steps (1 for a single run)."""
+        return 1.0 if k == 1 else self.step_ratio[k]
+
+    @property
+    def train_units(self) -> int:
+        """Units of work: ensembles and single jobs."""
+        return len(self.groups) if self.groups else self.train_jobs
 
     @property
     def train_hours(self) -> float:
-        return self.sec_per_step * self.steps_per_job * self.train_jobs / 3600
+        units = sum(self.ratio(k) for k in self.groups) if self.groups else self.train_jobs
+        return self.sec_per_step * self.steps_per_job * units / 3600
 
     @property
     def eval_hours(self) -> float:
@@ -85,6 +106,51 @@ def _time_training(model, episodes, schema, preset, steps: int, device: str) -> 
     return elapsed / steps
 
 
+def _time_ensemble_ratio(
+    env: str, name: str, k: int, episodes, preset, steps: int, device: str
+) -> float:
+    """One k-member ensemble step / one single step, timed alternately on ``device``."""
+    import torch
+    from gdm_models import EpisodeDataset, EpochSampler, FeatureScaler, make_model
+    from gdm_models.ensemble_engines import LoopEngine, VmapEngine
+    from gdm_models.ensemble_loss import member_loss_for
+
+    schema = env_schema(env)
+    t = preset["train"]
+    bs, seq_len, lr = int(t.get("batch_size", 8)), int(t.get("seq_len", 20)), float(t["lr"])
+    ds = EpisodeDataset(episodes, schema, seq_len=seq_len)
+    scaler = FeatureScaler.fit(episodes, schema)
+    autocast = torch.autocast(torch.device(device).type, enabled=False)
+
+    def engine(n: int):
+        members = []
+        for s in range(n):
+            torch.manual_seed(s)
+            members.append(make_model(name, schema, scaler, **preset["model"]).to(device).train())
+        loss = member_loss_for(members[0])
+        # train_ensemble's "auto": vmap on CUDA (fp32) for models with a member loss
+        if torch.device(device).type == "cuda" and loss is not None:
+            eng = VmapEngine(members, loss, lr=lr, clip=100.0, autocast=autocast, compile=False)
+        else:
+            eng = LoopEngine(members, lr=lr, clip=100.0, autocast=autocast, compile=False)
+        eng.build(list(range(n)), None)
+        samplers = [EpochSampler(ds, bs, seq_len, seed=s) for s in range(n)]
+        gens = [torch.Generator(device=device).manual_seed(s) for s in range(n)]
+        return lambda: eng.step([sm.next_batch() for sm in samplers], gens)
+
+    single, ensemble = engine(1), engine(k)
+    elapsed = [0.0, 0.0]
+    for step in range(steps + 1):  # step 0 warms up
+        for i, fn in enumerate((single, ensemble)):
+            start = time.perf_counter()
+            fn()
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            if step:
+                elapsed[i] += time.perf_counter() - start
+    return elapsed[1] / elapsed[0]
+
+
 def _time_transition(model, env: str, n: int, kappa: int) -> float:
     ep = record_episode(env, n, seed=20_000_000 + n)
     t = min(5, len(ep["reward"]) - 1)
@@ -114,6 +180,7 @@ def estimate(
         else t.epochs * int(np.ceil(len(c.train_sizes) * c.train_episodes / 8))
     )
     jobs = training_jobs(preset)  # only the job grid
+    groups = tuple(len(g) for g in ensemble_groups(preset.seeds, t.ensemble))
     ev = preset.evaluate
     lines = []
     for env in preset.envs:
@@ -121,6 +188,10 @@ def estimate(
         for name in models:
             model, eps, p = _model(env, name, device)
             sec_step = _time_training(model, eps, env_schema(env), p, steps, device)
+            ratios = {
+                k: _time_ensemble_ratio(env, name, k, eps, p, steps, device)
+                for k in sorted(set(groups) - {1})
+            }
             model.eval()
             with torch.no_grad():
                 probes = {n: _time_transition(model, env, n, ev.num_samples) for n in probe_sizes}
@@ -140,6 +211,8 @@ def estimate(
                     per_job,
                     {n: a + b * n**2 for n in sizes},
                     {n: per_size * n_jobs for n in sizes},
+                    groups,
+                    ratios,
                 )
             )
     return lines
@@ -148,15 +221,20 @@ def estimate(
 def format_estimate(lines: list[CostLine], device: str) -> str:
     """A Markdown table of the estimate."""
     out = [
-        f"Measured on {device}. Hours = unit cost x jobs (training) + transitions (eval).",
+        f"Measured on {device}. Hours = s/step x steps x sum over training units of their "
+        "step ratio (an ensemble of k seeds: its measured step / the single step; a single "
+        "job: 1) + s/transition x transitions (eval).",
         "",
-        "| env | model | s/step | train jobs | steps/job | train h | eval h |",
-        "|---|---|--:|--:|--:|--:|--:|",
+        "| env | model | s/step | train jobs | units | step ratio (k) | steps/job | train h "
+        "| eval h |",
+        "|---|---|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for c in lines:
+        ratio = ", ".join(f"{r:.2f} ({k})" for k, r in sorted(c.step_ratio.items())) or "1"
         out.append(
             f"| {c.env} | {c.model} | {c.sec_per_step:.3f} | {c.train_jobs} | "
-            f"{c.steps_per_job} | {c.train_hours:.1f} | {c.eval_hours:.1f} |"
+            f"{c.train_units} | {ratio} | {c.steps_per_job} | {c.train_hours:.1f} | "
+            f"{c.eval_hours:.1f} |"
         )
     total_t = sum(c.train_hours for c in lines)
     total_e = sum(c.eval_hours for c in lines)

@@ -25,14 +25,15 @@ from graphwm.config import (
     read_preset,
 )
 from graphwm.stages.collect import DataRef, collect
+from graphwm.stages.ensemble import ensemble_groups, member_jobs, train_unit, training_units
 from graphwm.stages.evaluate import EvalJob, multi_step_job, self_gdd_job, single_step_job
 from graphwm.stages.fit import FitJob, run_fit
-from graphwm.stages.train import TrainJob, make_train_job, train_job, verify_trained
+from graphwm.stages.train import TrainJob, make_train_job, verify_trained
 from graphwm.store.executors import default_workers, run_jobs
 from graphwm.store.files import atomic_write_json, read_json, run_lock
 from graphwm.store.paths import RunPaths
 from graphwm.store.records import Record, TrainRecord
-from graphwm.store.results import ResultStore
+from graphwm.store.results import ResultStore, parts_of
 
 __all__ = [
     "PRESET_NAMES",
@@ -157,13 +158,16 @@ def train_job_for(
 
 
 def training_jobs(preset: PresetLike) -> list[TrainJob]:
-    """Every (env, model, seed) training job, ablations included."""
+    """Every (env, model, seed) training job, ablations included; with ``train.ensemble``
+    = K > 1 the seeds are keyed as members of ensembles of <= K (preset order, chunked)."""
     p = _preset(preset)
+    groups = ensemble_groups(p.seeds, p.train.ensemble)
     return [
-        train_job_for(p, env, model, seed)
+        member
         for env in p.envs
         for model in p.models_of(env)
-        for seed in p.seeds
+        for group in groups
+        for member in member_jobs(train_job_for(p, env, model, group[0]), group)
     ]
 
 
@@ -273,10 +277,15 @@ def run_training_jobs(
     preset: PresetLike, paths: RunPaths, jobs: list[TrainJob], desc: str, progress: bool = True
 ) -> list[TrainRecord]:
     """Run training jobs in the run's job store (shared by ``stage_train`` and the search),
-    re-verifying every stored result's checkpoint (and log) before it is reused."""
-    return run_jobs(
-        train_job,
-        jobs,
+    re-verifying every stored result's checkpoint (and log) before it is reused.
+
+    The members of an ensemble run as one unit (:func:`graphwm.stages.ensemble.training_units`);
+    the records come back in the order of ``jobs``.
+    """
+    units = training_units(jobs)
+    records = run_jobs(
+        train_unit,
+        units,
         ResultStore(paths.jobs),
         paths,
         desc=desc,
@@ -284,6 +293,9 @@ def run_training_jobs(
         verify=lambda record, job: verify_trained(paths.root, record, job),
         **executor_args(preset, gpu=True),
     )
+    parts = [part for unit in units for part in parts_of(unit)]
+    by_key = dict(zip([part.key for part in parts], records, strict=True))
+    return [by_key[job.key] for job in jobs]  # type: ignore[misc]
 
 
 def stage_train(preset: PresetLike, paths: RunPaths, progress: bool = True) -> list[TrainRecord]:

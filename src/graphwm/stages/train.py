@@ -54,6 +54,9 @@ class TrainJob:
     device: str = "cpu"
     precision: str = _TRAIN["precision"]
     compile: bool = _TRAIN["compile"]
+    #: the seeds trained together with this one (``()``: a single run; see EnsembleJob)
+    ensemble: tuple[int, ...] = ()
+    strategy: str = "auto"  # gdm_models.train_ensemble's; keyed only in an ensemble
     checkpoint_every: int = field(default=_TRAIN["checkpoint_every"], compare=False)
     log_every: int = field(default=_TRAIN["log_every"], compare=False)
     threads: int = field(default=1, compare=False)
@@ -61,7 +64,7 @@ class TrainJob:
     kind = "train"
 
     def describe(self) -> dict[str, Any]:
-        return {
+        out = {
             "env": self.env,
             "model": self.model,
             "seed": self.seed,
@@ -74,6 +77,9 @@ class TrainJob:
             "precision": self.precision,
             "compile": self.compile,
         }
+        if self.ensemble:  # a single run's payload (and key) is unchanged
+            out["ensemble"] = {"seeds": list(self.ensemble), "strategy": self.strategy}
+        return out
 
     @property
     def key(self) -> str:

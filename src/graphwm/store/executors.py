@@ -12,6 +12,12 @@ terminated (killed if they outlive a grace period), Ray tasks are cancelled. A j
 written atomically after the job, so an interrupted job has no record and a rerun runs it
 again (training resumes from its last checkpoint). The exception raised is
 :class:`~graphwm.store.interrupts.Interrupted`, naming the jobs that were running or queued.
+
+A job with ``parts`` (several jobs run as one unit of work, e.g. the members of a training
+ensemble) yields one record per part: its function returns, in the order of ``parts``, each
+part's record or the exception that part failed with. The parts' records are stored like
+jobs' records; a failed part is logged and raised after the others are stored. The unit is
+finished when every part is.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from graphwm.store.files import CorruptFileError
 from graphwm.store.interrupts import Interrupted
 from graphwm.store.paths import RunPaths
 from graphwm.store.records import Record
-from graphwm.store.results import Job, ResultStore, log_job
+from graphwm.store.results import Job, ResultStore, log_job, parts_of
 
 JobFn = Callable[[Any, str], Record]
 
@@ -41,19 +47,33 @@ GRACE_SECONDS = 5.0  # between SIGTERM and SIGKILL for a worker that does not st
 WATCHDOG_SECONDS = 1.0  # how often a pool worker checks that its parent is alive
 
 
-def _run_and_store(fn: JobFn, job: Job, store_root: str, run_dir: str) -> Record:
+def _run_and_store(fn: JobFn, job: Job, store_root: str, run_dir: str) -> Any:
     started = time.time()
     try:
-        record = fn(job, run_dir)
+        out = fn(job, run_dir)
     except KeyboardInterrupt:
         log_job(Path(run_dir), job, started, "interrupted")
         raise
     except BaseException:
         log_job(Path(run_dir), job, started, "failed")
         raise
-    ResultStore(Path(store_root)).save(job, record)
-    log_job(Path(run_dir), job, started, "done")
-    return record
+    store = ResultStore(Path(store_root))
+    if not hasattr(job, "parts"):
+        store.save(job, out)
+        log_job(Path(run_dir), job, started, "done")
+        return out
+    failures = []
+    for part, result in zip(parts_of(job), out, strict=True):
+        if isinstance(result, BaseException):
+            failures.append(result)
+            log_job(Path(run_dir), part, started, "failed")
+        else:
+            store.save(part, result)
+            log_job(Path(run_dir), part, started, "done")
+    log_job(Path(run_dir), job, started, "failed" if failures else "done")
+    if failures:
+        raise failures[0]
+    return out
 
 
 def default_workers() -> int:
@@ -65,6 +85,9 @@ def _finished(
     job: Job, store: ResultStore, paths: RunPaths, verify: Callable[[Record, Any], None] | None
 ) -> bool:
     """Whether ``job`` has an intact record (a corrupt one: see :meth:`RunPaths.recover`)."""
+    if hasattr(job, "parts"):  # every part checked (a list, not a generator: each corrupt
+        # record is recovered, not only the first)
+        return all([_finished(part, store, paths, verify) for part in parts_of(job)])
     if not store.has(job):
         return False
     try:
@@ -90,7 +113,8 @@ def run_jobs(
     progress: bool = True,
     verify: Callable[[Record, Any], None] | None = None,
 ) -> list[Record]:
-    """Run every unfinished job; return all records in the order of ``jobs``.
+    """Run every unfinished job; return all records in the order of ``jobs`` (a job with
+    ``parts``: its parts' records in their order).
 
     Args:
         executor: ``"local"`` (a process pool; ``max_workers=1`` runs in this process) or
@@ -110,7 +134,7 @@ def run_jobs(
             _run_ray(fn, todo, store, run_dir, num_gpus_per_job, desc, progress)
         else:
             raise ValueError(f"unknown executor {executor!r}; choose 'local' or 'ray'")
-    return [store.load(job) for job in jobs]
+    return [store.load(part) for job in jobs for part in parts_of(job)]
 
 
 def describe_job(job: Job) -> str:

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from graphwm.store.files import CorruptFileError, atomic_write_json, open_log, read_json
 from graphwm.store.records import Record, ResultsFormatError, check_digest, parse_record, seal
 
-__all__ = ["Job", "ResultStore", "atomic_write_json", "log_event", "log_job"]
+__all__ = ["Job", "ResultStore", "atomic_write_json", "log_event", "log_job", "parts_of"]
 
 
 class Job(Protocol):
@@ -33,6 +33,13 @@ class Job(Protocol):
     def describe(self) -> dict[str, Any]:
         """The JSON-able payload the key hashes (stored next to the result)."""
         ...
+
+
+def parts_of(job: Any) -> tuple[Job, ...]:
+    """The jobs whose records ``job`` yields: its ``parts`` (several jobs run as one unit,
+    e.g. a training ensemble; the unit itself has no record) or the job itself."""
+    parts = getattr(job, "parts", None)
+    return tuple(parts) if parts is not None else (job,)
 
 
 class ResultStore:

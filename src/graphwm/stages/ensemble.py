@@ -1,0 +1,174 @@
+"""Stage 3 with ``train.ensemble = K``: the seeds of one configuration trained together.
+
+The training jobs of one (env, model, configuration) that differ only in seed are grouped, in
+the preset's seed order, into ensembles of at most K members (:func:`ensemble_groups`); a
+group of one seed is an ordinary single job. Each member stays a :class:`TrainJob` (its key
+holds the ensemble's seeds and strategy, so changing K trains anew instead of reusing), with
+its own folder, ``log.csv``, ``ckpt/final`` and record exactly as a single job's: evaluation,
+dream envs and the report read members like single runs.
+
+An :class:`EnsembleJob` is one unit of work for the executors that yields one record per
+member (:func:`graphwm.store.results.parts_of`). Its folder
+``RUN_DIR/train/<ENV>/<model>/ensemble-<digest>/`` holds the ensemble's ``latest/`` (every
+member's trainer state at one step), so a killed ensemble resumes every member from that step
+and ends with the weights of an uninterrupted run. A member whose loss goes non-finite fails
+alone: the others' records are stored, then its :class:`FloatingPointError` is raised.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from graphwm.envs import env_schema
+from graphwm.stages.fit import load_fitted, training_episodes
+from graphwm.stages.train import TrainJob, model_dir_name, train_job, trainer_options
+from graphwm.store.files import content_key
+from graphwm.store.records import TrainRecord
+
+__all__ = ["EnsembleJob", "ensemble_groups", "train_ensemble_job", "train_unit", "training_units"]
+
+
+def ensemble_groups(seeds: Sequence[int], k: int) -> list[tuple[int, ...]]:
+    """The seeds in their order, chunked into groups of at most ``k`` (``k >= 1``)."""
+    if k < 1:
+        raise ValueError(f"an ensemble needs k >= 1 members, got {k}")
+    seeds = tuple(int(s) for s in seeds)
+    return [seeds[i : i + k] for i in range(0, len(seeds), k)]
+
+
+def member_jobs(job: TrainJob, group: tuple[int, ...]) -> list[TrainJob]:
+    """``job`` for every seed of ``group``, each keyed as a member of that ensemble (a group
+    of one seed: the single job itself)."""
+    if len(group) == 1:
+        return [dataclasses.replace(job, seed=group[0], ensemble=())]
+    return [dataclasses.replace(job, seed=s, ensemble=tuple(group)) for s in group]
+
+
+@dataclass(frozen=True)
+class EnsembleJob:
+    """The members of one ensemble trained as one unit (``parts``: one record each)."""
+
+    members: tuple[TrainJob, ...]
+
+    kind = "train_ensemble"
+
+    def __post_init__(self) -> None:
+        seeds = tuple(m.seed for m in self.members)
+        if len(seeds) < 2 or any(m.ensemble != seeds for m in self.members):
+            raise ValueError(f"ensemble members must list their seeds {seeds} as their group")
+        first = dataclasses.replace(self.members[0], seed=0)
+        if any(dataclasses.replace(m, seed=0) != first for m in self.members[1:]):
+            raise ValueError("ensemble members must differ only in their seed")
+
+    @property
+    def parts(self) -> tuple[TrainJob, ...]:
+        return self.members
+
+    @property
+    def env(self) -> str:
+        return self.members[0].env
+
+    @property
+    def model(self) -> str:
+        return self.members[0].model
+
+    @property
+    def seeds(self) -> tuple[int, ...]:
+        return tuple(m.seed for m in self.members)
+
+    def describe(self) -> dict[str, Any]:
+        return {"members": [m.key for m in self.members]}
+
+    @property
+    def key(self) -> str:
+        return content_key("train_ensemble", self.describe())
+
+    @property
+    def reldir(self) -> str:
+        digest = self.key.split("-", 1)[1]
+        return f"train/{self.env}/{model_dir_name(self.model)}/ensemble-{digest}"
+
+    def dir(self, run_dir: Path) -> Path:
+        return Path(run_dir) / self.reldir
+
+
+def training_units(jobs: Iterable[TrainJob]) -> list[TrainJob | EnsembleJob]:
+    """The units of work of ``jobs``, in order: a single job as itself, the members of an
+    ensemble as one :class:`EnsembleJob` (with every member of the group, named or not)."""
+    units: dict[str, TrainJob | EnsembleJob] = {}
+    for job in jobs:
+        if job.ensemble:
+            unit: TrainJob | EnsembleJob = EnsembleJob(tuple(member_jobs(job, job.ensemble)))
+        else:
+            unit = job
+        units.setdefault(unit.key, unit)
+    return list(units.values())
+
+
+def train_ensemble_job(unit: EnsembleJob, run_dir: str) -> list[TrainRecord | BaseException]:
+    """Train the members of ``unit`` together; one record (or failure) per member."""
+    import torch
+    from gdm_models import EpisodeDataset, train_ensemble
+    from gdm_models.checkpoint import checkpoint_digest
+
+    root = Path(run_dir)
+    job = unit.members[0]
+    torch.set_num_threads(max(1, job.threads))
+    _, scaler = load_fitted(job.fit.dir(root))
+    trainer = dict(job.trainer)
+    seq_len = int(trainer["seq_len"])
+    dataset = EpisodeDataset(
+        training_episodes(root, job.fit.train_data), env_schema(job.env), seq_len=seq_len
+    )
+    length = {"steps": job.steps} if job.steps is not None else {"epochs": job.epochs}
+    result = train_ensemble(
+        job.model,
+        unit.seeds,
+        dataset,
+        scaler=scaler,
+        model_config=dict(job.model_config),
+        **length,
+        batch_size=int(trainer["batch_size"]),
+        seq_len=seq_len,
+        lr=float(trainer["lr"]),
+        device=job.device,
+        out_dir=unit.dir(root),
+        member_logs=[m.dir(root) / "log.csv" for m in unit.members],
+        member_finals=[m.checkpoint(root) for m in unit.members],
+        checkpoint_every=job.checkpoint_every,
+        resume=True,
+        progress=False,
+        strategy=job.strategy,
+        **trainer_options(job),
+    )
+    out: list[TrainRecord | BaseException] = []
+    for member, res in zip(unit.members, result.members, strict=True):
+        if res.error is not None:
+            out.append(res.error)
+            continue
+        final = member.checkpoint(root)
+        out.append(
+            TrainRecord(
+                kind="train",
+                env=member.env,
+                model=member.model,
+                seed=member.seed,
+                steps=res.steps,
+                resumed_from=res.resumed_from,
+                checkpoint=final.relative_to(root).as_posix(),
+                checkpoint_digest=checkpoint_digest(final),
+                last_terms=dict(res.last_terms),
+            )
+        )
+    return out
+
+
+def train_unit(unit: TrainJob | EnsembleJob, run_dir: str) -> Any:
+    """The job function of :func:`training_units`' units (for the executors)."""
+    if isinstance(unit, EnsembleJob):
+        return train_ensemble_job(unit, run_dir)
+    return train_job(unit, run_dir)

@@ -1,0 +1,263 @@
+"""Training the seeds of a configuration as one ensemble (``train.ensemble = K``): keys,
+grouping, one record and checkpoint per seed, reruns, SIGKILL resumption, failed members, and
+members bitwise equal to single runs on the CPU (the loop strategy)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from graphwm.pipeline import (
+    RunPaths,
+    load_preset,
+    stage_collect,
+    stage_fit,
+    stage_train,
+    train_job_for,
+    training_jobs,
+)
+from graphwm.stages.ensemble import EnsembleJob, ensemble_groups, training_units
+from graphwm.store.results import ResultStore
+
+
+def _preset(seeds=(0, 1), k: int = 2, steps: int = 4, every: int = 2) -> dict:
+    preset = load_preset("tiny")
+    preset.update(envs=["SAR"], models=["gdm"], ablations=[], seeds=list(seeds))
+    preset.pop("multi_step")
+    preset.pop("downstream", None)
+    preset["train"] = {**preset["train"], "steps": steps, "checkpoint_every": every}
+    preset["train"]["ensemble"] = k
+    return preset
+
+
+def _done(run_dir: Path) -> Counter:
+    lines = (run_dir / "jobs.log").read_text().splitlines()
+    return Counter(json.loads(line)["kind"] for line in lines if '"done"' in line)
+
+
+def _weights(job, run_dir: Path) -> str:
+    manifest = json.loads((job.checkpoint(run_dir) / "checkpoint.json").read_text())
+    return manifest["weights_sha256"]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> RunPaths:
+    """Collected and fitted data of the small preset (copied into each test's run)."""
+    paths = RunPaths(tmp_path_factory.mktemp("ens") / "data")
+    stage_collect(_preset(), paths, progress=False)
+    stage_fit(_preset(), paths)
+    return paths
+
+
+def _run_dir(data: RunPaths, dst: Path) -> RunPaths:
+    shutil.copytree(data.data, dst / "data")
+    shutil.copytree(data.root / "fit", dst / "fit")
+    return RunPaths(dst)
+
+
+def test_grouping_is_the_seeds_in_order_chunked_by_k():
+    assert ensemble_groups([3, 1, 2, 7, 5], 2) == [(3, 1), (2, 7), (5,)]
+    assert ensemble_groups([0, 1, 2], 1) == [(0,), (1,), (2,)]
+    assert ensemble_groups([0, 1, 2], 10) == [(0, 1, 2)]
+    with pytest.raises(ValueError, match="k >= 1"):
+        ensemble_groups([0], 0)
+
+
+def test_k1_keys_are_todays_keys():
+    """ensemble = 1 (or absent) keys every job exactly as a single run: same payload."""
+    for k in (None, 1):
+        preset = _preset(seeds=(0, 1, 2), k=1)
+        if k is None:
+            preset["train"].pop("ensemble")
+        jobs = training_jobs(preset)
+        assert [j.seed for j in jobs] == [0, 1, 2]
+        # train_job_for builds the single job exactly as the pipeline always has
+        assert [j.key for j in jobs] == [
+            train_job_for(preset, "SAR", "gdm", s).key for s in (0, 1, 2)
+        ]
+        assert all("ensemble" not in j.describe() for j in jobs)
+        assert all(not isinstance(u, EnsembleJob) for u in training_units(jobs))
+
+
+def test_changing_k_changes_member_keys():
+    seeds = (0, 1, 2)
+    keys = {k: [j.key for j in training_jobs(_preset(seeds, k))] for k in (1, 2, 3)}
+    # K = 2: ensembles (0, 1) and (2,); a group of one seed is the single job
+    assert keys[2][2] == keys[1][2]
+    assert set(keys[2][:2]).isdisjoint(keys[1]) and set(keys[3]).isdisjoint(keys[1] + keys[2])
+    jobs = training_jobs(_preset(seeds, 2))
+    assert jobs[0].describe()["ensemble"] == {"seeds": [0, 1], "strategy": "auto"}
+    units = training_units(jobs)
+    assert isinstance(units[0], EnsembleJob) and units[0].seeds == (0, 1) and units[1] is jobs[2]
+    # any one member names its whole ensemble
+    (unit,) = training_units([jobs[1]])
+    assert unit.key == units[0].key
+
+
+def test_ensemble_records_round_trip_rerun_nothing_and_equal_single_runs(data, tmp_path):
+    preset = _preset()
+    ens = _run_dir(data, tmp_path / "ens")
+    records = stage_train(preset, ens, progress=False)
+    jobs = training_jobs(preset)
+    assert [(r.seed, r.steps) for r in records] == [(0, 4), (1, 4)]
+    (unit,) = training_units(jobs)
+    store = ResultStore(ens.jobs)
+    for job, record in zip(jobs, records, strict=True):
+        # one record and one checkpoint per seed, in the member's own folder
+        assert store.load(job) == record
+        assert record.checkpoint == job.checkpoint(ens.root).relative_to(ens.root).as_posix()
+        assert (job.dir(ens.root) / "log.csv").exists()
+        assert not (job.dir(ens.root) / "ckpt" / "latest").exists()
+    assert (unit.dir(ens.root) / "latest" / "ensemble.json").exists()
+    assert unit.dir(ens.root).name.startswith("ensemble-")
+    assert sorted(p.stem for p in ens.jobs.glob("*.json")) == sorted(j.key for j in jobs)
+    assert _done(ens.root) == {"train": 2, "train_ensemble": 1}
+    # a rerun finds every member's record and trains nothing
+    assert stage_train(preset, ens, progress=False) == records
+    assert _done(ens.root) == {"train": 2, "train_ensemble": 1}
+    # the members equal the single runs bit for bit (CPU: the loop strategy)
+    single = _run_dir(data, tmp_path / "single")
+    single_preset = _preset(k=1)
+    stage_train(single_preset, single, progress=False)
+    for member, alone in zip(jobs, training_jobs(single_preset), strict=True):
+        assert member.key != alone.key
+        assert _weights(member, ens.root) == _weights(alone, single.root)
+        rows = [
+            (j.dir(r) / "log.csv").read_text().splitlines()
+            for j, r in ((member, ens.root), (alone, single.root))
+        ]
+        assert rows[0][0] == rows[1][0] and len(rows[0]) == len(rows[1]) == 5
+        # the loss columns agree (the time columns differ)
+        head = rows[0][0].split(",")
+        keep = [i for i, c in enumerate(head) if "time" not in c and "sec" not in c]
+        strip = [[[line.split(",")[i] for i in keep] for line in r[1:]] for r in rows]
+        assert strip[0] == strip[1]
+
+
+def test_a_failed_member_is_raised_after_the_others_are_stored(data, tmp_path, monkeypatch):
+    import graphwm.stages.ensemble as ensemble
+
+    real = ensemble.train_ensemble_job
+
+    def second_member_diverges(unit, run_dir):
+        out = real(unit, run_dir)
+        out[1] = FloatingPointError("non-finite loss at step 3 (seed 1)")
+        return out
+
+    monkeypatch.setattr(ensemble, "train_ensemble_job", second_member_diverges)
+    preset = _preset()
+    run = _run_dir(data, tmp_path / "run")
+    with pytest.raises(FloatingPointError, match="seed 1"):
+        stage_train(preset, run, progress=False)
+    first, second = training_jobs(preset)
+    store = ResultStore(run.jobs)
+    assert store.has(first) and store.load(first).seed == 0 and not store.has(second)
+    lines = [json.loads(x) for x in (run.root / "jobs.log").read_text().splitlines()]
+    assert {(x["key"], x["status"]) for x in lines} >= {
+        (first.key, "done"),
+        (second.key, "failed"),
+    }
+    # the next run trains the ensemble again (resuming from its last state) and stores both
+    monkeypatch.setattr(ensemble, "train_ensemble_job", real)
+    assert [r.seed for r in stage_train(preset, run, progress=False)] == [0, 1]
+
+
+RESUME_SCRIPT = """
+import json, sys
+from graphwm.pipeline import RunPaths, stage_train
+preset = json.loads(open(sys.argv[1]).read())
+for r in stage_train(preset, RunPaths(sys.argv[2]), progress=False):
+    print(r.checkpoint)
+"""
+
+
+def test_sigkilled_ensemble_resumes_to_identical_weights(data, tmp_path):
+    preset = _preset(steps=40, every=5)
+    preset_file = tmp_path / "preset.json"
+    preset_file.write_text(json.dumps(preset))
+    killed = _run_dir(data, tmp_path / "killed")
+    clean = _run_dir(data, tmp_path / "clean")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-c", RESUME_SCRIPT, str(preset_file)]
+    proc = subprocess.Popen([*cmd, str(killed.root)], env=env, start_new_session=True)
+    jobs = training_jobs(preset)
+    (unit,) = training_units(jobs)
+    latest = unit.dir(killed.root) / "latest" / "ensemble.json"
+    deadline = time.time() + 240
+    while not latest.exists():
+        assert proc.poll() is None, "training finished or died before its first checkpoint"
+        assert time.time() < deadline
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not any(j.checkpoint(killed.root).exists() for j in jobs), "killed too late"
+    for run in (killed, clean):
+        res = subprocess.run([*cmd, str(run.root)], env=env, capture_output=True, text=True)
+        assert res.returncode == 0, res.stderr
+    stored = [json.loads(p.read_text()) for p in killed.jobs.glob("*.json")]
+    assert len(stored) == 2 and all(r["resumed_from"] > 0 for r in stored)
+    assert len({r["resumed_from"] for r in stored}) == 1  # every member from the same step
+    for job in jobs:
+        assert _weights(job, killed.root) == _weights(job, clean.root)
+
+
+def test_cost_estimate_counts_ensembles_at_their_measured_step_ratio():
+    from graphwm.cost import estimate, format_estimate
+
+    preset = load_preset("tiny")
+    preset.update(envs=["RGC"], models=["vanilla-gwm"], ablations=[], seeds=[0, 1, 2])
+    preset["train"]["ensemble"] = 2
+    (line,) = estimate(preset, "cpu", steps=1, probe_sizes=(8, 12))
+    assert line.groups == (2, 1) and line.train_jobs == 3 and line.train_units == 2
+    assert set(line.step_ratio) == {2} and line.step_ratio[2] > 0
+    steps = preset["train"]["steps"]
+    assert line.train_hours == pytest.approx(
+        line.sec_per_step * steps * (line.step_ratio[2] + 1) / 3600
+    )
+    assert f"{line.step_ratio[2]:.2f} (2)" in format_estimate([line], "cpu")
+
+
+def test_medium_preset_trains_three_seeds_as_one_ensemble_within_its_sizing():
+    """The medium preset parses, trains its 3 seeds as one ensemble per (env, model), and the
+    sizing lines of its comment agree with what it sets and with the 45-minute CPU budget."""
+    import re
+    from importlib import resources
+
+    from graphwm.config import Preset
+
+    medium = Preset.parse(load_preset("medium"))
+    assert medium.envs == ("OD", "SAR") and len(medium.seeds) == 3
+    assert medium.train.ensemble == 3 and medium.evaluate.num_samples == 30
+    assert medium.collect.test_sizes == (20, 50)
+    jobs = training_jobs(load_preset("medium", {"device": "cpu"}))  # no GPU needed here
+    units = training_units(jobs)
+    assert len(jobs) == 24 and len(units) == 8
+    assert all(isinstance(u, EnsembleJob) and u.seeds == medium.seeds for u in units)
+    text = resources.files("graphwm.presets").joinpath("medium.toml").read_text()
+    sizing = dict(re.findall(r"^#\s+sizing ([\w-]+) = (\d+)", text, flags=re.MULTILINE))
+    per_unit = {
+        (env, model): int(ms)
+        for env, model, ms in re.findall(r"^#\s+sizing (\w+) ([\w-]+) = (\d+)", text, re.M)
+    }
+    # one measured ensemble step per training unit, in the order the pool takes them
+    assert list(per_unit) == [(u.env, u.model) for u in units]
+    assert int(sizing["steps"]) == medium.train.steps
+    # 2 one-thread workers (the 2-core CPU), each taking the next unit when free
+    free = [0, 0]
+    for ms in per_unit.values():
+        free[free.index(min(free))] += ms
+    sec_per_step = max(free) / 1000
+    assert f"after {sec_per_step:.1f} s per step" in text
+    train_min = medium.train.steps * sec_per_step / 60
+    assert train_min <= int(sizing["training"])
+    assert int(sizing["training"]) + int(sizing["overhead"]) <= 45
+    assert f"{medium.train.steps} x {sec_per_step:.1f} s = {round(train_min)} min" in text
