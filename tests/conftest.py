@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,23 @@ def tiny_preset(**overrides) -> dict:
     preset = load_preset("tiny")
     preset.update(overrides)
     return preset
+
+
+def _with_key(preset: dict, key: str, value) -> dict:
+    """A deep copy of ``preset`` with the dotted ``key`` ("train.steps") set to ``value``."""
+    preset = copy.deepcopy(preset)
+    *parents, leaf = key.split(".")
+    table = preset
+    for p in parents:
+        table = table.setdefault(p, {})
+    table[leaf] = value
+    return preset
+
+
+@pytest.fixture
+def preset_with() -> Callable[[dict, str, object], dict]:
+    """``preset_with(preset, "train.steps", 5)``: a changed deep copy of a preset."""
+    return _with_key
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,6 @@ any work, naming the key (exit code 2 on the command line)."""
 
 from __future__ import annotations
 
-import copy
 import math
 
 import pytest
@@ -12,17 +11,6 @@ import torch
 from graphwm.cli import main
 from graphwm.config import PresetError
 from graphwm.pipeline import load_preset, reproduce
-
-
-def _set(preset: dict, key: str, value) -> dict:
-    preset = copy.deepcopy(preset)
-    *parents, leaf = key.split(".")
-    table = preset
-    for p in parents:
-        table = table.setdefault(p, {})
-    table[leaf] = value
-    return preset
-
 
 NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 
@@ -72,8 +60,8 @@ BAD = [
 
 
 @pytest.mark.parametrize(("key", "value", "message"), BAD)
-def test_bad_value_is_refused_before_any_work(tmp_path, key, value, message):
-    bad = _set(load_preset("tiny"), key, value)
+def test_bad_value_is_refused_before_any_work(tmp_path, preset_with, key, value, message):
+    bad = preset_with(load_preset("tiny"), key, value)
     with pytest.raises(PresetError, match=message):
         reproduce(bad, tmp_path / "run", progress=False)
     assert not (tmp_path / "run").exists()

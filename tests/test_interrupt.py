@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -76,6 +77,21 @@ def _kill_tree(proc: subprocess.Popen) -> str:
                 child.kill()
     proc.kill()
     return proc.communicate(timeout=30)[1][-3000:]
+
+
+@contextlib.contextmanager
+def _reaped(proc: subprocess.Popen) -> Iterator[list[psutil.Process]]:
+    """A list for the pool workers of ``proc``: on leaving, whatever failed, ``proc`` (if still
+    running) and every listed worker are killed, so that nothing stays running."""
+    workers: list[psutil.Process] = []
+    try:
+        yield workers
+    finally:
+        if proc.poll() is None:
+            _kill_tree(proc)
+        for worker in workers:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                worker.kill()
 
 
 def _wait_until_training(proc: subprocess.Popen, run_dir: Path, logs: int, timeout: float):
@@ -223,20 +239,13 @@ def test_a_signal_stops_the_pool_workers_at_once(tmp_path, sig):
         text=True,
         env=_env(),
     )
-    workers: list[psutil.Process] = []
-    try:
+    with _reaped(proc) as workers:
         for _ in range(2):  # both workers are in a job
             assert proc.stdout.readline() == "started\n"
         workers += psutil.Process(proc.pid).children(recursive=True)
         proc.send_signal(sig)
         _, stderr = proc.communicate(timeout=60)
         _assert_gone(workers)
-    finally:  # leave nothing running, whatever failed
-        if proc.poll() is None:
-            _kill_tree(proc)
-        for worker in workers:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                worker.kill()
     assert proc.returncode == 128 + sig, stderr
     assert f"interrupted by {sig.name}; stopped 3 unfinished job(s)" in stderr
     assert all(f"  train-sleep{i} SAR gdm\n" in stderr for i in range(3)), stderr
@@ -265,8 +274,7 @@ def test_pool_workers_end_when_the_main_process_is_killed():
     proc = subprocess.Popen(
         [sys.executable, "-c", WATCHED_POOL], stdout=subprocess.PIPE, text=True, env=_env()
     )
-    workers: list[psutil.Process] = []
-    try:
+    with _reaped(proc) as workers:
         workers += [psutil.Process(int(pid)) for pid in proc.stdout.readline().split()]
         assert len(workers) == 2
         time.sleep(1.0)  # the workers are sleeping in their jobs
@@ -274,12 +282,6 @@ def test_pool_workers_end_when_the_main_process_is_killed():
         proc.kill()
         proc.wait(timeout=30)
         _assert_gone(workers, timeout=30)
-    finally:  # leave nothing running, whatever failed
-        if proc.poll() is None:
-            _kill_tree(proc)
-        for worker in workers:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                worker.kill()
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)

@@ -3,7 +3,6 @@ what changed; moved run directories; concurrent runs; corruption detection and r
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 import shutil
@@ -58,16 +57,6 @@ def _copy(base: Path, tmp_path: Path, name: str = "run") -> Path:
     return dst
 
 
-def _change(preset: dict, path: str, value) -> dict:
-    preset = copy.deepcopy(preset)
-    *parents, leaf = path.split(".")
-    table = preset
-    for p in parents:
-        table = table.setdefault(p, {})
-    table[leaf] = value
-    return preset
-
-
 # (preset key, new value, jobs that must be recomputed) -- the table of issue 12 and more
 CHANGES = [
     ("train.steps", 6, {"train": 1, "single_step": 1}),
@@ -85,11 +74,13 @@ CHANGES = [
 
 
 @pytest.mark.parametrize(("key", "value", "recomputed"), CHANGES, ids=[c[0] for c in CHANGES])
-def test_changed_preset_rerun_equals_fresh_run(base_run, tmp_path, key, value, recomputed):
+def test_changed_preset_rerun_equals_fresh_run(
+    base_run, tmp_path, preset_with, key, value, recomputed
+):
     preset, base = base_run
-    changed = _change(preset, key, value)
+    changed = preset_with(preset, key, value)
     if key == "collect.test_episodes":  # evaluate the new episode too
-        changed = _change(changed, "evaluate.max_episodes", 2)
+        changed = preset_with(changed, "evaluate.max_episodes", 2)
     reused = _copy(base, tmp_path)
     before = done_jobs(reused)
     reproduce(changed, reused, progress=False)
@@ -351,7 +342,7 @@ def test_base_run_results_are_finite(base_run):
     assert all(math.isfinite(r["gdd"]) and r["gdd"] >= 0 for r in rows)
 
 
-def test_trainer_options_reach_the_trainer(base_run, tmp_path):
+def test_trainer_options_reach_the_trainer(base_run, tmp_path, preset_with):
     """train.log_every / precision / compile go to gdm_models.train; log_every is not keyed
     (it changes the log, not the weights), precision is."""
     from graphwm.pipeline import training_jobs
@@ -360,13 +351,13 @@ def test_trainer_options_reach_the_trainer(base_run, tmp_path):
     preset, base = base_run
     (job,) = training_jobs(preset)
     assert trainer_options(job) == {"precision": "fp32", "compile": False, "log_every": 1}
-    sparse = _change(preset, "train.log_every", 2)
+    sparse = preset_with(preset, "train.log_every", 2)
     (sparse_job,) = training_jobs(sparse)
     assert sparse_job.key == job.key and trainer_options(sparse_job)["log_every"] == 2
-    (bf16_job,) = training_jobs(_change(preset, "train.precision", "bf16"))
+    (bf16_job,) = training_jobs(preset_with(preset, "train.precision", "bf16"))
     assert bf16_job.key != job.key
     run = tmp_path / "sparse"
-    stage_train(_change(sparse, "train.steps", 5), RunPaths(run), progress=False)
+    stage_train(preset_with(sparse, "train.steps", 5), RunPaths(run), progress=False)
     (log,) = run.glob("train/SAR/*/*/log.csv")
     steps = [int(line.split(",")[0]) for line in log.read_text().splitlines()[1:]]
     assert steps == [2, 4, 5]

@@ -17,20 +17,22 @@ from graphwm.stages.collect import load_episodes
 from graphwm.stages.downstream import load_downstream
 from graphwm.stages.fit import load_fitted
 from graphwm.store.files import CorruptFileError
-from graphwm.store.records import ResultsFormatError, seal
+from graphwm.store.records import ResultsFormatError, SingleStepRecord, seal
 
 
 def _single(env: str, model: str, size: int, seed: int) -> dict:
-    return {
-        "kind": "single_step",
-        "env": env,
-        "model": model,
-        "seed": seed,
-        "size": size,
-        "gdd": 0.25 + seed,
-        "components": {"node": 0.1, "graph": 0.2, "edge": 0.3, "joint": 0.01},
-        "factor_metrics": {"adjacency_bce": 0.05, "features": {"reward": 0.1}},
-    }
+    """A single-step result in its stored form, built by the record type the stage writes."""
+    record = SingleStepRecord(
+        kind="single_step",
+        env=env,
+        model=model,
+        seed=seed,
+        size=size,
+        gdd=0.25 + seed,
+        components={"node": 0.1, "graph": 0.2, "edge": 0.3, "joint": 0.01},
+        factor_metrics={"adjacency_bce": 0.05, "features": {"reward": 0.1}},
+    )
+    return record.to_dict()
 
 
 def _write(run: Path, name: str, obj: dict) -> None:

@@ -23,16 +23,9 @@ import torch
 from gdm_models import OBS_KEYS, EpisodeDataset, FeatureScaler, make_model, train
 from gdm_models import reference as ref
 from gdm_models.gdm import Noise
-from gdm_models.synthetic import SYNTHETIC_SCHEMA, random_episode
+from gdm_models.synthetic import SYNTHETIC_SCHEMA, TINY_GDM_CONFIG, random_episode
 
-GDM_TINY = {
-    "embed_dim": 8,
-    "hidden_dim": 16,
-    "node_latent_groups": 3,
-    "node_latent_classes": 4,
-    "graph_latent_groups": 2,
-    "graph_latent_classes": 3,
-}
+GDM_TINY = dict(TINY_GDM_CONFIG)
 ABLATIONS = (
     "no-graph-state",
     "no-beta-h",

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 from gdm_models import EpisodeDataset, FeatureScaler, make_model
-from gdm_models.synthetic import SYNTHETIC_SCHEMA, random_episode
+from gdm_models.synthetic import SYNTHETIC_SCHEMA, TINY_GDM_CONFIG, random_episode
 
 
 @pytest.fixture(autouse=True)
@@ -18,14 +18,7 @@ def _single_thread():
     torch.set_num_threads(n)
 
 
-TINY = {
-    "embed_dim": 8,
-    "hidden_dim": 16,
-    "node_latent_groups": 3,
-    "node_latent_classes": 4,
-    "graph_latent_groups": 2,
-    "graph_latent_classes": 3,
-}
+TINY = dict(TINY_GDM_CONFIG)
 
 
 @pytest.fixture

@@ -13,6 +13,39 @@ from graphwm.downstream.config import DEFAULT_ENVS, GRAPH, GREEDY, RANDOM, REAL,
 from graphwm.downstream.record import DownstreamRecord
 from graphwm.envs import env_id
 
+_Training = tuple[int, int, int, int, "Mapping[str, Any] | None", str, int]
+
+
+def _trained_record(
+    make_vec: Callable[[], Any],
+    source: str,
+    model_name: str | None,
+    env_name: str,
+    num_nodes: int,
+    training: _Training,
+) -> DownstreamRecord:
+    """Train the agent in the vec env ``make_vec()`` builds, evaluate it in the real env;
+    ``training`` is (budget, episodes, seed, eval_seed, ppo_kwargs, policy, num_envs). The
+    seconds count the env's construction too."""
+    budget, episodes, seed, eval_seed, ppo_kwargs, policy, num_envs = training
+    start = time.perf_counter()
+    agent = train_agent(make_vec(), budget, seed, ppo_kwargs, policy)
+    mean, se = evaluate_agent(agent, env_name, num_nodes, episodes=episodes, seed=eval_seed)
+    return DownstreamRecord(
+        env_name,
+        num_nodes,
+        source,
+        model_name,
+        seed,
+        int(budget),
+        mean,
+        se,
+        int(episodes),
+        seconds=time.perf_counter() - start,
+        policy=policy,
+        num_envs=int(num_envs),
+    )
+
 
 def dream_record(
     model,
@@ -30,23 +63,13 @@ def dream_record(
 ) -> DownstreamRecord:
     """Train MaskablePPO (``policy``) on ``num_envs`` parallel episodes of ``model``'s dream
     env (``DreamSB3VecEnv``), evaluate it in the real env."""
-    start = time.perf_counter()
-    dream = dream_vec_env(model, env_name, num_nodes, num_envs, seed)
-    agent = train_agent(dream, budget, seed, ppo_kwargs, policy)
-    mean, se = evaluate_agent(agent, env_name, num_nodes, episodes=episodes, seed=eval_seed)
-    return DownstreamRecord(
-        env_name,
-        num_nodes,
+    return _trained_record(
+        lambda: dream_vec_env(model, env_name, num_nodes, num_envs, seed),
         f"dream:{model_name}",
         model_name,
-        seed,
-        int(budget),
-        mean,
-        se,
-        int(episodes),
-        seconds=time.perf_counter() - start,
-        policy=policy,
-        num_envs=int(num_envs),
+        env_name,
+        num_nodes,
+        (budget, episodes, seed, eval_seed, ppo_kwargs, policy, num_envs),
     )
 
 
@@ -64,23 +87,13 @@ def real_record(
 ) -> DownstreamRecord:
     """The same agent and budget trained in ``num_envs`` real envs (SB3's ``DummyVecEnv``;
     the upper reference)."""
-    start = time.perf_counter()
-    vec = real_vec_env(env_name, num_nodes, num_envs)
-    agent = train_agent(vec, budget, seed, ppo_kwargs, policy)
-    mean, se = evaluate_agent(agent, env_name, num_nodes, episodes=episodes, seed=eval_seed)
-    return DownstreamRecord(
-        env_name,
-        num_nodes,
+    return _trained_record(
+        lambda: real_vec_env(env_name, num_nodes, num_envs),
         REAL,
         None,
-        seed,
-        int(budget),
-        mean,
-        se,
-        int(episodes),
-        seconds=time.perf_counter() - start,
-        policy=policy,
-        num_envs=int(num_envs),
+        env_name,
+        num_nodes,
+        (budget, episodes, seed, eval_seed, ppo_kwargs, policy, num_envs),
     )
 
 

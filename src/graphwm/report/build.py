@@ -89,6 +89,35 @@ _REPORT_KEYS = {
 }
 
 
+def listed_files(run_dir: Path, key: str, what: str, default_dir: Path) -> list[Path]:
+    """The files ``run.json`` lists under ``key`` (those of the last preset run), else every
+    ``default_dir/*.json``; ``what`` names them in errors ("result file").
+
+    Raises:
+        ResultsFormatError: ``run.json`` is unreadable or not an object, ``key`` is not a list,
+            or a listed file is missing.
+        CorruptFileError: ``run.json`` lists a path outside the run directory.
+    """
+    record = run_dir / "run.json"
+    if record.exists():
+        try:
+            raw = read_json(record)
+        except CorruptFileError as err:
+            raise ResultsFormatError(f"{record}: unreadable ({err})") from None
+        if not isinstance(raw, dict):
+            raise ResultsFormatError(f"{record}: unreadable (not a JSON object)")
+        listed = raw.get(key)
+        if listed is not None:
+            if not isinstance(listed, list):
+                raise ResultsFormatError(f"{record}: {key!r} must be a list, got {listed!r}")
+            files = [inside(run_dir, rel, record) for rel in listed]
+            missing = [str(f) for f in files if not f.exists()]
+            if missing:
+                raise ResultsFormatError(f"{record} lists missing {what}(s) {missing[:3]}")
+            return sorted(files)
+    return sorted(default_dir.glob("*.json"))
+
+
 def result_files(run_dir: Path) -> list[Path]:
     """The result files of a run: those ``run.json`` lists (the last preset run), else every
     ``results/*.json``.
@@ -97,21 +126,7 @@ def result_files(run_dir: Path) -> list[Path]:
         ResultsFormatError: ``run.json`` is unreadable or lists a missing file.
         CorruptFileError: ``run.json`` lists a path outside the run directory.
     """
-    record = run_dir / "run.json"
-    if record.exists():
-        try:
-            listed = read_json(record).get("results")
-        except (CorruptFileError, AttributeError) as err:
-            raise ResultsFormatError(f"{record}: unreadable ({err})") from None
-        if listed is not None:
-            if not isinstance(listed, list):
-                raise ResultsFormatError(f"{record}: 'results' must be a list, got {listed!r}")
-            files = [inside(run_dir, rel, record) for rel in listed]
-            missing = [str(f) for f in files if not f.exists()]
-            if missing:
-                raise ResultsFormatError(f"{record} lists missing result file(s) {missing[:3]}")
-            return sorted(files)
-    return sorted((run_dir / "results").glob("*.json"))
+    return listed_files(run_dir, "results", "result file", run_dir / "results")
 
 
 def load_results(run_dir: Path | str) -> list[dict]:

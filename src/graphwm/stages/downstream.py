@@ -22,8 +22,9 @@ from graphwm.downstream.gdd import attach_gdd, gdd_maps
 from graphwm.downstream.record import DownstreamRecord
 from graphwm.downstream.report import downstream_figure, downstream_table
 from graphwm.downstream.runs import run_agent_job
-from graphwm.store.files import content_key, inside, read_json
-from graphwm.store.records import ResultsFormatError, check_digest
+from graphwm.report.build import listed_files
+from graphwm.store.files import content_key, read_json
+from graphwm.store.records import check_digest
 
 STORE_DIR = "downstream"
 TABLE_NAME = "downstream"
@@ -120,20 +121,7 @@ def downstream_files(run_dir: Path) -> list[Path]:
     """The downstream records of a run: those ``run.json`` lists under ``downstream``
     (the last preset run), else every ``downstream/*.json``."""
     run_dir = Path(run_dir)
-    listed = None
-    record = run_dir / "run.json"
-    if record.exists():
-        raw = read_json(record)
-        listed = raw.get("downstream") if isinstance(raw, dict) else None
-    if listed is not None:
-        if not isinstance(listed, list):
-            raise ResultsFormatError(f"{record}: 'downstream' must be a list, got {listed!r}")
-        files = [inside(run_dir, rel, record) for rel in listed]
-        missing = [str(f) for f in files if not f.exists()]
-        if missing:
-            raise ResultsFormatError(f"{record} lists missing downstream record(s) {missing[:3]}")
-        return sorted(files)
-    return sorted((run_dir / STORE_DIR).glob("*.json"))
+    return listed_files(run_dir, "downstream", "downstream record", run_dir / STORE_DIR)
 
 
 def load_downstream(run_dir: Path) -> list[DownstreamRecord]:

@@ -29,39 +29,44 @@ class InnovationDecoder(nn.Module):
         return self.theta(h) + self.innovation(torch.cat([h, z - z_mean], dim=-1))
 
 
-class NodeHeads(nn.Module):
-    """Per-node heads: continuous features (standardised), categorical logits, action mask."""
+class _FeatureHeads(nn.Module):
+    """Continuous (standardised) and categorical-logit heads of one factor (nodes or graph)."""
 
-    def __init__(self, schema: Schema, dim: int) -> None:
+    def __init__(self, num_cont: int, cardinalities: tuple[int, ...], dim: int) -> None:
         super().__init__()
-        self.num_cont = schema.num_node_continuous
-        self.cont = nn.Linear(dim, self.num_cont) if self.num_cont else None
-        self.cat = nn.ModuleList([nn.Linear(dim, k) for k in schema.node_cardinalities])
-        self.action_mask = nn.Linear(dim, 1)
+        self.num_cont = num_cont
+        self.cont = nn.Linear(dim, num_cont) if num_cont else None
+        self.cat = nn.ModuleList([nn.Linear(dim, k) for k in cardinalities])
 
-    def forward(self, d: torch.Tensor) -> dict[str, object]:
+    def _features(self, d: torch.Tensor, factor: str) -> dict[str, object]:
         return {
-            "node_continuous": self.cont(d) if self.cont is not None else d[..., :0],
-            "node_categorical": [head(d) for head in self.cat],
-            "action_mask": self.action_mask(d).squeeze(-1),
+            f"{factor}_continuous": self.cont(d) if self.cont is not None else d[..., :0],
+            f"{factor}_categorical": [head(d) for head in self.cat],
         }
 
 
-class GraphHeads(nn.Module):
+class NodeHeads(_FeatureHeads):
+    """Per-node heads: continuous features (standardised), categorical logits, action mask."""
+
+    def __init__(self, schema: Schema, dim: int) -> None:
+        super().__init__(schema.num_node_continuous, schema.node_cardinalities, dim)
+        self.action_mask = nn.Linear(dim, 1)
+
+    def forward(self, d: torch.Tensor) -> dict[str, object]:
+        return {**self._features(d, "node"), "action_mask": self.action_mask(d).squeeze(-1)}
+
+
+class GraphHeads(_FeatureHeads):
     """Graph heads: continuous (standardised), categorical logits, reward, continuation."""
 
     def __init__(self, schema: Schema, dim: int) -> None:
-        super().__init__()
-        self.num_cont = schema.num_graph_continuous
-        self.cont = nn.Linear(dim, self.num_cont) if self.num_cont else None
-        self.cat = nn.ModuleList([nn.Linear(dim, k) for k in schema.graph_cardinalities])
+        super().__init__(schema.num_graph_continuous, schema.graph_cardinalities, dim)
         self.reward = nn.Linear(dim, 1)
         self.continuation = nn.Linear(dim, 1)
 
     def forward(self, d: torch.Tensor) -> dict[str, object]:
         return {
-            "graph_continuous": self.cont(d) if self.cont is not None else d[..., :0],
-            "graph_categorical": [head(d) for head in self.cat],
+            **self._features(d, "graph"),
             "reward": self.reward(d).squeeze(-1),
             "continuation": self.continuation(d).squeeze(-1),
         }

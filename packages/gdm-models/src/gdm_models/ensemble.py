@@ -61,9 +61,9 @@ from .ensemble_loss import member_loss_for
 from .registry import make_model
 from .scaling import FeatureScaler
 from .trainer import (
-    PRECISIONS,
     CsvLog,
     TrainResult,
+    _check_train_args,
     _host_row,
     _read_trainer_state,
     _replace_dir,
@@ -235,18 +235,9 @@ def train_ensemble(
     """
     seeds = _check_seeds(seeds)
     K = len(seeds)
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    _check_train_args(dataset, steps, epochs, precision, log_every, checkpoint_every)
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
-    if int(log_every) < 1:
-        raise ValueError(f"log_every must be >= 1, got {log_every}")
-    if (steps is None) == (epochs is None):
-        raise ValueError("give exactly one of steps= or epochs=")
-    if not isinstance(dataset, EpisodeDataset):
-        raise TypeError("dataset must be an EpisodeDataset")
-    if checkpoint_every < 1:
-        raise ValueError("checkpoint_every must be >= 1")
     device = default_device() if device is None else torch.device(device)
     models = _build_members(model, seeds, dataset, scaler, model_config)
     for m in models:

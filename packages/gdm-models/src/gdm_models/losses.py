@@ -10,7 +10,7 @@ The KL, L_h and elementwise terms return per-element values (masking/averaging b
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, cast
 
@@ -166,6 +166,23 @@ PREDICTION_LOSS_KEYS: tuple[str, ...] = (
 )
 
 
+def _feature_terms(
+    continuous: torch.Tensor,
+    categorical: Sequence[torch.Tensor],
+    scaled_continuous_target: Callable[[], torch.Tensor],
+    categorical_target: torch.Tensor,
+) -> list[torch.Tensor]:
+    """One loss term per feature group of a node or graph factor: the MSE summed over the
+    continuous features (standardised; the target is scaled only when there are any) and one
+    cross-entropy per categorical feature."""
+    terms: list[torch.Tensor] = []
+    if continuous.shape[-1]:
+        terms.append(mse(continuous, scaled_continuous_target()).sum(-1))
+    for i, logits in enumerate(categorical):
+        terms.append(cross_entropy(logits, categorical_target[..., i]))
+    return terms
+
+
 def prediction_loss(
     pred: Prediction,
     target: Mapping[str, torch.Tensor],
@@ -193,22 +210,22 @@ def prediction_loss(
     """
     m, n_real = masks.node, masks.count
     # node features: 1/|F_n| sum_f l_f(v), masked
-    node_terms: list[torch.Tensor] = []
-    if pred.node_continuous.shape[-1]:
-        z = scaler.scale_node(target["node_continuous"])
-        node_terms.append(mse(pred.node_continuous, z).sum(-1))
-    for i, logits in enumerate(pred.node_categorical):
-        node_terms.append(cross_entropy(logits, target["node_categorical"][..., i]))
+    node_terms = _feature_terms(
+        pred.node_continuous,
+        pred.node_categorical,
+        lambda: scaler.scale_node(target["node_continuous"]),
+        target["node_categorical"],
+    )
     f_n = pred.node_continuous.shape[-1] + len(pred.node_categorical)  # |F_n|
     per_node = sum(node_terms) * m / f_n if node_terms else torch.zeros_like(m)
     node = per_node.sum(-1) / n_real
     # graph features
-    graph_terms: list[torch.Tensor] = []
-    if pred.graph_continuous.shape[-1]:
-        z = scaler.scale_graph(target["graph_continuous"])
-        graph_terms.append(mse(pred.graph_continuous, z).sum(-1))
-    for i, logits in enumerate(pred.graph_categorical):
-        graph_terms.append(cross_entropy(logits, target["graph_categorical"][..., i]))
+    graph_terms = _feature_terms(
+        pred.graph_continuous,
+        pred.graph_categorical,
+        lambda: scaler.scale_graph(target["graph_continuous"]),
+        target["graph_categorical"],
+    )
     zeros = torch.zeros_like(pred.reward)
     f_g = pred.graph_continuous.shape[-1] + len(pred.graph_categorical)  # |F_g|
     graph = cast(torch.Tensor, sum(graph_terms)) / f_g if graph_terms else zeros

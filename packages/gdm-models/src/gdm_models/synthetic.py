@@ -9,6 +9,7 @@ import numpy as np
 
 __all__ = [
     "SYNTHETIC_SCHEMA",
+    "TINY_GDM_CONFIG",
     "toggle_schema",
     "random_graph",
     "random_episode",
@@ -22,6 +23,16 @@ SYNTHETIC_SCHEMA: dict[str, Any] = {
     "node_categorical": {"kind": 3, "flag": 2},
     "graph_continuous": ["k"],
     "graph_categorical": {"mode": 2},
+}
+
+#: GDM config overrides for a model small enough for unit tests and loss fingerprints
+TINY_GDM_CONFIG: dict[str, int] = {
+    "embed_dim": 8,
+    "hidden_dim": 16,
+    "node_latent_groups": 3,
+    "node_latent_classes": 4,
+    "graph_latent_groups": 2,
+    "graph_latent_classes": 3,
 }
 
 

@@ -288,6 +288,28 @@ def _train_step(
     return loss, gn, terms
 
 
+def _check_train_args(
+    dataset: Any,
+    steps: int | None,
+    epochs: int | None,
+    precision: str,
+    log_every: int,
+    checkpoint_every: int,
+) -> None:
+    """The argument checks :func:`train` and :func:`~gdm_models.ensemble.train_ensemble`
+    share (a clear exception naming the bad argument)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if int(log_every) < 1:
+        raise ValueError(f"log_every must be >= 1, got {log_every}")
+    if (steps is None) == (epochs is None):
+        raise ValueError("give exactly one of steps= or epochs=")
+    if not isinstance(dataset, EpisodeDataset):
+        raise TypeError("dataset must be an EpisodeDataset")
+    if checkpoint_every < 1:
+        raise ValueError("checkpoint_every must be >= 1")
+
+
 def train(
     model: WorldModel,
     dataset: EpisodeDataset,
@@ -337,18 +359,9 @@ def train(
             device. A non-finite loss is detected on the device and raised at the next logged
             (or checkpoint) step.
     """
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
-    if int(log_every) < 1:
-        raise ValueError(f"log_every must be >= 1, got {log_every}")
-    if (steps is None) == (epochs is None):
-        raise ValueError("give exactly one of steps= or epochs=")
-    if not isinstance(dataset, EpisodeDataset):
-        raise TypeError("dataset must be an EpisodeDataset")
+    _check_train_args(dataset, steps, epochs, precision, log_every, checkpoint_every)
     if not dataset.schema.same_features(model.schema):
         raise ValueError("dataset schema does not match the model schema")
-    if checkpoint_every < 1:
-        raise ValueError("checkpoint_every must be >= 1")
     device = default_device() if device is None else torch.device(device)
     model.to(device)
     data_seed, noise_seed = _seeds(seed)

@@ -31,15 +31,7 @@ def _state(latent: GDMLatent) -> StepState:
 
 class GDM(GDMCell):
     """Graph Dynamics Model. Build with ``make_model("gdm", schema, scaler, **overrides)``
-    or ``GDM(schema, scaler, GDMConfig(...))``."""
-
-    def __init__(
-        self,
-        schema: Mapping[str, Any] | Schema,
-        scaler: FeatureScaler | None = None,
-        config: GDMConfig | None = None,
-    ) -> None:
-        super().__init__(schema, scaler, GDMConfig() if config is None else config)
+    or ``GDM(schema, scaler, GDMConfig(...))`` (the constructor is :class:`GDMCell`'s)."""
 
     #: under compile, batches are zero-padded to a multiple of this many nodes (static shapes)
     compile_pad_multiple: int = 16

@@ -40,16 +40,17 @@ def _algo_class(path: str | pathlib.Path | io.BufferedIOBase) -> Any:
         path = path.with_suffix(".zip")
     with zipfile.ZipFile(path) as archive:
         data = json.loads(archive.read("data").decode())
-    # SB3 records the policy class's methods by qualified name (no unpickling needed)
-    init = str(data.get("policy_class", {}).get("__init__", ""))
+    # SB3 records the policy class's own methods by qualified name (no unpickling needed);
+    # forward is defined by each graph policy class itself (__init__ is the shared mixin's)
+    forward = str(data.get("policy_class", {}).get("forward", ""))
     from sb3_contrib import MaskablePPO
     from stable_baselines3 import PPO
 
-    if "MaskableGraphPolicy." in init:
+    if "MaskableGraphPolicy." in forward:
         return MaskablePPO
-    if "GraphPolicy." in init:
+    if "GraphPolicy." in forward:
         return PPO
-    raise ValueError(f"{path} does not hold a graph agent (policy {init!r})")
+    raise ValueError(f"{path} does not hold a graph agent (policy forward {forward!r})")
 
 
 def load_graph_agent(path: str | pathlib.Path, env: gym.Env | Any, **kwargs: Any) -> Any:

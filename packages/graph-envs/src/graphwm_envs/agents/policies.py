@@ -74,8 +74,31 @@ class _GraphPolicyMixin:
     net: GraphNet
     maskable: bool = False
 
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        lr_schedule: Any,
+        *,
+        hidden_dim: int = 64,
+        num_layers: int = 3,
+        conv: str = "graphconv",
+        **kwargs: Any,
+    ) -> None:
+        self._graph_setup(hidden_dim, num_layers, conv)
+        kwargs["features_extractor_class"] = _NoFeatures
+        kwargs.pop("features_extractor_kwargs", None)
+        # the next class in the MRO: (Maskable)ActorCriticPolicy
+        super().__init__(observation_space, action_space, lr_schedule, **kwargs)  # type: ignore[call-arg]
+
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        return self._graph_constructor_parameters(super()._get_constructor_parameters())  # type: ignore[misc]
+
     def _graph_setup(self, hidden_dim: int, num_layers: int, conv: str) -> None:
         self.hidden_dim, self.num_layers, self.conv = hidden_dim, num_layers, conv
+
+    def predict_values(self, obs: Any) -> torch.Tensor:
+        return self._logits_value(obs)[1]
 
     def _build(self, lr_schedule: Any) -> None:
         n = int(self.observation_space["adjacency"].shape[-1])
@@ -208,25 +231,6 @@ class MaskableGraphPolicy(_GraphPolicyMixin, MaskableActorCriticPolicy):
 
     maskable = True
 
-    def __init__(
-        self,
-        observation_space: spaces.Space,
-        action_space: spaces.Space,
-        lr_schedule: Any,
-        *,
-        hidden_dim: int = 64,
-        num_layers: int = 3,
-        conv: str = "graphconv",
-        **kwargs: Any,
-    ) -> None:
-        self._graph_setup(hidden_dim, num_layers, conv)
-        kwargs["features_extractor_class"] = _NoFeatures
-        kwargs.pop("features_extractor_kwargs", None)
-        super().__init__(observation_space, action_space, lr_schedule, **kwargs)
-
-    def _get_constructor_parameters(self) -> dict[str, Any]:
-        return self._graph_constructor_parameters(super()._get_constructor_parameters())
-
     def forward(self, obs: Any, deterministic: bool = False, action_masks: Any = None):  # type: ignore[override]
         return self._forward(obs, deterministic, action_masks)
 
@@ -236,9 +240,6 @@ class MaskableGraphPolicy(_GraphPolicyMixin, MaskableActorCriticPolicy):
     def get_distribution(self, obs: Any, action_masks: Any = None):  # type: ignore[override]
         return self._distribution(obs, action_masks)[0]
 
-    def predict_values(self, obs: Any) -> torch.Tensor:
-        return self._logits_value(obs)[1]
-
     def _predict(self, observation: Any, deterministic: bool = False, action_masks: Any = None):  # type: ignore[override]
         return self._actions(observation, deterministic, action_masks)[2]
 
@@ -246,25 +247,6 @@ class MaskableGraphPolicy(_GraphPolicyMixin, MaskableActorCriticPolicy):
 class GraphPolicy(_GraphPolicyMixin, ActorCriticPolicy):
     """Graph policy for ``stable_baselines3.PPO``; masks come from the observation (see the
     module docstring). Arguments as :class:`MaskableGraphPolicy`."""
-
-    def __init__(
-        self,
-        observation_space: spaces.Space,
-        action_space: spaces.Space,
-        lr_schedule: Any,
-        *,
-        hidden_dim: int = 64,
-        num_layers: int = 3,
-        conv: str = "graphconv",
-        **kwargs: Any,
-    ) -> None:
-        self._graph_setup(hidden_dim, num_layers, conv)
-        kwargs["features_extractor_class"] = _NoFeatures
-        kwargs.pop("features_extractor_kwargs", None)
-        super().__init__(observation_space, action_space, lr_schedule, **kwargs)
-
-    def _get_constructor_parameters(self) -> dict[str, Any]:
-        return self._graph_constructor_parameters(super()._get_constructor_parameters())
 
     def forward(self, obs: Any, deterministic: bool = False):  # type: ignore[override]
         return self._forward(obs, deterministic)
@@ -274,9 +256,6 @@ class GraphPolicy(_GraphPolicyMixin, ActorCriticPolicy):
 
     def get_distribution(self, obs: Any) -> Distribution:  # type: ignore[override]
         return self._distribution(obs)[0]
-
-    def predict_values(self, obs: Any) -> torch.Tensor:
-        return self._logits_value(obs)[1]
 
     def _predict(self, observation: Any, deterministic: bool = False) -> torch.Tensor:
         return self._actions(observation, deterministic, None)[2]

@@ -109,19 +109,14 @@ class FeatureSchema:
     @property
     def sizes(self) -> dict[str, int]:
         """Number of columns per feature key."""
-        return {
-            "node_continuous": len(self.node_continuous),
-            "node_categorical": len(self.node_categorical),
-            "graph_continuous": len(self.graph_continuous),
-            "graph_categorical": len(self.graph_categorical),
-        }
+        return {key: len(getattr(self, key)) for key in FEATURE_KEYS}
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict (the form the other packages accept)."""
-        return {
-            "node_continuous": list(self.node_continuous),
-            "node_categorical": dict(self.node_categorical),
-            "graph_continuous": list(self.graph_continuous),
-            "graph_categorical": dict(self.graph_categorical),
-            "ranges": {k: [lo, hi] for k, (lo, hi) in self.ranges},
+        # continuous: a list of names; categorical: {name: cardinality}
+        data: dict[str, Any] = {
+            key: (dict if key.endswith("_categorical") else list)(getattr(self, key))
+            for key in FEATURE_KEYS
         }
+        data["ranges"] = {k: [lo, hi] for k, (lo, hi) in self.ranges}
+        return data
