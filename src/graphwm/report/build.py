@@ -26,7 +26,7 @@ from graphwm.report.tables import (
     to_markdown,
 )
 from graphwm.report.training_logs import TrainingLog, load_training_logs
-from graphwm.store.files import CorruptFileError, inside, read_json
+from graphwm.store.paths import listed_files
 from graphwm.store.records import (
     RECORD_TYPES,
     RESULT_KINDS,
@@ -87,35 +87,6 @@ _REPORT_KEYS = {
     "invalid_rate_model",
     "invalid_rate_env",
 }
-
-
-def listed_files(run_dir: Path, key: str, what: str, default_dir: Path) -> list[Path]:
-    """The files ``run.json`` lists under ``key`` (those of the last preset run), else every
-    ``default_dir/*.json``; ``what`` names them in errors ("result file").
-
-    Raises:
-        ResultsFormatError: ``run.json`` is unreadable or not an object, ``key`` is not a list,
-            or a listed file is missing.
-        CorruptFileError: ``run.json`` lists a path outside the run directory.
-    """
-    record = run_dir / "run.json"
-    if record.exists():
-        try:
-            raw = read_json(record)
-        except CorruptFileError as err:
-            raise ResultsFormatError(f"{record}: unreadable ({err})") from None
-        if not isinstance(raw, dict):
-            raise ResultsFormatError(f"{record}: unreadable (not a JSON object)")
-        listed = raw.get(key)
-        if listed is not None:
-            if not isinstance(listed, list):
-                raise ResultsFormatError(f"{record}: {key!r} must be a list, got {listed!r}")
-            files = [inside(run_dir, rel, record) for rel in listed]
-            missing = [str(f) for f in files if not f.exists()]
-            if missing:
-                raise ResultsFormatError(f"{record} lists missing {what}(s) {missing[:3]}")
-            return sorted(files)
-    return sorted(default_dir.glob("*.json"))
 
 
 def result_files(run_dir: Path) -> list[Path]:

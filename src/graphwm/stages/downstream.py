@@ -22,8 +22,8 @@ from graphwm.downstream.gdd import attach_gdd, gdd_maps
 from graphwm.downstream.record import DownstreamRecord
 from graphwm.downstream.report import downstream_figure, downstream_table
 from graphwm.downstream.runs import run_agent_job
-from graphwm.report.build import listed_files
 from graphwm.store.files import content_key, read_json
+from graphwm.store.paths import listed_files
 from graphwm.store.records import check_digest
 
 STORE_DIR = "downstream"

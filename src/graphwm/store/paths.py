@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from graphwm.store.files import CorruptFileError, quarantine
+from graphwm.store.files import CorruptFileError, inside, quarantine, read_json
+from graphwm.store.records import ResultsFormatError
 
 
 @dataclass(frozen=True)
@@ -59,3 +60,32 @@ class RunPaths:
                 continue  # never move anything outside the run directory
             if path.exists() or path.is_symlink():
                 quarantine(self.root, path, err.reason)
+
+
+def listed_files(run_dir: Path, key: str, what: str, default_dir: Path) -> list[Path]:
+    """The files ``run.json`` lists under ``key`` (those of the last preset run), else every
+    ``default_dir/*.json``; ``what`` names them in errors ("result file").
+
+    Raises:
+        ResultsFormatError: ``run.json`` is unreadable or not an object, ``key`` is not a list,
+            or a listed file is missing.
+        CorruptFileError: ``run.json`` lists a path outside the run directory.
+    """
+    record = run_dir / "run.json"
+    if record.exists():
+        try:
+            raw = read_json(record)
+        except CorruptFileError as err:
+            raise ResultsFormatError(f"{record}: unreadable ({err})") from None
+        if not isinstance(raw, dict):
+            raise ResultsFormatError(f"{record}: unreadable (not a JSON object)")
+        listed = raw.get(key)
+        if listed is not None:
+            if not isinstance(listed, list):
+                raise ResultsFormatError(f"{record}: {key!r} must be a list, got {listed!r}")
+            files = [inside(run_dir, rel, record) for rel in listed]
+            missing = [str(f) for f in files if not f.exists()]
+            if missing:
+                raise ResultsFormatError(f"{record} lists missing {what}(s) {missing[:3]}")
+            return sorted(files)
+    return sorted(default_dir.glob("*.json"))
