@@ -73,7 +73,7 @@ class Persistence(WorldModel):
         obs = observation_to_tensors(latent, self.device)
         return {k: v[None].expand(num_samples, *v.shape).contiguous() for k, v in obs.items()}
 
-    def step(self, state, actions, generator, *, batched=False):
+    def _step(self, state, actions, generator):  # one imagined transition of B rows
         b = actions.shape[0]
         u = torch.rand(b, generator=generator, device=self.device)
         pred = {

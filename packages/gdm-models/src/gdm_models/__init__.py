@@ -30,6 +30,7 @@ from .schema import Schema, SchemaError, parse_schema
 from .trainer import TrainResult, train
 from .world_model import (
     PREDICTION_KEYS,
+    StepResult,
     StepState,
     WorldModel,
     bind_checkpoint_io,
@@ -57,6 +58,7 @@ __all__ = [
     "MemberResult",
     "Schema",
     "SchemaError",
+    "StepResult",
     "StepState",
     "TrainResult",
     "WorldModel",

@@ -18,9 +18,11 @@ Subclass :class:`WorldModel` and
     return the observation itself). :meth:`observe` and :meth:`observe_at` call it;
   - ``_latent_num_nodes(latent) -> int``: check that a latent is what ``_observe_at``
     returns and give its number of nodes;
-  - ``start(obs, generator) -> state`` and ``step(state, actions, generator) -> (prediction,
-    state)``: batched stepping (below); ``state_from_latent(latent, num_samples, generator)
-    -> state``: the stepping state of ``num_samples`` rollouts from an ``observe`` latent.
+  - ``start(obs, generator) -> state`` and ``_step(state, actions, generator) -> (prediction,
+    state)``: batched stepping (below; the public :meth:`step` calls ``_step``, and
+    ``_step_batched`` where a model has a GPU block path);
+    ``state_from_latent(latent, num_samples, generator) -> state``: the stepping state of
+    ``num_samples`` rollouts from an ``observe`` latent.
     :meth:`imagine_multi` (and :meth:`imagine`) are derived from these two;
   - ``training_loss(batch, generator) -> (total, terms)``: ``batch`` is a padded
     :class:`~gdm_models.data.Batch` (with ``node_mask``/``step_mask``) on the model's device;
@@ -90,6 +92,8 @@ __all__ = [
 
 #: a batched stepping state: tensors with the batch (rollout) axis first (module docstring)
 StepState = dict[str, torch.Tensor]
+#: what :meth:`WorldModel.step` returns: (sampled prediction tensors, next state)
+StepResult = tuple[dict[str, torch.Tensor], StepState]
 
 PREDICTION_KEYS: tuple[str, ...] = OBS_KEYS + ("reward", "continuation")
 
@@ -248,7 +252,6 @@ class WorldModel(nn.Module, abc.ABC):
         """The state after observing B start observations (tensors with a leading B axis,
         every node real); see the module docstring."""
 
-    @abc.abstractmethod
     def step(
         self,
         state: StepState,
@@ -256,10 +259,27 @@ class WorldModel(nn.Module, abc.ABC):
         generator: torch.Generator,
         *,
         batched: bool = False,
-    ) -> tuple[dict[str, torch.Tensor], StepState]:
+    ) -> StepResult:
         """One imagined transition of every row: (B, N) float actions -> (sampled prediction
         tensors with the keys of :data:`PREDICTION_KEYS`, next state); see the module
-        docstring."""
+        docstring. ``batched=True`` lets a model run its rows in blocks suited to a GPU
+        (:meth:`_step_batched`; the same function, but its uniforms may be drawn per block)."""
+        if batched:
+            return self._step_batched(state, actions, generator)
+        return self._step(state, actions, generator)
+
+    @abc.abstractmethod
+    def _step(
+        self, state: StepState, actions: torch.Tensor, generator: torch.Generator
+    ) -> StepResult:
+        """What every model implements for :meth:`step`: one imagined transition of B rows."""
+
+    def _step_batched(
+        self, state: StepState, actions: torch.Tensor, generator: torch.Generator
+    ) -> StepResult:
+        """:meth:`step` with ``batched=True``; a model with a GPU block path overrides it
+        (the GDM), the others step as usual."""
+        return self._step(state, actions, generator)
 
     @abc.abstractmethod
     def state_from_latent(

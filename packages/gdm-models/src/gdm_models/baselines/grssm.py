@@ -77,7 +77,7 @@ from ..losses import (
 )
 from ..scaling import FeatureScaler
 from ..schema import Schema
-from ..world_model import StepState, WorldModel
+from ..world_model import StepResult, StepState, WorldModel
 from .common import (
     FeatureHeads,
     FeatureSetEncoder,
@@ -650,14 +650,9 @@ class GRSSM(WorldModel):
         post = latent.posterior.to(self.device).expand(S, *latent.posterior.shape)
         return {"h": h, "z": self.sample_z(post, generator)}
 
-    def step(
-        self,
-        state: StepState,
-        actions: torch.Tensor,
-        generator: torch.Generator,
-        *,
-        batched: bool = False,
-    ) -> tuple[dict[str, torch.Tensor], StepState]:
+    def _step(
+        self, state: StepState, actions: torch.Tensor, generator: torch.Generator
+    ) -> StepResult:
         """Prior step: h_t from (h, z, a), z_t drawn from p(z | h_t), the decoded observation
         sampled (:func:`~gdm_models.baselines.common.sampled_state`)."""
         b, n = actions.shape

@@ -67,7 +67,7 @@ from ..losses import (
 )
 from ..scaling import FeatureScaler
 from ..schema import Schema
-from ..world_model import NP_DTYPES, StepState, WorldModel
+from ..world_model import NP_DTYPES, StepResult, StepState, WorldModel
 from .common import (
     FeatureHeads,
     FeatureSetEncoder,
@@ -438,14 +438,9 @@ class GWM(WorldModel):
         state = self.start(obs, generator)
         return GraphState.from_tensors(state, self.schema).expand(num_samples).to_tensors()
 
-    def step(
-        self,
-        state: StepState,
-        actions: torch.Tensor,
-        generator: torch.Generator,
-        *,
-        batched: bool = False,
-    ) -> tuple[dict[str, torch.Tensor], StepState]:
+    def _step(
+        self, state: StepState, actions: torch.Tensor, generator: torch.Generator
+    ) -> StepResult:
         """Predict the next graph and sample it (categorical factors, action mask,
         continuation and every unordered edge; continuous features and reward the predicted
         means); the sample is the next state."""

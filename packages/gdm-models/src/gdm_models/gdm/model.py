@@ -14,7 +14,7 @@ import torch
 from ..data import Batch, TensorObs
 from ..scaling import FeatureScaler
 from ..schema import Schema
-from ..world_model import StepState, terms_to_floats
+from ..world_model import StepResult, StepState, terms_to_floats
 from .cell import GDMCell, GDMLatent, Noise
 from .config import ABLATIONS, GDMConfig
 from .sequence_loss import sequence_core, sequence_loss_terms
@@ -155,24 +155,24 @@ class GDM(GDMCell):
         self._latent_num_nodes(latent)
         return _state(latent.expand(num_samples))
 
-    def step(
-        self,
-        state: StepState,
-        actions: torch.Tensor,
-        generator: torch.Generator,
-        *,
-        batched: bool = False,
-    ) -> tuple[dict[str, torch.Tensor], StepState]:
-        """One prior step of B rows (:meth:`imagine_step`). ``batched=True`` on a GPU runs
-        the rows in blocks (:meth:`dense_step_blocks`) with the dense edge MLP: the same
-        function, one broadcast per block instead of a Python loop over graphs, but the
-        uniforms are drawn per block, so the samples differ from ``batched=False``."""
-        blocks = self.dense_step_blocks(*actions.shape) if batched else None
+    def _step(
+        self, state: StepState, actions: torch.Tensor, generator: torch.Generator
+    ) -> StepResult:
+        """One prior step of B rows (:meth:`imagine_step`)."""
+        pred, latent = self.imagine_step(
+            GDMLatent(**state), actions, Noise(generator, self.device), "i0"
+        )
+        return pred, _state(latent)
+
+    def _step_batched(
+        self, state: StepState, actions: torch.Tensor, generator: torch.Generator
+    ) -> StepResult:
+        """On a GPU, the rows in blocks (:meth:`dense_step_blocks`) with the dense edge MLP:
+        the same function, one broadcast per block instead of a Python loop over graphs, but
+        the uniforms are drawn per block, so the samples differ from ``batched=False``."""
+        blocks = self.dense_step_blocks(*actions.shape)
         if blocks is None:
-            pred, latent = self.imagine_step(
-                GDMLatent(**state), actions, Noise(generator, self.device), "i0"
-            )
-            return pred, _state(latent)
+            return self._step(state, actions, generator)
         outs, states = [], []
         for rows in blocks:
             sub = GDMLatent(**{k: v[rows] for k, v in state.items()})
