@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from tqdm.auto import tqdm
 
@@ -35,6 +35,7 @@ from graphwm.store.records import Record
 from graphwm.store.results import Job, ResultStore, log_job
 
 JobFn = Callable[[Any, str], Record]
+R = TypeVar("R", bound=Record)
 
 
 GRACE_SECONDS = 5.0  # between SIGTERM and SIGKILL for a worker that does not stop
@@ -62,7 +63,7 @@ def default_workers() -> int:
 
 
 def _finished(
-    job: Job, store: ResultStore, paths: RunPaths, verify: Callable[[Record, Any], None] | None
+    job: Job, store: ResultStore, paths: RunPaths, verify: Callable[[Any, Any], None] | None
 ) -> bool:
     """Whether ``job`` has an intact record (a corrupt one: see :meth:`RunPaths.recover`)."""
     if not store.has(job):
@@ -78,7 +79,7 @@ def _finished(
 
 
 def run_jobs(
-    fn: JobFn,
+    fn: Callable[[Any, str], R],
     jobs: Sequence[Job],
     store: ResultStore,
     paths: RunPaths | Path,
@@ -88,8 +89,8 @@ def run_jobs(
     num_gpus_per_job: float = 0.0,
     desc: str = "jobs",
     progress: bool = True,
-    verify: Callable[[Record, Any], None] | None = None,
-) -> list[Record]:
+    verify: Callable[[R, Any], None] | None = None,
+) -> list[R]:
     """Run every unfinished job; return all records in the order of ``jobs``.
 
     Args:
@@ -110,7 +111,8 @@ def run_jobs(
             _run_ray(fn, todo, store, run_dir, num_gpus_per_job, desc, progress)
         else:
             raise ValueError(f"unknown executor {executor!r}; choose 'local' or 'ray'")
-    return [store.load(job) for job in jobs]
+    # each stored record is fn's (the job key holds its kind)
+    return [cast(R, store.load(job)) for job in jobs]
 
 
 def describe_job(job: Job) -> str:
