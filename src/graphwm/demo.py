@@ -84,7 +84,7 @@ def run_episode(
 
 
 def _frame(env: gym.Env) -> np.ndarray:
-    """One ``rgb_array`` frame (gymnasium types ``render()`` loosely: it may return lists or None)."""
+    """One ``rgb_array`` frame (gymnasium types ``render()`` loosely: lists or None too)."""
     frame = env.render()
     if not isinstance(frame, np.ndarray):
         raise TypeError(f"render() returned {type(frame).__name__}, expected an rgb_array image")

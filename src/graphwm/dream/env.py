@@ -94,7 +94,9 @@ class DreamEnv(gym.Env):
         start = self._draw_start(seed, options or {})
         self.core.start(np.zeros(1, np.int64), [start])
         self._done, self._started = False, True
-        obs = {k: np.asarray(start.observation[k]).copy() for k in self.core.observation_space.spaces}
+        obs = {
+            k: np.asarray(start.observation[k]).copy() for k in self.core.observation_space.spaces
+        }
         return obs, {"horizon": start.horizon}
 
     def _draw_start(self, seed: int | None, options: dict[str, Any]) -> StartState:

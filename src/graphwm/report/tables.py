@@ -170,7 +170,9 @@ INDISTINGUISHABLE_COLUMN = "Indist."
 
 
 def _indistinguishable_note(records: list[dict]) -> str:
-    perms = sorted({r["num_permutations"] for r in records if r.get("num_permutations") is not None})
+    perms = sorted(
+        {r["num_permutations"] for r in records if r.get("num_permutations") is not None}
+    )
     alphas = sorted({r["alpha"] for r in records if r.get("alpha") is not None})
     return (
         f"{INDISTINGUISHABLE_COLUMN}: share of reference transitions (all sizes) where a"
