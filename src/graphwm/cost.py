@@ -129,6 +129,7 @@ def _time_ensemble_ratio(
             members.append(make_model(name, schema, scaler, **preset["model"]).to(device).train())
         loss = member_loss_for(members[0])
         # train_ensemble's "auto": vmap on CUDA (fp32) for models with a member loss
+        eng: VmapEngine | LoopEngine
         if torch.device(device).type == "cuda" and loss is not None:
             eng = VmapEngine(members, loss, lr=lr, clip=100.0, autocast=autocast, compile=False)
         else:

@@ -59,7 +59,7 @@ def run_episode(
     env = gym.make(env_id, num_nodes=num_nodes, render_mode="rgb_array" if render else None)
     rng = np.random.default_rng(seed)
     obs, _ = env.reset(seed=seed)
-    frames = [env.render()] if render else []
+    frames = [_frame(env)] if render else []
     total, removed, added, invalid, steps = 0.0, 0, 0, 0, 0
     terminated = truncated = False
     while not (terminated or truncated) and steps < max_steps:
@@ -68,19 +68,27 @@ def run_episode(
         r, a = _edge_changes(obs["adjacency"], next_obs["adjacency"])
         removed, added = removed + r, added + a
         invalid += int(info.get("invalid_action", False))
-        total += reward
+        total += float(reward)
         steps += 1
         obs = next_obs
         if render and (gif or terminated or truncated or steps == max_steps):
-            frames.append(env.render())
+            frames.append(_frame(env))
     env.close()
-    if render:
+    if out_dir is not None:
         stem = f"{short_name(env_id)}_seed{seed}"
         _save_png(frames[0], out_dir / f"{stem}_start.png")
         _save_png(frames[-1], out_dir / f"{stem}_end.png")
         if gif:
             save_gif(frames, out_dir / f"{stem}.gif")
     return EpisodeStats(env_id, seed, steps, total, removed, added, invalid, bool(terminated))
+
+
+def _frame(env: gym.Env) -> np.ndarray:
+    """One ``rgb_array`` frame (gymnasium types ``render()`` loosely: lists or None too)."""
+    frame = env.render()
+    if not isinstance(frame, np.ndarray):
+        raise TypeError(f"render() returned {type(frame).__name__}, expected an rgb_array image")
+    return frame
 
 
 def _save_png(image: np.ndarray, path: Path) -> None:

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import gymnasium as gym
+
+if TYPE_CHECKING:
+    from graphwm_envs import GraphEnv
 
 ENV_IDS = {
     "RGC": "graphenv/RGC-v0",
@@ -20,15 +25,28 @@ def env_id(name: str) -> str:
         raise ValueError(f"unknown env {name!r}; choose from {sorted(ENV_IDS)}") from None
 
 
-def make_env(name: str, num_nodes: int, **kwargs) -> gym.Env:
+def make_env(name: str, num_nodes: int, **kwargs: Any) -> GraphEnv:
     """``gym.make`` of a short env name, returning the unwrapped env.
 
     The experiments drive the env through clone/restore and never rely on wrapper behaviour
     (the envs handle their own truncation), so the unwrapped env is returned.
     """
-    import graphwm_envs  # noqa: F401  (registers graphenv/*)
+    from graphwm_envs import GraphEnv  # importing graphwm_envs registers graphenv/*
 
-    return gym.make(env_id(name), num_nodes=num_nodes, disable_env_checker=True, **kwargs).unwrapped
+    env = gym.make(env_id(name), num_nodes=num_nodes, disable_env_checker=True, **kwargs).unwrapped
+    if not isinstance(env, GraphEnv):
+        raise TypeError(f"{env_id(name)} made a {type(env).__name__}, not a graphwm_envs.GraphEnv")
+    return env
+
+
+def graph_env(env: gym.Env) -> GraphEnv:
+    """``env.unwrapped`` as a :class:`graphwm_envs.GraphEnv` (``TypeError`` for any other env)."""
+    from graphwm_envs import GraphEnv
+
+    real = env.unwrapped
+    if not isinstance(real, GraphEnv):
+        raise TypeError(f"expected a graphwm_envs.GraphEnv, got {type(real).__name__}")
+    return real
 
 
 def env_schema(name: str) -> dict:

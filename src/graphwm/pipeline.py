@@ -295,7 +295,7 @@ def run_training_jobs(
     )
     parts = [part for unit in units for part in parts_of(unit)]
     by_key = dict(zip([part.key for part in parts], records, strict=True))
-    return [by_key[job.key] for job in jobs]  # type: ignore[misc]
+    return [by_key[job.key] for job in jobs]
 
 
 def stage_train(preset: PresetLike, paths: RunPaths, progress: bool = True) -> list[TrainRecord]:

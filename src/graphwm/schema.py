@@ -85,11 +85,13 @@ def setting(default: Any = MISSING, *, default_factory: Any = MISSING, **kw: Any
 
 def defaults(cls: type) -> dict[str, Any]:
     """``{field: default}`` of a config dataclass (fields with a default only)."""
-    return {
-        f.name: f.default if f.default is not MISSING else f.default_factory()
-        for f in dataclasses.fields(cls)
-        if f.default is not MISSING or f.default_factory is not MISSING
-    }
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.default is not MISSING:
+            out[f.name] = f.default
+        elif callable(f.default_factory):  # MISSING is not callable
+            out[f.name] = f.default_factory()
+    return out
 
 
 @dataclass(frozen=True)

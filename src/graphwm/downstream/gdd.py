@@ -63,7 +63,7 @@ def attach_gdd(
     return out
 
 
-def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+def spearman(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray) -> float:
     """Spearman rank correlation (``nan`` with fewer than 3 points or a constant side)."""
     from scipy.stats import spearmanr
 

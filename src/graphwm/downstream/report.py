@@ -98,6 +98,7 @@ def downstream_figure(records: Iterable[DownstreamRecord], path: str | Path) -> 
             rows = label_rows([getattr(r, attr) for r in pts], [r.mean_return for r in pts])
             for r, label_row in zip(pts, rows, strict=True):
                 x = getattr(r, attr)
+                assert r.model is not None  # pts keeps the records with a model only
                 ax.errorbar(
                     x,
                     r.mean_return,

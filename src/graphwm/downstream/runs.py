@@ -150,8 +150,11 @@ def run_agent_job(config: Mapping[str, Any]) -> dict[str, Any]:
 
     torch.set_num_threads(max(1, int(config.get("threads", 1))))
     env, n, agent = config["env"], int(config["num_nodes"]), config["agent"]
-    common = {"episodes": int(config["episodes"]), "eval_seed": int(config["eval_seed"])}
-    train = {
+    common: dict[str, Any] = {
+        "episodes": int(config["episodes"]),
+        "eval_seed": int(config["eval_seed"]),
+    }
+    train: dict[str, Any] = {
         "budget": int(config.get("budget", 0)),
         "seed": int(config["seed"]),
         "ppo_kwargs": config.get("ppo"),

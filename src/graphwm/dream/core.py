@@ -18,8 +18,10 @@ from dataclasses import dataclass
 import gymnasium as gym
 import numpy as np
 import torch
+from gymnasium import spaces
 
 from graphwm.dream.validity import ObservationFixer, start_mask, valid_reward
+from graphwm.envs import graph_env
 from graphwm.metric.graph import OBS_KEYS
 
 _ZERO_WIDTH = {
@@ -96,7 +98,7 @@ def check_model_matches_env(model, env: gym.Env) -> None:
         )
 
     ms = model.schema
-    es = Schema.from_dict(env.unwrapped.schema.to_dict())
+    es = Schema.from_dict(graph_env(env).schema.to_dict())
     names = ("node_continuous", "node_categorical", "graph_continuous", "graph_categorical")
     for name in names:
         if tuple(getattr(ms, name)) != tuple(getattr(es, name)):
@@ -104,6 +106,12 @@ def check_model_matches_env(model, env: gym.Env) -> None:
                 f"the model's {name} {getattr(ms, name)} differ from the env's "
                 f"{getattr(es, name)}: it was trained on another env"
             )
+
+
+def _dict_space(space: spaces.Space) -> spaces.Dict:
+    if not isinstance(space, spaces.Dict):
+        raise TypeError(f"expected a spaces.Dict observation space, got {space}")
+    return space
 
 
 class DreamCore:
@@ -121,8 +129,8 @@ class DreamCore:
             raise ValueError(f"num_episodes must be >= 1, got {num_episodes}")
         check_model_matches_env(model, env)
         self.model = model.eval()
-        self.real = env.unwrapped
-        self.observation_space = self.real.observation_space
+        self.real = graph_env(env)
+        self.observation_space = _dict_space(self.real.observation_space)
         self.action_space = self.real.action_space
         self.num_nodes = int(self.real.num_nodes)
         self.num_episodes = int(num_episodes)

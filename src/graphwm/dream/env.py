@@ -10,6 +10,7 @@ import numpy as np
 from gymnasium import spaces
 
 from graphwm.dream.core import DreamCore, StartState, real_start
+from graphwm.envs import graph_env
 
 
 def coerce_action(space: spaces.Space, action: Any) -> Any:
@@ -61,7 +62,7 @@ class DreamEnv(gym.Env):
         seed: int | None = None,
     ) -> None:
         self.core = DreamCore(model, env, 1, seed=seed)
-        self.real_env = env.unwrapped
+        self.real_env = graph_env(env)
         self.observation_space = self.core.observation_space
         self.action_space = self.core.action_space
         self.start_states = list(start_states) if start_states is not None else None
@@ -93,7 +94,9 @@ class DreamEnv(gym.Env):
         start = self._draw_start(seed, options or {})
         self.core.start(np.zeros(1, np.int64), [start])
         self._done, self._started = False, True
-        obs = {k: np.asarray(start.observation[k]).copy() for k in self.observation_space.spaces}
+        obs = {
+            k: np.asarray(start.observation[k]).copy() for k in self.core.observation_space.spaces
+        }
         return obs, {"horizon": start.horizon}
 
     def _draw_start(self, seed: int | None, options: dict[str, Any]) -> StartState:

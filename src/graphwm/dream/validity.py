@@ -33,7 +33,7 @@ class ObservationFixer:
         device: where the predictions live.
     """
 
-    def __init__(self, observation_space: spaces.Dict, device: torch.device) -> None:
+    def __init__(self, observation_space: spaces.Space, device: torch.device) -> None:
         if not isinstance(observation_space, spaces.Dict):
             raise TypeError(f"expected a spaces.Dict observation space, got {observation_space}")
         self.space = observation_space

@@ -12,6 +12,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from graphwm.dream.core import DreamCore, StartState, real_start
+from graphwm.envs import graph_env
 
 
 class DreamVectorEnv(VectorEnv):
@@ -44,7 +45,7 @@ class DreamVectorEnv(VectorEnv):
         seed: int | None = None,
     ) -> None:
         self.core = DreamCore(model, env, num_envs, seed=seed)
-        self.real_env = env.unwrapped
+        self.real_env = graph_env(env)
         self.num_envs = self.core.num_episodes
         self.single_observation_space = self.core.observation_space
         self.single_action_space = self.core.action_space
@@ -93,13 +94,13 @@ class DreamVectorEnv(VectorEnv):
             idx = self.np_random.integers(len(self.start_states), size=count)
             return [self.start_states[int(i)] for i in idx]
         if seeds is None:
-            seeds = self.np_random.integers(2**31 - 1, size=count)
+            seeds = [int(s) for s in self.np_random.integers(2**31 - 1, size=count)]
         return [real_start(self.real_env, int(s)) for s in seeds]
 
     def _stack(self, starts: Sequence[StartState]) -> dict[str, np.ndarray]:
         return {
             k: np.stack([np.asarray(s.observation[k]) for s in starts]).astype(sp.dtype)
-            for k, sp in self.single_observation_space.spaces.items()
+            for k, sp in self.core.observation_space.spaces.items()
         }
 
     def reset(
@@ -139,7 +140,7 @@ class DreamVectorEnv(VectorEnv):
         return obs, reward, terminated, truncated, {}
 
 
-def _sample(space: spaces.Space, rng: np.random.Generator) -> np.ndarray:
+def _sample(space: spaces.Discrete | spaces.MultiDiscrete, rng: np.random.Generator) -> np.ndarray:
     if isinstance(space, spaces.Discrete):
         return np.asarray(int(rng.integers(space.n)))
-    return rng.integers(space.nvec).astype(np.int64)
+    return np.asarray(rng.integers(space.nvec)).astype(np.int64)

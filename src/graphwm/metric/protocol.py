@@ -74,7 +74,7 @@ def replay_episode(
     num_nodes: int,
     seed: int,
     actions: np.ndarray,
-    capture: Sequence[int],
+    capture: Sequence[int] | np.ndarray,
     keep_observations: bool = False,
     check: Mapping[str, np.ndarray] | None = None,
     *,
@@ -202,7 +202,7 @@ class EvalContext:
         self,
         seed: int,
         actions: np.ndarray,
-        capture: Sequence[int],
+        capture: Sequence[int] | np.ndarray,
         keep_observations: bool = False,
         check: Mapping[str, np.ndarray] | None = None,
     ) -> ReplayedEpisode:

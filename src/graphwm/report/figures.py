@@ -8,8 +8,9 @@ Each ``*_figure`` function draws one figure from validated result records (see
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from matplotlib.axes import Axes
@@ -60,7 +61,7 @@ def _colors(models: Iterable[str]) -> dict[str, tuple]:
     return {m: cmap(i % cmap.N) for i, m in enumerate(names)}
 
 
-def _finite(x: Sequence[float]) -> np.ndarray:
+def _finite(x: Sequence[float] | np.ndarray) -> np.ndarray:
     """Float array with inf replaced by NaN (drawn as a gap, ignored by autoscaling)."""
     a = np.asarray(x, dtype=np.float64)
     return np.where(np.isfinite(a), a, np.nan)
@@ -303,12 +304,12 @@ def factor_metrics_figure(records: list[dict], path: Path, colors: dict[str, tup
             for model in order_models(r["model"] for r in mine):
                 xs, series = [], []
                 for n in sizes:
-                    values = [
+                    found = [
                         factor_value(r, factor)
                         for r in mine
                         if r["model"] == model and r["size"] == n
                     ]
-                    values = [v for v in values if v is not None]
+                    values = [v for v in found if v is not None]
                     if values:
                         xs.append(n)
                         series.append(mean_ci(values))
@@ -383,7 +384,8 @@ def build_figures(records: list[dict], logs: list[TrainingLog], out: Path) -> di
     all_models = [r["model"] for r in records if "model" in r] + [log.model for log in logs]
     colors = _colors(all_models)
 
-    jobs = {
+    # a figure function: (its records or logs, png path, model colours) -> the path if drawn
+    jobs: dict[str, tuple[Callable[[Any, Path, dict[str, tuple]], Path | None], list]] = {
         "gdd_vs_size": (gdd_vs_size_figure, single_models),
         "ablation_gdd_vs_size": (gdd_vs_size_figure, ablation_rows if single_ablations else []),
         "multi_step": (multi_step_figure, multi_models),

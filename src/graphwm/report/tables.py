@@ -9,6 +9,7 @@ Markdown and LaTeX always agree. Input records are the validated dicts returned 
 
 from __future__ import annotations
 
+import operator
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 
@@ -119,7 +120,8 @@ def by_kind(records: Iterable[dict], kind: str) -> list[dict]:
 
 def split_models(records: Iterable[dict]) -> tuple[list[dict], list[dict]]:
     """Split model-evaluation records into (paper models, ablations)."""
-    models, ablations = [], []
+    models: list[dict] = []
+    ablations: list[dict] = []
     for r in records:
         (ablations if is_ablation(r["model"]) else models).append(r)
     return models, ablations
@@ -168,8 +170,10 @@ INDISTINGUISHABLE_COLUMN = "Indist."
 
 
 def _indistinguishable_note(records: list[dict]) -> str:
-    perms = sorted({r.get("num_permutations") for r in records} - {None})
-    alphas = sorted({r.get("alpha") for r in records} - {None})
+    perms = sorted(
+        {r["num_permutations"] for r in records if r.get("num_permutations") is not None}
+    )
+    alphas = sorted({r["alpha"] for r in records if r.get("alpha") is not None})
     return (
         f"{INDISTINGUISHABLE_COLUMN}: share of reference transitions (all sizes) where a"
         f" permutation test ({', '.join(map(str, perms))} relabelings, GDD statistic) cannot tell"
@@ -290,7 +294,7 @@ def self_gdd_table(records: list[dict]) -> Table | None:
     for env in order_envs(r["env"] for r in selfs):
         for i, (label, field_name) in enumerate(estimators):
             mine = [r for r in selfs if r["env"] == env and field_name in r]
-            agg = aggregate(mine, lambda r: (r["size"],), lambda r, f=field_name: r[f])
+            agg = aggregate(mine, lambda r: (r["size"],), operator.itemgetter(field_name))
             cells = [Cell(agg[(n,)]) if (n,) in agg else None for n in sizes]
             table.rows.append(Row([env if i == 0 else "", label], cells, group_start=i == 0))
     return table
@@ -352,7 +356,7 @@ def components_table(records: list[dict]) -> Table | None:
         rows = []
         for model in order_models(r["model"] for r in group):
             mine = [r for r in group if r["model"] == model]
-            cells = [Cell(mean_ci(r["gdd"] for r in mine))]
+            cells: list[Cell | None] = [Cell(mean_ci(r["gdd"] for r in mine))]
             cells += [Cell(mean_ci(r["components"][c] for r in mine)) for c in COMPONENTS]
             rows.append(Row(["", "", model_display(model)], cells))
         for j in range(1 + len(COMPONENTS)):
@@ -403,8 +407,8 @@ def factor_metrics_table(records: list[dict]) -> Table | None:
         for factor in factor_names(group):
             cells: list[Cell | None] = []
             for model in model_names:
-                values = [factor_value(r, factor) for r in group if r["model"] == model]
-                values = [v for v in values if v is not None]
+                found = [factor_value(r, factor) for r in group if r["model"] == model]
+                values = [v for v in found if v is not None]
                 cells.append(Cell(mean_ci(values)) if values else None)
             mark_best(cells)
             rows.append(Row(["", "", factor], cells))

@@ -80,7 +80,7 @@ def record_episode(
         if store_observations:
             frames.append(complete_observation(obs))  # absent feature keys -> zero-width
         done = terminated or truncated
-    episode = {
+    episode: dict[str, np.ndarray] = {
         "actions": np.stack(actions),
         "action_nodes": np.stack(nodes).astype(np.int8),
         "reward": np.asarray(rewards, dtype=np.float32),

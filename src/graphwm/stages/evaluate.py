@@ -96,14 +96,20 @@ class EvalJob:
         return content_key(self.kind, self.describe())
 
 
+def _train_job(job: EvalJob) -> TrainJob:
+    """The training job of the evaluated model (``ValueError`` for a job without one)."""
+    if job.train is None:
+        raise ValueError(f"a {job.kind} job needs the training job of its model, got train=None")
+    return job.train
+
+
 def _load_model(job: EvalJob, run_dir: Path):
     import torch
     from gdm_models import load_checkpoint
 
+    train = _train_job(job)
     torch.set_num_threads(max(1, job.threads))
-    return load_checkpoint(
-        job.train.checkpoint(run_dir), model_name=job.train.model, device=job.device
-    )
+    return load_checkpoint(train.checkpoint(run_dir), model_name=train.model, device=job.device)
 
 
 def eval_context(job: EvalJob, run_dir: Path) -> EvalContext:
@@ -203,6 +209,8 @@ class ModelSampler:
         with torch.no_grad():  # evaluation only: no autograd graph over the posterior
             if point.episode_index != self._episode:
                 steps = sorted(replay.snapshots)
+                # reference_points(..., keep_observations=True) for every model job
+                assert replay.observations is not None
                 obs = {k: np.stack([o[k] for o in replay.observations]) for k in OBS_KEYS}
                 seed = sample_seeds(point.seed, 0, STREAM_POSTERIOR, 1)[0]
                 latents = self.model.observe_at(obs, replay.action_nodes, steps, generator=seed)
@@ -231,7 +239,7 @@ def _components(result) -> dict[str, float]:
     return {k: getattr(result, k) for k in COMPONENTS}
 
 
-def single_step_job(job: EvalJob, run_dir: str) -> SingleStepRecord:
+def single_step_job(job: EvalJob, run_dir: str | Path) -> SingleStepRecord:
     """Single-step GDD of one trained model on one test size (paper section 6.1).
 
     With ``job.permutations`` > 0, each reference transition also gets gdd-metric's
@@ -265,7 +273,7 @@ def single_step_job(job: EvalJob, run_dir: str) -> SingleStepRecord:
     return SingleStepRecord(
         kind=job.kind,
         env=job.env,
-        model=job.model,
+        model=_train_job(job).model,
         seed=job.seed,
         size=job.size,
         factor_metrics=average_metrics(factors),
@@ -280,7 +288,7 @@ def _signed_sqrt(x: float) -> float:
     return float(np.sign(x) * np.sqrt(abs(x)))
 
 
-def self_gdd_job(job: EvalJob, run_dir: str) -> SelfGddRecord:
+def self_gdd_job(job: EvalJob, run_dir: str | Path) -> SelfGddRecord:
     """GDD of the environment against itself under the same protocol (paper's sanity table).
 
     The second sample set comes from an independent seed stream of the same reference states.
@@ -331,7 +339,7 @@ def _invalid_rate_model(preds: list[dict], actions: np.ndarray) -> np.ndarray:
     return np.asarray(rates)
 
 
-def multi_step_job(job: EvalJob, run_dir: str) -> MultiStepRecord:
+def multi_step_job(job: EvalJob, run_dir: str | Path) -> MultiStepRecord:
     """GDD and invalid-action rates of 1..H-step rollouts along the reference actions.
 
     Only reference states with at least h remaining reference actions contribute to horizon
@@ -367,7 +375,7 @@ def multi_step_job(job: EvalJob, run_dir: str) -> MultiStepRecord:
     return MultiStepRecord(
         kind="multi_step",
         env=job.env,
-        model=job.model,
+        model=_train_job(job).model,
         seed=job.seed,
         size=job.size,
         horizons=hs,

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from tqdm.auto import tqdm
 
@@ -41,6 +41,7 @@ from graphwm.store.records import Record
 from graphwm.store.results import Job, ResultStore, log_job, parts_of
 
 JobFn = Callable[[Any, str], Record]
+R = TypeVar("R", bound=Record)
 
 
 GRACE_SECONDS = 5.0  # between SIGTERM and SIGKILL for a worker that does not stop
@@ -63,7 +64,9 @@ def _run_and_store(fn: JobFn, job: Job, store_root: str, run_dir: str) -> Any:
         log_job(Path(run_dir), job, started, "done")
         return out
     failures = []
-    for part, result in zip(parts_of(job), out, strict=True):
+    # a unit with parts returns one record or exception per part, in the order of its parts
+    results: Sequence[Record | BaseException] = cast(Sequence, out)
+    for part, result in zip(parts_of(job), results, strict=True):
         if isinstance(result, BaseException):
             failures.append(result)
             log_job(Path(run_dir), part, started, "failed")
@@ -82,7 +85,7 @@ def default_workers() -> int:
 
 
 def _finished(
-    job: Job, store: ResultStore, paths: RunPaths, verify: Callable[[Record, Any], None] | None
+    job: Job, store: ResultStore, paths: RunPaths, verify: Callable[[Any, Any], None] | None
 ) -> bool:
     """Whether ``job`` has an intact record (a corrupt one: see :meth:`RunPaths.recover`)."""
     if hasattr(job, "parts"):  # every part checked (a list, not a generator: each corrupt
@@ -101,7 +104,7 @@ def _finished(
 
 
 def run_jobs(
-    fn: JobFn,
+    fn: Callable[[Any, str], R],
     jobs: Sequence[Job],
     store: ResultStore,
     paths: RunPaths | Path,
@@ -111,8 +114,8 @@ def run_jobs(
     num_gpus_per_job: float = 0.0,
     desc: str = "jobs",
     progress: bool = True,
-    verify: Callable[[Record, Any], None] | None = None,
-) -> list[Record]:
+    verify: Callable[[R, Any], None] | None = None,
+) -> list[R]:
     """Run every unfinished job; return all records in the order of ``jobs`` (a job with
     ``parts``: its parts' records in their order).
 
@@ -134,7 +137,8 @@ def run_jobs(
             _run_ray(fn, todo, store, run_dir, num_gpus_per_job, desc, progress)
         else:
             raise ValueError(f"unknown executor {executor!r}; choose 'local' or 'ray'")
-    return [store.load(part) for job in jobs for part in parts_of(job)]
+    # each stored record is fn's (the job key holds its kind)
+    return [cast(R, store.load(part)) for job in jobs for part in parts_of(job)]
 
 
 def describe_job(job: Job) -> str:

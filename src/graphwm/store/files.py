@@ -90,7 +90,7 @@ def sha256_file(path: Path) -> str:
 # ---------------------------------------------------------------------------------------------
 # Atomic writers
 # ---------------------------------------------------------------------------------------------
-def atomic_write(path: Path, write: Callable[[Path], None]) -> Path:
+def atomic_write(path: Path, write: Callable[[Path], object]) -> Path:
     """Call ``write(tmp)`` on a unique temporary file next to ``path``, then install it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -121,7 +121,9 @@ def atomic_save_npz(path: Path, arrays: dict[str, np.ndarray]) -> Path:
 
     def write(tmp: Path) -> None:
         with open(tmp, "wb") as fh:
-            np.savez_compressed(fh, **arrays)
+            # numpy's stubs type **kwds together with its bool keyword allow_pickle
+            payload: dict[str, Any] = dict(arrays)
+            np.savez_compressed(fh, **payload)
 
     return atomic_write(path, write)
 

@@ -15,7 +15,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
-from graphwm.schema import Where, parse, setting
+from graphwm.schema import Where, parse, setting, spec
 
 COMPONENTS = ("node", "graph", "edge", "joint")
 
@@ -144,7 +144,8 @@ class SingleStepRecord(Record):
     environment samples come from one distribution" (absent when not computed).
     """
 
-    kind: str = setting(choices=("single_step", "validation"))
+    # field() itself (not setting()), so type checkers see that kind has no default
+    kind: str = field(metadata=spec(choices=("single_step", "validation")))
     env: str
     model: str
     seed: int

@@ -28,7 +28,8 @@ class Job(Protocol):
     @property
     def key(self) -> str: ...
 
-    kind: str
+    @property
+    def kind(self) -> str: ...  # read-only, so frozen dataclasses match
 
     def describe(self) -> dict[str, Any]:
         """The JSON-able payload the key hashes (stored next to the result)."""
