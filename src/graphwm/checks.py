@@ -1,8 +1,9 @@
 """Checks of a parsed preset that need the envs, the models or the machine.
 
-:func:`check_preset` (run by :meth:`graphwm.config.Preset.parse`) checks every model name
-(ablations included) through gdm_models' registry, every ``train.model_overrides`` and
-``search.grid`` entry against the fields and the own checks of the model's config dataclass
+:func:`check_preset` (run by :func:`parse_checked`, the pipeline's entry to a preset) checks
+every model name (ablations included) through gdm_models' registry, every
+``train.model_overrides`` and ``search.grid`` entry against the fields and the own checks of
+the model's config dataclass
 (the config of a model built by :func:`gdm_models.make_model` on the env's schema), and every
 size and count against the limits below. :func:`check_machine` (run before any work) checks
 that this machine has the preset's device. Each error is a :class:`PresetError` naming the key.
@@ -272,3 +273,12 @@ def check_device(device: str, key: str = "device") -> None:
 def check_machine(p: Preset) -> None:
     """What the preset needs of this machine (its device), checked before any work."""
     check_device(p.device)
+
+
+def parse_checked(raw: Mapping[str, Any] | Preset) -> Preset:
+    """:meth:`Preset.parse` and :func:`check_preset`: every preset value checked, including
+    what needs the envs and the models, before any work (what the pipeline's entry points
+    call; this machine's device is :func:`check_machine`'s)."""
+    preset = Preset.parse(raw)
+    check_preset(preset)
+    return preset

@@ -220,10 +220,9 @@ def _run(args: argparse.Namespace) -> int:
     from graphwm import pipeline
 
     preset = _preset(args)  # validated here, before any work
-    from graphwm.checks import check_machine
-    from graphwm.config import Preset
+    from graphwm.checks import check_machine, parse_checked
 
-    check_machine(Preset.parse(preset))
+    check_machine(parse_checked(preset))
     run = pipeline.RunPaths(args.out, redo_corrupt=args.redo_corrupt)
     progress = not args.quiet
     if args.command == "reproduce":

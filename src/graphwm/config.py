@@ -183,13 +183,13 @@ class Preset:
     sections: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def parse(cls, raw: Mapping[str, Any] | Preset, *, check: bool = True) -> Preset:
+    def parse(cls, raw: Mapping[str, Any] | Preset) -> Preset:
         """Validate a preset dict (as read from TOML); raise :class:`PresetError` naming a key.
 
-        ``check`` also checks what needs the envs and the models: model names, overrides and
-        grid entries against each model's config, sizes against the envs' limits
-        (:mod:`graphwm.checks`); whether this machine has the device is checked before work
-        by :func:`graphwm.checks.check_machine`.
+        What needs the envs and the models (model names, overrides and grid entries against
+        each model's config, sizes against the envs' limits) is checked on top by
+        :func:`graphwm.checks.parse_checked`, which the pipeline's entry points call; whether
+        this machine has the device, by :func:`graphwm.checks.check_machine`.
         """
         if isinstance(raw, Preset):
             return raw
@@ -209,12 +209,7 @@ class Preset:
             raise PRESET.fail("device", "must be 'cpu', 'cuda', 'cuda:<index>' or 'mps'",
                               values["device"])  # fmt: skip
         values["sections"] = {n: _parse_section(n, raw[n]) for n in SECTIONS if n in raw}
-        preset = cls(**values)
-        if check:
-            from graphwm.checks import check_preset
-
-            check_preset(preset)
-        return preset
+        return cls(**values)
 
     # -- derived views -----------------------------------------------------------------------
     def test_sizes(self, env: str) -> tuple[int, ...]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from graphwm.config import Preset
+from graphwm.checks import parse_checked
 from graphwm.envs import env_schema
 from graphwm.pipeline import training_jobs
 from graphwm.stages.collect import record_episode
@@ -172,7 +172,7 @@ def estimate(
     """Measure unit costs on ``device`` and scale them to the preset's job counts."""
     import torch
 
-    preset = Preset.parse(preset)
+    preset = parse_checked(preset)
     torch.set_num_threads(max(1, torch.get_num_threads()))
     t, c = preset.train, preset.collect
     per_job = (

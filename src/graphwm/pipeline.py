@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from graphwm.checks import check_machine, parse_checked
 from graphwm.config import (
     PRESET_NAMES,
     Preset,
@@ -65,15 +66,13 @@ def load_preset(name_or_path: str | Path, overrides: dict[str, Any] | None = Non
     ``None`` values are skipped). Raises :class:`PresetError` naming a bad key.
     """
     raw = apply_overrides(read_preset(name_or_path), overrides)
-    Preset.parse(raw)
+    parse_checked(raw)
     return raw
 
 
 def _preset(preset: PresetLike) -> Preset:
     """The parsed preset, checked against this machine (its device) before any work."""
-    from graphwm.checks import check_machine
-
-    p = Preset.parse(preset)
+    p = parse_checked(preset)
     check_machine(p)
     return p
 

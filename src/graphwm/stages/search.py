@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from graphwm.checks import check_machine
+from graphwm.checks import check_machine, parse_checked
 from graphwm.config import TRAINER_KEYS, Preset
 from graphwm.pipeline import (
     RunPaths,
@@ -51,7 +51,7 @@ def grid_points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
 
 def run_search(preset, paths: RunPaths, progress: bool = True) -> dict[str, Any]:
     """Train and validate every grid point; return ``{"<env>/<model>": best point}``."""
-    p = Preset.parse(preset)
+    p = parse_checked(preset)
     check_machine(p)
     grids = p.search.grid if p.search is not None else {}
     if not grids:
