@@ -212,7 +212,7 @@ def test_save_load_round_trip_gives_the_same_policy(algo, tmp_path):
     )
     obs = _advance(env, 5, seed=2)
     obs_t, _ = model.policy.obs_to_tensor(obs)
-    actions = torch.as_tensor([[0, 3]])
+    actions = torch.as_tensor([[3]])  # (batch, k): one slot at N = 12
     with torch.no_grad():
         v1, lp1, e1 = model.policy.evaluate_actions(obs_t, actions)
         v2, lp2, e2 = loaded.policy.evaluate_actions(obs_t, actions)
