@@ -140,6 +140,30 @@ def test_masked_actions_are_never_taken(env_id, kwargs, algo):
             obs, _ = env.reset()
 
 
+@pytest.mark.parametrize("algo", ["MaskablePPO", "PPO"])
+@pytest.mark.parametrize(
+    ("env_id", "n", "slots"), [("graphenv/OD-v0", 20, 1), ("graphenv/OD-v0", 50, 3)]
+)
+def test_rollout_actions_get_one_log_prob_each(env_id, n, slots, algo):
+    """PPO's update passes MultiDiscrete actions as (batch, k), also for k = 1 (OD at N <= 20):
+    each gets the sum over its slots of log softmax(node scores) at the chosen node, from its
+    own observation (not a (batch, batch) broadcast that mixes observations)."""
+    env = _env(env_id, n)
+    assert env.action_space.shape == (slots,)
+    model = _agent(env, algo=algo)
+    observations = [_advance(env, 3 * i, seed=i) for i in range(4)]
+    batch = {k: torch.as_tensor(np.stack([o[k] for o in observations])) for k in observations[0]}
+    actions = torch.as_tensor(np.random.default_rng(0).integers(0, n, size=(4, slots)))
+    with torch.no_grad():
+        _, log_prob, entropy = model.policy.evaluate_actions(batch, actions)
+        scores, _ = model.policy.net(batch)
+    expected = torch.log_softmax(scores, -1).gather(1, actions).sum(1)
+    assert log_prob.shape == (4,) and entropy.shape == (4,)
+    torch.testing.assert_close(log_prob, expected)
+    # the observations differ, so a broadcast mixing them would give other numbers
+    assert scores.std(0).max() > 1e-4
+
+
 def test_sar_sampling_respects_the_sparse_mask():
     """SAR allows only the agent's neighbours: many samples, none outside the mask."""
     env = _env("graphenv/SAR-v0", 20)
@@ -188,7 +212,7 @@ def test_save_load_round_trip_gives_the_same_policy(algo, tmp_path):
     )
     obs = _advance(env, 5, seed=2)
     obs_t, _ = model.policy.obs_to_tensor(obs)
-    actions = torch.as_tensor([[0, 3]])
+    actions = torch.as_tensor([[3]])  # (batch, k): one slot at N = 12
     with torch.no_grad():
         v1, lp1, e1 = model.policy.evaluate_actions(obs_t, actions)
         v2, lp2, e2 = loaded.policy.evaluate_actions(obs_t, actions)

@@ -165,21 +165,20 @@ class _GraphPolicyMixin:
         else:
             mask = torch.as_tensor(action_masks, device=logits.device).reshape(logits.shape) > 0
         dims = [n] * slots if kind == "node" else [logits.shape[-1]]
+        # MultiDiscrete actions arrive as (batch, k) even for k = 1 (SB3 flattens only
+        # Discrete ones): a single Categorical would broadcast their log-probs to (batch, batch)
+        multi = isinstance(self.action_space, spaces.MultiDiscrete)
         if self.maskable:
             dist: Any = (
-                MaskableCategoricalDistribution(dims[0])
-                if len(dims) == 1
-                else MaskableMultiCategoricalDistribution(dims)
+                MaskableMultiCategoricalDistribution(dims)
+                if multi
+                else MaskableCategoricalDistribution(dims[0])
             )
             dist.proba_distribution(action_logits=logits)
             dist.apply_masking(mask)
         else:
             logits = torch.where(mask, logits, torch.full_like(logits, HUGE_NEG))
-            dist = (
-                CategoricalDistribution(dims[0])
-                if len(dims) == 1
-                else (MultiCategoricalDistribution(dims))
-            )
+            dist = MultiCategoricalDistribution(dims) if multi else CategoricalDistribution(dims[0])
             dist.proba_distribution(action_logits=logits)
         return dist, value, logits, mask, slots if kind == "node" else 1
 
