@@ -25,7 +25,7 @@ from typing import Any
 
 from graphwm.envs import env_schema
 from graphwm.stages.fit import load_fitted, training_episodes
-from graphwm.stages.train import TrainJob, model_dir_name, train_job, trainer_options
+from graphwm.stages.train import TrainJob, job_reldir, train_job, trainer_options
 from graphwm.store.files import content_key
 from graphwm.store.records import TrainRecord
 
@@ -89,8 +89,7 @@ class EnsembleJob:
 
     @property
     def reldir(self) -> str:
-        digest = self.key.split("-", 1)[1]
-        return f"train/{self.env}/{model_dir_name(self.model)}/ensemble-{digest}"
+        return job_reldir(self.env, self.model, "ensemble", self.key)
 
     def dir(self, run_dir: Path) -> Path:
         return Path(run_dir) / self.reldir

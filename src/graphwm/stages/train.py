@@ -35,6 +35,13 @@ def model_dir_name(model: str) -> str:
     return model.replace(":", "__")
 
 
+def job_reldir(env: str, model: str, stem: str, key: str) -> str:
+    """``train/<ENV>/<model>/<stem>-<digest of key>``: the folder of a training job or of an
+    ensemble of them, relative to the run directory."""
+    digest = key.split("-", 1)[1]
+    return f"train/{env}/{model_dir_name(model)}/{stem}-{digest}"
+
+
 @dataclass(frozen=True)
 class TrainJob:
     """One training run; fields after ``precision`` do not change the weights (not keyed).
@@ -87,8 +94,7 @@ class TrainJob:
 
     @property
     def reldir(self) -> str:
-        digest = self.key.split("-", 1)[1]
-        return f"train/{self.env}/{model_dir_name(self.model)}/seed{self.seed}-{digest}"
+        return job_reldir(self.env, self.model, f"seed{self.seed}", self.key)
 
     def dir(self, run_dir: Path) -> Path:
         return Path(run_dir) / self.reldir
