@@ -414,6 +414,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--seeds", type=int, default=3, help="training seeds at N = 20")
     parser.add_argument("--seeds-50", type=int, default=2, help="training seeds at N = 50")
+    parser.add_argument(
+        "--first-seed-50",
+        type=int,
+        default=0,
+        help="first training seed at N = 50 (e.g. 1 to add seeds to an earlier run's seed 0)",
+    )
     parser.add_argument("--episodes", type=int, default=100)
     parser.add_argument("--throughput-steps", type=int, default=4096)
     parser.add_argument("--jobs", type=int, default=1)
@@ -447,10 +453,10 @@ def main(argv: list[str] | None = None) -> int:
 
     jobs: list[tuple] = []
     for env_id in args.envs:
-        for n, count in ((50, args.seeds_50), (20, args.seeds)):
+        for n, first, count in ((50, args.first_seed_50, args.seeds_50), (20, 0, args.seeds)):
             jobs += [
                 (train_job, env_id, n, s, args.steps, args.episodes, str(args.out_dir))
-                for s in range(count)
+                for s in range(first, first + count)
             ]
     for env_id in args.envs:
         if args.throughput_steps:
