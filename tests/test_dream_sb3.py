@@ -200,7 +200,8 @@ def test_vec_env_conventions_over_a_monitored_multi_episode_rollout():
     for _ in range(40):
         masks = get_action_masks(venv)
         np.testing.assert_array_equal(masks, vec.dream.action_masks())
-        np.testing.assert_array_equal(venv.env_method("action_masks", indices=[1, 4]), masks[[1, 4]])
+        some = venv.env_method("action_masks", indices=[1, 4])
+        np.testing.assert_array_equal(some, masks[[1, 4]])
         getters = vec.get_attr("action_masks", indices=[0, 3])
         np.testing.assert_array_equal([g() for g in getters], masks[[0, 3]])
         obs, rewards, dones, infos = venv.step(_random_actions(masks, rng))

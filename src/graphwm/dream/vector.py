@@ -184,6 +184,7 @@ def autoreset_mode_of(mode: AutoresetMode | str) -> AutoresetMode:
     names = ", ".join(f"AutoresetMode.{m.name} ({m.value!r})" for m in supported)
     raise ValueError(f"autoreset_mode must be one of {names}; got {mode!r}")
 
+
 def _sample(space: spaces.Discrete | spaces.MultiDiscrete, rng: np.random.Generator) -> np.ndarray:
     if isinstance(space, spaces.Discrete):
         return np.asarray(int(rng.integers(space.n)))
