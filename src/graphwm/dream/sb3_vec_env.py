@@ -29,12 +29,14 @@ class DreamSB3VecEnv(VecEnv):
     Args:
         dream: the batched dream env (its ``num_envs`` is B), built with
             ``autoreset_mode=AutoresetMode.SAME_STEP``. A ``NEXT_STEP`` env is refused with a
-            ``ValueError`` rather than converted: its next step would hand SB3 a start state
-            SB3 already expects to have had.
+            ``ValueError`` rather than converted: it returns each restart one step late, after
+            an ignored action, which SB3's contract has no place for.
 
-    ``env_method("action_masks")`` gives each episode's mask (sb3-contrib's MaskablePPO calls
-    it); ``seed(s)`` seeds the next ``reset`` (episode i starts from the real env's
-    ``reset(seed=s + i)``, as ``DreamVectorEnv.reset(seed=s)``).
+    ``env_method("action_masks")`` and ``get_attr("action_masks")`` give each episode's own
+    mask (sb3-contrib's MaskablePPO calls the first); ``seed(s)`` seeds the next ``reset``
+    (episode i starts from the real env's ``reset(seed=s + i)``, as
+    ``DreamVectorEnv.reset(seed=s)``); ``reset_infos[i]["horizon"]`` is episode i's truncation
+    length (``None``: none).
     """
 
     def __init__(self, dream: DreamVectorEnv) -> None:

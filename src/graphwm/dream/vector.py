@@ -23,8 +23,8 @@ class DreamVectorEnv(VectorEnv):
     ``seed + i`` for episode i on ``reset(seed=seed)``, later from the vector env's
     ``np_random``) or from a stored list.
 
-    Autoreset follows one of Gymnasium 1.x's two modes (``https://farama.org/Vector-Autoreset-Mode``,
-    ``SyncVectorEnv``'s semantics):
+    Autoreset follows one of Gymnasium 1.x's two modes, with ``SyncVectorEnv``'s semantics
+    (https://farama.org/Vector-Autoreset-Mode):
 
     * ``NEXT_STEP`` (default): the step after an episode ended returns a fresh start state for
       it (reward 0, not terminated or truncated) and ignores its action.
