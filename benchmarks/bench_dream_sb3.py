@@ -57,7 +57,8 @@ def main(argv: list[str] | None = None) -> None:
     preset = get_preset(args.model, args.env)
     model = make_model(args.model, env_schema(args.env), None, **preset["model"]).eval()
     b, n = args.envs, args.nodes
-    batched = DreamSB3VecEnv(DreamVectorEnv(model, make_env(args.env, n), b))
+    same_step = DreamVectorEnv(model, make_env(args.env, n), b, autoreset_mode="SameStep")
+    batched = DreamSB3VecEnv(same_step)
     singles = DummyVecEnv([lambda: DreamEnv(model, make_env(args.env, n)) for _ in range(b)])
     fast = steps_per_second(batched, lambda v: v.action_masks(), args.seconds)
     slow = steps_per_second(singles, lambda v: np.stack(v.env_method("action_masks")), args.seconds)

@@ -21,10 +21,14 @@ def dream_vec_env(model, env_name: str, num_nodes: int, num_envs: int, seed: int
     """``num_envs`` imagined episodes of ``model`` as an SB3 ``VecEnv`` (one batched model
     forward pass per step for all of them; episode i starts from the real ``reset(seed + i)``
     once the agent seeds it)."""
+    from gymnasium.vector import AutoresetMode
+
     from graphwm.dream import DreamVectorEnv
     from graphwm.dream.sb3_vec_env import DreamSB3VecEnv
 
-    dream = DreamVectorEnv(model, make_env(env_name, num_nodes), _count(num_envs), seed=seed)
+    real = make_env(env_name, num_nodes)
+    same_step = AutoresetMode.SAME_STEP  # SB3's own autoreset convention
+    dream = DreamVectorEnv(model, real, _count(num_envs), seed=seed, autoreset_mode=same_step)
     return DreamSB3VecEnv(dream)
 
 

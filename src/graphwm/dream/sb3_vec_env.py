@@ -2,15 +2,14 @@
 ``VecEnv``, so SB3 / sb3-contrib agents train on B imagined episodes with one batched world
 model forward pass per step (instead of B ``DreamEnv`` copies in a ``DummyVecEnv``).
 
-SB3 resets a finished episode in the same step (its ``VecEnv`` contract): ``dones[i]`` is
-``terminated or truncated``, ``infos[i]["terminal_observation"]`` the last imagined
-observation, ``infos[i]["TimeLimit.truncated"]`` whether it was a truncation, and the returned
-observation is the next episode's start state. Gymnasium's ``DreamVectorEnv`` instead returns
-that start on the *next* step (``NEXT_STEP`` autoreset), after one more model forward pass.
-Start states are drawn from the same ``np_random`` in the same order, so both give the same
-observations, rewards and episode ends up to the first episode end, and the same start states
-after it; later imagined steps differ only because the model's generator is then drawn in
-another order (the restart's posterior before, not after, the next step).
+SB3 restarts a finished episode in the same step (its ``VecEnv`` contract), which is
+Gymnasium's ``SAME_STEP`` autoreset, so the SB3 env is a thin translation of a ``SAME_STEP``
+``DreamVectorEnv`` through its public API: ``dones[i]`` is ``terminated or truncated``,
+``infos[i]["terminal_observation"]`` is Gymnasium's ``info["final_obs"][i]`` (the last imagined
+observation), ``infos[i]["TimeLimit.truncated"]`` whether the episode was truncated and not
+terminated, and the returned observation is the next episode's start state. Observations,
+rewards, episode ends and restarts are therefore those of the ``DreamVectorEnv`` step for step,
+over whole multi-episode rollouts.
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from gymnasium.vector import AutoresetMode
 from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvIndices
 
 from graphwm.dream.vector import DreamVectorEnv
@@ -27,16 +27,26 @@ class DreamSB3VecEnv(VecEnv):
     """B imagined episodes of ``dream`` behind SB3's ``VecEnv`` API.
 
     Args:
-        dream: the batched dream env (its ``num_envs`` is B).
+        dream: the batched dream env (its ``num_envs`` is B), built with
+            ``autoreset_mode=AutoresetMode.SAME_STEP``. A ``NEXT_STEP`` env is refused with a
+            ``ValueError`` rather than converted: it returns each restart one step late, after
+            an ignored action, which SB3's contract has no place for.
 
-    ``env_method("action_masks")`` gives each episode's mask (sb3-contrib's MaskablePPO calls
-    it); ``seed(s)`` seeds the next ``reset`` (episode i starts from the real env's
-    ``reset(seed=s + i)``, as ``DreamVectorEnv.reset(seed=s)``).
+    ``env_method("action_masks")`` and ``get_attr("action_masks")`` give each episode's own
+    mask (sb3-contrib's MaskablePPO calls the first); ``seed(s)`` seeds the next ``reset``
+    (episode i starts from the real env's ``reset(seed=s + i)``, as
+    ``DreamVectorEnv.reset(seed=s)``); ``reset_infos[i]["horizon"]`` is episode i's truncation
+    length (``None``: none).
     """
 
     def __init__(self, dream: DreamVectorEnv) -> None:
         if not isinstance(dream, DreamVectorEnv):
             raise TypeError(f"expected a DreamVectorEnv, got {type(dream).__name__}")
+        if dream.autoreset_mode != AutoresetMode.SAME_STEP:
+            raise ValueError(
+                "DreamSB3VecEnv needs DreamVectorEnv(..., autoreset_mode=AutoresetMode.SAME_STEP) "
+                f"(SB3 restarts finished episodes in the same step); got {dream.autoreset_mode}"
+            )
         self.dream = dream
         self._actions: np.ndarray | None = None
         self.render_mode = None
@@ -44,8 +54,7 @@ class DreamSB3VecEnv(VecEnv):
 
     def reset(self) -> dict[str, np.ndarray]:
         """Start all B episodes (seeded by the last :meth:`seed`, if any)."""
-        seed = self._seeds[0]
-        obs, _ = self.dream.reset(seed=seed)
+        obs, _ = self.dream.reset(seed=self._seeds[0])
         self._reset_seeds()
         self._reset_options()
         horizons = self.dream.core.horizons
@@ -60,23 +69,13 @@ class DreamSB3VecEnv(VecEnv):
         """One imagined step of every episode; finished ones restart at once (SB3 style)."""
         if self._actions is None:
             raise RuntimeError("call step_async() before step_wait()")
-        dream = self.dream
-        obs, reward, terminated, truncated, _ = dream.step(self._actions)
+        obs, reward, terminated, truncated, info = self.dream.step(self._actions)
         self._actions = None
         dones = terminated | truncated
         infos: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
-        rows = np.flatnonzero(dones)
-        if rows.size:
-            for i in rows:
-                infos[i]["terminal_observation"] = {k: v[i].copy() for k, v in obs.items()}
-                infos[i]["TimeLimit.truncated"] = bool(truncated[i] and not terminated[i])
-            # restart now, drawing the start states DreamVectorEnv would draw on the next step
-            starts = dream._draw_starts(rows.size)
-            dream.core.start(rows, starts)
-            fresh = dream._stack(starts)
-            for key in obs:
-                obs[key][rows] = fresh[key]
-            dream._autoreset[rows] = False
+        for i in np.flatnonzero(dones):
+            infos[i]["terminal_observation"] = info["final_obs"][i]
+            infos[i]["TimeLimit.truncated"] = bool(truncated[i] and not terminated[i])
         return obs, reward.astype(np.float32), dones, infos
 
     def close(self) -> None:
@@ -93,8 +92,13 @@ class DreamSB3VecEnv(VecEnv):
     def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
         if attr_name == "render_mode":
             return [None for _ in self._get_indices(indices)]
+        if attr_name == "action_masks":  # each episode's own mask, as a per-env method gives
+            return [self._mask_of(i) for i in self._get_indices(indices)]
         value = getattr(self.dream, attr_name)
         return [value for _ in self._get_indices(indices)]
+
+    def _mask_of(self, i: int):
+        return lambda: self.dream.action_masks()[i]
 
     def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
         raise AttributeError(f"DreamSB3VecEnv episodes share one dream env; cannot set {attr_name}")

@@ -19,11 +19,27 @@ class DreamVectorEnv(VectorEnv):
     """B imagined episodes of one world model as a Gymnasium ``VectorEnv``.
 
     Every ``step`` runs one batched forward pass of the model for all B episodes (on the
-    model's device, CPU or GPU). Autoreset follows Gymnasium's default ``NEXT_STEP`` mode: the
-    step after an episode ended returns a fresh start state for it (reward 0, not done) and
-    ignores its action. Start states come from resets of the real env (seeded ``seed + i`` for
-    episode i on ``reset(seed=seed)``, later from the vector env's ``np_random``) or from a
-    stored list.
+    model's device, CPU or GPU). Start states come from resets of the real env (seeded
+    ``seed + i`` for episode i on ``reset(seed=seed)``, later from the vector env's
+    ``np_random``) or from a stored list.
+
+    Autoreset follows one of Gymnasium 1.x's two modes, with ``SyncVectorEnv``'s semantics
+    (https://farama.org/Vector-Autoreset-Mode):
+
+    * ``NEXT_STEP`` (default): the step after an episode ended returns a fresh start state for
+      it (reward 0, not terminated or truncated) and ignores its action.
+    * ``SAME_STEP``: the step in which an episode ends returns that episode's reward and
+      ``terminated`` / ``truncated`` flags with the fresh start state as its observation; the
+      last imagined observation is in ``info["final_obs"][i]`` (an object array with ``None``
+      for the others, mask ``info["_final_obs"]``) and ``info["final_info"]`` / ``_final_info``
+      hold the episode's last step info (empty: the steps carry none).
+
+    Both modes draw the restarts' start states from ``np_random`` the same way, in the order the
+    episodes ended (by step, then by episode index), so the k-th restart of a ``SAME_STEP`` env
+    starts where the k-th restart of a ``NEXT_STEP`` env with the same seed starts. The model's
+    torch generator is shared by all episodes, so the imagined steps of the two modes agree up
+    to the first episode end of the batch and differ after it (a ``SAME_STEP`` restart runs the
+    model's posterior before the next batched step, a ``NEXT_STEP`` one after it).
 
     Args:
         model: a trained ``gdm_models.WorldModel``.
@@ -31,6 +47,8 @@ class DreamVectorEnv(VectorEnv):
         num_envs: B.
         start_states: optional stored start states instead of real resets.
         seed: seeds the model's generator before the first seeded reset.
+        autoreset_mode: ``AutoresetMode.NEXT_STEP`` or ``AutoresetMode.SAME_STEP`` (or their
+            string values ``"NextStep"`` / ``"SameStep"``); also in ``metadata["autoreset_mode"]``.
     """
 
     metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}
@@ -43,7 +61,10 @@ class DreamVectorEnv(VectorEnv):
         *,
         start_states: Sequence[StartState] | None = None,
         seed: int | None = None,
+        autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
     ) -> None:
+        self.autoreset_mode = autoreset_mode_of(autoreset_mode)
+        self.metadata = {**type(self).metadata, "autoreset_mode": self.autoreset_mode}
         self.core = DreamCore(model, env, num_envs, seed=seed)
         self.real_env = graph_env(env)
         self.num_envs = self.core.num_episodes
@@ -121,23 +142,47 @@ class DreamVectorEnv(VectorEnv):
     def step(
         self, actions: Any
     ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        """One imagined step of every episode (autoreset of those that ended last step)."""
+        """One imagined step of every episode, with autoreset in the instance's mode."""
         if not self._started:
             raise RuntimeError("call reset() before step()")
         nodes = self.action_nodes(actions)
         obs, reward, terminated, truncated = self.core.step(nodes)
-        rows = np.flatnonzero(self._autoreset)
-        if rows.size:
-            starts = self._draw_starts(rows.size)
-            self.core.start(rows, starts)
-            fresh = self._stack(starts)
-            for key in obs:
-                obs[key][rows] = fresh[key]
+        infos: dict[str, Any] = {}
+        if self.autoreset_mode == AutoresetMode.SAME_STEP:
+            rows = np.flatnonzero(terminated | truncated)
+            for i in rows:  # the layout SyncVectorEnv's SAME_STEP mode writes
+                final = {k: v[i].copy() for k, v in obs.items()}
+                infos = self._add_info(infos, {"final_obs": final, "final_info": {}}, int(i))
+            self._restart(rows, obs)
+        else:
+            rows = np.flatnonzero(self._autoreset)
+            self._restart(rows, obs)
             reward[rows] = 0.0
             terminated[rows] = False
             truncated[rows] = False
-        self._autoreset = terminated | truncated
-        return obs, reward, terminated, truncated, {}
+            self._autoreset = terminated | truncated
+        return obs, reward, terminated, truncated, infos
+
+    def _restart(self, rows: np.ndarray, obs: dict[str, np.ndarray]) -> None:
+        """Start episodes ``rows`` afresh (one ``np_random`` draw each, in row order) and put
+        their start states into ``obs``."""
+        if not rows.size:
+            return
+        starts = self._draw_starts(rows.size)
+        self.core.start(rows, starts)
+        fresh = self._stack(starts)
+        for key in obs:
+            obs[key][rows] = fresh[key]
+
+
+def autoreset_mode_of(mode: AutoresetMode | str) -> AutoresetMode:
+    """``mode`` as an ``AutoresetMode`` the dream vector env supports (``ValueError`` else)."""
+    supported = (AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP)
+    for option in supported:
+        if mode is option or (isinstance(mode, str) and mode == option.value):
+            return option
+    names = ", ".join(f"AutoresetMode.{m.name} ({m.value!r})" for m in supported)
+    raise ValueError(f"autoreset_mode must be one of {names}; got {mode!r}")
 
 
 def _sample(space: spaces.Discrete | spaces.MultiDiscrete, rng: np.random.Generator) -> np.ndarray:
