@@ -210,6 +210,142 @@ def test_sigkilled_ensemble_resumes_to_identical_weights(data, tmp_path):
         assert _weights(job, killed.root) == _weights(job, clean.root)
 
 
+@pytest.fixture(scope="module")
+def interrupted(data, tmp_path_factory):
+    """A finished ensemble run (Vanilla GWM, 4 steps, checkpoints at 2 and 4) and copies of
+    its ``latest/`` after each save (``snapshots/step<k>``)."""
+    import gdm_models.ensemble as ens
+
+    preset = _preset(steps=4, every=2)
+    preset["models"] = ["vanilla-gwm"]
+    root = tmp_path_factory.mktemp("interrupted")
+    snapshots = root / "snapshots"
+    real = ens._save_state
+
+    def save_and_copy(out, step, *args):
+        real(out, step, *args)
+        shutil.copytree(out / "latest", snapshots / f"step{step}")
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ens, "_save_state", save_and_copy)
+        done = _run_dir(data, root / "done")
+        stage_train(preset, done, progress=False)
+    assert sorted(p.name for p in snapshots.iterdir()) == ["step2", "step4"]
+    return preset, done, snapshots
+
+
+def _killed_copy(interrupted, dst: Path):
+    """A copy of the finished run as if killed after its last checkpoint: no member's
+    ``final/`` or record, no ensemble ``latest/``; returns (run, jobs, ensemble folder)."""
+    preset, done, _ = interrupted
+    shutil.copytree(done.root, dst)
+    run = RunPaths(dst)
+    jobs = training_jobs(preset)
+    for job in jobs:
+        shutil.rmtree(job.checkpoint(run.root))
+        (run.jobs / f"{job.key}.json").unlink()
+    (unit,) = training_units(jobs)
+    shutil.rmtree(unit.dir(run.root) / "latest")
+    return run, jobs, unit.dir(run.root)
+
+
+def _truncate_weights(latest: Path) -> None:
+    weights = latest / "seed1" / "weights.safetensors"
+    weights.write_bytes(weights.read_bytes()[:64])
+
+
+def _half_written(latest: Path) -> None:  # one member's folder, no ensemble.json
+    shutil.rmtree(latest / "seed1")
+    (latest / "ensemble.json").unlink()
+
+
+# name: (state at latest/ or None, state at .latest_old or None, damage to one of them (in the
+# folder given), the step resumed from, what the run's events say)
+RECOVERIES = {
+    "truncated weights": ("step4", "step2", ("latest", _truncate_weights), 2, "previous good"),
+    "missing member file": (
+        "step4",
+        None,
+        ("latest", lambda d: (d / "seed0" / "trainer_state.pt").unlink()),
+        0,
+        "restarts from step 0",
+    ),
+    "bad ensemble.json": (
+        "step4",
+        "step2",
+        ("latest", lambda d: (d / "ensemble.json").write_text('{"format": "gdm-mod')),
+        2,
+        "previous good",
+    ),
+    "killed between the renames of a save": (
+        None,
+        "step2",
+        (".latest_tmp", _half_written),
+        2,
+        "previous good",
+    ),
+    "half-written latest": ("step4", "step2", ("latest", _half_written), 2, "previous good"),
+    "corrupt .latest_old only": (
+        None,
+        "step2",
+        (".latest_old", _truncate_weights),
+        0,
+        "restarts from step 0",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(RECOVERIES))
+def test_a_damaged_ensemble_latest_recovers_as_a_single_jobs(interrupted, tmp_path, case):
+    """A corrupt or half-written ensemble ``latest/`` is quarantined and the ensemble resumes
+    from ``.latest_old`` or restarts (as a single job's, said in events.log), ending with the
+    weights of the uninterrupted run."""
+    _, done, snapshots = interrupted
+    run, jobs, folder = _killed_copy(interrupted, tmp_path / "run")
+    at_latest, at_old, (damaged, damage), resumed, event = RECOVERIES[case]
+    if at_latest:
+        shutil.copytree(snapshots / at_latest, folder / "latest")
+    if at_old:
+        shutil.copytree(snapshots / at_old, folder / ".latest_old")
+    if damaged == ".latest_tmp":  # a save killed while writing its next state
+        shutil.copytree(snapshots / "step4", folder / ".latest_tmp")
+    damage(folder / damaged)
+    preset = interrupted[0]
+    records = stage_train(preset, run, progress=False)
+    assert [r.resumed_from for r in records] == [resumed, resumed]
+    events = (run.root / "events.log").read_text()
+    assert event in events and str(folder) in events
+    if damaged != ".latest_tmp":
+        assert "quarantined" in events
+        assert list((run.root / "quarantine").rglob(f"{folder.name}/{damaged}.*"))
+    for job in jobs:
+        assert _weights(job, run.root) == _weights(job, done.root)
+
+
+@pytest.mark.parametrize("case", ["extra member", "members at other steps"])
+def test_an_ensemble_latest_of_other_members_is_refused(interrupted, tmp_path, case):
+    """An intact ``latest/`` that is not this ensemble's is refused naming it, not
+    quarantined (nor replaced by ``.latest_old``)."""
+    from gdm_models.checkpoint import CheckpointError
+
+    _, _, snapshots = interrupted
+    run, _, folder = _killed_copy(interrupted, tmp_path / "run")
+    latest = folder / "latest"
+    shutil.copytree(snapshots / "step4", latest)
+    shutil.copytree(snapshots / "step2", folder / ".latest_old")
+    if case == "extra member":
+        shutil.copytree(latest / "seed1", latest / "seed2")
+        message = r"member folders \['seed2'\]"
+    else:
+        shutil.rmtree(latest / "seed1")
+        shutil.copytree(snapshots / "step2" / "seed1", latest / "seed1")
+        message = r"disagree on the step \(ensemble.json: 4, seed0: 4, seed1: 2\)"
+    with pytest.raises(CheckpointError, match=message) as err:
+        stage_train(interrupted[0], run, progress=False)
+    assert f"cannot resume from {latest}" in str(err.value)
+    assert (latest / "ensemble.json").is_file() and not (run.root / "quarantine").exists()
+
+
 def test_cost_estimate_counts_ensembles_at_their_measured_step_ratio():
     from graphwm.cost import estimate, format_estimate
 

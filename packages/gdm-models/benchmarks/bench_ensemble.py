@@ -15,15 +15,28 @@ Printed: ms per step (median), the ratio to the single step (target: CPU K=4 <= 
 K=10 <= 1.5x) and ms per member-step. The single step and the ensemble step are timed in
 alternation, so the ratio holds up on a shared machine even when the absolute times do not.
 
+``--thread-scaling`` (CPU) also times the single step at 1 thread and at the machine's core
+count n, in alternation, and prints their ratio r = t(1 thread) / t(n threads) per model: the
+evidence for what an ensemble can gain on that CPU. r = 1 means the single step leaves n - 1
+cores idle, so members stepped together could fill them (K = n members for ~1x). r = n means
+the single step already keeps every core busy (compute-bound): a K-member step does K times
+its arithmetic on the same n cores, so unless batching makes each core faster (on the CPU it
+does not: vmap K = 4 at one thread costs 4.6x), it costs at least K * r / n single steps. The
+CPU target (K = 4 within 2x on a 2-core CPU) therefore needs r <= 1; measured idle, 2-core
+CPU: GDM 431 ms at 1 thread, 303 ms at 2 (r = 1.42, bound 2.8x at K = 4), Vanilla GWM 62 vs
+34 ms (r = 1.82, bound 3.6x), and K = 4 costs ~4x.
+
 Usage::
 
     uv run python packages/gdm-models/benchmarks/bench_ensemble.py --device cpu --quick
+    uv run python packages/gdm-models/benchmarks/bench_ensemble.py --device cpu --thread-scaling
     python3 packages/gdm-models/benchmarks/bench_ensemble.py --device cuda --compile
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -67,25 +80,71 @@ def _sync(dev: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def _time(steps_fns: list[Callable[[], object]], dev: torch.device, steps: int) -> list[float]:
+def _time(
+    steps_fns: list[Callable[[], object]],
+    dev: torch.device,
+    steps: int,
+    threads: list[int] | None = None,
+) -> list[float]:
     """Median ms per call of each function, timed in alternation (so that load changes on a
     shared machine hit all of them alike) after two warm-up calls each (compilation happens
-    there)."""
-    for fn in steps_fns:
-        fn()
-        fn()
-    _sync(dev)
-    times: list[list[float]] = [[] for _ in steps_fns]
-    for _ in range(steps):
-        for fn, out in zip(steps_fns, times, strict=True):
-            t0 = time.perf_counter()
+    there). ``threads``: torch's thread count for each function, set before its call (outside
+    the timed span); the caller's count is restored at the end."""
+    before = torch.get_num_threads()
+    counts = threads or [before] * len(steps_fns)
+    try:
+        for fn, n in zip(steps_fns, counts, strict=True):
+            torch.set_num_threads(n)
             fn()
-            _sync(dev)
-            out.append(time.perf_counter() - t0)
+            fn()
+        _sync(dev)
+        times: list[list[float]] = [[] for _ in steps_fns]
+        for _ in range(steps):
+            for fn, n, out in zip(steps_fns, counts, times, strict=True):
+                torch.set_num_threads(n)
+                t0 = time.perf_counter()
+                fn()
+                _sync(dev)
+                out.append(time.perf_counter() - t0)
+    finally:
+        torch.set_num_threads(before)
     return [1000 * statistics.median(t) for t in times]
 
 
-def bench(name: str, dev: torch.device, ks: list[int], steps: int, compile_: bool) -> None:
+def core_count() -> int:
+    """The cores this process may run on (the affinity mask; ``os.cpu_count()`` elsewhere)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def thread_scaling(
+    name: str, single: Callable[[], object], dev: torch.device, steps: int, ks: list[int]
+) -> float:
+    """Time ``single`` at 1 thread and at :func:`core_count` threads in alternation, print
+    the ratio r = t(1) / t(n) and the least K-member step it implies (K * r / n single steps,
+    see the module docstring); return r."""
+    n = core_count()
+    one, many = _time([single, single], dev, steps, threads=[1, n])
+    r = one / many
+    bounds = ", ".join(f"K={k}: >= x{k * r / n:.2f}" for k in ks if k > 1)
+    print(
+        f"[{name}] single step at 1 thread {one:.1f} ms, at {n} threads {many:.1f} ms (timed "
+        f"alternately): r = x{r:.2f} of the ideal x{n}" + (f"; so {bounds}" if bounds else ""),
+        flush=True,
+    )
+    return r
+
+
+def bench(
+    name: str,
+    dev: torch.device,
+    ks: list[int],
+    steps: int,
+    compile_: bool,
+    scaling: bool = False,
+) -> None:
     ds, scaler = _data()
     lr = get_preset(name, "OD")["train"]["lr"]
     autocast = torch.autocast(dev.type, enabled=False)
@@ -99,6 +158,8 @@ def bench(name: str, dev: torch.device, ks: list[int], steps: int, compile_: boo
         batch = _to_device(sampler.next_batch(), dev)
         _train_step(model, opt, params, batch, gen, 100.0, autocast)
 
+    if scaling:
+        thread_scaling(name, single, dev, steps, ks)
     kinds = ["vmap", "loop"] if dev.type == "cpu" else ["vmap"]
     if compile_:
         kinds.append("vmap+compile")
@@ -129,7 +190,7 @@ def bench(name: str, dev: torch.device, ks: list[int], steps: int, compile_: boo
             )
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
@@ -138,7 +199,14 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--compile", action="store_true", help="also time vmap+torch.compile")
     ap.add_argument("--quick", action="store_true", help="K in {1, 4}, 2 timed steps")
-    args = ap.parse_args()
+    ap.add_argument(
+        "--thread-scaling",
+        action="store_true",
+        help="CPU: also time the single step at 1 thread and at the core count, alternately",
+    )
+    args = ap.parse_args(argv)
+    if args.thread_scaling and args.device != "cpu":
+        ap.error("--thread-scaling times CPU threads; use it with --device cpu")
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.quick:
@@ -146,7 +214,7 @@ def main() -> None:
     dev = torch.device(args.device)
     print(f"device {dev}, torch {torch.__version__}, threads {torch.get_num_threads()}")
     for name in args.models:
-        bench(name, dev, args.ks, args.steps, args.compile)
+        bench(name, dev, args.ks, args.steps, args.compile, args.thread_scaling)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ import shutil
 import numpy as np
 import pytest
 import torch
-from gdm_models import load_checkpoint, make_model, train, train_ensemble
+from gdm_models import CheckpointError, load_checkpoint, make_model, train, train_ensemble
+from gdm_models.ensemble import verify_ensemble_state
 from gdm_models.ensemble_engines import clip_grad_norms_, member_opt_state, stack_opt_states
 from gdm_models.synthetic import SYNTHETIC_SCHEMA
 
@@ -268,6 +269,78 @@ def test_failed_member_stays_failed_on_resume(scaler, dataset, tmp_path):
     for k in (0, 2):
         for key, v in ref.models[k].state_dict().items():
             assert torch.equal(v, res.models[k].state_dict()[key]), key
+
+
+def _mismatch(case, latest, earlier):
+    """Turn the verified ensemble state ``latest`` (seeds 3, 5, 7 at step 2) into one that is
+    not this ensemble's; ``earlier`` is the same ensemble's state at step 1."""
+    if case == "extra member":
+        shutil.copytree(latest / "seed5", latest / "seed9")
+    elif case == "swapped members":
+        (latest / "seed3").rename(latest / "tmp")
+        (latest / "seed5").rename(latest / "seed3")
+        (latest / "tmp").rename(latest / "seed5")
+    elif case == "members at other steps":
+        shutil.rmtree(latest / "seed5")
+        shutil.copytree(earlier / "seed5", latest / "seed5")
+
+
+MISMATCHES = {
+    "extra member": (SEEDS, r"member folders \['seed9'\] that are not among its seeds"),
+    "swapped members": (SEEDS, "its folder seed3 holds the state of seed 5"),
+    "members at other steps": (
+        SEEDS,
+        r"members disagree on the step \(ensemble.json: 2, seed3: 2, seed5: 1, seed7: 2\)",
+    ),
+    "other K": (SEEDS[:2], r"K=3 members \(seeds \[3, 5, 7\]\), this ensemble has K=2"),
+}
+
+
+@pytest.mark.parametrize("case", list(MISMATCHES))
+def test_a_state_that_is_not_this_ensembles_is_refused(scaler, dataset, tmp_path, case):
+    """Resuming refuses, naming the folder, an intact ``latest/`` whose members are not the
+    ensemble's (K, seeds, extra folders, steps), and leaves it where it is."""
+    args = dict(scaler=scaler, model_config=CONFIGS["vanilla-gwm"], checkpoint_every=1,
+                **{**KW, "steps": 2})  # fmt: skip
+    train_ensemble("vanilla-gwm", SEEDS, dataset, out_dir=tmp_path / "run", **args)
+    train_ensemble("vanilla-gwm", SEEDS, dataset, out_dir=tmp_path / "early",
+                   **{**args, "steps": 1})  # fmt: skip
+    latest = tmp_path / "run" / "latest"
+    _mismatch(case, latest, tmp_path / "early" / "latest")
+    seeds, message = MISMATCHES[case]
+    with pytest.raises(CheckpointError, match=message) as err:
+        train_ensemble("vanilla-gwm", seeds, dataset, out_dir=tmp_path / "run",
+                       **{**args, "steps": 3})  # fmt: skip
+    assert f"cannot resume from {latest}:" in str(err.value)
+    assert (latest / "ensemble.json").is_file()
+
+
+def test_a_damaged_state_raises_checkpoint_errors_naming_it(scaler, dataset, tmp_path):
+    """verify_ensemble_state (what graphwm quarantines on) names the damaged file; resuming
+    raises the same CheckpointError (a bad ensemble.json included)."""
+    args = dict(scaler=scaler, model_config=CONFIGS["vanilla-gwm"], **{**KW, "steps": 1})
+    train_ensemble("vanilla-gwm", SEEDS, dataset, out_dir=tmp_path, **args)
+    latest = tmp_path / "latest"
+    assert verify_ensemble_state(latest)["step"] == 1
+    good = tmp_path / "good"
+    shutil.copytree(latest, good)
+    damages = {
+        "ensemble.json": (r"ensemble.json is not valid JSON", lambda p: p.write_text('{"st')),
+        "seed5/weights.safetensors": (
+            r"seed5/weights.safetensors does not match the manifest",
+            lambda p: p.write_bytes(p.read_bytes()[:100]),
+        ),
+        "seed7/trainer_state.pt": (r"seed7/trainer_state.pt is missing", lambda p: p.unlink()),
+        "seed3": (r"lacks the folder of member seed3", shutil.rmtree),
+    }
+    for name, (message, damage) in damages.items():
+        shutil.rmtree(latest)
+        shutil.copytree(good, latest)
+        damage(latest / name)
+        with pytest.raises(CheckpointError, match=message):
+            verify_ensemble_state(latest)
+        with pytest.raises(CheckpointError, match=message):
+            train_ensemble("vanilla-gwm", SEEDS, dataset, out_dir=tmp_path, **args)
 
 
 def test_member_paths_for_a_pipeline(scaler, dataset, tmp_path):

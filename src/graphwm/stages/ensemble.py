@@ -11,8 +11,12 @@ An :class:`EnsembleJob` is one unit of work for the executors that yields one re
 member (:func:`graphwm.store.results.parts_of`). Its folder
 ``RUN_DIR/train/<ENV>/<model>/ensemble-<digest>/`` holds the ensemble's ``latest/`` (every
 member's trainer state at one step), so a killed ensemble resumes every member from that step
-and ends with the weights of an uninterrupted run. A member whose loss goes non-finite fails
-alone: the others' records are stored, then its :class:`FloatingPointError` is raised.
+and ends with the weights of an uninterrupted run. That ``latest/`` recovers as a single
+job's (:func:`graphwm.store.checkpoints.recover_latest`): a corrupt one is quarantined and the
+ensemble resumes from ``.latest_old`` or restarts; one that is not this ensemble's (other seeds,
+extra members, members at different steps) is refused with a ``CheckpointError`` naming it.
+A member whose loss goes non-finite fails alone: the others' records are stored, then its
+:class:`FloatingPointError` is raised.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Any
 from graphwm.envs import env_schema
 from graphwm.stages.fit import load_fitted, training_episodes
 from graphwm.stages.train import TrainJob, job_reldir, train_job, trainer_options
+from graphwm.store.checkpoints import recover_latest
 from graphwm.store.files import content_key
 from graphwm.store.records import TrainRecord
 
@@ -113,6 +118,7 @@ def train_ensemble_job(unit: EnsembleJob, run_dir: str) -> list[TrainRecord | Ba
     import torch
     from gdm_models import EpisodeDataset, train_ensemble
     from gdm_models.checkpoint import checkpoint_digest
+    from gdm_models.ensemble import verify_ensemble_state
 
     root = Path(run_dir)
     job = unit.members[0]
@@ -124,6 +130,7 @@ def train_ensemble_job(unit: EnsembleJob, run_dir: str) -> list[TrainRecord | Ba
         training_episodes(root, job.fit.train_data), env_schema(job.env), seq_len=seq_len
     )
     length = {"steps": job.steps} if job.steps is not None else {"epochs": job.epochs}
+    recover_latest(root, unit.dir(root), verify_ensemble_state)  # as a single job's
     result = train_ensemble(
         job.model,
         unit.seeds,

@@ -15,7 +15,6 @@ an uninterrupted run. A corrupt ``latest/`` checkpoint falls back to the previou
 from __future__ import annotations
 
 import inspect
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,8 @@ from graphwm.config import TrainConfig
 from graphwm.envs import env_schema
 from graphwm.schema import defaults
 from graphwm.stages.fit import FitJob, load_fitted, training_episodes
-from graphwm.store.files import CorruptFileError, content_key, inside, note, quarantine
+from graphwm.store.checkpoints import recover_latest
+from graphwm.store.files import CorruptFileError, content_key, inside
 from graphwm.store.records import TrainRecord
 
 _TRAIN = defaults(TrainConfig)  # the preset's defaults (graphwm.config) are the job's
@@ -164,63 +164,12 @@ def trainer_options(job: TrainJob) -> dict[str, Any]:
     return {k: v for k, v in wanted.items() if k in accepted}
 
 
-def _check_trainer_state(ckpt: Path) -> None:
-    """The trainer state of a checkpoint must load as the trainer loads it (tensors only,
-    ``weights_only=True``), else :class:`CheckpointError` (so a pickle is never retried)."""
-    import json
-
-    import torch
-    from gdm_models.checkpoint import CheckpointError
-
-    state, meta = ckpt / "trainer_state.pt", ckpt / "trainer_state.json"
-    try:
-        if state.exists():
-            torch.load(state, map_location="cpu", weights_only=True)
-        if meta.exists():
-            json.loads(meta.read_text(encoding="utf-8"))
-    except Exception as err:  # any failure to load is a corrupt state
-        raise CheckpointError(
-            f"trainer state in {ckpt} does not load ({type(err).__name__}: {err})"
-        ) from None
-
-
-def recover_latest(run_dir: Path, ckpt_dir: Path) -> None:
-    """Make ``ckpt_dir/latest`` a verified checkpoint, an earlier good one, or absent.
-
-    A corrupt ``latest/`` is quarantined; ``.latest_old`` (the previous checkpoint, left when a
-    save was cut short) replaces it if it verifies, else training restarts from step 0.
-    """
-    from gdm_models.checkpoint import CheckpointError, verify_checkpoint
-
-    latest, old = ckpt_dir / "latest", ckpt_dir / ".latest_old"
-    problem = None
-    if latest.exists():
-        try:
-            verify_checkpoint(latest)
-            _check_trainer_state(latest)
-            return
-        except CheckpointError as err:
-            problem = str(err)
-            quarantine(run_dir, latest, problem)
-    if old.exists():
-        try:
-            verify_checkpoint(old)
-            _check_trainer_state(old)
-            os.replace(old, latest)
-            note(run_dir, f"{ckpt_dir}: resuming from the previous good checkpoint (.latest_old)")
-            return
-        except CheckpointError as err:
-            quarantine(run_dir, old, str(err))
-            problem = problem or str(err)
-    if problem is not None:
-        note(run_dir, f"{ckpt_dir}: no good checkpoint left; training restarts from step 0")
-
-
 def train_job(job: TrainJob, run_dir: str) -> TrainRecord:
     """Train ``job.model`` on ``job.env``; returns the record of the final checkpoint."""
     import torch
     from gdm_models import EpisodeDataset, train
     from gdm_models.checkpoint import checkpoint_digest
+    from gdm_models.trainer import verify_trainer_state
 
     run_dir_path = Path(run_dir)
     torch.set_num_threads(max(1, job.threads))
@@ -231,7 +180,7 @@ def train_job(job: TrainJob, run_dir: str) -> TrainRecord:
         training_episodes(run_dir_path, job.fit.train_data), env_schema(job.env), seq_len=seq_len
     )
     out = job.dir(run_dir_path)
-    recover_latest(run_dir_path, out / "ckpt")
+    recover_latest(run_dir_path, out / "ckpt", verify_trainer_state)
     length = {"steps": job.steps} if job.steps is not None else {"epochs": job.epochs}
     result = train(
         model,

@@ -21,13 +21,14 @@ truncated to the resumed step.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import math
 import os
 import shutil
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,14 @@ from .compiling import CompileFallbackWarning
 from .data import Batch, EpisodeDataset, EpochSampler
 from .world_model import WorldModel
 
-__all__ = ["train", "TrainResult", "CsvLog", "PRECISIONS", "default_device"]
+__all__ = [
+    "train",
+    "TrainResult",
+    "CsvLog",
+    "PRECISIONS",
+    "default_device",
+    "verify_trainer_state",
+]
 
 TRAINER_STATE_FILES = ("trainer_state.pt", "trainer_state.json")
 
@@ -107,6 +115,19 @@ def _replace_dir(tmp: Path, target: Path) -> None:
         shutil.rmtree(old)
 
 
+@contextlib.contextmanager
+def _replacing_dir(target: Path) -> Iterator[Path]:
+    """Yield a fresh empty ``.<name>_tmp`` next to ``target``; once the body has written it,
+    it replaces ``target`` (:func:`_replace_dir`). A save killed midway leaves ``target``
+    untouched (or, between the two renames, only ``.<name>_old``), never a half-written one."""
+    tmp = target.parent / f".{target.name}_tmp"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    yield tmp
+    _replace_dir(tmp, target)
+
+
 def _save_trainer_state(
     ckdir: Path,
     model: WorldModel,
@@ -116,13 +137,40 @@ def _save_trainer_state(
     step: int,
     args: Mapping[str, Any],
 ) -> None:
-    tmp = ckdir / ".latest_tmp"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    _write_trainer_state(
-        tmp, model, opt.state_dict(), gen.get_state(), sampler.state_dict(), step, args
-    )
-    _replace_dir(tmp, ckdir / "latest")
+    with _replacing_dir(ckdir / "latest") as tmp:
+        _write_trainer_state(
+            tmp, model, opt.state_dict(), gen.get_state(), sampler.state_dict(), step, args
+        )
+
+
+def verify_trainer_state(path: str | Path) -> dict[str, Any]:
+    """Check that ``path`` is a complete, intact trainer state; return its
+    ``trainer_state.json`` (step, sampler state, training arguments).
+
+    The checkpoint must verify (:func:`~gdm_models.checkpoint.verify_checkpoint`: weights,
+    manifest and the sealed trainer state), hold both trainer-state files, and they must load
+    as resuming loads them (``trainer_state.pt`` with ``weights_only=True``, so a pickle is
+    refused).
+
+    Raises:
+        CheckpointError: naming the checkpoint and what is wrong with it.
+    """
+    path = Path(path)
+    manifest = verify_checkpoint(path)
+    for name in TRAINER_STATE_FILES:
+        if name not in manifest["files"]:
+            raise CheckpointError(f"checkpoint {path} holds no trainer state ({name})")
+    try:
+        torch.load(path / "trainer_state.pt", map_location="cpu", weights_only=True)
+        meta = json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
+        step = int(meta["step"])
+    except Exception as err:  # any failure to load is a corrupt state
+        raise CheckpointError(
+            f"trainer state in {path} does not load ({type(err).__name__}: {err})"
+        ) from None
+    if not isinstance(meta.get("args"), dict) or step < 0:
+        raise CheckpointError(f"trainer state in {path} holds no step or arguments")
+    return meta
 
 
 @dataclass

@@ -1,0 +1,68 @@
+"""benchmarks/bench_ensemble.py's thread-scaling evidence: the alternation of thread counts
+and the ratio and bound it prints (fake step functions and timings: no timing is asserted)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_ensemble.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_ensemble", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_ensemble"] = module
+    spec.loader.exec_module(module)
+    yield module
+    del sys.modules["bench_ensemble"]
+
+
+def test_time_alternates_thread_counts_and_restores_the_callers(bench):
+    seen: list[int] = []
+    before = torch.get_num_threads()  # 1 (the package's conftest)
+
+    def step():
+        seen.append(torch.get_num_threads())
+
+    bench._time([step, step], torch.device("cpu"), 3, threads=[1, 2])
+    # two warm-up calls each, then one call each per timed step, alternating
+    assert seen == [1, 1, 2, 2] + [1, 2] * 3
+    assert torch.get_num_threads() == before
+
+    def broken():
+        if torch.get_num_threads() == 2:
+            raise RuntimeError("step failed")
+
+    with pytest.raises(RuntimeError, match="step failed"):
+        bench._time([broken, broken], torch.device("cpu"), 1, threads=[1, 2])
+    assert torch.get_num_threads() == before
+
+
+def test_thread_scaling_prints_the_ratio_and_the_least_ensemble_step(bench, monkeypatch, capsys):
+    """The lead's idle 2-core GDM numbers: 431 ms at 1 thread, 303 ms at 2: r = 1.42, and a
+    K-member step costs at least K * r / n = 2.84 single steps at K = 4."""
+    calls = []
+
+    def fake_time(fns, dev, steps, threads=None):
+        calls.append(threads)
+        return [431.0, 303.0]
+
+    monkeypatch.setattr(bench, "_time", fake_time)
+    monkeypatch.setattr(bench, "core_count", lambda: 2)
+    r = bench.thread_scaling("gdm", lambda: None, torch.device("cpu"), 5, [1, 4, 10])
+    assert r == pytest.approx(431 / 303) and calls == [[1, 2]]
+    out = capsys.readouterr().out
+    assert "r = x1.42 of the ideal x2" in out
+    assert "K=4: >= x2.84, K=10: >= x7.11" in out and "K=1:" not in out
+
+
+def test_thread_scaling_is_for_the_cpu(bench):
+    with pytest.raises(SystemExit):
+        bench.main(["--device", "cuda", "--thread-scaling"])
