@@ -15,7 +15,7 @@ Limits (docs/reproducing.md, "Limits"):
 * sizes whose observations are stored (``collect.train_sizes``, ``collect.val_sizes``,
   ``search.val_sizes``): at most :data:`MAX_STORED_NODES`, since every stored frame holds a
   dense N x N adjacency;
-* episodes per file: at most :data:`graphwm.stages.collect.SEEDS_PER_SIZE` (the seed scheme
+* episodes per file: at most :data:`graphwm.episodes.SEEDS_PER_SIZE` (the seed scheme
   gives each split and size that many disjoint seeds).
 """
 
@@ -204,7 +204,7 @@ def _check_sizes(values: Iterable[int], key: str, envs: Iterable[str], stored: b
 
 
 def _check_limits(p: Preset) -> None:
-    from graphwm.stages.collect import SEEDS_PER_SIZE
+    from graphwm.episodes import SEEDS_PER_SIZE
 
     c = p.collect
     _check_sizes(c.train_sizes, "collect.train_sizes", p.envs, True)

@@ -242,7 +242,7 @@ def _run(args: argparse.Namespace) -> int:
     elif args.command == "downstream":
         pipeline.stage_downstream(preset, run, progress)  # trains what is not trained yet
     elif args.command == "search":
-        from graphwm.stages.search import run_search
+        from graphwm.search import run_search
 
         best = run_search(preset, run, progress=progress)
         for key, value in best.items():
