@@ -275,10 +275,23 @@ def check_machine(p: Preset) -> None:
     check_device(p.device)
 
 
-def parse_checked(raw: Mapping[str, Any] | Preset) -> Preset:
+@dataclasses.dataclass(frozen=True)
+class CheckedPreset(Preset):
+    """A :class:`Preset` that passed :func:`check_preset`: what :func:`parse_checked` returns.
+
+    A command checks its preset once and passes this down from stage to stage;
+    :func:`parse_checked` hands it back as it is (a frozen preset stays checked). Whether this
+    machine has its device is :func:`check_machine`'s (cheap, checked by each entry point).
+    """
+
+
+def parse_checked(raw: Mapping[str, Any] | Preset) -> CheckedPreset:
     """:meth:`Preset.parse` and :func:`check_preset`: every preset value checked, including
     what needs the envs and the models, before any work (what the pipeline's entry points
-    call; this machine's device is :func:`check_machine`'s)."""
+    call; this machine's device is :func:`check_machine`'s). A :class:`CheckedPreset` is
+    returned as it is."""
+    if isinstance(raw, CheckedPreset):
+        return raw
     preset = Preset.parse(raw)
     check_preset(preset)
-    return preset
+    return CheckedPreset(**{f.name: getattr(preset, f.name) for f in dataclasses.fields(Preset)})
