@@ -3,7 +3,8 @@
 On-disk format (``RUN_DIR/data/<ENV>/<split>_n<N>-<key>.npz``, see :class:`DataRef`; loaded
 with ``allow_pickle=False``):
 
-* ``seeds`` (E,) int64: the reset seed of each episode (the policy RNG is derived from it);
+* ``seeds`` (E,) int64: the reset seed of each episode (the policy RNG is derived from it;
+  the seed scheme and the recorder are :mod:`graphwm.episodes`);
 * ``lengths`` (E,) int64: transitions per episode T_e;
 * ``actions`` (sum T_e, k) int64: raw env actions (for exact replay from the seed);
 * ``action_nodes`` (sum T_e, N) int8, ``reward`` (sum T_e,) float32,
