@@ -282,6 +282,7 @@ class CheckedPreset(Preset):
     A command checks its preset once and passes this down from stage to stage;
     :func:`parse_checked` hands it back as it is (a frozen preset stays checked). Whether this
     machine has its device is :func:`check_machine`'s (cheap, checked by each entry point).
+    Build one with :func:`parse_checked` only (``dataclasses.replace`` of one is unchecked).
     """
 
 
