@@ -9,7 +9,7 @@ import numpy as np
 from graphwm.cli import main
 from graphwm.demo import run_episode
 from graphwm.pipeline import RunPaths, load_preset
-from graphwm.stages.search import run_search
+from graphwm.search import run_search
 
 
 def test_demo_prints_statistics_and_writes_renders(tmp_path, capsys):

@@ -174,3 +174,40 @@ def test_records_are_read_by_the_preset_parser_naming_file_and_field(tmp_path):
         parse_record({k: v for k, v in good.items() if k != "steps"}, path)
     with pytest.raises(ResultsFormatError, match=r"'last_terms\.loss' must be a number"):
         parse_record({**good, "last_terms": {"loss": "low"}}, path)
+
+
+def _count_checks(monkeypatch) -> list:
+    from graphwm import checks
+
+    calls: list = []
+    real = checks.check_preset
+
+    def counted(preset):
+        calls.append(preset)
+        real(preset)
+
+    monkeypatch.setattr(checks, "check_preset", counted)
+    return calls
+
+
+def test_a_checked_preset_is_passed_down_not_checked_again(monkeypatch):
+    from graphwm.checks import CheckedPreset, parse_checked
+    from graphwm.pipeline import evaluation_jobs
+
+    raw = load_preset("tiny")
+    calls = _count_checks(monkeypatch)
+    jobs = evaluation_jobs(raw)  # builds every fit, training and evaluation job
+    assert len(jobs) > 1 and len(calls) == 1
+    checked = parse_checked(raw)
+    assert isinstance(checked, CheckedPreset) and parse_checked(checked) is checked
+    assert checked.to_dict() == Preset.parse(raw).to_dict()
+    # a plain Preset is still checked: a model name gdm_models cannot build is refused
+    with pytest.raises(PresetError, match=r"'models\[1\]' \('nope'\)"):
+        parse_checked(Preset.parse(_set(raw, "models", ["gdm", "nope"])))
+
+
+def test_a_cli_command_checks_its_preset_once(tmp_path, monkeypatch):
+    calls = _count_checks(monkeypatch)
+    argv = ["collect", "--preset", "tiny", "--envs", "CF", "--out", str(tmp_path), "--quiet"]
+    assert main(argv) == 0
+    assert len(calls) == 1 and list((tmp_path / "data" / "CF").glob("*.npz"))

@@ -21,7 +21,7 @@ from graphwm.metric.graph import (
     terminal_view,
 )
 from graphwm.metric.protocol import reference_indices, sample_seeds
-from graphwm.stages.search import grid_points
+from graphwm.search import grid_points
 from graphwm.store.results import ResultStore
 
 SCHEMA = {

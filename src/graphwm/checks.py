@@ -15,7 +15,7 @@ Limits (docs/reproducing.md, "Limits"):
 * sizes whose observations are stored (``collect.train_sizes``, ``collect.val_sizes``,
   ``search.val_sizes``): at most :data:`MAX_STORED_NODES`, since every stored frame holds a
   dense N x N adjacency;
-* episodes per file: at most :data:`graphwm.stages.collect.SEEDS_PER_SIZE` (the seed scheme
+* episodes per file: at most :data:`graphwm.episodes.SEEDS_PER_SIZE` (the seed scheme
   gives each split and size that many disjoint seeds).
 """
 
@@ -204,7 +204,7 @@ def _check_sizes(values: Iterable[int], key: str, envs: Iterable[str], stored: b
 
 
 def _check_limits(p: Preset) -> None:
-    from graphwm.stages.collect import SEEDS_PER_SIZE
+    from graphwm.episodes import SEEDS_PER_SIZE
 
     c = p.collect
     _check_sizes(c.train_sizes, "collect.train_sizes", p.envs, True)
@@ -275,10 +275,24 @@ def check_machine(p: Preset) -> None:
     check_device(p.device)
 
 
-def parse_checked(raw: Mapping[str, Any] | Preset) -> Preset:
+@dataclasses.dataclass(frozen=True)
+class CheckedPreset(Preset):
+    """A :class:`Preset` that passed :func:`check_preset`: what :func:`parse_checked` returns.
+
+    A command checks its preset once and passes this down from stage to stage;
+    :func:`parse_checked` hands it back as it is (a frozen preset stays checked). Whether this
+    machine has its device is :func:`check_machine`'s (cheap, checked by each entry point).
+    Build one with :func:`parse_checked` only (``dataclasses.replace`` of one is unchecked).
+    """
+
+
+def parse_checked(raw: Mapping[str, Any] | Preset) -> CheckedPreset:
     """:meth:`Preset.parse` and :func:`check_preset`: every preset value checked, including
     what needs the envs and the models, before any work (what the pipeline's entry points
-    call; this machine's device is :func:`check_machine`'s)."""
+    call; this machine's device is :func:`check_machine`'s). A :class:`CheckedPreset` is
+    returned as it is."""
+    if isinstance(raw, CheckedPreset):
+        return raw
     preset = Preset.parse(raw)
     check_preset(preset)
-    return preset
+    return CheckedPreset(**{f.name: getattr(preset, f.name) for f in dataclasses.fields(Preset)})

@@ -15,6 +15,10 @@ import argparse
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from graphwm.checks import CheckedPreset
 
 
 def _count(minimum: int):
@@ -96,10 +100,17 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _preset(args: argparse.Namespace) -> dict:
-    from graphwm.pipeline import load_preset
+def _checked(name_or_path: str, overrides: dict) -> CheckedPreset:
+    """The command's preset with its overrides, parsed and checked once: the pipeline passes
+    it from stage to stage as it is."""
+    from graphwm.checks import parse_checked
+    from graphwm.config import apply_overrides, read_preset
 
-    return load_preset(
+    return parse_checked(apply_overrides(read_preset(name_or_path), overrides))
+
+
+def _preset(args: argparse.Namespace) -> CheckedPreset:
+    return _checked(
         args.preset,
         {
             "executor": args.executor,
@@ -201,7 +212,6 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.command == "estimate-cost":
         from graphwm.cost import estimate, format_estimate
-        from graphwm.pipeline import load_preset
 
         # measured on --device: the preset's own device need not exist here
         overrides = {"envs": args.envs, "models": args.models, "device": args.device}
@@ -210,7 +220,7 @@ def _run(args: argparse.Namespace) -> int:
 
             ablations = read_preset(args.preset).get("ablations", [])
             overrides["ablations"] = [a for a in ablations if a in args.models]
-        preset = load_preset(args.preset, overrides)
+        preset = _checked(args.preset, overrides)
         from graphwm.checks import check_device
 
         check_device(args.device, "--device")
@@ -219,10 +229,10 @@ def _run(args: argparse.Namespace) -> int:
 
     from graphwm import pipeline
 
-    preset = _preset(args)  # validated here, before any work
-    from graphwm.checks import check_machine, parse_checked
+    preset = _preset(args)  # validated here, once, before any work
+    from graphwm.checks import check_machine
 
-    check_machine(parse_checked(preset))
+    check_machine(preset)
     run = pipeline.RunPaths(args.out, redo_corrupt=args.redo_corrupt)
     progress = not args.quiet
     if args.command == "reproduce":
@@ -242,7 +252,7 @@ def _run(args: argparse.Namespace) -> int:
     elif args.command == "downstream":
         pipeline.stage_downstream(preset, run, progress)  # trains what is not trained yet
     elif args.command == "search":
-        from graphwm.stages.search import run_search
+        from graphwm.search import run_search
 
         best = run_search(preset, run, progress=progress)
         for key, value in best.items():

@@ -22,8 +22,8 @@ import numpy as np
 
 from graphwm.checks import parse_checked
 from graphwm.envs import env_schema
+from graphwm.episodes import record_episode
 from graphwm.pipeline import training_jobs
-from graphwm.stages.collect import record_episode
 from graphwm.stages.ensemble import ensemble_groups
 
 

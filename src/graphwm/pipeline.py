@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from graphwm.checks import check_machine, parse_checked
+from graphwm.checks import CheckedPreset, check_machine, parse_checked
 from graphwm.config import (
     PRESET_NAMES,
     Preset,
@@ -70,8 +70,9 @@ def load_preset(name_or_path: str | Path, overrides: dict[str, Any] | None = Non
     return raw
 
 
-def _preset(preset: PresetLike) -> Preset:
-    """The parsed preset, checked against this machine (its device) before any work."""
+def _preset(preset: PresetLike) -> CheckedPreset:
+    """The parsed, checked preset (a :class:`CheckedPreset` passes as it is: the stages hand
+    theirs down, so a command checks its preset once), and this machine's device."""
     p = parse_checked(preset)
     check_machine(p)
     return p

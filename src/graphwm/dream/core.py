@@ -18,11 +18,11 @@ from dataclasses import dataclass
 import gymnasium as gym
 import numpy as np
 import torch
+from gdm_models.data import OBS_KEYS
 from gymnasium import spaces
 
 from graphwm.dream.validity import ObservationFixer, start_mask, valid_reward
 from graphwm.envs import graph_env
-from graphwm.metric.graph import OBS_KEYS
 
 _ZERO_WIDTH = {
     "node_continuous": np.float32,

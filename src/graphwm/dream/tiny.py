@@ -23,7 +23,7 @@ TINY_OVERRIDES = {
 
 def random_policy_episodes(env_name: str, num_nodes: int, count: int, seed: int = 0) -> list:
     """``count`` random-policy episodes (the contract's episode dicts), seeds ``seed + i``."""
-    from graphwm.stages.collect import record_episode
+    from graphwm.episodes import record_episode
 
     return [record_episode(env_name, num_nodes, seed + i) for i in range(count)]
 

@@ -3,7 +3,8 @@
 On-disk format (``RUN_DIR/data/<ENV>/<split>_n<N>-<key>.npz``, see :class:`DataRef`; loaded
 with ``allow_pickle=False``):
 
-* ``seeds`` (E,) int64: the reset seed of each episode (the policy RNG is derived from it);
+* ``seeds`` (E,) int64: the reset seed of each episode (the policy RNG is derived from it;
+  the seed scheme and the recorder are :mod:`graphwm.episodes`);
 * ``lengths`` (E,) int64: transitions per episode T_e;
 * ``actions`` (sum T_e, k) int64: raw env actions (for exact replay from the seed);
 * ``action_nodes`` (sum T_e, N) int8, ``reward`` (sum T_e,) float32,
@@ -27,10 +28,9 @@ from importlib import metadata
 from pathlib import Path
 
 import numpy as np
-from gdm_models.data import complete_observation
 from tqdm.auto import tqdm
 
-from graphwm.envs import make_env
+from graphwm.episodes import SPLIT_SEED_BASE, episode_seed, record_episode
 from graphwm.metric.graph import OBS_KEYS
 from graphwm.store.files import (
     CorruptFileError,
@@ -43,54 +43,7 @@ from graphwm.store.files import (
 )
 from graphwm.store.results import log_event
 
-SPLIT_SEED_BASE = {"train": 0, "val": 100_000_000, "test": 200_000_000}
-SEEDS_PER_SIZE = 10_000
 DATA_FORMAT = "graphwm-episodes/1"
-
-
-def episode_seed(split: str, num_nodes: int, index: int) -> int:
-    """Disjoint, recorded seed ranges per split and size (docs/architecture.md, contract 7)."""
-    if split not in SPLIT_SEED_BASE:
-        raise ValueError(f"unknown split {split!r}")
-    if not 0 <= index < SEEDS_PER_SIZE:
-        raise ValueError(f"episode index {index} outside [0, {SEEDS_PER_SIZE})")
-    if not 0 < num_nodes < 10_000:
-        raise ValueError(f"num_nodes {num_nodes} outside the seed scheme's range")
-    return SPLIT_SEED_BASE[split] + num_nodes * SEEDS_PER_SIZE + index
-
-
-def record_episode(
-    env_name: str, num_nodes: int, seed: int, *, store_observations: bool = True
-) -> dict[str, np.ndarray]:
-    """One random-policy episode (uniform over valid actions) as an episode dict."""
-    env = make_env(env_name, num_nodes)
-    policy_rng = np.random.default_rng([seed, 1])
-    obs, _ = env.reset(seed=seed)
-    frames = [complete_observation(obs)] if store_observations else []
-    actions, nodes, rewards, terms, truncs = [], [], [], [], []
-    done = False
-    while not done:
-        action = env.sample_valid_action(policy_rng)
-        nodes.append(env.action_to_nodes(action))
-        obs, reward, terminated, truncated, _ = env.step(action)
-        actions.append(np.atleast_1d(np.asarray(action, dtype=np.int64)))
-        rewards.append(reward)
-        terms.append(terminated)
-        truncs.append(truncated)
-        if store_observations:
-            frames.append(complete_observation(obs))  # absent feature keys -> zero-width
-        done = terminated or truncated
-    episode: dict[str, np.ndarray] = {
-        "actions": np.stack(actions),
-        "action_nodes": np.stack(nodes).astype(np.int8),
-        "reward": np.asarray(rewards, dtype=np.float32),
-        "terminated": np.asarray(terms, dtype=bool),
-        "truncated": np.asarray(truncs, dtype=bool),
-    }
-    if store_observations:
-        for key in OBS_KEYS:
-            episode[key] = np.stack([f[key] for f in frames])
-    return episode
 
 
 def save_episodes(path: Path, episodes: list[dict], seeds: Iterable[int]) -> None:

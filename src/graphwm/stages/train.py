@@ -222,8 +222,8 @@ def verify_trained(run_dir: Path, record: TrainRecord, job: TrainJob | None = No
     """
     from gdm_models.checkpoint import CheckpointError, checkpoint_digest
 
-    from graphwm.report.training_logs import read_log
     from graphwm.store.records import ResultsFormatError
+    from graphwm.store.training_log import read_log
 
     run_dir = Path(run_dir)
     if (
