@@ -186,3 +186,16 @@ def test_gymnasium_episode_statistics_follow_the_mode(mode):
         returns[done], lengths[done] = 0.0, 0
         pending = done if mode is NEXT else np.zeros(B, bool)
     assert truncated_lengths and set(truncated_lengths) == {HORIZON}
+
+
+def test_make_dream_env_passes_the_mode_to_the_vector_env():
+    from graphwm.dream import DreamEnv, make_dream_env
+
+    model = slow_ending_model()
+    same = make_dream_env(model, "SAR", N, num_envs=2, autoreset_mode="SameStep")
+    assert same.autoreset_mode is SAME
+    assert same.metadata["autoreset_mode"] is SAME
+    assert make_dream_env(model, "SAR", N, num_envs=2).autoreset_mode is NEXT
+    assert isinstance(make_dream_env(model, "SAR", N), DreamEnv)
+    with pytest.raises(ValueError, match="vector env only"):
+        make_dream_env(model, "SAR", N, autoreset_mode=SAME)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gymnasium.vector import AutoresetMode
+
 from graphwm.dream.core import DreamCore, StartState, real_horizon, real_start, stored_starts
 from graphwm.dream.env import DreamEnv
 from graphwm.dream.vector import DreamVectorEnv
@@ -41,9 +43,14 @@ def make_dream_env(
     seed: int | None = None,
     device: str = "cpu",
     num_envs: int | None = None,
+    autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
 ):
     """A :class:`DreamEnv` (or, with ``num_envs``, a :class:`DreamVectorEnv`) of a model
-    (or a checkpoint path) imitating ``env_name`` (``"SAR"``, ``"OD"``, ...) with N nodes."""
+    (or a checkpoint path) imitating ``env_name`` (``"SAR"``, ``"OD"``, ...) with N nodes.
+
+    ``autoreset_mode`` is the vector env's (``NEXT_STEP`` or ``SAME_STEP``, the latter what
+    :class:`~graphwm.dream.sb3_vec_env.DreamSB3VecEnv` needs); a single env has no autoreset,
+    so any other value than the default is refused there."""
     from graphwm.envs import make_env
 
     model = model_or_checkpoint
@@ -51,5 +58,7 @@ def make_dream_env(
         model = load_world_model(model, device)
     real = make_env(env_name, num_nodes)
     if num_envs is None:
+        if AutoresetMode(autoreset_mode) is not AutoresetMode.NEXT_STEP:
+            raise ValueError("autoreset_mode applies to a vector env only: pass num_envs")
         return DreamEnv(model, real, seed=seed)
-    return DreamVectorEnv(model, real, num_envs, seed=seed)
+    return DreamVectorEnv(model, real, num_envs, seed=seed, autoreset_mode=autoreset_mode)
