@@ -397,3 +397,8 @@ def test_medium_preset_trains_three_seeds_as_one_ensemble_within_its_sizing():
     assert train_min <= int(sizing["training"])
     assert int(sizing["training"]) + int(sizing["overhead"]) <= 45
     assert f"{medium.train.steps} x {sec_per_step:.1f} s = {round(train_min)} min" in text
+    # the end-to-end run, timed, stays within the CPU budget, and the docs quote it
+    (measured,) = re.findall(r"^#\s+measured end-to-end minutes = (\d+)", text, re.M)
+    assert int(measured) <= 45
+    reproducing = (Path(__file__).parents[1] / "docs" / "reproducing.md").read_text()
+    assert f"{measured} minutes end to end" in reproducing
