@@ -239,6 +239,67 @@ def test_downstream_config_parse_and_jobs():
             DownstreamConfig.parse(bad)
 
 
+def _net_size(agent) -> tuple[int, int]:
+    """``(width, message-passing layers)`` of a trained graph agent's network."""
+    net = agent.policy.net
+    return net.embed[-1].out_features, len(net.convs)
+
+
+def test_graph_policy_size_keys_parse_refuse_and_reach_the_job_configs():
+    import inspect
+
+    from graphwm_envs.agents import MaskableGraphPolicy
+
+    from graphwm.downstream.config import GRAPH_NET_DEFAULTS, DownstreamConfig
+
+    # the defaults are the policy's own, so a section without the keys builds today's agent
+    own = inspect.signature(MaskableGraphPolicy.__init__).parameters
+    assert GRAPH_NET_DEFAULTS == {
+        "policy_hidden_dim": own["hidden_dim"].default,
+        "policy_num_layers": own["num_layers"].default,
+    }
+    default = DownstreamConfig.parse({"budget": 8})
+    assert (default.policy_hidden_dim, default.policy_num_layers) == (64, 3)
+    assert all("policy_hidden_dim" not in j for j in default.job_configs("SAR", []))
+    small = DownstreamConfig.parse({"budget": 8, "policy_hidden_dim": 16, "policy_num_layers": 0})
+    real = small.job_configs("SAR", [("gdm", 0, "ck/gdm")])[:2]
+    assert [(j["policy_hidden_dim"], j["policy_num_layers"]) for j in real] == [(16, 0)] * 2
+    assert DownstreamConfig.parse(small.to_dict()) == small
+    # the MLP policy has no such network: non-default values are refused, defaults accepted
+    mlp = DownstreamConfig.parse({"budget": 8, "policy": "mlp", "policy_num_layers": 3})
+    assert DownstreamConfig.parse(mlp.to_dict()) == mlp
+    for bad, match in (
+        ({"policy_hidden_dim": 0}, r"'downstream\.policy_hidden_dim': must be an integer >= 1"),
+        ({"policy_num_layers": -1}, r"'downstream\.policy_num_layers': must be an integer >= 0"),
+        ({"policy_hidden_dim": 2.5}, r"'downstream\.policy_hidden_dim': must be an integer"),
+        (
+            {"policy": "mlp", "policy_hidden_dim": 32},
+            r"'downstream\.policy_hidden_dim': sets the graph policy's network, but policy is "
+            r"'mlp'.*got 32",
+        ),
+        ({"policy": "mlp", "policy_num_layers": 1}, r"'downstream\.policy_num_layers'"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            DownstreamConfig.parse({"budget": 8, **bad})
+
+
+def test_train_agent_builds_the_graph_policy_of_the_given_size():
+    from graphwm.downstream.agents import real_vec_env
+
+    def trained(**net):
+        return train_agent(real_vec_env("SAR", 8, 2), 16, 0, **net)
+
+    assert _net_size(trained()) == (64, 3)
+    agent = trained(policy_hidden_dim=16, policy_num_layers=1)
+    assert _net_size(agent) == (16, 1)
+    assert {m.normalized_shape for m in agent.policy.net.norms} == {(16,)}
+    assert _net_size(trained(policy_num_layers=0)) == (64, 0)
+    with pytest.raises(ValueError, match="graph policy's network, but policy is 'mlp'"):
+        train_agent(real_vec_env("SAR", 8, 2), 16, 0, policy="mlp", policy_hidden_dim=16)
+    with pytest.raises(ValueError, match="policy_hidden_dim must be >= 1"):
+        trained(policy_hidden_dim=0)
+
+
 def test_downstream_section_is_checked_against_the_preset():
     from graphwm.downstream.config import DownstreamConfig
 

@@ -107,8 +107,8 @@ def test_stage_trains_graph_agents_by_default_and_mlp_by_name(tmp_path, monkeypa
 
     seen = []
 
-    def spy(env, budget, seed, ppo_kwargs=None, policy="graph"):
-        agent = train_agent(env, budget, seed, ppo_kwargs, policy)
+    def spy(env, budget, seed, ppo_kwargs=None, policy="graph", **net):
+        agent = train_agent(env, budget, seed, ppo_kwargs, policy, **net)
         seen.append((type(env), env.num_envs, type(agent.policy), agent.num_timesteps))
         return agent
 
@@ -152,6 +152,62 @@ def test_stage_trains_graph_agents_by_default_and_mlp_by_name(tmp_path, monkeypa
     assert run_stage_jobs(graph_jobs + mlp_jobs, run) == graph + mlp
     assert seen == []
     assert len(load_downstream(run)) == 4
+
+
+def test_graph_policy_size_reaches_the_agent_and_the_key_only_when_set(tmp_path, monkeypatch):
+    """A default section keeps the job payload (so the key) it had before the size keys
+    existed; a set size changes the key and the trained network (a stage ignoring the keys
+    would train the default network under a new key)."""
+    import graphwm.downstream.runs as runs
+    from graphwm.stages.downstream import DownstreamJob
+    from graphwm.store.files import content_key
+
+    trained = [SimpleNamespace(env="SAR", model="gdm", seed=0, key="train-abc", reldir="r")]
+    base = {"budget": 16, "episodes": 1, "num_nodes": 8, "yardsticks": False}
+    default = downstream_jobs(DownstreamConfig.parse(base), ["SAR"], trained)
+    # the payload of a default section's real agent, as hashed before the keys existed
+    payload = {
+        "agent": "real",
+        "budget": 16,
+        "dream_envs": 8,
+        "env": "SAR",
+        "episodes": 1,
+        "eval_seed": 1000000,
+        "kind": "downstream",
+        "num_nodes": 8,
+        "policy": "graph",
+        "seed": 0,
+    }
+    assert default[1].describe() == payload
+    assert default[1].key == content_key("downstream", payload)
+    explicit = {**base, "policy_hidden_dim": 64, "policy_num_layers": 3}
+    same = downstream_jobs(DownstreamConfig.parse(explicit), ["SAR"], trained)
+    assert [j.key for j in same] == [j.key for j in default]
+    sized = {**base, "policy_hidden_dim": 16, "policy_num_layers": 1, "dream_envs": 2}
+    small = downstream_jobs(DownstreamConfig.parse(sized), ["SAR"], trained)
+    wider = downstream_jobs(
+        DownstreamConfig.parse({**sized, "policy_hidden_dim": 24}), ["SAR"], trained
+    )
+    assert small[1].describe() == {**payload, "dream_envs": 2} | {
+        "policy_hidden_dim": 16,
+        "policy_num_layers": 1,
+    }
+    keys = [{j.key for j in jobs} for jobs in (default, small, wider)]
+    assert keys[0].isdisjoint(keys[1]) and keys[1].isdisjoint(keys[2])
+
+    seen = []
+
+    def spy(env, budget, seed, ppo_kwargs=None, policy="graph", **net):
+        agent = train_agent(env, budget, seed, ppo_kwargs, policy, **net)
+        seen.append((agent.policy.net.embed[-1].out_features, len(agent.policy.net.convs)))
+        return agent
+
+    train_agent = runs.train_agent
+    monkeypatch.setattr(runs, "train_agent", spy)
+    real_job = small[1]
+    assert isinstance(real_job, DownstreamJob) and dict(real_job.config)["agent"] == "real"
+    (record,) = run_stage_jobs([real_job], tmp_path / "run")
+    assert seen == [(16, 1)] and record.policy == "graph" and record.num_envs == 2
 
 
 def test_records_before_the_policy_key_stay_readable():

@@ -237,6 +237,13 @@ def test_unsupported_action_space_is_refused():
         _agent(env)
 
 
+def test_a_non_graph_observation_space_is_refused():
+    env = _env("graphenv/CF-v0", 8)
+    env.observation_space = spaces.Dict({"x": spaces.Box(0.0, 1.0, (8, 2))})
+    with pytest.raises(ValueError, match="graphwm_envs observation space .*'adjacency'"):
+        _agent(env)
+
+
 class MarkedNeighbourEnv(gym.Env):
     """One step: pick a neighbour of the marked node (reward 1, else 0).
 

@@ -13,7 +13,13 @@ from typing import Any
 
 import numpy as np
 
-from graphwm.downstream.config import DEFAULT_PPO, GRAPH, POLICIES
+from graphwm.downstream.config import (
+    DEFAULT_PPO,
+    GRAPH,
+    GRAPH_HIDDEN_DIM,
+    GRAPH_NUM_LAYERS,
+    POLICIES,
+)
 from graphwm.envs import make_env
 
 
@@ -52,13 +58,18 @@ def train_agent(
     seed: int,
     ppo_kwargs: Mapping[str, Any] | None = None,
     policy: str = GRAPH,
+    *,
+    policy_hidden_dim: int = GRAPH_HIDDEN_DIM,
+    policy_num_layers: int = GRAPH_NUM_LAYERS,
 ):
     """MaskablePPO (CPU) trained for ``budget`` env steps on ``env`` (a Gymnasium env or an
     SB3 ``VecEnv``; the budget counts the steps of all its envs, rounded up to whole rollouts).
 
-    ``policy``: ``"graph"`` (``graphwm_envs.agents.MaskableGraphPolicy``) or ``"mlp"``
-    (SB3's ``MultiInputPolicy``). ``n_steps`` is the rollout length per env (SB3's meaning),
-    capped so that one rollout of all envs does not exceed the budget.
+    ``policy``: ``"graph"`` (``graphwm_envs.agents.MaskableGraphPolicy`` with node embedding
+    width ``policy_hidden_dim`` and ``policy_num_layers`` message-passing layers) or ``"mlp"``
+    (SB3's ``MultiInputPolicy``; the two network settings must then keep their defaults).
+    ``n_steps`` is the rollout length per env (SB3's meaning), capped so that one rollout of
+    all envs does not exceed the budget.
     """
     import torch
     from sb3_contrib import MaskablePPO
@@ -68,6 +79,18 @@ def train_agent(
         raise ValueError(f"budget must be >= 1 env step, got {budget}")
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {list(POLICIES)}, got {policy!r}")
+    net = {"hidden_dim": int(policy_hidden_dim), "num_layers": int(policy_num_layers)}
+    if net["hidden_dim"] < 1 or net["num_layers"] < 0:
+        raise ValueError(
+            f"policy_hidden_dim must be >= 1 and policy_num_layers >= 0, got {policy_hidden_dim} "
+            f"and {policy_num_layers}"
+        )
+    defaults = (GRAPH_HIDDEN_DIM, GRAPH_NUM_LAYERS)
+    if policy != GRAPH and (net["hidden_dim"], net["num_layers"]) != defaults:
+        raise ValueError(
+            f"policy_hidden_dim / policy_num_layers set the graph policy's network, but policy "
+            f"is {policy!r}"
+        )
     num_envs = int(getattr(env, "num_envs", 1))
     kwargs = {**DEFAULT_PPO, **(ppo_kwargs or {})}
     kwargs["n_steps"] = min(int(kwargs["n_steps"]), math.ceil(int(budget) / num_envs))
@@ -79,7 +102,7 @@ def train_agent(
         if policy == GRAPH:
             from graphwm_envs.agents import make_graph_agent
 
-            agent = make_graph_agent(env, algo="MaskablePPO", **kwargs)
+            agent = make_graph_agent(env, algo="MaskablePPO", policy_kwargs=net, **kwargs)
         else:
             agent = MaskablePPO("MultiInputPolicy", env, **kwargs)
         # a silent logger: SB3's default one makes an empty /tmp/SB3-<time> folder per agent

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from graphwm.envs import make_env
-from graphwm.schema import defaults, parse, setting
+from graphwm.schema import Where, defaults, parse, setting
 
 #: agent names of the reference rows (dream-trained agents are ``"dream:<model>"``)
 REAL, RANDOM, GREEDY = "real", "random", "greedy"
@@ -21,6 +21,11 @@ GRAPH, MLP = "graph", "mlp"
 POLICIES = (GRAPH, MLP)
 #: parallel envs per trained agent unless the preset says otherwise
 DEFAULT_ENVS = 8
+#: the graph policy's width and depth unless the preset says otherwise: the defaults of
+#: graphwm_envs.agents.MaskableGraphPolicy (``hidden_dim``, ``num_layers``)
+GRAPH_HIDDEN_DIM, GRAPH_NUM_LAYERS = 64, 3
+#: ``{[downstream] key: its default}`` of the graph policy's network settings
+GRAPH_NET_DEFAULTS = {"policy_hidden_dim": GRAPH_HIDDEN_DIM, "policy_num_layers": GRAPH_NUM_LAYERS}
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,10 @@ class DownstreamConfig:
             (dream and real alike; rounded up to whole rollouts).
         policy: the agents' policy, ``"graph"`` (``graphwm_envs.agents.MaskableGraphPolicy``)
             or ``"mlp"`` (SB3's ``MultiInputPolicy``); dream and real agents alike.
+        policy_hidden_dim: the graph policy's node embedding width (its ``hidden_dim``).
+        policy_num_layers: the graph policy's message-passing layers (its ``num_layers``;
+            0 switches message passing off). Both are refused with ``policy = "mlp"`` unless
+            left at their defaults.
         dream_envs: parallel envs per agent: a dream agent steps this many imagined episodes
             with one world-model forward pass (``DreamSB3VecEnv``), the real-env agent as
             many real envs (SB3's ``DummyVecEnv``).
@@ -68,6 +77,8 @@ class DownstreamConfig:
 
     budget: int = setting(ge=1, help="agent training env steps")
     policy: str = setting(GRAPH, choices=POLICIES, help="agent policy")
+    policy_hidden_dim: int = setting(GRAPH_HIDDEN_DIM, ge=1, help="graph policy width")
+    policy_num_layers: int = setting(GRAPH_NUM_LAYERS, ge=0, help="graph policy depth")
     dream_envs: int = setting(DEFAULT_ENVS, ge=1, help="parallel envs per agent")
     episodes: int = setting(100, ge=1)
     num_nodes: int = setting(20, ge=5)
@@ -92,6 +103,26 @@ class DownstreamConfig:
         from graphwm.config import PRESET
 
         return parse(cls, raw, PRESET, key)
+
+    @classmethod
+    def _check(cls, obj: DownstreamConfig, where: Where, key: str) -> None:
+        """The graph policy's network settings mean nothing to the MLP policy: refused."""
+        if obj.policy == GRAPH:
+            return
+        for name, default in GRAPH_NET_DEFAULTS.items():
+            value = getattr(obj, name)
+            if value != default:
+                raise where.fail(
+                    f"{key}.{name}" if key else name,
+                    f"sets the graph policy's network, but policy is {obj.policy!r} (leave it "
+                    f"at {default} or use policy = {GRAPH!r})",
+                    value,
+                )
+
+    def graph_net(self) -> dict[str, int]:
+        """The graph policy's network settings that differ from the defaults (``{}`` when
+        none does, so a default section's job configs, and keys, stay as they were)."""
+        return {k: getattr(self, k) for k, v in GRAPH_NET_DEFAULTS.items() if getattr(self, k) != v}
 
     def check(self, envs: Sequence[str], models_of: Callable[[str], Sequence[str]]) -> None:
         """``ValueError`` when the section names an env the preset does not run or a model it
@@ -132,6 +163,7 @@ class DownstreamConfig:
             "budget": self.budget,
             "policy": self.policy,
             "dream_envs": self.dream_envs,
+            **self.graph_net(),
             **({"ppo": dict(self.ppo)} if self.ppo else {}),
         }
         jobs, seeds = [], []

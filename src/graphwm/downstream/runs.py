@@ -9,11 +9,21 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from graphwm.downstream.agents import dream_vec_env, evaluate_agent, real_vec_env, train_agent
-from graphwm.downstream.config import DEFAULT_ENVS, GRAPH, GREEDY, RANDOM, REAL, YARDSTICKS
+from graphwm.downstream.config import (
+    DEFAULT_ENVS,
+    GRAPH,
+    GRAPH_HIDDEN_DIM,
+    GRAPH_NET_DEFAULTS,
+    GRAPH_NUM_LAYERS,
+    GREEDY,
+    RANDOM,
+    REAL,
+    YARDSTICKS,
+)
 from graphwm.downstream.record import DownstreamRecord
 from graphwm.envs import env_id
 
-_Training = tuple[int, int, int, int, "Mapping[str, Any] | None", str, int]
+_Training = tuple[int, int, int, int, "Mapping[str, Any] | None", str, int, "Mapping[str, int]"]
 
 
 def _trained_record(
@@ -25,11 +35,12 @@ def _trained_record(
     training: _Training,
 ) -> DownstreamRecord:
     """Train the agent in the vec env ``make_vec()`` builds, evaluate it in the real env;
-    ``training`` is (budget, episodes, seed, eval_seed, ppo_kwargs, policy, num_envs). The
-    seconds count the env's construction too."""
-    budget, episodes, seed, eval_seed, ppo_kwargs, policy, num_envs = training
+    ``training`` is (budget, episodes, seed, eval_seed, ppo_kwargs, policy, num_envs, net),
+    ``net`` the graph policy's ``policy_hidden_dim`` / ``policy_num_layers``. The seconds count
+    the env's construction too."""
+    budget, episodes, seed, eval_seed, ppo_kwargs, policy, num_envs, net = training
     start = time.perf_counter()
-    agent = train_agent(make_vec(), budget, seed, ppo_kwargs, policy)
+    agent = train_agent(make_vec(), budget, seed, ppo_kwargs, policy, **net)
     mean, se = evaluate_agent(agent, env_name, num_nodes, episodes=episodes, seed=eval_seed)
     return DownstreamRecord(
         env_name,
@@ -60,16 +71,20 @@ def dream_record(
     ppo_kwargs: Mapping[str, Any] | None = None,
     policy: str = GRAPH,
     num_envs: int = DEFAULT_ENVS,
+    policy_hidden_dim: int = GRAPH_HIDDEN_DIM,
+    policy_num_layers: int = GRAPH_NUM_LAYERS,
 ) -> DownstreamRecord:
     """Train MaskablePPO (``policy``) on ``num_envs`` parallel episodes of ``model``'s dream
-    env (``DreamSB3VecEnv``), evaluate it in the real env."""
+    env (``DreamSB3VecEnv``), evaluate it in the real env; ``policy_hidden_dim`` /
+    ``policy_num_layers``: the graph policy's width and depth."""
+    net = {"policy_hidden_dim": policy_hidden_dim, "policy_num_layers": policy_num_layers}
     return _trained_record(
         lambda: dream_vec_env(model, env_name, num_nodes, num_envs, seed),
         f"dream:{model_name}",
         model_name,
         env_name,
         num_nodes,
-        (budget, episodes, seed, eval_seed, ppo_kwargs, policy, num_envs),
+        (budget, episodes, seed, eval_seed, ppo_kwargs, policy, num_envs, net),
     )
 
 
@@ -84,16 +99,19 @@ def real_record(
     ppo_kwargs: Mapping[str, Any] | None = None,
     policy: str = GRAPH,
     num_envs: int = DEFAULT_ENVS,
+    policy_hidden_dim: int = GRAPH_HIDDEN_DIM,
+    policy_num_layers: int = GRAPH_NUM_LAYERS,
 ) -> DownstreamRecord:
     """The same agent and budget trained in ``num_envs`` real envs (SB3's ``DummyVecEnv``;
     the upper reference)."""
+    net = {"policy_hidden_dim": policy_hidden_dim, "policy_num_layers": policy_num_layers}
     return _trained_record(
         lambda: real_vec_env(env_name, num_nodes, num_envs),
         REAL,
         None,
         env_name,
         num_nodes,
-        (budget, episodes, seed, eval_seed, ppo_kwargs, policy, num_envs),
+        (budget, episodes, seed, eval_seed, ppo_kwargs, policy, num_envs, net),
     )
 
 
@@ -144,7 +162,8 @@ def run_agent_job(config: Mapping[str, Any]) -> dict[str, Any]:
     """One pipeline job -> a stored record dict. ``config["agent"]`` is ``"dream"`` (needs
     ``model``, ``checkpoint``), ``"real"``, ``"random"`` or ``"greedy"``; the other keys:
     ``env``, ``num_nodes``, ``seed``, ``budget``, ``episodes``, ``eval_seed``, optional
-    ``policy`` (``"graph"``), ``dream_envs`` (parallel envs of a trained agent), ``ppo``
+    ``policy`` (``"graph"``), ``policy_hidden_dim`` / ``policy_num_layers`` (the graph
+    policy's width and depth), ``dream_envs`` (parallel envs of a trained agent), ``ppo``
     (MaskablePPO overrides), ``threads`` and ``device`` (of the world model)."""
     import torch
 
@@ -160,6 +179,7 @@ def run_agent_job(config: Mapping[str, Any]) -> dict[str, Any]:
         "ppo_kwargs": config.get("ppo"),
         "policy": str(config.get("policy", GRAPH)),
         "num_envs": int(config.get("dream_envs", DEFAULT_ENVS)),
+        **{k: int(config.get(k, v)) for k, v in GRAPH_NET_DEFAULTS.items()},
     }
     if agent == "dream":
         from graphwm.dream import load_world_model
@@ -184,6 +204,8 @@ def env_records(
     ppo_kwargs: Mapping[str, Any] | None = None,
     policy: str = GRAPH,
     num_envs: int = DEFAULT_ENVS,
+    policy_hidden_dim: int = GRAPH_HIDDEN_DIM,
+    policy_num_layers: int = GRAPH_NUM_LAYERS,
     progress: Callable[[str], None] | None = None,
 ) -> list[DownstreamRecord]:
     """Every record of one env: a dream agent per model (``{name: model}``), the real-env
@@ -196,6 +218,8 @@ def env_records(
         ppo_kwargs=ppo_kwargs,
         policy=policy,
         num_envs=num_envs,
+        policy_hidden_dim=policy_hidden_dim,
+        policy_num_layers=policy_num_layers,
     )
     records = []
     for name, model in models.items():

@@ -89,7 +89,8 @@ def save_gif(frames: Sequence[np.ndarray], path: str | Path, *, fps: float = 4.0
     ax = fig.add_axes((0, 0, 1, 1))
     ax.set_axis_off()
     image = ax.imshow(frames[0], interpolation="nearest")
-    writer = PillowWriter(fps=fps)
+    # matplotlib's stub says int, but PillowWriter only computes 1000 / fps (a float is fine)
+    writer = PillowWriter(fps=fps)  # type: ignore[arg-type]
     with writer.saving(fig, str(path), dpi=dpi):
         for frame in frames:
             image.set_data(frame)

@@ -23,8 +23,10 @@ ConvName = Literal["graphconv", "gin", "sage"]
 CONVS: tuple[str, ...] = ("graphconv", "gin", "sage")
 
 
-def _continuous_scaler(box: spaces.Box) -> tuple[torch.Tensor, torch.Tensor]:
+def _continuous_scaler(box: spaces.Space) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-column (offset, scale) mapping finite bounds to [0, 1]; (0, 1) for infinite ones."""
+    if not isinstance(box, spaces.Box):
+        raise TypeError(f"continuous features need a Box space, got {box}")
     low = np.asarray(box.low, dtype=np.float64).reshape(-1, box.shape[-1])[0]
     high = np.asarray(box.high, dtype=np.float64).reshape(-1, box.shape[-1])[0]
     finite = np.isfinite(low) & np.isfinite(high) & (high - low > 1e-6)
@@ -59,6 +61,12 @@ class ObservationEncoder(nn.Module):
     Built from the observation space of any N (only per-feature information is read), so it
     is N-independent; the cardinalities and bounds are stored as buffers.
     """
+
+    # buffers registered in __init__ (declared so that type checkers know they are tensors)
+    node_continuous_offset: torch.Tensor
+    node_continuous_scale: torch.Tensor
+    graph_continuous_offset: torch.Tensor
+    graph_continuous_scale: torch.Tensor
 
     def __init__(self, observation_space: spaces.Dict) -> None:
         super().__init__()

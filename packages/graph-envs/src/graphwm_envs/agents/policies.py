@@ -66,11 +66,24 @@ def action_layout(action_space: spaces.Space, num_nodes: int) -> tuple[str, int]
     )
 
 
+def _graph_observation_space(space: spaces.Space) -> tuple[spaces.Dict, int]:
+    """``(space, N)``: the graphwm_envs observation space (a ``Dict`` with an (N, N)
+    ``adjacency``) and its number of nodes; ``ValueError`` for any other space."""
+    if isinstance(space, spaces.Dict) and "adjacency" in space.spaces:
+        shape = space["adjacency"].shape
+        if shape:
+            return space, int(shape[-1])
+    raise ValueError(
+        "the graph policies need a graphwm_envs observation space (a Dict with an "
+        f"(N, N) 'adjacency'), got {space}"
+    )
+
+
 class _GraphPolicyMixin:
     """The shared part: build the network, compute logits, masks and distributions."""
 
     action_space: spaces.Space
-    observation_space: spaces.Dict
+    observation_space: spaces.Space
     net: GraphNet
     maskable: bool = False
 
@@ -101,10 +114,10 @@ class _GraphPolicyMixin:
         return self._logits_value(obs)[1]
 
     def _build(self, lr_schedule: Any) -> None:
-        n = int(self.observation_space["adjacency"].shape[-1])
+        space, n = _graph_observation_space(self.observation_space)
         kind, _ = action_layout(self.action_space, n)
         self.net = GraphNet(
-            self.observation_space,
+            space,
             pair=kind == "pair",
             hidden_dim=self.hidden_dim,
             num_layers=self.num_layers,
@@ -207,7 +220,8 @@ class _GraphPolicyMixin:
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         dist, value, actions = self._actions(obs, deterministic, action_masks)
         log_prob = dist.log_prob(actions)
-        actions = actions.reshape((-1, *self.action_space.shape))
+        # Discrete: (), MultiDiscrete: (k,) (action_layout admits no other space)
+        actions = actions.reshape((-1, *(self.action_space.shape or ())))
         return actions, value, log_prob
 
     def _evaluate(
@@ -230,16 +244,16 @@ class MaskableGraphPolicy(_GraphPolicyMixin, MaskableActorCriticPolicy):
 
     maskable = True
 
-    def forward(self, obs: Any, deterministic: bool = False, action_masks: Any = None):  # type: ignore[override]
+    def forward(self, obs: Any, deterministic: bool = False, action_masks: Any = None):
         return self._forward(obs, deterministic, action_masks)
 
-    def evaluate_actions(self, obs: Any, actions: torch.Tensor, action_masks: Any = None):  # type: ignore[override]
+    def evaluate_actions(self, obs: Any, actions: torch.Tensor, action_masks: Any = None):
         return self._evaluate(obs, actions, action_masks)
 
-    def get_distribution(self, obs: Any, action_masks: Any = None):  # type: ignore[override]
+    def get_distribution(self, obs: Any, action_masks: Any = None):
         return self._distribution(obs, action_masks)[0]
 
-    def _predict(self, observation: Any, deterministic: bool = False, action_masks: Any = None):  # type: ignore[override]
+    def _predict(self, observation: Any, deterministic: bool = False, action_masks: Any = None):
         return self._actions(observation, deterministic, action_masks)[2]
 
 
@@ -247,13 +261,13 @@ class GraphPolicy(_GraphPolicyMixin, ActorCriticPolicy):
     """Graph policy for ``stable_baselines3.PPO``; masks come from the observation (see the
     module docstring). Arguments as :class:`MaskableGraphPolicy`."""
 
-    def forward(self, obs: Any, deterministic: bool = False):  # type: ignore[override]
+    def forward(self, obs: Any, deterministic: bool = False):
         return self._forward(obs, deterministic)
 
-    def evaluate_actions(self, obs: Any, actions: torch.Tensor):  # type: ignore[override]
+    def evaluate_actions(self, obs: Any, actions: torch.Tensor):
         return self._evaluate(obs, actions)
 
-    def get_distribution(self, obs: Any) -> Distribution:  # type: ignore[override]
+    def get_distribution(self, obs: Any) -> Distribution:
         return self._distribution(obs)[0]
 
     def _predict(self, observation: Any, deterministic: bool = False) -> torch.Tensor:

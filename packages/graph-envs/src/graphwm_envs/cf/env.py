@@ -94,6 +94,8 @@ class CFEnv(GraphEnv):
         "machine: reset 1.5 s and 130 ms per step at N = 2000, 4.7 s and 400 ms at N = 3000)"
     )
 
+    _state: CFState  # set by reset(); the hooks run only after it
+
     def __init__(
         self,
         num_nodes: int = 20,
@@ -107,7 +109,6 @@ class CFEnv(GraphEnv):
         super().__init__(num_nodes, invalid_action=invalid_action, render_mode=render_mode)
         self.horizon = self.params.horizon(self.num_nodes)
         self._generator = CFGenerator(self.params, shk)
-        self._state: CFState | None = None
 
     # ------------------------------------------------------------------ hooks
     def _make_schema(self) -> FeatureSchema:
@@ -147,7 +148,7 @@ class CFEnv(GraphEnv):
         return np.ones(1, dtype=np.float32), np.zeros(0, dtype=np.int64)
 
     def _mask(self) -> np.ndarray:
-        return self._state.adjacency.any(axis=1)
+        return np.asarray(self._state.adjacency.any(axis=1))
 
     def action_to_nodes(self, action: Any) -> np.ndarray:
         """One-hot (N,) int8 of the node the agent disconnects."""

@@ -33,7 +33,7 @@ def node_style(env: Any) -> NodeStyle:
         vmin=0.0,
         vmax=RATIO_MAX,
         cmap="YlOrRd",
-        muted=~connected,
+        muted=np.logical_not(connected),
         muted_label="cut off (no edges)",
         note=f"a node fails above the hidden\nsafety factor in [{p.xi_low}, {p.xi_high}]",
     )

@@ -92,7 +92,8 @@ class GraphEnv(gym.Env[dict[str, np.ndarray], Any], ABC):
         self.invalid_action = invalid_action
         self.render_mode = render_mode
         self.schema: FeatureSchema = self._make_schema()
-        self.observation_space = build_observation_space(self.schema, self.num_nodes)
+        # gymnasium types a Dict space as Space[dict[str, Space]] (its samples are dicts of arrays)
+        self.observation_space = build_observation_space(self.schema, self.num_nodes)  # type: ignore[assignment]
         self.action_space = self._make_action_space()
         self._state: Any = None
         self._steps = 0
@@ -269,7 +270,12 @@ class GraphEnv(gym.Env[dict[str, np.ndarray], Any], ABC):
         mask = self._mask().astype(bool)
         valid_nodes = np.flatnonzero(mask)
         space = self.action_space
-        k = 1 if isinstance(space, spaces.Discrete) else len(space.nvec)
+        if isinstance(space, spaces.Discrete):
+            k = 1
+        elif isinstance(space, spaces.MultiDiscrete):
+            k = len(space.nvec)
+        else:
+            raise NotImplementedError(f"unsupported action space {space}")
         if len(valid_nodes) >= k:
             chosen = rng.choice(valid_nodes, size=k, replace=False)
         else:
@@ -293,7 +299,7 @@ class GraphEnv(gym.Env[dict[str, np.ndarray], Any], ABC):
             steps=self._steps,
             done=self._done,
             rng_class=type(bitgen).__name__,
-            rng_state=copy.deepcopy(bitgen.state),
+            rng_state=copy.deepcopy(dict(bitgen.state)),
         )
 
     def restore_state(
@@ -345,13 +351,15 @@ class GraphEnv(gym.Env[dict[str, np.ndarray], Any], ABC):
     def _observation(self) -> dict[str, np.ndarray]:
         node_cont, node_cat = self._node_features()
         graph_cont, graph_cat = self._graph_features()
-        features = {
+        features: dict[str, np.ndarray] = {
             "node_continuous": np.asarray(node_cont, dtype=np.float32),
             "node_categorical": np.asarray(node_cat, dtype=np.int64),
             "graph_continuous": np.asarray(graph_cont, dtype=np.float32),
             "graph_categorical": np.asarray(graph_cat, dtype=np.int64),
         }
-        obs = {"adjacency": np.asarray(self._adjacency(), dtype=np.int8).copy()}
+        obs: dict[str, np.ndarray] = {
+            "adjacency": np.asarray(self._adjacency(), dtype=np.int8).copy()
+        }
         # A feature type the env lacks is absent, not zero-width (see core/spaces.py).
         obs.update((k, v) for k, v in features.items() if v.shape[-1])
         obs["action_mask"] = self.node_mask().astype(np.int8)

@@ -39,15 +39,18 @@ def check_real(
     name = _name(owner, field)
     if isinstance(value, bool) or not isinstance(value, Real):
         raise TypeError(f"{name} must be a real number, got {value!r} ({type(value).__name__})")
-    if not math.isfinite(value):
+    number = float(value)
+    if not math.isfinite(number):
         raise ValueError(f"{name} must be finite, got {value}")
-    below = value <= low if (low is not None and low_open) else low is not None and value < low
-    above = value >= high if (high is not None and high_open) else high is not None and value > high
+    below = number <= low if (low is not None and low_open) else low is not None and number < low
+    above = (
+        number >= high if (high is not None and high_open) else high is not None and number > high
+    )
     if below or above:
         raise ValueError(
             f"{name} must lie in {_interval(low, high, low_open, high_open)}, got {value}"
         )
-    return float(value)
+    return number
 
 
 def check_int(owner: object, field: str, *, low: int | None = None, high: int | None = None) -> int:
@@ -60,11 +63,12 @@ def check_int(owner: object, field: str, *, low: int | None = None, high: int | 
     name = _name(owner, field)
     if isinstance(value, bool) or not isinstance(value, Integral):
         raise TypeError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
-    if (low is not None and value < low) or (high is not None and value > high):
+    number = int(value)
+    if (low is not None and number < low) or (high is not None and number > high):
         lo = "-inf" if low is None else str(low)
         hi = "inf" if high is None else str(high)
         raise ValueError(f"{name} must lie in [{lo}, {hi}], got {value}")
-    return int(value)
+    return number
 
 
 def check_choice(owner: object, field: str, choices: Iterable[Any]) -> None:

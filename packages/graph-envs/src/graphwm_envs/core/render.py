@@ -139,7 +139,7 @@ def outcome_text(trace: EpisodeTrace, env: Any = None) -> str:
     text = "terminated" if trace.terminated else "truncated"
     outcome = trace.info.get("outcome")
     viewer = viewer_of(env) if env is not None else None
-    if not outcome and trace.terminated and hasattr(viewer, "end_reason"):
+    if not outcome and trace.terminated and viewer is not None and hasattr(viewer, "end_reason"):
         outcome = viewer.end_reason(env)
     return f"{text}: {str(outcome).replace('_', ' ')}" if outcome else text
 
@@ -244,7 +244,11 @@ def draw_frame(
             segments = np.stack([positions[rows], positions[cols]], axis=1)
             ax.add_collection(
                 LineCollection(
-                    segments, colors=colour, linewidths=width_pt, linestyles=style_ls, zorder=z
+                    list(segments),
+                    colors=colour,
+                    linewidths=width_pt,
+                    linestyles=style_ls,
+                    zorder=z,
                 )
             )
 
@@ -296,8 +300,10 @@ def draw_frame(
         )
     for marker in np.unique(markers):
         group = np.flatnonzero(markers == marker)
+        xs, ys = positions[group].T
         ax.scatter(
-            *positions[group].T,
+            xs,
+            ys,
             c=[face[v] for v in group],
             s=sizes[group],
             marker=marker,
@@ -306,8 +312,10 @@ def draw_frame(
             linewidths=0.5,
         )
     if selected is not None and np.any(selected):
+        xs, ys = positions[np.asarray(selected, dtype=bool)].T
         ax.scatter(
-            *positions[np.asarray(selected, dtype=bool)].T,
+            xs,
+            ys,
             s=sizes.max() * 2.6,
             facecolors="none",
             edgecolors=SELECTED_COLOUR,
@@ -335,7 +343,7 @@ def draw_frame(
     for event in edge_events:
         colour, ls, lw, name = edge_legend[event]
         handles.append(Line2D([], [], color=colour, ls=ls, lw=lw, label=name))
-    legend = fig.legend(
+    fig.legend(
         handles=handles,
         loc="upper left",
         bbox_to_anchor=(0.71, 0.86),
@@ -343,8 +351,8 @@ def draw_frame(
         title=style.label if style.categories else None,
         title_fontsize=8,
         frameon=False,
+        alignment="left",
     )
-    legend._legend_box.align = "left"
     if style.note:
         fig.text(
             0.72,

@@ -88,6 +88,8 @@ class ODEnv(GraphEnv):
         "initial graph is drawn from a dense N x N float64 array (200 MB at N = 5000)"
     )
 
+    _state: ODState  # set by reset(); the hooks run only after it
+
     def __init__(
         self,
         num_nodes: int = 20,
@@ -101,7 +103,6 @@ class ODEnv(GraphEnv):
         self.k = self.params.k(self.num_nodes)
         self.k_env = self.params.k_env(self.num_nodes)
         self._generator = ODGenerator(self.params)
-        self._state: ODState | None = None
 
     # ------------------------------------------------------------------ hooks
     def _make_schema(self) -> FeatureSchema:
