@@ -155,6 +155,15 @@ def _row(markdown: str, model: str, env: str | None = None) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 # Aggregation
 # ---------------------------------------------------------------------------------------------
+def test_mean_ci_of_equal_values_is_exactly_zero():
+    # np.std of three copies of 0.1 is 1.7e-17, which a table would print as "± 1.70e-17"
+    assert np.std([0.1] * 3, ddof=1) > 0
+    s = mean_ci([0.1, 0.1, 0.1])
+    assert s.ci == 0.0 and s.n == 3
+    assert format_mean_ci(s, scientific=True) == "1.00e-01 ± 0"
+    assert mean_ci([0.1, 0.1, 0.1 + 1e-15]).ci > 0  # a real (tiny) spread is kept
+
+
 def test_mean_ci_hand_computed():
     s = mean_ci([1.0, 2.0, 3.0])
     assert t_critical(3) == pytest.approx(T_975_2, rel=1e-9)

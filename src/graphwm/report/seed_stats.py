@@ -32,7 +32,8 @@ def t_critical(n: int, confidence: float = 0.95) -> float:
 def mean_ci(values: Iterable[float], confidence: float = 0.95) -> SeedStats:
     """Mean and Student-t confidence half-width over seeds.
 
-    ``ci = t_{0.975, n-1} * std(ddof=1) / sqrt(n)``; ``ci = 0`` when ``n == 1``; mean and ci are
+    ``ci = t_{0.975, n-1} * std(ddof=1) / sqrt(n)``; ``ci = 0`` when ``n == 1`` or all values
+    are equal (e.g. a seed-independent quantity such as the self-GDD); mean and ci are
     NaN when ``n == 0``. NaN or inf values propagate (the cell then reads ``nan``/``inf``), so a
     broken seed is visible in the table instead of silently dropped.
     """
@@ -44,6 +45,9 @@ def mean_ci(values: Iterable[float], confidence: float = 0.95) -> SeedStats:
         mean = float(np.mean(x))
         if n == 1:
             return SeedStats(mean, 0.0 if math.isfinite(mean) else math.nan, 1)
+        if np.all(x == x[0]):
+            # equal values have no spread; np.std would return rounding noise (~1e-17)
+            return SeedStats(mean, 0.0, n)
         half = t_critical(n, confidence) * float(np.std(x, ddof=1)) / math.sqrt(n)
     return SeedStats(mean, half, n)
 
