@@ -45,7 +45,7 @@ def mean_ci(values: Iterable[float], confidence: float = 0.95) -> SeedStats:
         mean = float(np.mean(x))
         if n == 1:
             return SeedStats(mean, 0.0 if math.isfinite(mean) else math.nan, 1)
-        if np.all(x == x[0]):
+        if math.isfinite(mean) and np.all(x == x[0]):
             # equal values have no spread; np.std would return rounding noise (~1e-17)
             return SeedStats(mean, 0.0, n)
         half = t_critical(n, confidence) * float(np.std(x, ddof=1)) / math.sqrt(n)
