@@ -133,18 +133,86 @@ def evaluate(model, env_id: str, num_nodes: int, episodes: int) -> list[float]:
     return returns
 
 
-def train_job(env_id: str, num_nodes: int, seed: int, steps: int, episodes: int, out: str) -> dict:
-    """Train the graph agent, log its training episodes, evaluate at N (and at 50 from 20)."""
+def env_settings(
+    gamma: dict[str, float] | None = None, reward_scaling: dict[str, bool] | None = None
+) -> dict[str, dict]:
+    """Per-env ``{"gamma", "reward_scaling"}``: the module's defaults, overridden per env."""
+    for name, given in (("gamma", gamma), ("reward scaling", reward_scaling)):
+        unknown = set(given or {}) - set(GAMMA)
+        if unknown:
+            raise ValueError(
+                f"{name} override for unknown env(s) {sorted(unknown)}; known: {sorted(GAMMA)}"
+            )
+    for env, g in (gamma or {}).items():
+        if not 0.0 < g <= 1.0:
+            raise ValueError(f"gamma for {env} must be in (0, 1], got {g}")
+    return {
+        env: {
+            "gamma": float((gamma or {}).get(env, GAMMA[env])),
+            "reward_scaling": bool((reward_scaling or {}).get(env, REWARD_SCALING[env])),
+        }
+        for env in GAMMA
+    }
+
+
+def make_agent(env_id: str, num_nodes: int, seed: int, gamma: float, reward_scaling: bool):
+    """The untrained graph agent of a ``train`` job on ``N_ENVS`` copies of the env at N."""
     import graphwm_envs  # noqa: F401
     import gymnasium as gym
-    import torch
-    from graphwm_envs.agents import load_graph_agent, make_graph_agent
-    from stable_baselines3.common.callbacks import BaseCallback
+    from graphwm_envs.agents import make_graph_agent
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecNormalize
 
+    vec = make_vec_env(
+        lambda: gym.make(env_id, **env_kwargs(env_id, num_nodes)).unwrapped,
+        n_envs=N_ENVS,
+        seed=seed,
+    )
+    # rewards scaled by a running std of the return (the envs' scales differ by 1000x);
+    # observations as they are (the policy normalises them itself)
+    if reward_scaling:
+        vec = VecNormalize(vec, norm_obs=False, norm_reward=True, gamma=gamma)
+    kwargs = {**AGENT_KWARGS, "policy_kwargs": {**AGENT_KWARGS["policy_kwargs"]}}
+    kwargs["policy_kwargs"]["num_layers"] = LAYERS[SHORT[env_id]]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = make_graph_agent(vec, gamma=gamma, seed=seed, device="cpu", **kwargs)
+    _silence(model)
+    return model
+
+
+def agent_settings(model) -> dict:
+    """The settings a model actually trains with (recorded in each raw result row)."""
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    return {
+        "gamma": float(model.gamma),
+        "reward_scaling": isinstance(model.get_env(), VecNormalize),
+    }
+
+
+def train_job(
+    env_id: str,
+    num_nodes: int,
+    seed: int,
+    steps: int,
+    episodes: int,
+    out: str,
+    gamma: float | None = None,
+    reward_scaling: bool | None = None,
+) -> dict:
+    """Train the graph agent, log its training episodes, evaluate at N (and at 50 from 20).
+    ``gamma`` and ``reward_scaling`` default to the env's ``GAMMA`` and ``REWARD_SCALING``."""
+    import graphwm_envs  # noqa: F401
+    import gymnasium as gym
+    import torch
+    from graphwm_envs.agents import load_graph_agent
+    from stable_baselines3.common.callbacks import BaseCallback
+
     torch.set_num_threads(1)
     short = SHORT[env_id]
+    gamma = GAMMA[short] if gamma is None else gamma
+    reward_scaling = REWARD_SCALING[short] if reward_scaling is None else reward_scaling
     curve: list[tuple[int, float]] = []
 
     class Curve(BaseCallback):
@@ -154,22 +222,11 @@ def train_job(env_id: str, num_nodes: int, seed: int, steps: int, episodes: int,
                     curve.append((int(self.num_timesteps), float(info["episode"]["r"])))
             return True
 
-    vec = make_vec_env(
-        lambda: gym.make(env_id, **env_kwargs(env_id, num_nodes)).unwrapped,
-        n_envs=N_ENVS,
-        seed=seed,
-    )
-    # rewards scaled by a running std of the return (the envs' scales differ by 1000x);
-    # observations as they are (the policy normalises them itself)
-    if REWARD_SCALING[short]:
-        vec = VecNormalize(vec, norm_obs=False, norm_reward=True, gamma=GAMMA[short])
-    kwargs = {**AGENT_KWARGS, "policy_kwargs": {**AGENT_KWARGS["policy_kwargs"]}}
-    kwargs["policy_kwargs"]["num_layers"] = LAYERS[short]
+    model = make_agent(env_id, num_nodes, seed, gamma, reward_scaling)
+    settings = agent_settings(model)
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model = make_graph_agent(vec, gamma=GAMMA[short], seed=seed, device="cpu", **kwargs)
-        _silence(model)
         model.learn(total_timesteps=steps, callback=Curve())
     train_s = time.perf_counter() - t0
     path = Path(out) / f"{short}_N{num_nodes}_seed{seed}.zip"
@@ -182,6 +239,7 @@ def train_job(env_id: str, num_nodes: int, seed: int, steps: int, episodes: int,
             "eval_nodes": num_nodes,
             "seed": seed,
             "steps": int(model.num_timesteps),
+            **settings,
             "train_seconds": train_s,
             "returns": evaluate(model, env_id, num_nodes, episodes),
             "curve": curve,
@@ -197,6 +255,7 @@ def train_job(env_id: str, num_nodes: int, seed: int, steps: int, episodes: int,
                 "train_nodes": 20,
                 "eval_nodes": 50,
                 "seed": seed,
+                **settings,
                 "returns": evaluate(transferred, env_id, 50, episodes),
             }
         )
@@ -296,13 +355,21 @@ def format_report(results: list[dict], steps: int, episodes: int) -> str:
                 ]
             lines.append(f"| {env} | {n} | " + " | ".join(cells) + " |")
     budgets: dict[tuple[str, int], set[int]] = {}
+    used: dict[tuple[str, int], set[str]] = {}
     for r in results:
         if r["kind"] == "train" and "steps" in r:
             budgets.setdefault((r["env"], r["train_nodes"]), set()).add(int(r["steps"]))
+            if "gamma" in r:  # rows written before the settings were recorded lack them
+                scaling = "on" if r["reward_scaling"] else "off"
+                used.setdefault((r["env"], r["train_nodes"]), set()).add(
+                    f"gamma {r['gamma']:g}, reward scaling {scaling}"
+                )
     if budgets:
         # runs merged from several invocations may differ in budget: state each env's
         budget = "env steps per run: " + "; ".join(
-            f"{env} N = {n}: " + " / ".join(f"{s:,}" for s in sorted(steps_))
+            f"{env} N = {n}: "
+            + " / ".join(f"{s:,}" for s in sorted(steps_))
+            + (f" ({' / '.join(sorted(used[(env, n)]))})" if (env, n) in used else "")
             for (env, n), steps_ in sorted(budgets.items())
         )
     else:
@@ -402,6 +469,46 @@ def plot_curves(results: list[dict], path: Path, bins: int = 20) -> None:
     plt.close(fig)
 
 
+def parse_settings(gamma: list[str], reward_scaling: list[str]) -> dict[str, dict]:
+    """``env_settings`` from the CLI's ``ENV=VALUE`` / ``ENV=on|off`` overrides."""
+
+    def pairs(items: list[str], option: str) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for item in items:
+            env, sep, value = item.partition("=")
+            if not sep or not value:
+                raise ValueError(f"{option} expects ENV=VALUE, got {item!r}")
+            out[env.strip()] = value.strip()
+        return out
+
+    gammas: dict[str, float] = {}
+    for env, value in pairs(gamma, "--gamma").items():
+        try:
+            gammas[env] = float(value)
+        except ValueError:
+            raise ValueError(f"--gamma {env}: {value!r} is not a number") from None
+    scaling: dict[str, bool] = {}
+    for env, value in pairs(reward_scaling, "--reward-scaling").items():
+        if value.lower() not in ("on", "off"):
+            raise ValueError(f"--reward-scaling {env}: expected on or off, got {value!r}")
+        scaling[env] = value.lower() == "on"
+    return env_settings(gammas, scaling)
+
+
+def train_jobs(args: argparse.Namespace, settings: dict[str, dict]) -> list[tuple]:
+    """One ``train_job`` per env, size and seed, with the env's (possibly overridden) settings."""
+    jobs: list[tuple] = []
+    for env_id in args.envs:
+        s = settings[SHORT[env_id]]
+        for n, first, count in ((50, args.first_seed_50, args.seeds_50), (20, 0, args.seeds)):
+            jobs += [
+                (train_job, env_id, n, seed, args.steps, args.episodes, str(args.out_dir))
+                + (s["gamma"], s["reward_scaling"])
+                for seed in range(first, first + count)
+            ]
+    return jobs
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run every job, then write the table, the raw results and the figure."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -433,7 +540,27 @@ def main(argv: list[str] | None = None) -> int:
         "compacted to 1,024-step windows) from these raw.jsonl files (runs split over several "
         "processes, e.g. one per pair of envs)",
     )
+    parser.add_argument(
+        "--gamma",
+        action="append",
+        default=[],
+        metavar="ENV=VALUE",
+        help="override an env's discount for this run's training (e.g. OD=0.99; repeatable; "
+        "ENV is RGC, OD, SAR or CF); recorded in the raw rows",
+    )
+    parser.add_argument(
+        "--reward-scaling",
+        action="append",
+        default=[],
+        metavar="ENV=on|off",
+        help="override whether an env's rewards are scaled by VecNormalize (e.g. OD=on; "
+        "repeatable); recorded in the raw rows",
+    )
     args = parser.parse_args(argv)
+    try:
+        settings = parse_settings(args.gamma, args.reward_scaling)
+    except ValueError as err:
+        parser.error(str(err))
     args.out_dir.mkdir(parents=True, exist_ok=True)
     if args.from_raw is not None:
         results = [json.loads(line) for f in args.from_raw for line in f.read_text().splitlines()]
@@ -451,13 +578,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-    jobs: list[tuple] = []
-    for env_id in args.envs:
-        for n, first, count in ((50, args.first_seed_50, args.seeds_50), (20, 0, args.seeds)):
-            jobs += [
-                (train_job, env_id, n, s, args.steps, args.episodes, str(args.out_dir))
-                for s in range(first, first + count)
-            ]
+    jobs = train_jobs(args, settings)
     for env_id in args.envs:
         if args.throughput_steps:
             jobs += [(throughput_job, env_id, p, args.throughput_steps) for p in ("mlp", "graph")]

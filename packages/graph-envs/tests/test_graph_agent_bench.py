@@ -110,3 +110,53 @@ def test_report_states_each_budget():
     report = bench.format_report(results, 999, 2)
     assert "RGC N = 20: 40,960; RGC N = 50: 10,240" in report
     assert "999" not in report
+
+
+def test_cli_overrides_reach_the_trained_agent():
+    import argparse
+
+    import torch
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    torch.set_num_threads(1)
+    bench = load_script()
+    settings = bench.parse_settings(["OD=0.9"], ["OD=on", "CF=off"])
+    args = argparse.Namespace(
+        envs=["graphenv/OD-v0", "graphenv/CF-v0", "graphenv/RGC-v0"],
+        seeds=1,
+        seeds_50=0,
+        first_seed_50=0,
+        steps=10,
+        episodes=1,
+        out_dir=Path("unused"),
+    )
+    jobs = {job[1]: job for job in bench.train_jobs(args, settings)}
+    # the job's trailing (gamma, reward scaling) build the agent that would be trained
+    for env_id, gamma, scaling in (
+        ("graphenv/OD-v0", 0.9, True),  # both overridden (defaults: 0.98, off)
+        ("graphenv/CF-v0", 0.99, False),  # scaling overridden (default: on)
+        ("graphenv/RGC-v0", 0.99, True),  # untouched defaults
+    ):
+        model = bench.make_agent(env_id, 10, 0, *jobs[env_id][-2:])
+        assert model.gamma == gamma
+        assert isinstance(model.get_env(), VecNormalize) is scaling
+        assert bench.agent_settings(model) == {"gamma": gamma, "reward_scaling": scaling}
+        if scaling:
+            assert model.get_env().gamma == gamma  # the return's running std uses it too
+    with pytest.raises(ValueError, match="unknown env"):
+        bench.parse_settings(["XX=0.9"], [])
+    with pytest.raises(ValueError, match="on or off"):
+        bench.parse_settings([], ["OD=yes"])
+    with pytest.raises(ValueError, match=r"\(0, 1\]"):
+        bench.parse_settings(["OD=1.5"], [])
+
+
+def test_report_states_each_rows_settings():
+    bench = load_script()
+    row = {"kind": "train", "eval_nodes": 20, "train_nodes": 20, "returns": [1.0], "curve": []}
+    results = [
+        {**row, "env": "OD", "seed": 0, "steps": 10240, "gamma": 0.99, "reward_scaling": True},
+        {**row, "env": "CF", "seed": 0, "steps": 10240},  # an old row without the fields
+    ]
+    report = bench.format_report(results, 10240, 1)
+    assert "CF N = 20: 10,240; OD N = 20: 10,240 (gamma 0.99, reward scaling on)" in report
