@@ -356,23 +356,25 @@ def format_report(results: list[dict], steps: int, episodes: int) -> str:
                     f"{z_greedy:+.1f}",
                 ]
             lines.append(f"| {env} | {n} | " + " | ".join(cells) + " |")
-    budgets: dict[tuple[str, int], set[int]] = {}
-    used: dict[tuple[str, int], set[str]] = {}
+    # (env, N) -> the settings' label ("" for rows written before they were recorded) -> steps
+    budgets: dict[tuple[str, int], dict[str, set[int]]] = {}
     for r in results:
         if r["kind"] == "train" and "steps" in r:
-            budgets.setdefault((r["env"], r["train_nodes"]), set()).add(int(r["steps"]))
-            if "gamma" in r:  # rows written before the settings were recorded lack them
+            label = ""
+            if "gamma" in r:
                 scaling = "on" if r["reward_scaling"] else "off"
-                used.setdefault((r["env"], r["train_nodes"]), set()).add(
-                    f"gamma {r['gamma']:g}, reward scaling {scaling}"
-                )
+                label = f" (gamma {r['gamma']:g}, reward scaling {scaling})"
+            by_label = budgets.setdefault((r["env"], r["train_nodes"]), {})
+            by_label.setdefault(label, set()).add(int(r["steps"]))
     if budgets:
-        # runs merged from several invocations may differ in budget: state each env's
+        # runs merged from several invocations may differ in budget and settings: state each's
         budget = "env steps per run: " + "; ".join(
             f"{env} N = {n}: "
-            + " / ".join(f"{s:,}" for s in sorted(steps_))
-            + (f" ({' / '.join(sorted(used[(env, n)]))})" if (env, n) in used else "")
-            for (env, n), steps_ in sorted(budgets.items())
+            + ", ".join(
+                " / ".join(f"{s:,}" for s in sorted(steps_)) + label
+                for label, steps_ in sorted(by_label.items())
+            )
+            for (env, n), by_label in sorted(budgets.items())
         )
     else:
         budget = f"{steps:,} env steps per run"

@@ -112,7 +112,7 @@ def test_report_states_each_budget():
     assert "999" not in report
 
 
-def test_cli_overrides_reach_the_trained_agent():
+def test_cli_overrides_reach_the_trained_agent(tmp_path):
     import argparse
 
     import torch
@@ -143,6 +143,10 @@ def test_cli_overrides_reach_the_trained_agent():
         assert bench.agent_settings(model) == {"gamma": gamma, "reward_scaling": scaling}
         if scaling:
             assert model.get_env().gamma == gamma  # the return's running std uses it too
+    # end to end: one rollout of a train job records what its model trained with
+    od_job = jobs["graphenv/OD-v0"]
+    (row,) = bench.train_job("graphenv/OD-v0", 10, 0, 1, 2, str(tmp_path), *od_job[-2:])["results"]
+    assert (row["gamma"], row["reward_scaling"], row["steps"]) == (0.9, True, 8 * 128)
     with pytest.raises(ValueError, match="unknown env"):
         bench.parse_settings(["XX=0.9"], [])
     with pytest.raises(ValueError, match="on or off"):
@@ -156,7 +160,12 @@ def test_report_states_each_rows_settings():
     row = {"kind": "train", "eval_nodes": 20, "train_nodes": 20, "returns": [1.0], "curve": []}
     results = [
         {**row, "env": "OD", "seed": 0, "steps": 10240, "gamma": 0.99, "reward_scaling": True},
+        {**row, "env": "OD", "seed": 1, "steps": 40960, "gamma": 0.99, "reward_scaling": True},
+        {**row, "env": "OD", "seed": 0, "steps": 10240, "gamma": 0.98, "reward_scaling": False},
         {**row, "env": "CF", "seed": 0, "steps": 10240},  # an old row without the fields
     ]
     report = bench.format_report(results, 10240, 1)
-    assert "CF N = 20: 10,240; OD N = 20: 10,240 (gamma 0.99, reward scaling on)" in report
+    assert (
+        "CF N = 20: 10,240; OD N = 20: 10,240 (gamma 0.98, reward scaling off), "
+        "10,240 / 40,960 (gamma 0.99, reward scaling on)"
+    ) in report
