@@ -3,17 +3,18 @@ episodes and start states as NEXT_STEP, a mode Gymnasium's wrappers read from th
 
 from __future__ import annotations
 
-import copy
 from functools import cache
 
 import numpy as np
 import pytest
-import torch
 from gymnasium.vector import AutoresetMode
 from gymnasium.wrappers.vector import RecordEpisodeStatistics
 
-from graphwm.dream import DreamVectorEnv, StartState, stored_starts
-from graphwm.dream.tiny import random_policy_episodes, tiny_trained_model
+from graphwm.dream import DreamVectorEnv, StartState
+from graphwm.dream.tiny import (
+    short_start_states,
+    tiny_ending_model,
+)
 from graphwm.envs import make_env
 
 N, B, HORIZON = 8, 6, 4
@@ -23,19 +24,15 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 @cache
 def slow_ending_model():
-    """The tiny GDM with its continuation logit raised, so that episodes end by termination
-    (the continuation head) and by truncation (the horizon) both."""
-    model = copy.deepcopy(tiny_trained_model("gdm", "SAR", num_nodes=N))
-    with torch.no_grad():
-        model.get_submodule("graph_heads.continuation").bias.add_(2.5)
-    return model
+    """The tiny GDM with its continuation logit raised: episodes end by termination and by
+    truncation both."""
+    return tiny_ending_model("SAR", num_nodes=N)
 
 
 @cache
 def short_starts() -> tuple[StartState, ...]:
     """Recorded start states, each truncated after HORIZON imagined steps."""
-    eps = random_policy_episodes("SAR", N, 3)
-    return tuple(StartState(s.observation, HORIZON) for s in stored_starts(eps))
+    return short_start_states("SAR", N, HORIZON)
 
 
 def vector(mode, starts: str, num_envs: int = B) -> DreamVectorEnv:

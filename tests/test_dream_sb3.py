@@ -4,14 +4,12 @@ vec-env tests check, VecMonitor / VecCheckNan over multi-episode rollouts), Mask
 
 from __future__ import annotations
 
-import copy
 import warnings
 from functools import cache
 
 import gymnasium as gym
 import numpy as np
 import pytest
-import torch
 from gymnasium.utils.env_checker import check_env as gym_check_env
 from gymnasium.vector import AutoresetMode
 
@@ -22,9 +20,13 @@ from stable_baselines3.common.env_checker import check_env as sb3_check_env  # n
 from stable_baselines3.common.utils import check_for_correct_spaces  # noqa: E402
 from stable_baselines3.common.vec_env import VecCheckNan, VecEnv, VecMonitor  # noqa: E402
 
-from graphwm.dream import DreamEnv, DreamVectorEnv, StartState, stored_starts  # noqa: E402
+from graphwm.dream import DreamEnv, DreamVectorEnv, StartState  # noqa: E402
 from graphwm.dream.sb3_vec_env import DreamSB3VecEnv  # noqa: E402
-from graphwm.dream.tiny import random_policy_episodes, tiny_trained_model  # noqa: E402
+from graphwm.dream.tiny import (  # noqa: E402
+    short_start_states,
+    tiny_ending_model,
+    tiny_trained_model,
+)
 from graphwm.envs import make_env  # noqa: E402
 
 N, B, HORIZON = 8, 6, 4
@@ -41,17 +43,13 @@ def model():
 def slow_ending_model():
     """The tiny GDM with its continuation logit raised: episodes end by termination and by
     truncation both."""
-    slow = copy.deepcopy(model())
-    with torch.no_grad():
-        slow.get_submodule("graph_heads.continuation").bias.add_(2.5)
-    return slow
+    return tiny_ending_model("SAR", num_nodes=N)
 
 
 @cache
 def short_starts() -> tuple[StartState, ...]:
     """Recorded start states, each truncated after HORIZON imagined steps."""
-    eps = random_policy_episodes("SAR", N, 3)
-    return tuple(StartState(s.observation, HORIZON) for s in stored_starts(eps))
+    return short_start_states("SAR", N, HORIZON)
 
 
 def dream(starts: str = "real", num_envs: int = B, mode=SAME, net=None) -> DreamVectorEnv:

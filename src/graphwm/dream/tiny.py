@@ -62,3 +62,26 @@ def tiny_trained_model(
         progress=False,
     )
     return model.eval()
+
+
+def tiny_ending_model(env_name: str, *, num_nodes: int = 8, continuation_shift: float = 2.5):
+    """:func:`tiny_trained_model` (the GDM) with its continuation logit shifted by
+    ``continuation_shift``, so that imagined episodes end both by termination (the
+    continuation head) and, with a short horizon, by truncation: a model for autoreset tests."""
+    import copy
+
+    import torch
+
+    model = copy.deepcopy(tiny_trained_model("gdm", env_name, num_nodes=num_nodes))
+    with torch.no_grad():
+        model.get_submodule("graph_heads.continuation").bias.add_(continuation_shift)
+    return model
+
+
+def short_start_states(env_name: str, num_nodes: int, horizon: int, episodes: int = 3) -> tuple:
+    """Recorded start states of ``episodes`` random-policy episodes, each truncated after
+    ``horizon`` imagined steps."""
+    from graphwm.dream.core import StartState, stored_starts
+
+    eps = random_policy_episodes(env_name, num_nodes, episodes)
+    return tuple(StartState(s.observation, horizon) for s in stored_starts(eps))
