@@ -3,14 +3,14 @@ episodes and start states as NEXT_STEP, a mode Gymnasium's wrappers read from th
 
 from __future__ import annotations
 
-from functools import cache
+from functools import cache, partial
 
 import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode
 from gymnasium.wrappers.vector import RecordEpisodeStatistics
 
-from graphwm.dream import DreamVectorEnv, StartState
+from graphwm.dream import DreamVectorEnv
 from graphwm.dream.tiny import (
     short_start_states,
     tiny_ending_model,
@@ -22,17 +22,10 @@ NEXT, SAME = AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-@cache
-def slow_ending_model():
-    """The tiny GDM with its continuation logit raised: episodes end by termination and by
-    truncation both."""
-    return tiny_ending_model("SAR", num_nodes=N)
-
-
-@cache
-def short_starts() -> tuple[StartState, ...]:
-    """Recorded start states, each truncated after HORIZON imagined steps."""
-    return short_start_states("SAR", N, HORIZON)
+# the tiny GDM with its continuation logit raised, so that episodes end by termination and by
+# truncation both, and recorded start states each truncated after HORIZON imagined steps
+slow_ending_model = cache(partial(tiny_ending_model, "SAR", num_nodes=N))
+short_starts = cache(partial(short_start_states, "SAR", N, HORIZON))
 
 
 def vector(mode, starts: str, num_envs: int = B) -> DreamVectorEnv:

@@ -5,7 +5,7 @@ vec-env tests check, VecMonitor / VecCheckNan over multi-episode rollouts), Mask
 from __future__ import annotations
 
 import warnings
-from functools import cache
+from functools import cache, partial
 
 import gymnasium as gym
 import numpy as np
@@ -20,7 +20,7 @@ from stable_baselines3.common.env_checker import check_env as sb3_check_env  # n
 from stable_baselines3.common.utils import check_for_correct_spaces  # noqa: E402
 from stable_baselines3.common.vec_env import VecCheckNan, VecEnv, VecMonitor  # noqa: E402
 
-from graphwm.dream import DreamEnv, DreamVectorEnv, StartState  # noqa: E402
+from graphwm.dream import DreamEnv, DreamVectorEnv  # noqa: E402
 from graphwm.dream.sb3_vec_env import DreamSB3VecEnv  # noqa: E402
 from graphwm.dream.tiny import (  # noqa: E402
     short_start_states,
@@ -39,17 +39,10 @@ def model():
     return tiny_trained_model("gdm", "SAR", num_nodes=N)
 
 
-@cache
-def slow_ending_model():
-    """The tiny GDM with its continuation logit raised: episodes end by termination and by
-    truncation both."""
-    return tiny_ending_model("SAR", num_nodes=N)
-
-
-@cache
-def short_starts() -> tuple[StartState, ...]:
-    """Recorded start states, each truncated after HORIZON imagined steps."""
-    return short_start_states("SAR", N, HORIZON)
+# the tiny GDM with its continuation logit raised, so that episodes end by termination and by
+# truncation both, and recorded start states each truncated after HORIZON imagined steps
+slow_ending_model = cache(partial(tiny_ending_model, "SAR", num_nodes=N))
+short_starts = cache(partial(short_start_states, "SAR", N, HORIZON))
 
 
 def dream(starts: str = "real", num_envs: int = B, mode=SAME, net=None) -> DreamVectorEnv:
