@@ -40,3 +40,27 @@ def test_doc_table_rows_are_regenerated_from_the_committed_raw_results():
                 if r["kind"] == "train" and r["env"] == env and r["train_nodes"] == n
             }
             assert seeds == {0, 1, 2}, (env, n, seeds)
+
+
+def test_published_returns_in_envs_md_hold_the_graph_agent_of_the_raw_results():
+    """docs/envs.md's graph-agent column quotes the same mean ± s.e. as the yardstick table."""
+    bench = _bench()
+    raw = BENCH / "results" / "graph_agent_raw.jsonl"
+    results = [json.loads(line) for line in raw.read_text().splitlines()]
+    steps = max(r.get("steps", 0) for r in results if r["kind"] == "train")
+    report = bench.format_report(results, steps, 100)
+    envs_md = (ROOT / "docs" / "envs.md").read_text().splitlines()
+    checked = 0
+    for row in report.splitlines():
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        if len(cells) < 9 or cells[0] not in ("RGC", "OD", "SAR", "CF"):
+            continue
+        env, n = cells[0], cells[1]
+        (line,) = [x for x in envs_md if x.startswith(f"| {env} | {n} |")]
+        in_size = cells[5].split(" (")[0]  # the graph agent trained at N
+        assert in_size in line, (env, n, in_size, line)
+        if n == "50":
+            transfer = cells[8].split(" (")[0]  # trained at N = 20, evaluated at 50
+            assert f"trained at N = 20: {transfer}" in line, (env, transfer, line)
+        checked += 1
+    assert checked == 8
