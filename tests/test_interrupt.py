@@ -253,6 +253,83 @@ def test_a_signal_stops_the_pool_workers_at_once(tmp_path, sig):
     assert "Traceback" not in stderr
 
 
+SLEEPING_RAY = """
+import sys, time
+from pathlib import Path
+from graphwm import cli
+from graphwm.store.executors import run_jobs
+from graphwm.store.results import ResultStore
+
+
+class Job:
+    kind, env, model = "train", "SAR", "gdm"
+
+    def __init__(self, seed):
+        self.key = f"train-sleep{seed}"
+        self.seed = seed
+
+    def describe(self):
+        return {"kind": self.kind}
+
+
+def sleep_job(job, run_dir):
+    # Ray's workers do not print to the driver: a file says the job started
+    (Path(run_dir) / f"started-{job.seed}").write_text(str(__import__("os").getpid()))
+    time.sleep(300)
+
+
+def run(args):
+    root = Path(sys.argv[1])
+    run_jobs(sleep_job, [Job(0), Job(1), Job(2)], ResultStore(root / "store"), root,
+             executor="ray", progress=False)
+    return 0
+
+
+if __name__ == "__main__":
+    cli._run = run
+    sys.exit(cli.main(["train", "--preset", "tiny", "--out", "runs/x"]))
+"""
+
+
+def test_sigterm_stops_a_local_ray_run_and_its_workers(tmp_path):
+    """The Ray executor under SIGTERM: a ``graphwm.cli.main`` process that started a local Ray
+    with two tasks sleeping in their jobs and one queued ends them (the task workers and the
+    local Ray it started), names the three unfinished jobs and exits 143."""
+    pytest.importorskip("ray")
+    script = tmp_path / "sleeping_ray.py"
+    script.write_text(SLEEPING_RAY)
+    env = _env()
+    env.pop("RAY_ADDRESS", None)  # a local Ray, started (and shut down) by this run
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    with _reaped(proc) as workers:
+        deadline = time.monotonic() + 120
+        started: list[Path] = []
+        while len(started) < 2:  # the 2 cores' worth of tasks are in a job
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the Ray tasks did not start: {_kill_tree(proc)}")
+            started = list(tmp_path.glob("started-*"))
+            time.sleep(0.2)
+        time.sleep(0.5)  # both pid files are written
+        task_workers = [psutil.Process(int(p.read_text())) for p in started]
+        ray_processes = psutil.Process(proc.pid).children(recursive=True)  # raylet, GCS, ...
+        workers += task_workers + ray_processes
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=120)
+        _assert_gone(task_workers + ray_processes, timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, stderr
+    assert "interrupted by SIGTERM; stopped" in stderr, stderr
+    unfinished = re.search(r"stopped (\d+) unfinished job", stderr)
+    assert unfinished and int(unfinished.group(1)) >= 2, stderr
+    assert all(f"  train-sleep{p.name.split('-')[1]} SAR gdm" in stderr for p in started)
+    assert "Traceback" not in stderr
+
+
 WATCHED_POOL = """
 import sys, time, multiprocessing as mp, os
 from concurrent.futures import ProcessPoolExecutor
@@ -324,3 +401,17 @@ def test_cli_exits_128_plus_the_signal_naming_the_stopped_jobs(tmp_path, monkeyp
 @pytest.mark.slow
 def test_sigterm_to_reproduce_stops_the_workers_and_a_rerun_completes(tmp_path):
     _interrupt_and_resume(tmp_path, signal.SIGTERM, "reproduce")
+
+
+def test_a_plain_keyboard_interrupt_after_sigterm_stays_sigterm():
+    """A library that catches the handler's ``Interrupted`` and raises a plain
+    ``KeyboardInterrupt`` (Ray's ``ray.wait`` does) keeps the signal that came: SIGTERM."""
+    from graphwm.store.interrupts import Interrupted, raise_on_signals
+
+    with raise_on_signals():
+        with pytest.raises(Interrupted):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler raises at the next bytecode
+        assert Interrupted.of(KeyboardInterrupt()).signum == signal.SIGTERM
+    # outside a block (no signal received) a plain KeyboardInterrupt is Ctrl-C
+    assert Interrupted.of(KeyboardInterrupt()).signum == signal.SIGINT

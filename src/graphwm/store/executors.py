@@ -253,12 +253,18 @@ def _run_ray(fn, todo, store, run_dir, num_gpus, desc, progress) -> None:
         raise RuntimeError("the ray executor needs `pip install graphwm[ray]`") from err
     started_here = not ray.is_initialized()
     if started_here:
+        # ray.init installs its own SIGTERM handler (log and exit 1); keep the caller's, so
+        # that SIGTERM stops a Ray run as cleanly as a local one (exit 143, jobs named)
+        handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
         ray.init(
             address=address,
             ignore_reinit_error=True,
             log_to_driver=False,
             include_dashboard=False,
         )
+        for sig, handler in handlers.items():
+            if callable(handler):
+                signal.signal(sig, handler)
     remote = ray.remote(num_gpus=num_gpus, max_retries=0)(_run_and_store)
     jobs = {remote.remote(fn, c, str(store.root), str(run_dir)): c for c in todo}
     bar = tqdm(total=len(jobs), desc=desc, disable=not progress)

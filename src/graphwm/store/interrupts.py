@@ -17,6 +17,10 @@ from types import FrameType
 __all__ = ["SIGNALS", "Interrupted", "raise_on_signals"]
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# the signal received inside the current raise_on_signals block: a library that catches the
+# handler's Interrupted and raises a plain KeyboardInterrupt instead (Ray's ray.wait does)
+# must not turn a SIGTERM into a SIGINT
+_received: list[int] = []
 
 
 class Interrupted(KeyboardInterrupt):
@@ -45,8 +49,12 @@ class Interrupted(KeyboardInterrupt):
 
     @classmethod
     def of(cls, err: KeyboardInterrupt, jobs: Sequence[str] = ()) -> Interrupted:
-        """``err`` (a plain ``KeyboardInterrupt`` counts as SIGINT) with ``jobs`` attached."""
-        signum = err.signum if isinstance(err, Interrupted) else signal.SIGINT
+        """``err`` with ``jobs`` attached; a plain ``KeyboardInterrupt`` is the signal received
+        inside :func:`raise_on_signals` if there was one, else SIGINT."""
+        if isinstance(err, Interrupted):
+            signum = err.signum
+        else:
+            signum = _received[0] if _received else signal.SIGINT
         return cls(signum, [*getattr(err, "jobs", []), *jobs])
 
 
@@ -60,12 +68,12 @@ def raise_on_signals() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    received: list[int] = []
+    _received.clear()
 
     def handler(signum: int, frame: FrameType | None) -> None:
-        if received:
+        if _received:
             return
-        received.append(signum)
+        _received.append(signum)
         raise Interrupted(signum)
 
     previous = {sig: signal.signal(sig, handler) for sig in SIGNALS}
@@ -74,3 +82,4 @@ def raise_on_signals() -> Iterator[None]:
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+        _received.clear()
