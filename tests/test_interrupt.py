@@ -291,10 +291,11 @@ if __name__ == "__main__":
 """
 
 
-def test_sigterm_stops_a_local_ray_run_and_its_workers(tmp_path):
-    """The Ray executor under SIGTERM: a ``graphwm.cli.main`` process that started a local Ray
-    with two tasks sleeping in their jobs and one queued ends them (the task workers and the
-    local Ray it started), names the three unfinished jobs and exits 143."""
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
+def test_a_signal_stops_a_local_ray_run_and_its_workers(tmp_path, sig):
+    """The Ray executor under SIGTERM / SIGINT: a ``graphwm.cli.main`` process that started a
+    local Ray with two tasks sleeping in their jobs and one queued ends them (the task workers
+    and the local Ray it started), names the unfinished jobs and exits ``128 + signal``."""
     pytest.importorskip("ray")
     script = tmp_path / "sleeping_ray.py"
     script.write_text(SLEEPING_RAY)
@@ -319,11 +320,11 @@ def test_sigterm_stops_a_local_ray_run_and_its_workers(tmp_path):
         task_workers = [psutil.Process(int(p.read_text())) for p in started]
         ray_processes = psutil.Process(proc.pid).children(recursive=True)  # raylet, GCS, ...
         workers += task_workers + ray_processes
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(sig)
         _, stderr = proc.communicate(timeout=120)
         _assert_gone(task_workers + ray_processes, timeout=60)
-    assert proc.returncode == 128 + signal.SIGTERM, stderr
-    assert "interrupted by SIGTERM; stopped" in stderr, stderr
+    assert proc.returncode == 128 + sig, stderr
+    assert f"interrupted by {sig.name}; stopped" in stderr, stderr
     unfinished = re.search(r"stopped (\d+) unfinished job", stderr)
     assert unfinished and int(unfinished.group(1)) >= 2, stderr
     assert all(f"  train-sleep{p.name.split('-')[1]} SAR gdm" in stderr for p in started)
