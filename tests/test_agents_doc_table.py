@@ -19,12 +19,16 @@ def _bench():
     return module
 
 
-def test_doc_table_rows_are_regenerated_from_the_committed_raw_results():
-    bench = _bench()
+def _results_and_report() -> tuple[list[dict], str]:
+    """The committed raw results and the report the bench makes of them (as ``--from-raw``)."""
     raw = BENCH / "results" / "graph_agent_raw.jsonl"
     results = [json.loads(line) for line in raw.read_text().splitlines()]
     steps = max(r.get("steps", 0) for r in results if r["kind"] == "train")
-    report = bench.format_report(results, steps, 100)
+    return results, _bench().format_report(results, steps, 100)
+
+
+def test_doc_table_rows_are_regenerated_from_the_committed_raw_results():
+    results, report = _results_and_report()
     rows = [line for line in report.splitlines() if line.startswith("| ") and "---" not in line]
     doc = (ROOT / "docs" / "agents.md").read_text()
     # every (env, N) row of both tables: returns, z-scores and throughput ratios
@@ -44,11 +48,7 @@ def test_doc_table_rows_are_regenerated_from_the_committed_raw_results():
 
 def test_published_returns_in_envs_md_hold_the_graph_agent_of_the_raw_results():
     """docs/envs.md's graph-agent column quotes the same mean ± s.e. as the yardstick table."""
-    bench = _bench()
-    raw = BENCH / "results" / "graph_agent_raw.jsonl"
-    results = [json.loads(line) for line in raw.read_text().splitlines()]
-    steps = max(r.get("steps", 0) for r in results if r["kind"] == "train")
-    report = bench.format_report(results, steps, 100)
+    _, report = _results_and_report()
     envs_md = (ROOT / "docs" / "envs.md").read_text().splitlines()
     checked = 0
     for row in report.splitlines():

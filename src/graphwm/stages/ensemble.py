@@ -29,7 +29,7 @@ from typing import Any
 
 from graphwm.envs import env_schema
 from graphwm.stages.fit import load_fitted, training_episodes
-from graphwm.stages.train import TrainJob, job_reldir, train_job, trainer_options
+from graphwm.stages.train import TrainJob, job_reldir, train_job, train_record, trainer_options
 from graphwm.store.checkpoints import recover_latest
 from graphwm.store.files import content_key
 from graphwm.store.records import TrainRecord
@@ -117,7 +117,6 @@ def train_ensemble_job(unit: EnsembleJob, run_dir: str) -> list[TrainRecord | Ba
     """Train the members of ``unit`` together; one record (or failure) per member."""
     import torch
     from gdm_models import EpisodeDataset, train_ensemble
-    from gdm_models.checkpoint import checkpoint_digest
     from gdm_models.ensemble import verify_ensemble_state
 
     root = Path(run_dir)
@@ -153,23 +152,7 @@ def train_ensemble_job(unit: EnsembleJob, run_dir: str) -> list[TrainRecord | Ba
     )
     out: list[TrainRecord | BaseException] = []
     for member, res in zip(unit.members, result.members, strict=True):
-        if res.error is not None:
-            out.append(res.error)
-            continue
-        final = member.checkpoint(root)
-        out.append(
-            TrainRecord(
-                kind="train",
-                env=member.env,
-                model=member.model,
-                seed=member.seed,
-                steps=res.steps,
-                resumed_from=res.resumed_from,
-                checkpoint=final.relative_to(root).as_posix(),
-                checkpoint_digest=checkpoint_digest(final),
-                last_terms=dict(res.last_terms),
-            )
-        )
+        out.append(res.error if res.error is not None else train_record(member, res, root))
     return out
 
 

@@ -168,7 +168,6 @@ def train_job(job: TrainJob, run_dir: str) -> TrainRecord:
     """Train ``job.model`` on ``job.env``; returns the record of the final checkpoint."""
     import torch
     from gdm_models import EpisodeDataset, train
-    from gdm_models.checkpoint import checkpoint_digest
     from gdm_models.trainer import verify_trainer_state
 
     run_dir_path = Path(run_dir)
@@ -198,7 +197,15 @@ def train_job(job: TrainJob, run_dir: str) -> TrainRecord:
         progress=False,
         **trainer_options(job),
     )
-    final = job.checkpoint(run_dir_path)
+    return train_record(job, result, run_dir_path)
+
+
+def train_record(job: TrainJob, result: Any, run_dir: Path) -> TrainRecord:
+    """The record of ``job``'s finished training (``result``: a single run's ``TrainResult``
+    or an ensemble member's result, both with ``steps``, ``resumed_from``, ``last_terms``)."""
+    from gdm_models.checkpoint import checkpoint_digest
+
+    final = job.checkpoint(run_dir)
     return TrainRecord(
         kind="train",
         env=job.env,
@@ -206,7 +213,7 @@ def train_job(job: TrainJob, run_dir: str) -> TrainRecord:
         seed=job.seed,
         steps=result.steps,
         resumed_from=result.resumed_from,
-        checkpoint=final.relative_to(run_dir_path).as_posix(),
+        checkpoint=final.relative_to(run_dir).as_posix(),
         checkpoint_digest=checkpoint_digest(final),
         last_terms=dict(result.last_terms),
     )
