@@ -38,12 +38,13 @@ bench)
     ;;
 ensemble)
     # one step of K = 3 (the medium preset) and K = 10 (the paper's seeds) members against the
-    # single step: vmap eager for every model, then the GDM with vmap + torch.compile
+    # single step: first one model on K x B windows (the least any ensemble step can cost),
+    # then vmap eager for every model, then the GDM with vmap + torch.compile
     ens_args=(--device "$device" --ks 3 10)
     if [[ -n "$quick" ]]; then
         ens_args+=(--quick --models vanilla-gwm)
     fi
-    timeout 240 "$py" packages/gdm-models/benchmarks/bench_ensemble.py "${ens_args[@]}" \
+    timeout 240 "$py" packages/gdm-models/benchmarks/bench_ensemble.py "${ens_args[@]}" --batch-scaling \
         2>&1 | tee "$out/bench_ensemble.txt"
     if [[ -z "$quick" ]]; then
         timeout 280 "$py" packages/gdm-models/benchmarks/bench_ensemble.py "${ens_args[@]}" \

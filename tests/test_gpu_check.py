@@ -46,7 +46,7 @@ def test_every_benchmark_flag_the_script_uses_exists():
         flags = {f for chunk in used for f in re.findall(r"--[a-z-]+", chunk)}
         assert flags, bench
         if bench == "bench_ensemble.py":  # flags given on the command line itself
-            flags |= {"--compile", "--models"}
+            flags |= {"--compile", "--models", "--batch-scaling"}
         for flag in flags:
             assert flag in helptext, f"{bench} has no {flag}"
     assert (ROOT / "src" / "graphwm" / "presets" / "medium.toml").exists()
@@ -64,4 +64,6 @@ def test_quick_bench_stage_runs_on_the_cpu(tmp_path):
 def test_quick_ensemble_stage_runs_on_the_cpu(tmp_path):
     res = _run("ensemble", OUT=str(tmp_path), GPU_CHECK_DEVICE="cpu", GPU_CHECK_QUICK="1")
     assert res.returncode == 0, res.stderr[-2000:]
-    assert "K= 3" in (tmp_path / "bench_ensemble.txt").read_text()
+    text = (tmp_path / "bench_ensemble.txt").read_text()
+    assert "K= 3" in text
+    assert "one model on K x B = 24 windows" in text  # the batch-scaling row, K = 3

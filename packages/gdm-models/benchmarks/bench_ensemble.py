@@ -26,10 +26,19 @@ CPU target (K = 4 within 2x on a 2-core CPU) therefore needs r <= 1; measured id
 CPU: GDM 431 ms at 1 thread, 303 ms at 2 (r = 1.42, bound 2.8x at K = 4), Vanilla GWM 62 vs
 34 ms (r = 1.82, bound 3.6x), and K = 4 costs ~4x.
 
+``--batch-scaling`` (any device) times one model's step on K x B windows against its step on
+B, alternately: the least a K-member step can cost whatever the implementation, since K
+members do at least the arithmetic of one model on K x B windows and one batch through shared
+weights is the most a kernel can amortise. It settles whether a step is per-op overhead (ratio
+near 1: members stepped together are nearly free, the GPU's case) or arithmetic (ratio near
+K). Measured idle on the 2-core CPU, see docs/models.md ("Why not 2x").
+
 Usage::
 
     uv run python packages/gdm-models/benchmarks/bench_ensemble.py --device cpu --quick
     uv run python packages/gdm-models/benchmarks/bench_ensemble.py --device cpu --thread-scaling
+    uv run python packages/gdm-models/benchmarks/bench_ensemble.py --device cpu --ks 4 10 \
+        --batch-scaling --scaling-only
     python3 packages/gdm-models/benchmarks/bench_ensemble.py --device cuda --compile
 """
 
@@ -60,9 +69,12 @@ SIZES = (15, 18, 20, 23, 25)
 B, L = 8, 20
 
 
-def _data(seed: int = 0) -> tuple[EpisodeDataset, FeatureScaler]:
+def _data(seed: int = 0, episodes: int = 32) -> tuple[EpisodeDataset, FeatureScaler]:
+    """``episodes`` synthetic OD episodes; a batch holds at most one window per episode (an
+    epoch visits each episode once), so a batch of b windows needs ``episodes >= b``."""
     rng = np.random.default_rng(seed)
-    eps = [schema_episode(OD, int(n), L + 5, rng, edge_p=4.0 / n) for n in rng.choice(SIZES, 32)]
+    sizes = rng.choice(SIZES, episodes)
+    eps = [schema_episode(OD, int(n), L + 5, rng, edge_p=4.0 / n) for n in sizes]
     return EpisodeDataset(eps, OD), FeatureScaler.fit(eps, OD)
 
 
@@ -137,6 +149,39 @@ def thread_scaling(
     return r
 
 
+def batch_scaling(
+    name: str,
+    make_single: Callable[[int], Callable[[], object]],
+    dev: torch.device,
+    steps: int,
+    ks: list[int],
+) -> dict[int, float]:
+    """Time one model's step on K * B windows against its step on B windows (alternately) for
+    each K > 1 in ``ks``, print the ratios and return them by K.
+
+    A K-member step does at least the arithmetic of one model on K * B windows (the same
+    forward and backward products, plus K sets of weight gradients and Adam updates), and one
+    big batch through shared weights is the most a kernel can amortise: so this ratio is the
+    least any ensemble implementation (vmap, member-dimension layers, a fused kernel) can cost
+    at K, up to kernel efficiency. Near 1: the step is per-op overhead and K members cost
+    about one; near K: the step is arithmetic and no batching of members can beat K.
+    ``make_single(b)`` returns a step of the single model on batches of ``b`` windows."""
+    ratios: dict[int, float] = {}
+    base = make_single(B)
+    for k in ks:
+        if k <= 1:
+            continue
+        ref, big = _time([base, make_single(k * B)], dev, steps)
+        ratios[k] = big / ref
+        print(
+            f"[{name}] one model on K x B = {k * B} windows: {big:.1f} ms = x{big / ref:.2f} "
+            f"the step on B = {B} ({ref:.1f} ms, timed alternately): the least a K={k} "
+            "ensemble step can cost",
+            flush=True,
+        )
+    return ratios
+
+
 def bench(
     name: str,
     dev: torch.device,
@@ -144,6 +189,8 @@ def bench(
     steps: int,
     compile_: bool,
     scaling: bool = False,
+    batching: bool = False,
+    ensembles: bool = True,
 ) -> None:
     ds, scaler = _data()
     lr = get_preset(name, "OD")["train"]["lr"]
@@ -151,15 +198,26 @@ def bench(
     [model] = _models(name, 1, scaler, dev)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     params = [p for p in model.parameters() if p.requires_grad]
-    sampler = EpochSampler(ds, B, L, seed=0)
-    gen = torch.Generator(device=dev).manual_seed(0)
 
-    def single() -> None:
-        batch = _to_device(sampler.next_batch(), dev)
-        _train_step(model, opt, params, batch, gen, 100.0, autocast)
+    def make_single(b: int) -> Callable[[], None]:
+        # enough episodes for b windows per batch (one window per episode per epoch)
+        data = ds if b <= len(ds) else _data(episodes=b)[0]
+        sampler = EpochSampler(data, b, L, seed=0)
+        gen = torch.Generator(device=dev).manual_seed(0)
 
+        def single() -> None:
+            batch = _to_device(sampler.next_batch(), dev)
+            _train_step(model, opt, params, batch, gen, 100.0, autocast)
+
+        return single
+
+    single = make_single(B)
     if scaling:
         thread_scaling(name, single, dev, steps, ks)
+    if batching:
+        batch_scaling(name, make_single, dev, steps, ks)
+    if not ensembles:
+        return
     kinds = ["vmap", "loop"] if dev.type == "cpu" else ["vmap"]
     if compile_:
         kinds.append("vmap+compile")
@@ -204,9 +262,21 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="CPU: also time the single step at 1 thread and at the core count, alternately",
     )
+    ap.add_argument(
+        "--batch-scaling",
+        action="store_true",
+        help="also time one model on K x B windows against B: the least a K-member step can cost",
+    )
+    ap.add_argument(
+        "--scaling-only",
+        action="store_true",
+        help="only the --thread-scaling / --batch-scaling rows, no ensemble steps",
+    )
     args = ap.parse_args(argv)
     if args.thread_scaling and args.device != "cpu":
         ap.error("--thread-scaling times CPU threads; use it with --device cpu")
+    if args.scaling_only and not (args.thread_scaling or args.batch_scaling):
+        ap.error("--scaling-only needs --thread-scaling or --batch-scaling")
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.quick:
@@ -214,7 +284,16 @@ def main(argv: list[str] | None = None) -> None:
     dev = torch.device(args.device)
     print(f"device {dev}, torch {torch.__version__}, threads {torch.get_num_threads()}")
     for name in args.models:
-        bench(name, dev, args.ks, args.steps, args.compile, args.thread_scaling)
+        bench(
+            name,
+            dev,
+            args.ks,
+            args.steps,
+            args.compile,
+            scaling=args.thread_scaling,
+            batching=args.batch_scaling,
+            ensembles=not args.scaling_only,
+        )
 
 
 if __name__ == "__main__":

@@ -66,3 +66,56 @@ def test_thread_scaling_prints_the_ratio_and_the_least_ensemble_step(bench, monk
 def test_thread_scaling_is_for_the_cpu(bench):
     with pytest.raises(SystemExit):
         bench.main(["--device", "cuda", "--thread-scaling"])
+
+
+def test_batch_scaling_times_k_times_the_batch_against_the_batch(bench, monkeypatch, capsys):
+    """One model on K x B windows against B, for each K > 1 (the lead's idle 2-core GDM
+    numbers at K = 4: 303 ms on B = 8, 998 ms on B = 32)."""
+    made: list[int] = []
+    timed: list[list[int]] = []
+
+    def make_single(b):
+        made.append(b)
+        return lambda: b
+
+    def fake_time(fns, dev, steps, threads=None):
+        sizes = [fn() for fn in fns]
+        timed.append(sizes)
+        return [303.0, 998.0 * sizes[1] / (4 * bench.B)]
+
+    monkeypatch.setattr(bench, "_time", fake_time)
+    ratios = bench.batch_scaling("gdm", make_single, torch.device("cpu"), 5, [1, 4, 10])
+    b = bench.B
+    assert made == [b, 4 * b, 10 * b]
+    assert timed == [[b, 4 * b], [b, 10 * b]]  # each against the B-window step, no K = 1
+    assert ratios == pytest.approx({4: 998 / 303, 10: 2495 / 303})
+    out = capsys.readouterr().out
+    assert f"K x B = {4 * b} windows: 998.0 ms = x3.29" in out
+    assert "the least a K=10 ensemble step can cost" in out
+
+
+def test_batch_scaling_step_trains_the_model_on_k_times_the_windows(bench, monkeypatch):
+    """In ``bench(..., batching=True)`` the K x B step is the single model's training step on
+    K x B windows (so the ratio measures K-fold arithmetic, not the same batch again)."""
+    sizes: list[int] = []
+    real_step = bench._train_step
+
+    def spy_step(model, opt, params, batch, *args):
+        sizes.append(batch.batch_size)
+        return real_step(model, opt, params, batch, *args)
+
+    def call_once(fns, dev, steps, threads=None):
+        for fn in fns:
+            fn()
+        return [1.0] * len(fns)
+
+    monkeypatch.setattr(bench, "_train_step", spy_step)
+    monkeypatch.setattr(bench, "_time", call_once)
+    # K = 10: 80 windows, more than the 32 episodes of the ensemble rows' data
+    bench.bench("vanilla-gwm", torch.device("cpu"), [10], 1, False, batching=True, ensembles=False)
+    assert sizes == [bench.B, 10 * bench.B]
+
+
+def test_scaling_only_needs_a_scaling_row(bench):
+    with pytest.raises(SystemExit):
+        bench.main(["--device", "cpu", "--scaling-only"])
