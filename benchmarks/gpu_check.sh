@@ -2,7 +2,11 @@
 # The prepared device call for issue 10's GPU targets: one command per stage, each well inside
 # the device tool's 10-minute limit, results written under $OUT (the folder that comes back).
 #
-# On the lent GPU machine (see ../shared/gpu/README.md; carry [".whl"]):
+# On the lent GPU machine (see ../shared/gpu/README.md; carry [".whl"]). A session has 15
+# minutes of device time, machine starts included: run `core` first (one call, <= 9 min), the
+# numbers issue 19 still lacks; the other stages only with time to spare.
+#   source .whl/setup.sh && bash benchmarks/gpu_check.sh core     # <= 9 min: r(3), r(10) of
+#                       every model (eager vmap), GDM compiled step, GDM K = 10 vmap+compile
 #   source .whl/setup.sh && bash benchmarks/gpu_check.sh bench    # ~5 min: GDM + baselines
 #   source .whl/setup.sh && bash benchmarks/gpu_check.sh ensemble # ~8 min: ensemble steps
 #   source .whl/setup.sh && bash benchmarks/gpu_check.sh medium   # <= 10 min: medium preset
@@ -11,14 +15,52 @@
 #   GPU_CHECK_DEVICE=cpu GPU_CHECK_QUICK=1 OUT=/tmp/gpu_check bash benchmarks/gpu_check.sh bench
 set -euo pipefail
 
-stage=${1:?usage: gpu_check.sh bench|ensemble|medium}
+stage=${1:?usage: gpu_check.sh core|bench|ensemble|medium}
 device=${GPU_CHECK_DEVICE:-cuda}
 quick=${GPU_CHECK_QUICK:-}
 out=${OUT:?set OUT to the folder to write results to}
 mkdir -p "$out"
 py=${PYTHON:-python3}  # the interpreter with the project installed
 
+# run a part with a time limit; a part that fails or runs out of time is noted in its output
+# and the stage goes on with the next (so one slow compile does not cost the other numbers),
+# then exits 1 at the end
+failed=0
+part() {
+    local limit=$1 file=$2
+    shift 2
+    local rc=0
+    timeout "$limit" "$@" > >(tee "$out/$file") 2>&1 || rc=$?
+    wait
+    if ((rc != 0)); then
+        echo "[gpu_check] part ended with exit status $rc (124: over its ${limit} s)" \
+            | tee -a "$out/$file"
+        failed=1
+    fi
+}
+
 case "$stage" in
+core)
+    # 1. every model: one model on K x B windows (the least an ensemble step can cost), then
+    #    one vmap ensemble step at K = 3 and 10 against the single step (r(3), r(10));
+    # 2. the GDM's single step eager and compiled (target <= 30 ms compiled), no imagination;
+    # 3. the GDM's K = 10 ensemble step with vmap + torch.compile.
+    ens_args=(--device "$device" --ks 3 10)
+    gdm_args=(--device "$device" --skip-imagine)
+    if [[ -n "$quick" ]]; then
+        ens_args+=(--quick --models vanilla-gwm)
+        gdm_args+=(--quick --train-steps 2)
+    else
+        gdm_args+=(--compile)
+    fi
+    part 200 bench_ensemble.txt \
+        "$py" packages/gdm-models/benchmarks/bench_ensemble.py "${ens_args[@]}" --batch-scaling
+    part 150 bench_gdm.txt "$py" packages/gdm-models/benchmarks/bench_gdm.py "${gdm_args[@]}"
+    if [[ -z "$quick" ]]; then
+        part 180 bench_ensemble_compile.txt "$py" packages/gdm-models/benchmarks/bench_ensemble.py \
+            --device "$device" --ks 10 --compile --models gdm
+    fi
+    ;;
 bench)
     # GDM: eager reference, fast path and compiled whole loss (ms/step, kernels, GPU busy),
     # then imagination at N = 200 and 1000; baselines with compile "reduce-overhead".
@@ -65,7 +107,8 @@ medium)
     cp /tmp/gpu_check_run/report/report.md "$out/report.md"
     ;;
 *)
-    echo "unknown stage '$stage' (bench, ensemble or medium)" >&2
+    echo "unknown stage '$stage' (core, bench, ensemble or medium)" >&2
     exit 2
     ;;
 esac
+exit "$failed"

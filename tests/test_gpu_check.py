@@ -67,3 +67,45 @@ def test_quick_ensemble_stage_runs_on_the_cpu(tmp_path):
     text = (tmp_path / "bench_ensemble.txt").read_text()
     assert "K= 3" in text
     assert "one model on K x B = 24 windows" in text  # the batch-scaling row, K = 3
+
+
+def test_core_stage_goes_on_after_a_failed_part_and_exits_1(tmp_path):
+    """A part that fails (here every part: the interpreter is `false`) is noted in its output
+    file, the next part still runs, and the stage exits 1 at the end."""
+    res = _run("core", OUT=str(tmp_path), GPU_CHECK_DEVICE="cpu", PYTHON="false")
+    assert res.returncode == 1
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["bench_ensemble.txt", "bench_ensemble_compile.txt", "bench_gdm.txt"]
+    for name in names:
+        assert "part ended with exit status 1" in (tmp_path / name).read_text()
+
+
+def test_core_stage_times_out_a_part_and_names_its_limit(tmp_path):
+    """`timeout` stops a part over its limit (exit 124), and the note says so."""
+    slow = tmp_path / "slow_python"
+    slow.write_text("#!/usr/bin/env bash\nsleep 30\n")
+    slow.chmod(0o755)
+    out = tmp_path / "out"
+    script = SCRIPT.read_text().replace("part 200 ", "part 1 ").replace("part 150 ", "part 1 ")
+    script = script.replace("part 180 ", "part 1 ")
+    patched = tmp_path / "gpu_check.sh"
+    patched.write_text(script)
+    res = subprocess.run(
+        ["bash", str(patched), "core"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHON": str(slow), "OUT": str(out), "GPU_CHECK_DEVICE": "cpu"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 1
+    assert "exit status 124 (124: over its 1 s)" in (out / "bench_gdm.txt").read_text()
+
+
+@pytest.mark.slow
+def test_quick_core_stage_runs_on_the_cpu(tmp_path):
+    res = _run("core", OUT=str(tmp_path), GPU_CHECK_DEVICE="cpu", GPU_CHECK_QUICK="1")
+    assert res.returncode == 0, res.stderr[-2000:]
+    text = (tmp_path / "bench_ensemble.txt").read_text()
+    assert "one model on K x B = 24 windows" in text and "vmap K= 3" in text
+    assert "ms/step" in (tmp_path / "bench_gdm.txt").read_text()
