@@ -48,6 +48,8 @@ def test_same_seed_same_record():
         first = dream_record(model, "gdm", "SAR", 8, seed=0, policy=policy, **args)
         again = dream_record(model, "gdm", "SAR", 8, seed=0, policy=policy, **args)
         assert plain(again) == plain(first) and first.policy == policy
+        size = (first.policy_hidden_dim, first.policy_num_layers)
+        assert size == ((64, 3) if policy == "graph" else (None, None))  # graph: the defaults
     first = real_record("SAR", 8, seed=1, **args)
     assert plain(real_record("SAR", 8, seed=1, **args)) == plain(first)
     assert plain(real_record("SAR", 8, seed=2, **args)) != plain(first)

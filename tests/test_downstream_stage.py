@@ -208,13 +208,18 @@ def test_graph_policy_size_reaches_the_agent_and_the_key_only_when_set(tmp_path,
     assert isinstance(real_job, DownstreamJob) and dict(real_job.config)["agent"] == "real"
     (record,) = run_stage_jobs([real_job], tmp_path / "run")
     assert seen == [(16, 1)] and record.policy == "graph" and record.num_envs == 2
+    # the record says which policy size it measured (the job key is not the only trace)
+    assert (record.policy_hidden_dim, record.policy_num_layers) == (16, 1)
+    stored = DownstreamRecord.from_dict(record.to_dict())
+    assert (stored.policy_hidden_dim, stored.policy_num_layers) == (16, 1)
 
 
 def test_records_before_the_policy_key_stay_readable():
     old = DownstreamRecord("SAR", 8, "real", None, 0, 64, -3.0, 0.5, 2).to_dict()
-    for key in ("policy", "num_envs"):
+    for key in ("policy", "num_envs", "policy_hidden_dim", "policy_num_layers"):
         del old[key]
     rec = DownstreamRecord.from_dict(old)
     assert rec.policy is None and rec.num_envs is None and rec.mean_return == -3.0
+    assert rec.policy_hidden_dim is None and rec.policy_num_layers is None
     with pytest.raises(ValueError, match="policy"):
         DownstreamRecord.from_dict({**old, "policy": 3})

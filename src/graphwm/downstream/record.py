@@ -31,6 +31,8 @@ class DownstreamRecord(Record):
         policy: the trained agent's policy (``"graph"`` or ``"mlp"``); ``None`` for the
             yardsticks and in records written before the key existed (those were ``"mlp"``).
         num_envs: parallel envs the agent trained on (``None``: yardsticks, older records).
+        policy_hidden_dim, policy_num_layers: the graph policy's width and depth (``None``:
+            the MLP policy, the yardsticks, and records written before the keys existed).
     """
 
     env: str
@@ -47,6 +49,8 @@ class DownstreamRecord(Record):
     seconds: float = 0.0
     policy: str | None = None
     num_envs: int | None = None
+    policy_hidden_dim: int | None = None
+    policy_num_layers: int | None = None
     kind: str = "downstream"
 
     def to_dict(self) -> dict[str, Any]:

@@ -55,6 +55,9 @@ def _trained_record(
         seconds=time.perf_counter() - start,
         policy=policy,
         num_envs=int(num_envs),
+        # the graph policy's size; SB3's MLP policy has its own fixed architecture
+        policy_hidden_dim=int(net["policy_hidden_dim"]) if policy == GRAPH else None,
+        policy_num_layers=int(net["policy_num_layers"]) if policy == GRAPH else None,
     )
 
 
