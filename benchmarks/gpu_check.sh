@@ -42,7 +42,8 @@ part() {
 case "$stage" in
 core)
     # 1. every model: one model on K x B windows (the least an ensemble step can cost), then
-    #    one vmap ensemble step at K = 3 and 10 against the single step (r(3), r(10));
+    #    one vmap ensemble step at K = 3 and 10 against the single step (r(3), r(10)), with
+    #    the aten ops and CUDA kernels per step of each;
     # 2. the GDM's single step eager and compiled (target <= 30 ms compiled), no imagination;
     # 3. the GDM's K = 10 ensemble step with vmap + torch.compile.
     ens_args=(--device "$device" --ks 3 10)
@@ -54,7 +55,7 @@ core)
         gdm_args+=(--compile)
     fi
     part 200 bench_ensemble.txt \
-        "$py" packages/gdm-models/benchmarks/bench_ensemble.py "${ens_args[@]}" --batch-scaling
+        "$py" packages/gdm-models/benchmarks/bench_ensemble.py "${ens_args[@]}" --batch-scaling --count-ops
     part 150 bench_gdm.txt "$py" packages/gdm-models/benchmarks/bench_gdm.py "${gdm_args[@]}"
     if [[ -z "$quick" ]]; then
         part 180 bench_ensemble_compile.txt "$py" packages/gdm-models/benchmarks/bench_ensemble.py \

@@ -46,7 +46,7 @@ def test_every_benchmark_flag_the_script_uses_exists():
         flags = {f for chunk in used for f in re.findall(r"--[a-z-]+", chunk)}
         assert flags, bench
         if bench == "bench_ensemble.py":  # flags given on the command line itself
-            flags |= {"--compile", "--models", "--batch-scaling"}
+            flags |= {"--compile", "--models", "--batch-scaling", "--count-ops"}
         for flag in flags:
             assert flag in helptext, f"{bench} has no {flag}"
     assert (ROOT / "src" / "graphwm" / "presets" / "medium.toml").exists()
@@ -108,4 +108,5 @@ def test_quick_core_stage_runs_on_the_cpu(tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     text = (tmp_path / "bench_ensemble.txt").read_text()
     assert "one model on K x B = 24 windows" in text and "vmap K= 3" in text
+    assert "aten ops (x" in text  # --count-ops
     assert "ms/step" in (tmp_path / "bench_gdm.txt").read_text()

@@ -26,6 +26,13 @@ CPU target (K = 4 within 2x on a 2-core CPU) therefore needs r <= 1; measured id
 CPU: GDM 431 ms at 1 thread, 303 ms at 2 (r = 1.42, bound 2.8x at K = 4), Vanilla GWM 62 vs
 34 ms (r = 1.82, bound 3.6x), and K = 4 costs ~4x.
 
+``--count-ops`` also prints the aten ops (and, on CUDA, the GPU kernels) of one single step
+and of each ensemble step. Where a step is per-op overhead, its time follows these counts: with
+vmap they barely grow with K (measured on the CPU, OD, paper sizes: GDM 34,283 aten ops single,
+53,280 at K = 1, 53,838 at K = 10; vmap turns a linear layer into ``bmm`` plus a bias add and a
+layer norm into a norm plus an affine step), so an eager vmap step on a launch-bound GPU is
+expected near 1.55x the single step at any K, and within 1.5x only when compiled.
+
 ``--batch-scaling`` (any device) times one model's step on K x B windows against its step on
 B, alternately: the least a K-member step can cost whatever the implementation, since K
 members do at least the arithmetic of one model on K x B windows and one batch through shared
@@ -57,6 +64,7 @@ from gdm_models.ensemble_engines import LoopEngine, VmapEngine
 from gdm_models.ensemble_loss import member_loss_for
 from gdm_models.synthetic import schema_episode
 from gdm_models.trainer import _to_device, _train_step
+from torch.profiler import ProfilerActivity, profile
 
 OD = {
     "node_continuous": ["vibe"],
@@ -121,6 +129,26 @@ def _time(
     finally:
         torch.set_num_threads(before)
     return [1000 * statistics.median(t) for t in times]
+
+
+def op_counts(fn: Callable[[], object], dev: torch.device) -> dict[str, int]:
+    """One profiled call of ``fn`` (after the timing's warm-up): its aten ops (nested calls
+    included: each costs host dispatch time) and, on CUDA, its GPU kernels. Where a step is
+    per-op overhead (a launch-bound GPU) its time follows these counts, not the arithmetic."""
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
+    with profile(activities=acts) as prof:
+        fn()
+        _sync(dev)
+    events = prof.events()
+    out = {"aten_ops": sum(1 for e in events if e.name.startswith("aten::"))}
+    if dev.type == "cuda":
+        cuda = torch.autograd.DeviceType.CUDA
+        out["cuda_kernels"] = sum(1 for e in events if e.device_type == cuda)
+    return out
+
+
+def _counts_text(counts: dict[str, int], ref: dict[str, int]) -> str:
+    return ", ".join(f"{v} {k.replace('_', ' ')} (x{v / ref[k]:.2f})" for k, v in counts.items())
 
 
 def core_count() -> int:
@@ -191,6 +219,7 @@ def bench(
     scaling: bool = False,
     batching: bool = False,
     ensembles: bool = True,
+    count_ops: bool = False,
 ) -> None:
     ds, scaler = _data()
     lr = get_preset(name, "OD")["train"]["lr"]
@@ -223,6 +252,7 @@ def bench(
         kinds.append("vmap+compile")
     if member_loss_for(model) is None:
         kinds = ["loop"]
+    single_counts: dict[str, int] = {}
     for kind in kinds:
         for k in ks:
             members = _models(name, k, scaler, dev)
@@ -246,6 +276,13 @@ def bench(
                 f"step ({ref:.1f} ms, timed alternately), {ms / k:7.1f} ms per member-step",
                 flush=True,
             )
+            if count_ops:
+                single_counts = single_counts or op_counts(single, dev)
+                print(
+                    f"[{name}] {kind:>12} K={k:2d}: per step "
+                    f"{_counts_text(op_counts(ens, dev), single_counts)} the single step's",
+                    flush=True,
+                )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -272,6 +309,11 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="only the --thread-scaling / --batch-scaling rows, no ensemble steps",
     )
+    ap.add_argument(
+        "--count-ops",
+        action="store_true",
+        help="also count aten ops (and CUDA kernels) per step, single and ensemble",
+    )
     args = ap.parse_args(argv)
     if args.thread_scaling and args.device != "cpu":
         ap.error("--thread-scaling times CPU threads; use it with --device cpu")
@@ -293,6 +335,7 @@ def main(argv: list[str] | None = None) -> None:
             scaling=args.thread_scaling,
             batching=args.batch_scaling,
             ensembles=not args.scaling_only,
+            count_ops=args.count_ops,
         )
 
 

@@ -119,3 +119,19 @@ def test_batch_scaling_step_trains_the_model_on_k_times_the_windows(bench, monke
 def test_scaling_only_needs_a_scaling_row(bench):
     with pytest.raises(SystemExit):
         bench.main(["--device", "cpu", "--scaling-only"])
+
+
+def test_op_counts_count_each_aten_call(bench):
+    a, b = torch.ones(3), torch.ones(3)
+
+    def adds(n):
+        return lambda: [torch.add(a, b) for _ in range(n)]
+
+    cpu = torch.device("cpu")
+    none, ten = bench.op_counts(adds(0), cpu), bench.op_counts(adds(10), cpu)
+    assert set(ten) == {"aten_ops"}  # no CUDA kernels counted on the CPU
+    assert ten["aten_ops"] - none["aten_ops"] == 10
+    text = bench._counts_text(
+        {"aten_ops": 150, "cuda_kernels": 30}, {"aten_ops": 100, "cuda_kernels": 20}
+    )
+    assert text == "150 aten ops (x1.50), 30 cuda kernels (x1.50)"

@@ -378,3 +378,47 @@ def test_compiled_vmap_gives_the_eager_numbers(scaler, dataset):
         np.testing.assert_allclose(
             [r["loss"] for r in a.history], [r["loss"] for r in b.history], rtol=1e-5
         )
+
+
+def _aten_ops_per_step(engine_cls, name, k, scaler, dataset) -> int:
+    """aten ops (torch.profiler, nested calls included) of one step of a K-member ensemble
+    engine of tiny models: on a launch-bound GPU the step's cost follows this count."""
+    from gdm_models import EpochSampler
+    from gdm_models.ensemble_engines import LoopEngine, VmapEngine
+    from gdm_models.ensemble_loss import member_loss_for
+    from torch.profiler import ProfilerActivity, profile
+
+    members = []
+    for s in range(k):
+        torch.manual_seed(s)
+        members.append(make_model(name, SYNTHETIC_SCHEMA, scaler, **CONFIGS[name]).train())
+    ac = torch.autocast("cpu", enabled=False)
+    if engine_cls is VmapEngine:
+        engine = VmapEngine(members, member_loss_for(members[0]), lr=1e-3, clip=1.0, autocast=ac)
+    else:
+        assert engine_cls is LoopEngine
+        engine = LoopEngine(members, lr=1e-3, clip=1.0, autocast=ac)
+    engine.build(list(range(k)), None)
+    samplers = [EpochSampler(dataset, 2, 3, seed=s) for s in range(k)]
+    gens = [torch.Generator().manual_seed(s) for s in range(k)]
+
+    def step():
+        engine.step([s.next_batch() for s in samplers], gens)
+
+    step()  # warm-up (lazy state, first-call paths)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        step()
+    return sum(1 for e in prof.events() if e.name.startswith("aten::"))
+
+
+@pytest.mark.parametrize("name", ["gdm", "vanilla-gwm", "ea-gwm"])
+def test_vmap_batches_the_members_into_the_same_ops(name, scaler, dataset):
+    """vmap runs K members through (nearly) the ops of one: what makes an ensemble step cheap
+    where a step is per-op overhead (a launch-bound GPU). Only the members' own noise draws
+    and batch stacking grow with K; the loop engine, for contrast, grows K-fold."""
+    from gdm_models.ensemble_engines import LoopEngine, VmapEngine
+
+    one, four = (_aten_ops_per_step(VmapEngine, name, k, scaler, dataset) for k in (1, 4))
+    assert four <= 1.1 * one, (name, one, four)
+    loop_one, loop_four = (_aten_ops_per_step(LoopEngine, name, k, scaler, dataset) for k in (1, 4))
+    assert loop_four >= 3.5 * loop_one, (name, loop_one, loop_four)
