@@ -52,7 +52,8 @@ def _assert_close_weights(name, a, b, atol=2e-6):
         torch.testing.assert_close(va, vb, atol=atol, rtol=1e-5, msg=f"{name}: {key}")
 
 
-@pytest.mark.filterwarnings("ignore:There is a performance drop:UserWarning")  # CPU attention
+# functorch warns when an op has no batching rule and it loops over the members instead
+@pytest.mark.filterwarnings("error:There is a performance drop:UserWarning")
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_vmap_members_equal_single_runs(name, scaler, dataset):
     res = train_ensemble(
@@ -361,19 +362,20 @@ def test_member_paths_for_a_pipeline(scaler, dataset, tmp_path):
 
 
 @pytest.mark.slow
-def test_compiled_vmap_gives_the_eager_numbers(scaler, dataset):
+@pytest.mark.parametrize("name", ["vanilla-gwm", "g-rssm"])  # g-rssm: its unfused copy
+def test_compiled_vmap_gives_the_eager_numbers(name, scaler, dataset):
     """compile=True (the vmapped loss and gradient through torch.compile; minutes of
     compilation on a CPU) trains the same members as the eager vmap path."""
     import warnings
 
     from gdm_models.compiling import CompileFallbackWarning
 
-    args = dict(scaler=scaler, model_config=CONFIGS["vanilla-gwm"], strategy="vmap",
+    args = dict(scaler=scaler, model_config=CONFIGS[name], strategy="vmap",
                 keep_history=True, **KW)  # fmt: skip
     with warnings.catch_warnings():
         warnings.simplefilter("error", CompileFallbackWarning)  # a fallback fails the test
-        res = train_ensemble("vanilla-gwm", SEEDS[:2], dataset, compile=True, **args)
-    ref = train_ensemble("vanilla-gwm", SEEDS[:2], dataset, **args)
+        res = train_ensemble(name, SEEDS[:2], dataset, compile=True, **args)
+    ref = train_ensemble(name, SEEDS[:2], dataset, **args)
     for a, b in zip(res, ref, strict=True):
         np.testing.assert_allclose(
             [r["loss"] for r in a.history], [r["loss"] for r in b.history], rtol=1e-5
@@ -411,7 +413,7 @@ def _aten_ops_per_step(engine_cls, name, k, scaler, dataset) -> int:
     return sum(1 for e in prof.events() if e.name.startswith("aten::"))
 
 
-@pytest.mark.parametrize("name", ["gdm", "vanilla-gwm", "ea-gwm"])
+@pytest.mark.parametrize("name", ["gdm", "vanilla-gwm", "ea-gwm", "g-rssm"])
 def test_vmap_batches_the_members_into_the_same_ops(name, scaler, dataset):
     """vmap runs K members through (nearly) the ops of one: what makes an ensemble step cheap
     where a step is per-op overhead (a launch-bound GPU). Only the members' own noise draws
@@ -422,3 +424,18 @@ def test_vmap_batches_the_members_into_the_same_ops(name, scaler, dataset):
     assert four <= 1.1 * one, (name, one, four)
     loop_one, loop_four = (_aten_ops_per_step(LoopEngine, name, k, scaler, dataset) for k in (1, 4))
     assert loop_four >= 3.5 * loop_one, (name, loop_one, loop_four)
+
+
+def test_grssm_batched_model_is_an_unfused_copy(scaler):
+    """The module G-RSSM ensembles run under vmap: a copy with the explicit attention; the
+    member model itself keeps the fused kernel (evaluation and imagination are unchanged)."""
+    from gdm_models.baselines.grssm import AllPairsAttention
+    from gdm_models.ensemble_loss import member_loss_for
+
+    model = make_model("g-rssm", SYNTHETIC_SCHEMA, scaler, **CONFIGS["g-rssm"])
+    bound = member_loss_for(model).batched_model(model)
+    attn = [m for m in bound.modules() if isinstance(m, AllPairsAttention)]
+    assert attn and not any(m.fused for m in attn)
+    assert all(m.fused for m in model.modules() if isinstance(m, AllPairsAttention))
+    gdm = make_model("gdm", SYNTHETIC_SCHEMA, scaler, **TINY)
+    assert member_loss_for(gdm).batched_model(gdm) is gdm  # nothing to change elsewhere

@@ -158,7 +158,8 @@ class VmapEngine:
         self.opt = torch.optim.Adam(list(self.params.values()), lr=self.lr)
         if opt_states is not None:
             self.opt.load_state_dict(stack_opt_states([opt_states[k] for k in self.members]))
-        self._bound = _Bound(_tensor_scaler(shells[0]) if self.compile else shells[0], self.loss)
+        bound = self.loss.batched_model(shells[0])
+        self._bound = _Bound(_tensor_scaler(bound) if self.compile else bound, self.loss)
 
     def export(self, k: int) -> tuple[WorldModel, OptState]:
         """Member ``k``'s model (its weights written back) and its single-Adam state dict."""

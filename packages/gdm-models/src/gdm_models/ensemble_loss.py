@@ -20,10 +20,12 @@ evaluates K members in one call. :func:`member_loss_for` returns the adapter of 
 
 from __future__ import annotations
 
+import copy
+
 import torch
 import torch.nn.functional as F
 
-from .baselines.grssm import _LOGGED, GRSSM, GRSSM_TERM_KEYS
+from .baselines.grssm import _LOGGED, GRSSM, GRSSM_TERM_KEYS, AllPairsAttention
 from .baselines.gwm import GWM, GWM_TERM_KEYS
 from .data import Batch
 from .gdm import GDM
@@ -76,6 +78,12 @@ class MemberLoss:
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:  # pragma: no cover - interface
         """``(total, terms)`` on a padded batch (terms: the keys the single run logs)."""
         raise NotImplementedError
+
+    def batched_model(self, model: WorldModel) -> WorldModel:
+        """The module that :meth:`loss` runs under ``vmap`` (its parameters are replaced by
+        the members' through ``functional_call``): ``model`` itself, or a copy set up for
+        vmap (:class:`GRSSMLoss`). ``model`` is not changed."""
+        return model
 
 
 class GDMLoss(MemberLoss):
@@ -142,6 +150,16 @@ class GRSSMLoss(MemberLoss):
 
     def pad_noise(self, noise: Noise, n: int) -> Noise:
         return (_pad_axis(noise[0], -3, n),)
+
+    def batched_model(self, model: WorldModel) -> WorldModel:
+        """A copy of ``model`` whose attention runs as explicit products (``fused = False``,
+        the same math; see :class:`~gdm_models.baselines.grssm.AllPairsAttention`): the fused
+        kernels have no vmap batching rule, so vmap would loop over the members there."""
+        copy_ = copy.deepcopy(model)
+        for module in copy_.modules():
+            if isinstance(module, AllPairsAttention):
+                module.fused = False
+        return copy_
 
     def loss(
         self, model: WorldModel, batch: Batch, noise: Noise
