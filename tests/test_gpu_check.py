@@ -16,10 +16,10 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu_check.sh"
 
 
-def _run(*args: str, **env: str) -> subprocess.CompletedProcess:
+def _run(*args: str, script: Path = SCRIPT, **env: str) -> subprocess.CompletedProcess:
     full_env = {**os.environ, "PYTHON": sys.executable, **env}
     return subprocess.run(
-        ["bash", str(SCRIPT), *args], cwd=ROOT, env=full_env, capture_output=True, text=True
+        ["bash", str(script), *args], cwd=ROOT, env=full_env, capture_output=True, text=True
     )
 
 
@@ -90,14 +90,7 @@ def test_core_stage_times_out_a_part_and_names_its_limit(tmp_path):
     script = script.replace("part 180 ", "part 1 ")
     patched = tmp_path / "gpu_check.sh"
     patched.write_text(script)
-    res = subprocess.run(
-        ["bash", str(patched), "core"],
-        cwd=ROOT,
-        env={**os.environ, "PYTHON": str(slow), "OUT": str(out), "GPU_CHECK_DEVICE": "cpu"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    res = _run("core", script=patched, PYTHON=str(slow), OUT=str(out), GPU_CHECK_DEVICE="cpu")
     assert res.returncode == 1
     assert "exit status 124 (124: over its 1 s)" in (out / "bench_gdm.txt").read_text()
 
