@@ -55,11 +55,13 @@ import argparse
 import os
 import statistics
 import time
+import warnings
 from collections.abc import Callable
 
 import numpy as np
 import torch
 from gdm_models import EpisodeDataset, EpochSampler, FeatureScaler, get_preset, make_model
+from gdm_models.compiling import CompileFallbackWarning
 from gdm_models.ensemble_engines import LoopEngine, VmapEngine
 from gdm_models.ensemble_loss import member_loss_for
 from gdm_models.synthetic import schema_episode
@@ -270,10 +272,18 @@ def bench(
             def ens(engine=engine, samplers=samplers, gens=gens) -> None:
                 engine.step([s.next_batch() for s in samplers], gens)
 
-            ref, ms = _time([single, ens], dev, steps)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", CompileFallbackWarning)
+                ref, ms = _time([single, ens], dev, steps)
+            fallback = [w for w in caught if issubclass(w.category, CompileFallbackWarning)]
+            for w in caught:
+                if w not in fallback:
+                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+            label = f"{kind} (FELL BACK TO EAGER: {fallback[0].message})" if fallback else kind
             print(
                 f"[{name}] {kind:>12} K={k:2d}: {ms:8.1f} ms/step = x{ms / ref:5.2f} the single "
-                f"step ({ref:.1f} ms, timed alternately), {ms / k:7.1f} ms per member-step",
+                f"step ({ref:.1f} ms, timed alternately), {ms / k:7.1f} ms per member-step"
+                + (f"; {label}" if fallback else ""),
                 flush=True,
             )
             if count_ops:

@@ -135,3 +135,27 @@ def test_op_counts_count_each_aten_call(bench):
         {"aten_ops": 150, "cuda_kernels": 30}, {"aten_ops": 100, "cuda_kernels": 20}
     )
     assert text == "150 aten ops (x1.50), 30 cuda kernels (x1.50)"
+
+
+def test_a_compile_fallback_is_named_in_its_row(bench, monkeypatch, capsys):
+    """A compiled row that fell back to eager says so (else it would pass eager times off as
+    compiled ones); the other rows do not."""
+    import warnings
+
+    from gdm_models.compiling import CompileFallbackWarning
+
+    calls = []
+
+    def fake_time(fns, dev, steps, threads=None):
+        calls.append(len(calls))
+        if len(calls) == 3:  # rows in order: vmap, loop, vmap+compile
+            msg = "torch.compile unavailable for X (boom); running eager"
+            warnings.warn(msg, CompileFallbackWarning, stacklevel=2)
+        return [10.0, 20.0]
+
+    monkeypatch.setattr(bench, "_time", fake_time)
+    bench.bench("vanilla-gwm", torch.device("cpu"), [1], 1, True)
+    rows = [line for line in capsys.readouterr().out.splitlines() if "K= 1" in line]
+    assert len(rows) == 3 and "vmap+compile" in rows[2]
+    assert "FELL BACK TO EAGER: torch.compile unavailable for X (boom)" in rows[2]
+    assert not any("FELL BACK" in r for r in rows[:2])

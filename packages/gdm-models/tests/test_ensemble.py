@@ -362,7 +362,8 @@ def test_member_paths_for_a_pipeline(scaler, dataset, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["vanilla-gwm", "g-rssm"])  # g-rssm: its unfused copy
+# g-rssm: its unfused copy; gdm: its encoder's own scaler reference (was a silent fallback)
+@pytest.mark.parametrize("name", ["vanilla-gwm", "g-rssm", "gdm"])
 def test_compiled_vmap_gives_the_eager_numbers(name, scaler, dataset):
     """compile=True (the vmapped loss and gradient through torch.compile; minutes of
     compilation on a CPU) trains the same members as the eager vmap path."""
@@ -439,3 +440,20 @@ def test_grssm_batched_model_is_an_unfused_copy(scaler):
     assert all(m.fused for m in model.modules() if isinstance(m, AllPairsAttention))
     gdm = make_model("gdm", SYNTHETIC_SCHEMA, scaler, **TINY)
     assert member_loss_for(gdm).batched_model(gdm) is gdm  # nothing to change elsewhere
+
+
+def test_tensor_scaler_reaches_every_module_holding_the_scaler(scaler):
+    """The compiled vmap path's model copy: every reference to the scaler (the GDM's encoder
+    keeps its own) holds tensors, and the member model keeps its numpy scaler."""
+    from gdm_models.ensemble_engines import _tensor_scaler
+
+    model = make_model("gdm", SYNTHETIC_SCHEMA, scaler, **TINY)
+    view = _tensor_scaler(model)
+    holders = [m for m in view.modules() if hasattr(m, "scaler")]
+    assert len(holders) >= 2  # the model and its encoder
+    for m in holders:
+        assert torch.is_tensor(m.scaler.node_std) and m.scaler is view.scaler
+        np.testing.assert_array_equal(m.scaler.node_std.numpy(), scaler.node_std)
+    assert all(
+        isinstance(m.scaler.node_std, np.ndarray) for m in model.modules() if hasattr(m, "scaler")
+    )

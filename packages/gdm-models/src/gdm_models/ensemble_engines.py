@@ -90,15 +90,21 @@ def stack_opt_states(states: Sequence[Mapping[str, Any]]) -> OptState:
 
 
 def _tensor_scaler(model: WorldModel) -> WorldModel:
-    """A shallow copy of ``model`` (same parameters and modules) whose scaler holds its
-    statistics as float64 tensors instead of numpy arrays: the same numbers, and torch.compile
-    of vmap(grad) does not trip over guards on numpy constants (a dynamo bug)."""
-    view = copy.copy(model)
-    sc = copy.copy(model.scaler)
+    """A copy of ``model`` whose scaler holds its statistics as float64 tensors instead of
+    numpy arrays: the same numbers, and torch.compile of vmap(grad) does not trip over guards
+    on numpy constants (a dynamo bug). Every module that holds the model's scaler gets the
+    tensor one (the GDM's feature encoder keeps its own reference); the copy is deep, so the
+    member models keep theirs. Its parameter values do not matter: ``functional_call``
+    replaces them by the members'."""
+    view = copy.deepcopy(model)
+    old = view.scaler
+    sc = copy.copy(old)
     for name in ("node_mean", "node_std", "graph_mean", "graph_std"):
         # on the model's device: no host tensor inside a CUDA graph
         setattr(sc, name, torch.from_numpy(getattr(sc, name)).to(model.device))
-    view.scaler = sc
+    for module in view.modules():
+        if getattr(module, "scaler", None) is old:
+            module.scaler = sc
     return view
 
 
