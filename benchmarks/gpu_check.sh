@@ -46,6 +46,8 @@ core)
     #    the aten ops and CUDA kernels per step of each;
     # 2. the GDM's single step eager and compiled (target <= 30 ms compiled), no imagination;
     # 3. the GDM's K = 10 ensemble step with vmap + torch.compile.
+    # Compiling is most of parts 2 and 3: on the 2-core CPU the single GDM loss took 294 s and
+    # the K = 3 vmapped one about 4 min (a 16-core GPU node compiles in parallel).
     ens_args=(--device "$device" --ks 3 10)
     gdm_args=(--device "$device" --skip-imagine)
     if [[ -n "$quick" ]]; then
@@ -54,11 +56,11 @@ core)
     else
         gdm_args+=(--compile)
     fi
-    part 200 bench_ensemble.txt \
+    part 150 bench_ensemble.txt \
         "$py" packages/gdm-models/benchmarks/bench_ensemble.py "${ens_args[@]}" --batch-scaling --count-ops
-    part 150 bench_gdm.txt "$py" packages/gdm-models/benchmarks/bench_gdm.py "${gdm_args[@]}"
+    part 180 bench_gdm.txt "$py" packages/gdm-models/benchmarks/bench_gdm.py "${gdm_args[@]}"
     if [[ -z "$quick" ]]; then
-        part 180 bench_ensemble_compile.txt "$py" packages/gdm-models/benchmarks/bench_ensemble.py \
+        part 210 bench_ensemble_compile.txt "$py" packages/gdm-models/benchmarks/bench_ensemble.py \
             --device "$device" --ks 10 --compile --models gdm
     fi
     ;;
