@@ -61,12 +61,16 @@ def test_quick_bench_stage_runs_on_the_cpu(tmp_path):
 
 
 @pytest.mark.slow
-def test_quick_ensemble_stage_runs_on_the_cpu(tmp_path):
-    res = _run("ensemble", OUT=str(tmp_path), GPU_CHECK_DEVICE="cpu", GPU_CHECK_QUICK="1")
+@pytest.mark.parametrize("stage", ["ensemble", "core"])
+def test_quick_ensemble_stages_run_on_the_cpu(tmp_path, stage):
+    res = _run(stage, OUT=str(tmp_path), GPU_CHECK_DEVICE="cpu", GPU_CHECK_QUICK="1")
     assert res.returncode == 0, res.stderr[-2000:]
     text = (tmp_path / "bench_ensemble.txt").read_text()
-    assert "K= 3" in text
+    assert "vmap K= 3" in text
     assert "one model on K x B = 24 windows" in text  # the batch-scaling row, K = 3
+    if stage == "core":
+        assert "aten ops (x" in text  # --count-ops
+        assert "ms/step" in (tmp_path / "bench_gdm.txt").read_text()
 
 
 def test_core_stage_goes_on_after_a_failed_part_and_exits_1(tmp_path):
@@ -94,16 +98,6 @@ def test_core_stage_times_out_a_part_and_names_its_limit(tmp_path):
     res = _run("core", script=patched, PYTHON=str(slow), OUT=str(out), GPU_CHECK_DEVICE="cpu")
     assert res.returncode == 1
     assert "exit status 124 (124: over its 1 s)" in (out / "bench_gdm.txt").read_text()
-
-
-@pytest.mark.slow
-def test_quick_core_stage_runs_on_the_cpu(tmp_path):
-    res = _run("core", OUT=str(tmp_path), GPU_CHECK_DEVICE="cpu", GPU_CHECK_QUICK="1")
-    assert res.returncode == 0, res.stderr[-2000:]
-    text = (tmp_path / "bench_ensemble.txt").read_text()
-    assert "one model on K x B = 24 windows" in text and "vmap K= 3" in text
-    assert "aten ops (x" in text  # --count-ops
-    assert "ms/step" in (tmp_path / "bench_gdm.txt").read_text()
 
 
 def test_core_stage_fits_in_nine_minutes():
