@@ -104,7 +104,8 @@ def _tensor_scaler(model: WorldModel) -> WorldModel:
         setattr(sc, name, torch.from_numpy(getattr(sc, name)).to(model.device))
     for module in view.modules():
         if getattr(module, "scaler", None) is old:
-            module.scaler = sc
+            # a plain attribute (mypy types module attributes as Tensor | Module)
+            module.scaler = sc  # type: ignore[assignment]
     return view
 
 
