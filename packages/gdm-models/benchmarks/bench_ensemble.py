@@ -276,14 +276,13 @@ def bench(
                 warnings.simplefilter("always", CompileFallbackWarning)
                 ref, ms = _time([single, ens], dev, steps)
             fallback = [w for w in caught if issubclass(w.category, CompileFallbackWarning)]
-            for w in caught:
+            for w in caught:  # the other warnings (e.g. functorch's "performance drop") go on
                 if w not in fallback:
                     warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-            label = f"{kind} (FELL BACK TO EAGER: {fallback[0].message})" if fallback else kind
+            note = f"; FELL BACK TO EAGER: {fallback[0].message}" if fallback else ""
             print(
                 f"[{name}] {kind:>12} K={k:2d}: {ms:8.1f} ms/step = x{ms / ref:5.2f} the single "
-                f"step ({ref:.1f} ms, timed alternately), {ms / k:7.1f} ms per member-step"
-                + (f"; {label}" if fallback else ""),
+                f"step ({ref:.1f} ms, timed alternately), {ms / k:7.1f} ms per member-step{note}",
                 flush=True,
             )
             if count_ops:

@@ -445,10 +445,16 @@ def test_grssm_batched_model_is_an_unfused_copy(scaler):
 def test_tensor_scaler_reaches_every_module_holding_the_scaler(scaler):
     """The compiled vmap path's model copy: every reference to the scaler (the GDM's encoder
     keeps its own) holds tensors, and the member model keeps its numpy scaler."""
-    from gdm_models.ensemble_engines import _tensor_scaler
+    from gdm_models.ensemble_engines import VmapEngine
+    from gdm_models.ensemble_loss import member_loss_for
 
     model = make_model("gdm", SYNTHETIC_SCHEMA, scaler, **TINY)
-    view = _tensor_scaler(model)
+    ac = torch.autocast("cpu", enabled=False)
+    engine = VmapEngine(
+        [model], member_loss_for(model), lr=1e-3, clip=1.0, autocast=ac, compile=True
+    )
+    engine.build([0], None)
+    view = engine._bound.model
     holders = [m for m in view.modules() if hasattr(m, "scaler")]
     assert len(holders) >= 2  # the model and its encoder
     for m in holders:

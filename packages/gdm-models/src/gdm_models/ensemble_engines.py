@@ -89,24 +89,20 @@ def stack_opt_states(states: Sequence[Mapping[str, Any]]) -> OptState:
     return {"state": out, "param_groups": copy.deepcopy(states[0]["param_groups"])}
 
 
-def _tensor_scaler(model: WorldModel) -> WorldModel:
-    """A copy of ``model`` whose scaler holds its statistics as float64 tensors instead of
-    numpy arrays: the same numbers, and torch.compile of vmap(grad) does not trip over guards
-    on numpy constants (a dynamo bug). Every module that holds the model's scaler gets the
-    tensor one (the GDM's feature encoder keeps its own reference); the copy is deep, so the
-    member models keep theirs. Its parameter values do not matter: ``functional_call``
-    replaces them by the members'."""
-    view = copy.deepcopy(model)
-    old = view.scaler
+def _use_tensor_scaler(model: WorldModel) -> None:
+    """Give ``model`` (the engine's own copy, never a member's model) a scaler that holds its
+    statistics as float64 tensors instead of numpy arrays: the same numbers, and torch.compile
+    of vmap(grad) does not trip over guards on numpy constants (a dynamo bug). Every module
+    that holds the model's scaler gets it (the GDM's feature encoder keeps its own reference)."""
+    old = model.scaler
     sc = copy.copy(old)
     for name in ("node_mean", "node_std", "graph_mean", "graph_std"):
         # on the model's device: no host tensor inside a CUDA graph
         setattr(sc, name, torch.from_numpy(getattr(sc, name)).to(model.device))
-    for module in view.modules():
+    for module in model.modules():
         if getattr(module, "scaler", None) is old:
             # a plain attribute (mypy types module attributes as Tensor | Module)
             module.scaler = sc  # type: ignore[assignment]
-    return view
 
 
 class _Bound(nn.Module):
@@ -166,7 +162,12 @@ class VmapEngine:
         if opt_states is not None:
             self.opt.load_state_dict(stack_opt_states([opt_states[k] for k in self.members]))
         bound = self.loss.batched_model(shells[0])
-        self._bound = _Bound(_tensor_scaler(bound) if self.compile else bound, self.loss)
+        if self.compile:
+            # a copy of its own (the members' models keep their numpy scaler); its parameter
+            # values do not matter: functional_call replaces them by the members'
+            bound = copy.deepcopy(bound) if bound is shells[0] else bound
+            _use_tensor_scaler(bound)
+        self._bound = _Bound(bound, self.loss)
 
     def export(self, k: int) -> tuple[WorldModel, OptState]:
         """Member ``k``'s model (its weights written back) and its single-Adam state dict."""
