@@ -189,8 +189,8 @@ def test_sigint_stops_the_workers_and_a_rerun_resumes(tmp_path):
     _interrupt_and_resume(tmp_path, signal.SIGINT, "train")
 
 
-SLEEPING_POOL = """
-import sys, time
+_SLEEPING_RUN = """
+import os, sys, time
 from pathlib import Path
 from graphwm import cli
 from graphwm.store.executors import run_jobs
@@ -201,21 +201,22 @@ class Job:
     kind, env, model = "train", "SAR", "gdm"
 
     def __init__(self, seed):
-        self.key = f"train-sleep{seed}"
+        self.key = f"train-sleep{{seed}}"
+        self.seed = seed
 
     def describe(self):
-        return {"kind": self.kind}
+        return {{"kind": self.kind}}
 
 
 def sleep_job(job, run_dir):
-    print("started", flush=True)
+    {started}
     time.sleep(300)
 
 
 def run(args):
     root = Path(sys.argv[1])
     run_jobs(sleep_job, [Job(0), Job(1), Job(2)], ResultStore(root / "store"), root,
-             max_workers=2, progress=False)
+             progress=False, {executor})
     return 0
 
 
@@ -223,6 +224,11 @@ if __name__ == "__main__":
     cli._run = run
     sys.exit(cli.main(["train", "--preset", "tiny", "--out", "runs/x"]))
 """
+
+# a graphwm.cli.main process running three jobs that sleep once started: two pool workers
+SLEEPING_POOL = _SLEEPING_RUN.format(
+    started='print("started", flush=True)', executor="max_workers=2"
+)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
@@ -253,42 +259,12 @@ def test_a_signal_stops_the_pool_workers_at_once(tmp_path, sig):
     assert "Traceback" not in stderr
 
 
-SLEEPING_RAY = """
-import sys, time
-from pathlib import Path
-from graphwm import cli
-from graphwm.store.executors import run_jobs
-from graphwm.store.results import ResultStore
-
-
-class Job:
-    kind, env, model = "train", "SAR", "gdm"
-
-    def __init__(self, seed):
-        self.key = f"train-sleep{seed}"
-        self.seed = seed
-
-    def describe(self):
-        return {"kind": self.kind}
-
-
-def sleep_job(job, run_dir):
-    # Ray's workers do not print to the driver: a file says the job started
-    (Path(run_dir) / f"started-{job.seed}").write_text(str(__import__("os").getpid()))
-    time.sleep(300)
-
-
-def run(args):
-    root = Path(sys.argv[1])
-    run_jobs(sleep_job, [Job(0), Job(1), Job(2)], ResultStore(root / "store"), root,
-             executor="ray", progress=False)
-    return 0
-
-
-if __name__ == "__main__":
-    cli._run = run
-    sys.exit(cli.main(["train", "--preset", "tiny", "--out", "runs/x"]))
-"""
+# ... and the same on a local Ray, whose workers do not print to the driver: a file says the
+# job started (and holds the worker's pid)
+SLEEPING_RAY = _SLEEPING_RUN.format(
+    started='(Path(run_dir) / f"started-{job.seed}").write_text(str(os.getpid()))',
+    executor='executor="ray"',
+)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
