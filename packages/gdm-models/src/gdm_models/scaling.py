@@ -11,7 +11,7 @@ and predictions are mapped back with x = sigma * z + mu.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -57,6 +57,11 @@ class FeatureScaler:
     graph_std: np.ndarray
     reward_mean: float = 0.0
     reward_std: float = 1.0
+    #: device copies of the statistics, made once per (statistic, device, dtype) so a
+    #: training step copies nothing from the host (a host copy blocks CUDA-graph capture)
+    _device_cache: dict[tuple[int, str, torch.dtype], tuple[Any, torch.Tensor]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         for name in ("node_mean", "node_std", "graph_mean", "graph_std"):
@@ -150,7 +155,18 @@ class FeatureScaler:
 
     # ------------------------------------------------------------------ transforms (torch)
     def _t(self, a: np.ndarray | float, like: torch.Tensor) -> torch.Tensor:
-        return torch.as_tensor(a, dtype=like.dtype, device=like.device)
+        """``a`` as a tensor of ``like``'s dtype on its device, copied from the host only the
+        first time (the cache entry is keyed by the statistic's identity, so replacing an
+        attribute with new statistics makes a new copy)."""
+        if isinstance(a, torch.Tensor) and a.device == like.device and a.dtype == like.dtype:
+            return a
+        key = (id(a), str(like.device), like.dtype)
+        hit = self._device_cache.get(key)
+        if hit is not None and hit[0] is a:
+            return hit[1]
+        t = torch.as_tensor(a, dtype=like.dtype, device=like.device)
+        self._device_cache[key] = (a, t)
+        return t
 
     def scale_node(self, x: torch.Tensor) -> torch.Tensor:
         """Environment units -> standardised units for node continuous features (last axis)."""

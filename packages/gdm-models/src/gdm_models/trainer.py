@@ -38,6 +38,7 @@ import torch
 from safetensors.torch import load_file
 from tqdm.auto import tqdm
 
+from .capture import StaticShape, StaticTrainStep, configure_adam, make_adam
 from .checkpoint import (
     WEIGHTS_FILE,
     CheckpointError,
@@ -379,6 +380,7 @@ def train(
     precision: str = "fp32",
     compile: bool = False,
     log_every: int = 1,
+    capture: bool | None = None,
 ) -> TrainResult:
     """Train ``model`` on ``dataset`` with Adam.
 
@@ -406,6 +408,11 @@ def train(
             ``log_every`` steps and at the last step; in between the step never waits for the
             device. A non-finite loss is detected on the device and raised at the next logged
             (or checkpoint) step.
+        capture: the static-shape step of :mod:`gdm_models.capture` (batches padded to one
+            shape, fused Adam, no host synchronisation), captured as one CUDA graph on CUDA.
+            ``None`` (default): on CUDA unless ``compile``; ``True`` on a CPU runs the same
+            static-shape step eagerly. Its numbers equal the eager step's up to float rounding
+            (fused Adam) and the noise of padded shapes.
     """
     _check_train_args(dataset, steps, epochs, precision, log_every, checkpoint_every)
     if not dataset.schema.same_features(model.schema):
@@ -423,7 +430,11 @@ def train(
         raise ValueError("steps/epochs must be non-negative")
     gen = torch.Generator(device=device)
     gen.manual_seed(noise_seed)
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    static = (device.type == "cuda" and not compile) if capture is None else bool(capture)
+    if static and compile:
+        raise ValueError("capture and compile are alternatives: ask for one of them")
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = make_adam(params, lr, device) if static else torch.optim.Adam(params, lr=lr)
     args = {"batch_size": batch_size, "seq_len": seq_len, "seed": seed, "lr": lr}
 
     start = 0
@@ -432,13 +443,23 @@ def train(
         ckdir.mkdir(parents=True, exist_ok=True)
         if resume and (ckdir / "latest" / "trainer_state.json").is_file():
             start = _load_trainer_state(ckdir / "latest", model, opt, sampler, gen, args)
+            # the saved state may come from the other step implementation
+            configure_adam(opt, fused=static, capturable=static and device.type == "cuda")
 
     log = CsvLog(log_csv, start, log_every) if log_csv is not None else None
     if compile:
         _enable_compile(model)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
-    params = [p for p in model.parameters() if p.requires_grad]
     clip = math.inf if grad_clip is None else grad_clip
+    static_step = (
+        StaticTrainStep(
+            model, opt, params, gen, clip,
+            StaticShape.for_dataset(dataset, batch_size, seq_len),
+            autocast_dtype=torch.bfloat16 if precision == "bf16" else None,
+        )
+        if static
+        else None
+    )  # fmt: skip
 
     result = TrainResult(steps=start, resumed_from=start)
     model.train()
@@ -447,9 +468,13 @@ def train(
     first_unchecked = start + 1
     try:
         for step in range(start + 1, total + 1):
-            batch = _to_device(sampler.next_batch(), device)
-            loss, gn, terms = _train_step(model, opt, params, batch, gen, clip, autocast)
-            nonfinite |= ~torch.isfinite(loss.detach())
+            if static_step is not None:
+                loss, gn, terms = static_step(sampler.next_batch())
+                nonfinite = static_step.nonfinite
+            else:
+                batch = _to_device(sampler.next_batch(), device)
+                loss, gn, terms = _train_step(model, opt, params, batch, gen, clip, autocast)
+                nonfinite |= ~torch.isfinite(loss.detach())
             result.steps = step
             do_log = step % log_every == 0 or step == total
             ck_here = ckdir if step % checkpoint_every == 0 or step == total else None

@@ -98,7 +98,9 @@ def window_targets(
     Step t's target is observation t; the reward and continuation of the transition t-1 -> t
     sit at the observation they lead to (t >= 1). Returns ``(target, obs_valid,
     trans_valid)``: observation terms count at t = 0 and at real steps, transition terms at
-    real steps t >= 1 only.
+    real steps t >= 1 only. A window's first transition is always real, so observation 0
+    counts exactly in the real windows: a padding row (every ``step_mask`` False, see
+    :func:`gdm_models.capture.pad_batch`) counts nowhere.
     """
     B = batch.batch_size
     target = {k: v.reshape(v.shape[0] * v.shape[1], *v.shape[2:]) for k, v in obs.items()}
@@ -106,9 +108,9 @@ def window_targets(
     target["continuation"] = torch.cat(
         [batch.continuation.new_ones(B, 1), batch.continuation], 1
     ).reshape(-1)
-    true_col = torch.ones(B, 1, dtype=torch.bool, device=batch.step_mask.device)
-    obs_valid = torch.cat([true_col, batch.step_mask], 1).reshape(-1)
-    trans_valid = torch.cat([~true_col, batch.step_mask], 1).reshape(-1)
+    real_window = batch.step_mask[:, :1]
+    obs_valid = torch.cat([real_window, batch.step_mask], 1).reshape(-1)
+    trans_valid = torch.cat([torch.zeros_like(real_window), batch.step_mask], 1).reshape(-1)
     return target, obs_valid, trans_valid
 
 

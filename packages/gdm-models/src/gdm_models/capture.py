@@ -1,0 +1,258 @@
+"""A training step with static shapes, captured as one CUDA graph.
+
+On a GPU the eager training step is dispatch-bound: tens of thousands of small kernels, each
+launched from Python, while the device mostly idles. :class:`StaticTrainStep` removes the
+launch cost without changing the math or needing a compiler (no inductor):
+
+* **static shapes**: every batch is padded to one shape (:class:`StaticShape`: B windows, L
+  transitions, N nodes, N the dataset's largest graph). Padded nodes are masked out (as in
+  every batch already); a smaller last batch of an epoch gets padding rows that repeat row 0
+  with ``step_mask`` False, so every loss term, a masked mean over real transitions, is
+  unchanged (:func:`pad_batch`);
+* **no host synchronisation**: the model's loss reads its scaler's statistics from device
+  copies; gradient clipping, the non-finite check and Adam (``fused``, ``capturable`` on CUDA)
+  stay on the device; logged values are read by the trainer every ``log_every`` steps only.
+  :func:`~gdm_models.host_sync.forbid_host_sync` checks this on any device;
+* **one CUDA graph**: after ``warmup`` eager steps on a side stream (real training steps on
+  real batches; they also create Adam's state), forward, backward, clipping, Adam and the
+  non-finite check are captured once into a ``torch.cuda.CUDAGraph``, with the model's noise
+  generator registered with the graph so every replay draws fresh noise; each later step copies
+  its batch into the static input buffers and replays the graph.
+
+On a CPU the same object runs the same static-shape step eagerly (no CUDA calls), so the path
+is exercised by every test run. When capture fails the step falls back to eager and says why
+with one :class:`CaptureFallbackWarning`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+import torch
+
+from .data import Batch, EpisodeDataset
+
+__all__ = [
+    "CaptureFallbackWarning",
+    "StaticShape",
+    "StaticTrainStep",
+    "pad_batch",
+    "make_adam",
+    "configure_adam",
+]
+
+StepOutput = tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]
+
+
+class CaptureFallbackWarning(RuntimeWarning):
+    """The training step could not be captured as a CUDA graph and runs eagerly."""
+
+
+@dataclass(frozen=True)
+class StaticShape:
+    """The one shape every batch of a captured run is padded to."""
+
+    batch_size: int
+    seq_len: int
+    num_nodes: int
+
+    @classmethod
+    def for_dataset(cls, dataset: EpisodeDataset, batch_size: int, seq_len: int) -> StaticShape:
+        """B and L as trained, N the largest node count of ``dataset``."""
+        return cls(int(batch_size), int(seq_len), int(max(dataset.node_counts)))
+
+
+def pad_batch(batch: Batch, shape: StaticShape) -> Batch:
+    """``batch`` padded to ``shape``: node axes zero-padded (padded nodes masked out), missing
+    rows filled with copies of row 0 whose ``step_mask`` is False. Every loss term is a mean
+    over the real nodes of the real transitions, so it is unchanged.
+
+    Raises:
+        ValueError: when the batch is larger than ``shape`` or its window length differs.
+    """
+    b, n = batch.batch_size, batch.num_nodes
+    if batch.seq_len != shape.seq_len:
+        raise ValueError(
+            f"batch has L = {batch.seq_len} transitions, static shape L = {shape.seq_len}"
+        )
+    if b > shape.batch_size or n > shape.num_nodes:
+        raise ValueError(
+            f"batch of {b} windows x {n} nodes exceeds the static shape "
+            f"{shape.batch_size} x {shape.num_nodes}"
+        )
+    out = batch.pad_nodes(shape.num_nodes)
+    extra = shape.batch_size - b
+    if extra == 0:
+        return out
+    rows = {}
+    for f in fields(out):
+        v = getattr(out, f.name)
+        filler = v[:1].expand(extra, *v.shape[1:])
+        if f.name == "step_mask":
+            filler = torch.zeros_like(filler)
+        rows[f.name] = torch.cat([v, filler])
+    return Batch(**rows)
+
+
+def make_adam(
+    params: Sequence[torch.nn.Parameter], lr: float, device: torch.device
+) -> torch.optim.Adam:
+    """Adam for the static step: the fused kernel, capturable on CUDA (step counters on the
+    device: no ``item()`` per parameter)."""
+    return torch.optim.Adam(params, lr=lr, fused=True, capturable=device.type == "cuda")
+
+
+def configure_adam(opt: torch.optim.Optimizer, *, fused: bool, capturable: bool) -> None:
+    """Set ``opt``'s implementation flags after ``load_state_dict`` (which restores the flags
+    saved with the state: a checkpoint written by an eager run would otherwise turn a captured
+    run's Adam back into the host-synchronising one) and put the step counters where that
+    implementation keeps them (on the parameter's device for fused or capturable Adam, on the
+    host otherwise). The numbers are unchanged."""
+    for group in opt.param_groups:
+        group["fused"] = fused or None
+        group["capturable"] = capturable
+        if fused:
+            group["foreach"] = None
+        for p in group["params"]:
+            st = opt.state.get(p)
+            if not st or "step" not in st:
+                continue
+            step = st["step"]
+            dtype = step.dtype if isinstance(step, torch.Tensor) else torch.float32
+            dev = p.device if (fused or capturable) else torch.device("cpu")
+            st["step"] = torch.as_tensor(step, dtype=dtype).to(dev)
+
+
+class StaticTrainStep:
+    """One training step (loss, backward, clip, Adam) on batches padded to one static shape,
+    replayed as a CUDA graph on CUDA (see the module docstring).
+
+    Args:
+        model: the world model (its ``training_loss(batch, generator)`` must not synchronise).
+        opt: its optimizer (:func:`make_adam`).
+        params: the parameters to clip and update.
+        generator: the model's noise generator (registered with the graph on CUDA).
+        grad_clip: max global gradient norm (``math.inf``: none).
+        shape: the static shape.
+        autocast_dtype: ``torch.bfloat16`` for bf16 autocast, ``None`` for fp32.
+        capture: capture a CUDA graph (only on CUDA; ``None``: when the model is on CUDA).
+        warmup: eager steps before the capture (on a side stream).
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        opt: torch.optim.Optimizer,
+        params: Sequence[torch.nn.Parameter],
+        generator: torch.Generator,
+        grad_clip: float,
+        shape: StaticShape,
+        *,
+        autocast_dtype: torch.dtype | None = None,
+        capture: bool | None = None,
+        warmup: int = 3,
+    ) -> None:
+        self.model, self.opt, self.params = model, opt, list(params)
+        self.generator, self.clip, self.shape = generator, float(grad_clip), shape
+        self.device = self.params[0].device if self.params else torch.device("cpu")
+        self.cuda = self.device.type == "cuda"
+        self.capture = self.cuda if capture is None else bool(capture) and self.cuda
+        self.warmup = max(1, int(warmup))
+        self.autocast_dtype = autocast_dtype
+        #: True on the device once any step's loss was not finite (read by the trainer)
+        self.nonfinite = torch.zeros((), dtype=torch.bool, device=self.device)
+        self.static_batch: Batch | None = None
+        self.graph: Any = None
+        self.outputs: StepOutput | None = None
+        self.fallback_reason: str | None = None
+        self.calls = 0
+
+    # ------------------------------------------------------------------ the step itself
+    def _autocast(self) -> Any:
+        # no weight-cast cache: cached casts would be freed after the capture (torch's advice)
+        return torch.autocast(
+            self.device.type,
+            dtype=self.autocast_dtype or torch.bfloat16,
+            enabled=self.autocast_dtype is not None,
+            cache_enabled=False,
+        )
+
+    def _step(self, batch: Batch) -> StepOutput:
+        """Forward, backward, clipping, Adam and the non-finite flag; nothing leaves the device."""
+        with self._autocast():
+            loss, terms = self.model.training_loss(batch, self.generator)
+        loss.backward()
+        gn = torch.nn.utils.clip_grad_norm_(self.params, self.clip, foreach=True)
+        self.opt.step()
+        self.nonfinite.logical_or_(~torch.isfinite(loss.detach()))
+        return loss.detach(), gn, terms
+
+    # ------------------------------------------------------------------ driving it
+    def _load(self, batch: Batch) -> Batch:
+        """Copy the padded batch into the static device buffers (allocated on first use)."""
+        padded = pad_batch(batch, self.shape)
+        if self.static_batch is None:
+            self.static_batch = Batch(
+                **{f.name: torch.empty_like(getattr(padded, f.name), device=self.device)
+                   for f in fields(padded)}
+            )  # fmt: skip
+        for f in fields(padded):
+            src = getattr(padded, f.name)
+            if self.cuda:
+                src = src.pin_memory()
+            getattr(self.static_batch, f.name).copy_(src, non_blocking=self.cuda)
+        return self.static_batch
+
+    def __call__(self, batch: Batch) -> StepOutput:
+        """Run one training step on ``batch`` (a host batch, padded here); returns the loss, the
+        gradient norm before clipping and the loss terms, as device tensors (on CUDA with a
+        graph: the graph's output buffers, overwritten by the next step)."""
+        static = self._load(batch)
+        self.calls += 1
+        if self.graph is not None:
+            self.graph.replay()
+            assert self.outputs is not None
+            return self.outputs
+        if not self.capture or self.calls <= self.warmup:
+            return self._eager(static)
+        return self._capture(static)
+
+    def _eager(self, static: Batch) -> StepOutput:
+        self.opt.zero_grad(set_to_none=True)
+        if not (self.capture and self.cuda):
+            return self._step(static)
+        side = torch.cuda.Stream(device=self.device)  # warm-up off the capture stream
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            out = self._step(static)
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        return out
+
+    def _capture(self, static: Batch) -> StepOutput:
+        """Capture the step as one graph and replay it for this batch; eager on failure."""
+        gen_state = self.generator.get_state()
+        try:
+            graph = torch.cuda.CUDAGraph()
+            graph.register_generator_state(self.generator)
+            self.opt.zero_grad(set_to_none=True)  # grads are allocated in the graph's pool
+            with torch.cuda.graph(graph):
+                outputs = self._step(static)
+        except Exception as err:  # noqa: BLE001 - any failure means: run eagerly, say why
+            if self.cuda:
+                torch.cuda.synchronize(self.device)
+            self.generator.set_state(gen_state)  # the noise the failed capture drew is unused
+            self.capture = False
+            self.fallback_reason = f"{type(err).__name__}: {err}".splitlines()[0]
+            warnings.warn(
+                f"CUDA-graph capture of the training step failed; running eagerly "
+                f"({self.fallback_reason})",
+                CaptureFallbackWarning,
+                stacklevel=3,
+            )
+            return self._eager(static)
+        self.graph, self.outputs = graph, outputs
+        graph.replay()  # capturing records the work without running it
+        return outputs

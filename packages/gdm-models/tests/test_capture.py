@@ -1,0 +1,194 @@
+"""The static-shape training step (gdm_models.capture) and the host-sync detector.
+
+On this CPU the step runs eagerly up to the CUDA-only calls; the CUDA graph itself is checked
+by benchmarks/gpu_check.sh on a GPU.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from gdm_models import make_model, train
+from gdm_models.capture import (
+    CaptureFallbackWarning,
+    StaticShape,
+    StaticTrainStep,
+    make_adam,
+    pad_batch,
+)
+from gdm_models.data import EpochSampler
+from gdm_models.host_sync import HostSyncError, forbid_host_sync
+from gdm_models.synthetic import SYNTHETIC_SCHEMA
+
+from .conftest import TINY
+
+CONFIGS = {
+    "gdm": TINY,
+    "vanilla-gwm": {"hidden_dim": 16},
+    "ea-gwm": {"hidden_dim": 16},
+    "g-rssm": {"hidden_dim": 16, "embed_dim": 8},
+}
+
+
+def _model(name, scaler, seed=0):
+    torch.manual_seed(seed)
+    return make_model(name, SYNTHETIC_SCHEMA, scaler, **CONFIGS[name])
+
+
+def _loss_and_grads(model, batch):
+    """Loss and gradients, leaving the model's buffers as they were (EA-GWM's power-iteration
+    vectors advance at every call)."""
+    buffers = {k: v.clone() for k, v in model.named_buffers()}
+    model.zero_grad(set_to_none=True)
+    loss, _ = model.training_loss(batch, torch.Generator().manual_seed(0))
+    loss.backward()
+    model.load_state_dict(buffers, strict=False)
+    return loss.detach(), {
+        n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None
+    }
+
+
+@pytest.fixture
+def constant_noise(monkeypatch):
+    """Every uniform is 0.37: the noise of a padded batch then equals that of the unpadded
+    one on the real entries, so the two losses must agree exactly up to rounding."""
+    real_rand = torch.rand
+
+    def rand(*size, generator=None, device=None, dtype=None, **kw):
+        shape = size[0] if len(size) == 1 and not isinstance(size[0], int) else size
+        return torch.full(tuple(shape), 0.37, device=device, dtype=dtype or torch.float32)
+
+    monkeypatch.setattr(torch, "rand", rand)
+    yield
+    monkeypatch.setattr(torch, "rand", real_rand)
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_padded_static_step_equals_unpadded(name, scaler, dataset, constant_noise):
+    """Padding nodes and rows (a smaller last batch) changes neither loss nor gradients."""
+    model = _model(name, scaler)
+    batch = EpochSampler(dataset, 2, 3, seed=4).next_batch()
+    shape = StaticShape(batch_size=5, seq_len=3, num_nodes=batch.num_nodes + 3)
+    padded = pad_batch(batch, shape)
+    assert padded.adjacency.shape == (5, 4, shape.num_nodes, shape.num_nodes)
+    assert not padded.step_mask[2:].any() and not padded.node_mask[:, batch.num_nodes :].any()
+    loss, grads = _loss_and_grads(model, batch)
+    loss_p, grads_p = _loss_and_grads(model, padded)
+    torch.testing.assert_close(loss_p, loss, rtol=1e-5, atol=1e-6)
+    for k in grads:
+        torch.testing.assert_close(grads_p[k], grads[k], rtol=1e-4, atol=1e-6, msg=k)
+
+
+def test_pad_batch_refuses_a_larger_batch(dataset):
+    batch = EpochSampler(dataset, 3, 3, seed=0).next_batch()
+    with pytest.raises(ValueError, match="exceeds the static shape"):
+        pad_batch(batch, StaticShape(2, 3, batch.num_nodes))
+    with pytest.raises(ValueError, match="L = 3"):
+        pad_batch(batch, StaticShape(3, 4, batch.num_nodes))
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_static_step_has_no_host_sync(name, scaler, dataset):
+    """Forward, backward, clipping, Adam and the non-finite flag stay on the device."""
+    model = _model(name, scaler)
+    params = [p for p in model.parameters() if p.requires_grad]
+    shape = StaticShape.for_dataset(dataset, 2, 3)
+    step = StaticTrainStep(
+        model, make_adam(params, 1e-3, torch.device("cpu")), params,
+        torch.Generator().manual_seed(0), 1.0, shape,
+    )  # fmt: skip
+    sampler = EpochSampler(dataset, 2, 3, seed=0)
+    step(sampler.next_batch())  # first call: allocates the static buffers and Adam's state
+    static = step._load(sampler.next_batch())
+    with forbid_host_sync():
+        step.opt.zero_grad(set_to_none=True)
+        loss, gn, terms = step._step(static)
+    assert torch.isfinite(loss) and gn > 0 and terms
+
+
+def test_old_eager_step_is_caught(scaler, dataset):
+    """The detector sees the eager trainer's syncs: Adam's per-parameter ``item()`` on its
+    host step counters (the reason the static step uses fused Adam)."""
+    model = _model("gdm", scaler)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=True)
+    batch = EpochSampler(dataset, 2, 3, seed=0).next_batch()
+    for _ in range(2):
+        opt.zero_grad()
+        loss, _ = model.training_loss(batch, torch.Generator().manual_seed(0))
+        loss.backward()
+        if _ == 1:
+            with pytest.raises(HostSyncError, match="_local_scalar_dense"), forbid_host_sync():
+                opt.step()
+        else:
+            opt.step()
+
+
+def test_detector_refuses_host_data_and_reads():
+    x = torch.ones(3)
+    with pytest.raises(HostSyncError, match="as_tensor of host data"), forbid_host_sync():
+        torch.as_tensor([1.0, 2.0])
+    with pytest.raises(HostSyncError, match="local_scalar_dense"), forbid_host_sync():
+        x.sum().item()
+    with pytest.raises(HostSyncError, match="nonzero"), forbid_host_sync():
+        torch.nonzero(x)
+    with pytest.raises(HostSyncError, match="numpy"), forbid_host_sync():
+        x.numpy()
+    with forbid_host_sync():  # device-side work passes, and torch is restored afterwards
+        torch.as_tensor(x * 2)
+    assert torch.as_tensor([1.0]).item() == 1.0
+
+
+def test_static_training_is_deterministic_and_learns(scaler, dataset):
+    kw = dict(steps=6, batch_size=3, seq_len=3, lr=3e-3, seed=2, device="cpu", progress=False,
+              keep_history=True, capture=True)  # fmt: skip
+    runs = []
+    for _ in range(2):
+        m = _model("gdm", scaler, seed=1)
+        res = train(m, dataset, **kw)
+        runs.append((res, {k: v.clone() for k, v in m.state_dict().items()}))
+    (r1, w1), (r2, w2) = runs
+    assert all(torch.equal(w1[k], w2[k]) for k in w1)
+    assert [h["loss"] for h in r1.history] == [h["loss"] for h in r2.history]
+    eager = _model("gdm", scaler, seed=1)
+    train(eager, dataset, **{**kw, "capture": False})
+    assert any(not torch.equal(w1[k], v) for k, v in eager.state_dict().items())
+
+
+def test_static_run_resumes_an_eager_checkpoint(scaler, dataset, tmp_path):
+    """A run resumed with the other step implementation continues (Adam's flags and step
+    counters are converted), and its Adam is the fused one afterwards."""
+    kw = dict(batch_size=2, seq_len=3, lr=1e-3, seed=3, device="cpu", progress=False,
+              checkpoint_dir=tmp_path / "ck", checkpoint_every=2)  # fmt: skip
+    m = _model("vanilla-gwm", scaler)
+    train(m, dataset, steps=2, capture=False, **kw)
+    m2 = _model("vanilla-gwm", scaler, seed=9)
+    res = train(m2, dataset, steps=4, capture=True, **kw)
+    assert res.resumed_from == 2 and res.steps == 4
+    state = torch.load(tmp_path / "ck/latest/trainer_state.pt", weights_only=True)
+    assert state["optimizer"]["param_groups"][0]["fused"] is True
+    assert float(next(iter(state["optimizer"]["state"].values()))["step"]) == 4
+
+
+def test_failed_capture_falls_back_with_a_warning(scaler, dataset):
+    """Capture forced on a CPU fails at the first CUDA-only call: one warning naming why,
+    then the step runs eagerly and still trains."""
+    model = _model("vanilla-gwm", scaler)
+    params = list(model.parameters())
+    step = StaticTrainStep(
+        model, make_adam(params, 1e-3, torch.device("cpu")), params,
+        torch.Generator().manual_seed(0), 1.0, StaticShape.for_dataset(dataset, 2, 3), warmup=1,
+    )  # fmt: skip
+    step.capture = True  # as on CUDA
+    sampler = EpochSampler(dataset, 2, 3, seed=0)
+    step(sampler.next_batch())  # warm-up
+    before = [p.detach().clone() for p in params]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loss, _, _ = step(sampler.next_batch())
+    msgs = [w for w in caught if issubclass(w.category, CaptureFallbackWarning)]
+    assert len(msgs) == 1 and "capture of the training step failed" in str(msgs[0].message)
+    assert step.fallback_reason and step.graph is None and torch.isfinite(loss)
+    assert any(not torch.equal(a, b) for a, b in zip(before, params, strict=True))
+    step(sampler.next_batch())  # later steps: eager, no new warning
