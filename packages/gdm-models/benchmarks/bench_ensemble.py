@@ -61,6 +61,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 from gdm_models import EpisodeDataset, EpochSampler, FeatureScaler, get_preset, make_model
+from gdm_models.capture import CaptureFallbackWarning, StaticShape, StaticTrainStep, make_adam
 from gdm_models.compiling import CompileFallbackWarning
 from gdm_models.ensemble_engines import LoopEngine, VmapEngine
 from gdm_models.ensemble_loss import member_loss_for
@@ -212,6 +213,49 @@ def batch_scaling(
     return ratios
 
 
+def captured_single(
+    name: str, dev: torch.device, steps: int, single: Callable[[], object], count_ops: bool
+) -> Callable[[], object]:
+    """Time the static-shape step (:mod:`gdm_models.capture`; one CUDA graph on CUDA) of a
+    second copy of the model against the eager single step, alternately; print both, their
+    ratio, the time the capture took (warm-up steps included) and, with ``count_ops``, the
+    aten ops and kernels of one eager static step against one replay."""
+    ds, scaler = _data()
+    lr = get_preset(name, "OD")["train"]["lr"]
+    [model] = _models(name, 1, scaler, dev)
+    params = [p for p in model.parameters() if p.requires_grad]
+    gen = torch.Generator(device=dev).manual_seed(0)
+    step = StaticTrainStep(
+        model, make_adam(params, lr, dev), params, gen, 100.0, StaticShape.for_dataset(ds, B, L)
+    )
+    sampler = EpochSampler(ds, B, L, seed=0)
+    t0 = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        while step.calls <= step.warmup:  # warm-up, then capture and the first replay
+            step(sampler.next_batch())
+        _sync(dev)
+    setup = time.perf_counter() - t0
+    for w in caught:
+        print(f"[{name}] warning: {w.category.__name__}: {w.message}", flush=True)
+    how = "captured" if step.graph is not None else "static eager"
+    if step.fallback_reason:
+        how += f" (FELL BACK: {step.fallback_reason})"
+
+    def captured() -> None:
+        step(sampler.next_batch())
+
+    ref, ms = _time([single, captured], dev, steps)
+    print(
+        f"[{name}] {how} single step: {ms:.1f} ms = x{ms / ref:.2f} the eager step "
+        f"({ref:.1f} ms, timed alternately); warm-up + capture {setup:.1f} s",
+        flush=True,
+    )
+    if count_ops:
+        print(f"[{name}] {how} step: {op_counts(captured, dev)} per step", flush=True)
+    return captured
+
+
 def bench(
     name: str,
     dev: torch.device,
@@ -222,6 +266,7 @@ def bench(
     batching: bool = False,
     ensembles: bool = True,
     count_ops: bool = False,
+    capture: bool = False,
 ) -> None:
     ds, scaler = _data()
     lr = get_preset(name, "OD")["train"]["lr"]
@@ -243,6 +288,7 @@ def bench(
         return single
 
     single = make_single(B)
+    captured = captured_single(name, dev, steps, single, count_ops) if capture else None
     if scaling:
         thread_scaling(name, single, dev, steps, ks)
     if batching:
@@ -252,6 +298,8 @@ def bench(
     kinds = ["vmap", "loop"] if dev.type == "cpu" else ["vmap"]
     if compile_:
         kinds.append("vmap+compile")
+    if capture:
+        kinds.insert(0, "vmap+capture")
     if member_loss_for(model) is None:
         kinds = ["loop"]
     single_counts: dict[str, int] = {}
@@ -259,9 +307,10 @@ def bench(
         for k in ks:
             members = _models(name, k, scaler, dev)
             if kind.startswith("vmap"):
+                static = StaticShape.for_dataset(ds, B, L) if kind.endswith("capture") else None
                 engine: VmapEngine | LoopEngine = VmapEngine(
                     members, member_loss_for(members[0]), lr=lr, clip=100.0,  # type: ignore[arg-type]
-                    autocast=autocast, compile=kind.endswith("compile"),
+                    autocast=autocast, compile=kind.endswith("compile"), static_shape=static,
                 )  # fmt: skip
             else:
                 engine = LoopEngine(members, lr=lr, clip=100.0, autocast=autocast)
@@ -272,10 +321,17 @@ def bench(
             def ens(engine=engine, samplers=samplers, gens=gens) -> None:
                 engine.step([s.next_batch() for s in samplers], gens)
 
+            # a captured ensemble against the captured single step, the others against eager
+            base = captured if kind.endswith("capture") and captured is not None else single
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", CompileFallbackWarning)
-                ref, ms = _time([single, ens], dev, steps)
-            fallback = [w for w in caught if issubclass(w.category, CompileFallbackWarning)]
+                warnings.simplefilter("always", CaptureFallbackWarning)
+                ref, ms = _time([base, ens], dev, steps)
+            fallback = [
+                w
+                for w in caught
+                if issubclass(w.category, (CompileFallbackWarning, CaptureFallbackWarning))
+            ]
             for w in caught:  # the other warnings (e.g. functorch's "performance drop") go on
                 if w not in fallback:
                     warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
@@ -289,7 +345,7 @@ def bench(
                 single_counts = single_counts or op_counts(single, dev)
                 print(
                     f"[{name}] {kind:>12} K={k:2d}: per step "
-                    f"{_counts_text(op_counts(ens, dev), single_counts)} the single step's",
+                    f"{_counts_text(op_counts(ens, dev), single_counts)} the eager single step's",
                     flush=True,
                 )
 
@@ -323,6 +379,11 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="also count aten ops (and CUDA kernels) per step, single and ensemble",
     )
+    ap.add_argument(
+        "--capture",
+        action="store_true",
+        help="also time the static-shape step (one CUDA graph on CUDA) against the eager one",
+    )
     args = ap.parse_args(argv)
     if args.thread_scaling and args.device != "cpu":
         ap.error("--thread-scaling times CPU threads; use it with --device cpu")
@@ -345,6 +406,7 @@ def main(argv: list[str] | None = None) -> None:
             batching=args.batch_scaling,
             ensembles=not args.scaling_only,
             count_ops=args.count_ops,
+            capture=args.capture,
         )
 
 

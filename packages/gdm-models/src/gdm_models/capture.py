@@ -27,9 +27,9 @@ with one :class:`CaptureFallbackWarning`.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Generic, TypeVar, cast
 
 import torch
 
@@ -37,6 +37,8 @@ from .data import Batch, EpisodeDataset
 
 __all__ = [
     "CaptureFallbackWarning",
+    "GraphRunner",
+    "StaticBuffers",
     "StaticShape",
     "StaticTrainStep",
     "pad_batch",
@@ -45,6 +47,7 @@ __all__ = [
 ]
 
 StepOutput = tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]
+T = TypeVar("T")
 
 
 class CaptureFallbackWarning(RuntimeWarning):
@@ -126,6 +129,109 @@ def configure_adam(opt: torch.optim.Optimizer, *, fused: bool, capturable: bool)
             st["step"] = torch.as_tensor(step, dtype=dtype).to(dev)
 
 
+class GraphRunner(Generic[T]):
+    """Run ``body()`` (a function of static device buffers only) eagerly for ``warmup`` calls,
+    then capture it as one CUDA graph and replay it at every later call.
+
+    Warm-up calls run on a side stream (as torch's CUDA-graph notes ask); ``before()`` runs
+    before each eager call and before the capture (the trainers' ``zero_grad``, so gradients
+    are allocated in the graph's memory pool). The ``generators`` the body draws from are
+    registered with the graph, so every replay draws fresh noise from them. A capture that
+    fails warns once (:class:`CaptureFallbackWarning`, with the reason) and the body runs
+    eagerly from then on. Off CUDA, or with ``capture=False``, every call is eager.
+    """
+
+    def __init__(
+        self,
+        body: Callable[[], T],
+        generators: Sequence[torch.Generator],
+        device: torch.device,
+        *,
+        capture: bool,
+        warmup: int = 3,
+        before: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.body, self.generators, self.device = body, list(generators), device
+        self.cuda = device.type == "cuda"
+        self.capture = bool(capture)
+        self.warmup = max(1, int(warmup))
+        self.before = before
+        self.graph: Any = None
+        self.outputs: T | None = None
+        self.fallback_reason: str | None = None
+        self.calls = 0
+
+    def __call__(self) -> T:
+        self.calls += 1
+        if self.graph is not None:
+            self.graph.replay()
+            return cast(T, self.outputs)
+        if not self.capture or self.calls <= self.warmup:
+            return self._eager()
+        return self._capture()
+
+    def _eager(self) -> T:
+        self.before()
+        if not (self.capture and self.cuda):
+            return self.body()
+        side = torch.cuda.Stream(device=self.device)  # warm-up off the capture stream
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            out = self.body()
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        return out
+
+    def _capture(self) -> T:
+        """Capture the body as one graph and replay it; eager (with a warning) on failure."""
+        states = [g.get_state() for g in self.generators]
+        try:
+            graph = torch.cuda.CUDAGraph()
+            for g in self.generators:
+                graph.register_generator_state(g)
+            self.before()
+            with torch.cuda.graph(graph):
+                outputs = self.body()
+        except Exception as err:  # noqa: BLE001 - any failure means: run eagerly, say why
+            if self.cuda:
+                torch.cuda.synchronize(self.device)
+            for g, st in zip(self.generators, states, strict=True):
+                g.set_state(st)  # the noise the failed capture drew is unused
+            self.capture = False
+            self.fallback_reason = f"{type(err).__name__}: {err}".splitlines()[0]
+            warnings.warn(
+                f"CUDA-graph capture of the training step failed; running eagerly "
+                f"({self.fallback_reason})",
+                CaptureFallbackWarning,
+                stacklevel=3,
+            )
+            return self._eager()
+        self.graph, self.outputs = graph, outputs
+        graph.replay()  # capturing records the work without running it
+        return outputs
+
+
+class StaticBuffers:
+    """Device buffers of one static batch, refilled by :meth:`load` (pinned, non-blocking
+    host-to-device copies on CUDA)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.batch: Batch | None = None
+
+    def load(self, padded: Batch) -> Batch:
+        """Copy ``padded`` (already of the static shape) into the buffers; return them."""
+        if self.batch is None:
+            self.batch = Batch(
+                **{f.name: torch.empty_like(getattr(padded, f.name), device=self.device)
+                   for f in fields(padded)}
+            )  # fmt: skip
+        cuda = self.device.type == "cuda"
+        for f in fields(padded):
+            src = getattr(padded, f.name)
+            getattr(self.batch, f.name).copy_(src.pin_memory() if cuda else src, non_blocking=cuda)
+        return self.batch
+
+
 class StaticTrainStep:
     """One training step (loss, backward, clip, Adam) on batches padded to one static shape,
     replayed as a CUDA graph on CUDA (see the module docstring).
@@ -158,19 +264,41 @@ class StaticTrainStep:
         self.model, self.opt, self.params = model, opt, list(params)
         self.generator, self.clip, self.shape = generator, float(grad_clip), shape
         self.device = self.params[0].device if self.params else torch.device("cpu")
-        self.cuda = self.device.type == "cuda"
-        self.capture = self.cuda if capture is None else bool(capture) and self.cuda
-        self.warmup = max(1, int(warmup))
         self.autocast_dtype = autocast_dtype
         #: True on the device once any step's loss was not finite (read by the trainer)
         self.nonfinite = torch.zeros((), dtype=torch.bool, device=self.device)
-        self.static_batch: Batch | None = None
-        self.graph: Any = None
-        self.outputs: StepOutput | None = None
-        self.fallback_reason: str | None = None
-        self.calls = 0
+        self.buffers = StaticBuffers(self.device)
+        cuda = self.device.type == "cuda"
+        self.runner: GraphRunner[StepOutput] = GraphRunner(
+            self._body,
+            [generator],
+            self.device,
+            capture=cuda if capture is None else bool(capture) and cuda,
+            warmup=warmup,
+            before=lambda: self.opt.zero_grad(set_to_none=True),
+        )
 
-    # ------------------------------------------------------------------ the step itself
+    # the runner's state, for callers and tests
+    @property
+    def graph(self) -> Any:
+        """The captured ``torch.cuda.CUDAGraph`` (``None`` before the capture or eagerly)."""
+        return self.runner.graph
+
+    @property
+    def calls(self) -> int:
+        """Steps run so far."""
+        return self.runner.calls
+
+    @property
+    def warmup(self) -> int:
+        """Eager steps before the capture."""
+        return self.runner.warmup
+
+    @property
+    def fallback_reason(self) -> str | None:
+        """Why the capture failed (``None``: it did not)."""
+        return self.runner.fallback_reason
+
     def _autocast(self) -> Any:
         # no weight-cast cache: cached casts would be freed after the capture (torch's advice)
         return torch.autocast(
@@ -190,69 +318,17 @@ class StaticTrainStep:
         self.nonfinite.logical_or_(~torch.isfinite(loss.detach()))
         return loss.detach(), gn, terms
 
-    # ------------------------------------------------------------------ driving it
+    def _body(self) -> StepOutput:
+        assert self.buffers.batch is not None  # loaded before every call
+        return self._step(self.buffers.batch)
+
     def _load(self, batch: Batch) -> Batch:
-        """Copy the padded batch into the static device buffers (allocated on first use)."""
-        padded = pad_batch(batch, self.shape)
-        if self.static_batch is None:
-            self.static_batch = Batch(
-                **{f.name: torch.empty_like(getattr(padded, f.name), device=self.device)
-                   for f in fields(padded)}
-            )  # fmt: skip
-        for f in fields(padded):
-            src = getattr(padded, f.name)
-            if self.cuda:
-                src = src.pin_memory()
-            getattr(self.static_batch, f.name).copy_(src, non_blocking=self.cuda)
-        return self.static_batch
+        """Copy ``batch``, padded to the static shape, into the static device buffers."""
+        return self.buffers.load(pad_batch(batch, self.shape))
 
     def __call__(self, batch: Batch) -> StepOutput:
         """Run one training step on ``batch`` (a host batch, padded here); returns the loss, the
         gradient norm before clipping and the loss terms, as device tensors (on CUDA with a
         graph: the graph's output buffers, overwritten by the next step)."""
-        static = self._load(batch)
-        self.calls += 1
-        if self.graph is not None:
-            self.graph.replay()
-            assert self.outputs is not None
-            return self.outputs
-        if not self.capture or self.calls <= self.warmup:
-            return self._eager(static)
-        return self._capture(static)
-
-    def _eager(self, static: Batch) -> StepOutput:
-        self.opt.zero_grad(set_to_none=True)
-        if not (self.capture and self.cuda):
-            return self._step(static)
-        side = torch.cuda.Stream(device=self.device)  # warm-up off the capture stream
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
-            out = self._step(static)
-        torch.cuda.current_stream(self.device).wait_stream(side)
-        return out
-
-    def _capture(self, static: Batch) -> StepOutput:
-        """Capture the step as one graph and replay it for this batch; eager on failure."""
-        gen_state = self.generator.get_state()
-        try:
-            graph = torch.cuda.CUDAGraph()
-            graph.register_generator_state(self.generator)
-            self.opt.zero_grad(set_to_none=True)  # grads are allocated in the graph's pool
-            with torch.cuda.graph(graph):
-                outputs = self._step(static)
-        except Exception as err:  # noqa: BLE001 - any failure means: run eagerly, say why
-            if self.cuda:
-                torch.cuda.synchronize(self.device)
-            self.generator.set_state(gen_state)  # the noise the failed capture drew is unused
-            self.capture = False
-            self.fallback_reason = f"{type(err).__name__}: {err}".splitlines()[0]
-            warnings.warn(
-                f"CUDA-graph capture of the training step failed; running eagerly "
-                f"({self.fallback_reason})",
-                CaptureFallbackWarning,
-                stacklevel=3,
-            )
-            return self._eager(static)
-        self.graph, self.outputs = graph, outputs
-        graph.replay()  # capturing records the work without running it
-        return outputs
+        self._load(batch)
+        return self.runner()

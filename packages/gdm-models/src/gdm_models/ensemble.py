@@ -58,6 +58,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from .capture import StaticShape
 from .checkpoint import CheckpointError, save_checkpoint
 from .data import EpisodeDataset, EpochSampler
 from .ensemble_engines import LoopEngine, VmapEngine
@@ -214,6 +215,7 @@ def train_ensemble(
     compile: bool = False,
     log_every: int = 1,
     strategy: str = "auto",
+    capture: bool | None = None,
 ) -> EnsembleResult:
     """Train one model configuration with K seeds together (see the module docstring).
 
@@ -241,6 +243,11 @@ def train_ensemble(
             run). loop: each member's ``enable_compile`` (as ``train(compile=True)``).
         strategy: "vmap", "loop" or "auto" (:data:`STRATEGIES`: vmap on CUDA for the
             built-in models in fp32, else the loop). vmap trains in fp32 only.
+        capture: vmap only: batches padded to one static shape, fused Adam, and on CUDA the
+            whole step captured as one CUDA graph (:mod:`gdm_models.capture`). ``None``
+            (default): on CUDA unless ``compile``; ``True`` on a CPU runs the static step
+            eagerly. Member k then equals ``train(..., capture=True)`` of its seed only up
+            to the padded noise (the noise is drawn at the static shape).
 
     Returns:
         :class:`EnsembleResult` with one :class:`MemberResult` per seed.
@@ -303,9 +310,11 @@ def train_ensemble(
     clip = float("inf") if grad_clip is None else float(grad_clip)
     if strategy == "vmap":
         assert loss_fn is not None
+        static = (device.type == "cuda" and not compile) if capture is None else bool(capture)
         engine: VmapEngine | LoopEngine = VmapEngine(
-            models, loss_fn, lr=lr, clip=clip, autocast=autocast, compile=compile
-        )
+            models, loss_fn, lr=lr, clip=clip, autocast=autocast, compile=compile,
+            static_shape=StaticShape.for_dataset(dataset, batch_size, seq_len) if static else None,
+        )  # fmt: skip
     else:
         engine = LoopEngine(models, lr=lr, clip=clip, autocast=autocast, compile=compile)
 

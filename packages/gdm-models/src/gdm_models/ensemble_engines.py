@@ -24,6 +24,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad_and_value, stack_module_state, vmap
 
+from .capture import GraphRunner, StaticBuffers, StaticShape, configure_adam, make_adam, pad_batch
 from .compiling import compile_or_eager, default_compile_mode
 from .data import Batch
 from .ensemble_loss import MemberLoss, stack_batches, stack_noise
@@ -136,6 +137,7 @@ class VmapEngine:
         clip: float,
         autocast: torch.autocast,
         compile: bool = False,
+        static_shape: StaticShape | None = None,
     ) -> None:
         self.models = list(models)
         self.loss, self.lr, self.clip, self.autocast = loss, lr, clip, autocast
@@ -144,6 +146,14 @@ class VmapEngine:
         self.members: list[int] = []
         self._fn: Callable[..., Any] | None = None
         self._bound: _Bound | None = None
+        #: with a static shape: batches padded to it, fused Adam, and on CUDA the whole step
+        #: (noise, vmapped loss and gradients, clipping, Adam) captured as one CUDA graph
+        self.static_shape = static_shape
+        if static_shape is not None and compile:
+            raise ValueError("a static (captured) step and compile are alternatives")
+        self._runner: GraphRunner[tuple[torch.Tensor, torch.Tensor, Terms]] | None = None
+        self._static: StaticBuffers | None = None
+        self._gens: list[torch.Generator] = []
 
     # ------------------------------------------------------------------ state
     def build(self, members: Sequence[int], opt_states: Mapping[int, OptState] | None) -> None:
@@ -158,9 +168,17 @@ class VmapEngine:
         self.names = list(params)
         self.params = {f"model.{k}": v for k, v in params.items()}
         self.buffers = {f"model.{k}": v for k, v in buffers.items()}
-        self.opt = torch.optim.Adam(list(self.params.values()), lr=self.lr)
+        plist = list(self.params.values())
+        static = self.static_shape is not None
+        self.opt = (
+            make_adam(plist, self.lr, self.device)
+            if static
+            else torch.optim.Adam(plist, lr=self.lr)
+        )
         if opt_states is not None:
             self.opt.load_state_dict(stack_opt_states([opt_states[k] for k in self.members]))
+            configure_adam(self.opt, fused=static, capturable=static and self.device.type == "cuda")
+        self._runner, self._static = None, None  # new stacked tensors: capture again
         bound = self.loss.batched_model(shells[0])
         if self.compile:
             # a copy of its own (the members' models keep their numpy scaler); its parameter
@@ -218,6 +236,8 @@ class VmapEngine:
     ) -> tuple[torch.Tensor, torch.Tensor, Terms]:
         """One step of every member; ``batches`` (on the CPU) and ``gens`` in member order.
         Returns the members' losses, gradient norms before clipping and terms, each [K]."""
+        if self.static_shape is not None:
+            return self._static_step(batches, gens)
         base = self.models[self.members[0]]
         n = max(b.num_nodes for b in batches)
         if self.compile:  # static shapes: a few node counts cover every batch
@@ -230,6 +250,12 @@ class VmapEngine:
         ]
         noise, in_noise = stack_noise(noises)
         fields = tuple(getattr(batch, k) for k in Batch.__dataclass_fields__)
+        return self._update(fields, noise, in_noise)
+
+    def _update(
+        self, fields: tuple[torch.Tensor, ...], noise: tuple, in_noise: tuple
+    ) -> tuple[torch.Tensor, torch.Tensor, Terms]:
+        """The vmapped losses and gradients, per-member clipping and one Adam step."""
         fn = self._vmapped(in_noise)
         grads, (loss, terms) = fn(self.params, self.buffers, fields, noise)
         plist = list(self.params.values())
@@ -240,6 +266,40 @@ class VmapEngine:
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         return loss, norms, terms
+
+    def _static_step(
+        self, batches: Sequence[Batch], gens: Sequence[torch.Generator]
+    ) -> tuple[torch.Tensor, torch.Tensor, Terms]:
+        """:meth:`step` on batches padded to the static shape, its noise drawn at that shape
+        inside the step (so a CUDA graph replays it: :class:`~gdm_models.capture.GraphRunner`)."""
+        assert self.static_shape is not None
+        n = self.static_shape.num_nodes
+        host = stack_batches([pad_batch(b, self.static_shape) for b in batches], n)
+        if self._static is None:
+            self._static = StaticBuffers(self.device)
+        self._static.load(host)
+        if self._runner is None or any(a is not b for a, b in zip(self._gens, gens, strict=True)):
+            self._gens = list(gens)
+            self._runner = GraphRunner(
+                self._static_body,
+                self._gens,
+                self.device,
+                capture=self.device.type == "cuda",
+                before=lambda: self.opt.zero_grad(set_to_none=True),
+            )
+        return self._runner()
+
+    def _static_body(self) -> tuple[torch.Tensor, torch.Tensor, Terms]:
+        assert self._static is not None and self._static.batch is not None
+        stacked = self._static.batch
+        base = self.models[self.members[0]]
+        names = list(Batch.__dataclass_fields__)
+        noises = [
+            self.loss.draw_noise(base, Batch(**{k: getattr(stacked, k)[i] for k in names}), g)
+            for i, g in enumerate(self._gens)
+        ]
+        noise, in_noise = stack_noise(noises)
+        return self._update(tuple(getattr(stacked, k) for k in names), noise, in_noise)
 
 
 class LoopEngine:
