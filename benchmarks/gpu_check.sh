@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# The prepared device call for issue 10's GPU targets: one command per stage, each well inside
+# The prepared device call for the GPU targets (issues 10, 19, 27): one command per stage, each well inside
 # the device tool's 10-minute limit, results written under $OUT (the folder that comes back).
 #
 # On the lent GPU machine (see ../shared/gpu/README.md; carry [".whl"]). A session has 15
-# minutes of device time, machine starts included: run `core` first (one call, <= 9 min), the
-# numbers issue 19 still lacks; the other stages only with time to spare.
-#   source .whl/setup.sh && bash benchmarks/gpu_check.sh core     # <= 9 min: r(3), r(10) of
-#                       every model (eager vmap), GDM compiled step, GDM K = 10 vmap+compile
+# minutes of device time, machine starts included: run `core` first (one call, <= 6 min), the
+# numbers issue 27 asks for; the other stages only with time to spare.
+#   source .whl/setup.sh && bash benchmarks/gpu_check.sh core     # <= 6 min: eager and captured
+#                       steps of every model, r(3), r(10) captured and eager, train() checks
+#   source .whl/setup.sh && bash benchmarks/gpu_check.sh compile  # <= 9 min: GDM compiled
 #   source .whl/setup.sh && bash benchmarks/gpu_check.sh bench    # ~5 min: GDM + baselines
 #   source .whl/setup.sh && bash benchmarks/gpu_check.sh ensemble # ~8 min: ensemble steps
 #   source .whl/setup.sh && bash benchmarks/gpu_check.sh medium   # <= 10 min: medium preset
@@ -15,7 +16,7 @@
 #   GPU_CHECK_DEVICE=cpu GPU_CHECK_QUICK=1 OUT=/tmp/gpu_check bash benchmarks/gpu_check.sh bench
 set -euo pipefail
 
-stage=${1:?usage: gpu_check.sh core|bench|ensemble|medium}
+stage=${1:?usage: gpu_check.sh core|compile|bench|ensemble|medium}
 device=${GPU_CHECK_DEVICE:-cuda}
 quick=${GPU_CHECK_QUICK:-}
 out=${OUT:?set OUT to the folder to write results to}
@@ -41,26 +42,35 @@ part() {
 
 case "$stage" in
 core)
-    # 1. every model: one model on K x B windows (the least an ensemble step can cost), then
-    #    one vmap ensemble step at K = 3 and 10 against the single step (r(3), r(10)), with
-    #    the aten ops and CUDA kernels per step of each;
-    # 2. the GDM's single step eager and compiled (target <= 30 ms compiled), no imagination;
-    # 3. the GDM's K = 10 ensemble step with vmap + torch.compile.
-    # Compiling is most of parts 2 and 3: on the 2-core CPU the single GDM loss took 294 s and
-    # the K = 3 vmapped one about 4 min (a 16-core GPU node compiles in parallel).
-    ens_args=(--device "$device" --ks 3 10)
-    gdm_args=(--device "$device" --skip-imagine)
+    # issue 27's numbers, one call of <= 6 min (machine start aside):
+    # 1. every model: the eager single step against the captured one (one CUDA graph: forward,
+    #    backward, clipping, fused Adam), warm-up + capture time; then r(3), r(10): the
+    #    captured vmap ensemble step against the captured single step, and the eager vmap one
+    #    against the eager single step; aten ops and CUDA kernels per step;
+    # 2. train() end to end with its default (captured) step: ms/step, determinism, exact
+    #    resume; and the fixed CUDA start-up of a fresh process (a job's per-process cost).
+    # Nothing here compiles (the `compile` stage does, alone).
+    ens_args=(--device "$device" --ks 3 10 --capture --count-ops)
+    train_args=(--device "$device")
     if [[ -n "$quick" ]]; then
-        ens_args+=(--quick --models vanilla-gwm)
-        gdm_args+=(--quick --train-steps 2)
-    else
-        gdm_args+=(--compile)
+        ens_args=(--device "$device" --ks 2 --capture --quick --models vanilla-gwm)
+        train_args+=(--quick --models vanilla-gwm)
     fi
-    part 150 bench_ensemble.txt \
-        "$py" packages/gdm-models/benchmarks/bench_ensemble.py "${ens_args[@]}" --batch-scaling --count-ops
-    part 180 bench_gdm.txt "$py" packages/gdm-models/benchmarks/bench_gdm.py "${gdm_args[@]}"
+    part 300 bench_capture.txt \
+        "$py" packages/gdm-models/benchmarks/bench_ensemble.py "${ens_args[@]}"
+    part 150 check_capture_train.txt \
+        "$py" packages/gdm-models/benchmarks/check_capture_train.py "${train_args[@]}"
+    ;;
+compile)
+    # torch.compile of the GDM: the single step and the K = 10 vmap step (each compile took
+    # minutes on the 16-core host; run this stage alone, after every other number)
+    gdm_args=(--device "$device" --skip-imagine --compile)
+    if [[ -n "$quick" ]]; then
+        gdm_args=(--device "$device" --skip-imagine --quick --train-steps 2)
+    fi
+    part 240 bench_gdm.txt "$py" packages/gdm-models/benchmarks/bench_gdm.py "${gdm_args[@]}"
     if [[ -z "$quick" ]]; then
-        part 210 bench_ensemble_compile.txt "$py" packages/gdm-models/benchmarks/bench_ensemble.py \
+        part 300 bench_ensemble_compile.txt "$py" packages/gdm-models/benchmarks/bench_ensemble.py \
             --device "$device" --ks 10 --compile --models gdm
     fi
     ;;
@@ -110,7 +120,7 @@ medium)
     cp /tmp/gpu_check_run/report/report.md "$out/report.md"
     ;;
 *)
-    echo "unknown stage '$stage' (core, bench, ensemble or medium)" >&2
+    echo "unknown stage '$stage' (core, compile, bench, ensemble or medium)" >&2
     exit 2
     ;;
 esac
