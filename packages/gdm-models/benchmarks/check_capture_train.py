@@ -49,13 +49,14 @@ def _weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-def check(name: str, dev: torch.device, steps: int, quick: bool) -> bool:
+def check(name: str, dev: torch.device, steps: int, quick: bool, capture: bool | None) -> bool:
     ds, scaler = _data()
     cfg = dict(get_preset(name, "OD")["model"])
     if quick:  # tiny models on the CPU
         cfg = dict(TINY_GDM_CONFIG) if name == "gdm" else {"hidden_dim": 16}
     lr = get_preset(name, "OD")["train"]["lr"]
-    kw = dict(batch_size=8, seq_len=20, lr=lr, seed=3, device=dev, progress=False, log_every=10)
+    kw = dict(batch_size=8, seq_len=20, lr=lr, seed=3, device=dev, progress=False, log_every=10,
+              capture=capture)  # fmt: skip
 
     def fresh() -> torch.nn.Module:
         torch.manual_seed(0)
@@ -102,6 +103,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--quick", action="store_true", help="tiny models, 4 steps")
+    ap.add_argument(
+        "--eager", action="store_true", help="train(capture=False): the eager step, for comparison"
+    )
     args = ap.parse_args(argv)
     dev = torch.device(args.device)
     if args.quick:
@@ -109,7 +113,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"device {dev}, torch {torch.__version__}", flush=True)
     if dev.type == "cuda":
         print(f"fixed CUDA start-up of a fresh process: {cuda_start_seconds():.2f} s", flush=True)
-    ok = [check(name, dev, args.steps, args.quick) for name in args.models]
+    capture = False if args.eager else None
+    ok = [check(name, dev, args.steps, args.quick, capture) for name in args.models]
     sys.exit(0 if all(ok) else 1)
 
 

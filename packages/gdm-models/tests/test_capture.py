@@ -182,6 +182,7 @@ def test_failed_capture_falls_back_with_a_warning(scaler, dataset):
         torch.Generator().manual_seed(0), 1.0, StaticShape.for_dataset(dataset, 2, 3), warmup=1,
     )  # fmt: skip
     step.runner.capture = True  # as on CUDA
+    gen0 = step.generator
     sampler = EpochSampler(dataset, 2, 3, seed=0)
     step(sampler.next_batch())  # warm-up
     before = [p.detach().clone() for p in params]
@@ -191,6 +192,8 @@ def test_failed_capture_falls_back_with_a_warning(scaler, dataset):
     msgs = [w for w in caught if issubclass(w.category, CaptureFallbackWarning)]
     assert len(msgs) == 1 and "capture of the training step failed" in str(msgs[0].message)
     assert step.fallback_reason and step.graph is None and torch.isfinite(loss)
+    # the generator registered with the failed capture is replaced by one in its state
+    assert step.generator is not gen0 and step.runner.current(gen0) is step.generator
     assert any(not torch.equal(a, b) for a, b in zip(before, params, strict=True))
     step(sampler.next_batch())  # later steps: eager, no new warning
 
@@ -240,3 +243,33 @@ def test_captured_graph_equals_the_eager_static_step_on_cuda(name, scaler, datas
     np.testing.assert_allclose(l1, l0, rtol=1e-5, atol=1e-6)
     for a, b in zip(w0, w1, strict=True):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
+
+
+def test_a_synchronising_loss_is_named_and_never_captured(scaler, dataset, monkeypatch):
+    """The last warm-up step runs under the host-sync detector: a loss that reads a value on
+    the host is named in one warning and the step stays eager (no generator is registered)."""
+    model = _model("vanilla-gwm", scaler)
+    real_loss = model.training_loss
+
+    def syncing_loss(batch, generator=None):
+        total, terms = real_loss(batch, generator)
+        if float(total) > -1.0:  # a host read, as a data-dependent branch would do
+            return total, terms
+        return total, terms
+
+    monkeypatch.setattr(model, "training_loss", syncing_loss)
+    params = list(model.parameters())
+    step = StaticTrainStep(
+        model, make_adam(params, 1e-3, torch.device("cpu")), params,
+        torch.Generator().manual_seed(0), 1.0, StaticShape.for_dataset(dataset, 2, 3), warmup=2,
+    )  # fmt: skip
+    step.runner.capture = True  # as on CUDA
+    sampler = EpochSampler(dataset, 2, 3, seed=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(4):
+            loss, _, _ = step(sampler.next_batch())
+    msgs = [str(w.message) for w in caught if issubclass(w.category, CaptureFallbackWarning)]
+    assert len(msgs) == 1 and "HostSyncError" in msgs[0] and "_local_scalar_dense" in msgs[0]
+    assert step.graph is None and step.calls == 4 and torch.isfinite(loss)
+    assert step.generator is step.runner.generators[0]  # never registered: the same object

@@ -34,6 +34,7 @@ from typing import Any, Generic, TypeVar, cast
 import torch
 
 from .data import Batch, EpisodeDataset
+from .host_sync import HostSyncError, forbid_host_sync
 
 __all__ = [
     "CaptureFallbackWarning",
@@ -133,7 +134,9 @@ class GraphRunner(Generic[T]):
     """Run ``body()`` (a function of static device buffers only) eagerly for ``warmup`` calls,
     then capture it as one CUDA graph and replay it at every later call.
 
-    Warm-up calls run on a side stream (as torch's CUDA-graph notes ask); ``before()`` runs
+    Warm-up calls run on a side stream (as torch's CUDA-graph notes ask), the last of them
+    under :func:`~gdm_models.host_sync.forbid_host_sync` (a body that synchronises is named
+    and never captured); ``before()`` runs
     before each eager call and before the capture (the trainers' ``zero_grad``, so gradients
     are allocated in the graph's memory pool). The ``generators`` the body draws from are
     registered with the graph, so every replay draws fresh noise from them. A capture that
@@ -160,14 +163,18 @@ class GraphRunner(Generic[T]):
         self.outputs: T | None = None
         self.fallback_reason: str | None = None
         self.calls = 0
+        #: id of a generator given at construction -> its fresh stand-in after a failed capture
+        self.replaced: dict[int, torch.Generator] = {}
 
     def __call__(self) -> T:
         self.calls += 1
         if self.graph is not None:
             self.graph.replay()
             return cast(T, self.outputs)
-        if not self.capture or self.calls <= self.warmup:
+        if not self.capture or self.calls < self.warmup:
             return self._eager()
+        if self.calls == self.warmup:
+            return self._probe()
         return self._capture()
 
     def _eager(self) -> T:
@@ -181,6 +188,26 @@ class GraphRunner(Generic[T]):
         torch.cuda.current_stream(self.device).wait_stream(side)
         return out
 
+    def _probe(self) -> T:
+        """The last warm-up call under :func:`~gdm_models.host_sync.forbid_host_sync`: a body
+        that synchronises cannot be captured, so it is found here, named, and run eagerly,
+        before any generator is registered with a graph."""
+        try:
+            with forbid_host_sync(cuda=self.cuda):
+                return self._eager()
+        except HostSyncError as err:
+            self._fallback(f"HostSyncError: {err}")
+            return self._eager()
+
+    def _fallback(self, reason: str) -> None:
+        self.capture = False
+        self.fallback_reason = reason
+        warnings.warn(
+            f"CUDA-graph capture of the training step failed; running eagerly ({reason})",
+            CaptureFallbackWarning,
+            stacklevel=4,
+        )
+
     def _capture(self) -> T:
         """Capture the body as one graph and replay it; eager (with a warning) on failure."""
         states = [g.get_state() for g in self.generators]
@@ -189,25 +216,31 @@ class GraphRunner(Generic[T]):
             for g in self.generators:
                 graph.register_generator_state(g)
             self.before()
-            with torch.cuda.graph(graph):
+            # thread_local: work that other threads of the process launch meanwhile is theirs
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
                 outputs = self.body()
         except Exception as err:  # noqa: BLE001 - any failure means: run eagerly, say why
             if self.cuda:
                 torch.cuda.synchronize(self.device)
+            # a generator registered with a failed capture cannot draw eagerly any more: go
+            # on with fresh ones in the same state (owners read them from self.generators)
+            fresh = []
             for g, st in zip(self.generators, states, strict=True):
-                g.set_state(st)  # the noise the failed capture drew is unused
-            self.capture = False
-            self.fallback_reason = f"{type(err).__name__}: {err}".splitlines()[0]
-            warnings.warn(
-                f"CUDA-graph capture of the training step failed; running eagerly "
-                f"({self.fallback_reason})",
-                CaptureFallbackWarning,
-                stacklevel=3,
-            )
+                new = torch.Generator(device=g.device)
+                new.set_state(st)
+                self.replaced[id(g)] = new
+                fresh.append(new)
+            self.generators = fresh
+            self._fallback(f"{type(err).__name__}: {err}".splitlines()[0])
             return self._eager()
         self.graph, self.outputs = graph, outputs
         graph.replay()  # capturing records the work without running it
         return outputs
+
+    def current(self, generator: torch.Generator) -> torch.Generator:
+        """The generator that now stands for ``generator`` (a fresh one after a failed
+        capture, else ``generator`` itself)."""
+        return self.replaced.get(id(generator), generator)
 
 
 class StaticBuffers:
@@ -262,7 +295,7 @@ class StaticTrainStep:
         warmup: int = 3,
     ) -> None:
         self.model, self.opt, self.params = model, opt, list(params)
-        self.generator, self.clip, self.shape = generator, float(grad_clip), shape
+        self.clip, self.shape = float(grad_clip), shape
         self.device = self.params[0].device if self.params else torch.device("cpu")
         self.autocast_dtype = autocast_dtype
         #: True on the device once any step's loss was not finite (read by the trainer)
@@ -283,6 +316,11 @@ class StaticTrainStep:
     def graph(self) -> Any:
         """The captured ``torch.cuda.CUDAGraph`` (``None`` before the capture or eagerly)."""
         return self.runner.graph
+
+    @property
+    def generator(self) -> torch.Generator:
+        """The model's noise generator (a fresh one in the same state after a failed capture)."""
+        return self.runner.generators[0]
 
     @property
     def calls(self) -> int:
@@ -311,7 +349,7 @@ class StaticTrainStep:
     def _step(self, batch: Batch) -> StepOutput:
         """Forward, backward, clipping, Adam and the non-finite flag; nothing leaves the device."""
         with self._autocast():
-            loss, terms = self.model.training_loss(batch, self.generator)
+            loss, terms = self.model.training_loss(batch, self.generator)  # the runner's
         loss.backward()
         gn = torch.nn.utils.clip_grad_norm_(self.params, self.clip, foreach=True)
         self.opt.step()

@@ -358,6 +358,8 @@ def train_ensemble(
                 break
             batches = [samplers[k].next_batch() for k in alive]
             loss, gn, terms = engine.step(batches, [gens[k] for k in alive])
+            for k in alive:  # a failed capture hands fresh generators in the same state
+                gens[k] = engine.current_generator(gens[k])
             if idx is None:  # the live members' positions, rebuilt when one fails
                 idx = torch.tensor(alive, device=device)
             nonfinite[idx] |= ~torch.isfinite(loss)

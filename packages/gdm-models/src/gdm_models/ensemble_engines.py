@@ -153,7 +153,7 @@ class VmapEngine:
             raise ValueError("a static (captured) step and compile are alternatives")
         self._runner: GraphRunner[tuple[torch.Tensor, torch.Tensor, Terms]] | None = None
         self._static: StaticBuffers | None = None
-        self._gens: list[torch.Generator] = []
+        self._capture_failed = False
 
     # ------------------------------------------------------------------ state
     def build(self, members: Sequence[int], opt_states: Mapping[int, OptState] | None) -> None:
@@ -278,28 +278,40 @@ class VmapEngine:
         if self._static is None:
             self._static = StaticBuffers(self.device)
         self._static.load(host)
-        if self._runner is None or any(a is not b for a, b in zip(self._gens, gens, strict=True)):
-            self._gens = list(gens)
+        gens = [self.current_generator(g) for g in gens]
+        runner = self._runner
+        if runner is None or any(a is not b for a, b in zip(runner.generators, gens, strict=True)):
             self._runner = GraphRunner(
                 self._static_body,
-                self._gens,
+                gens,
                 self.device,
-                capture=self.device.type == "cuda",
+                # once a capture failed, this engine stays eager (the warning was given)
+                capture=self.device.type == "cuda" and not self._capture_failed,
                 before=lambda: self.opt.zero_grad(set_to_none=True),
             )
-        return self._runner()
+        out = self._runner()
+        self._capture_failed |= self._runner.fallback_reason is not None
+        return out
 
     def _static_body(self) -> tuple[torch.Tensor, torch.Tensor, Terms]:
         assert self._static is not None and self._static.batch is not None
         stacked = self._static.batch
         base = self.models[self.members[0]]
         names = list(Batch.__dataclass_fields__)
+        assert self._runner is not None  # the body runs inside it
         noises = [
             self.loss.draw_noise(base, Batch(**{k: getattr(stacked, k)[i] for k in names}), g)
-            for i, g in enumerate(self._gens)
+            for i, g in enumerate(self._runner.generators)
         ]
         noise, in_noise = stack_noise(noises)
         return self._update(tuple(getattr(stacked, k) for k in names), noise, in_noise)
+
+    def current_generator(self, generator: torch.Generator) -> torch.Generator:
+        """The generator that now stands for a member's ``generator`` (after a failed capture
+        a fresh one in the same state: the registered one cannot draw eagerly any more)."""
+        if self._runner is None:
+            return generator
+        return self._runner.current(generator)
 
 
 class LoopEngine:
@@ -339,6 +351,10 @@ class LoopEngine:
     def drop(self, ks: Sequence[int]) -> None:
         """Stop training members ``ks``."""
         self.members = [k for k in self.members if k not in ks]
+
+    def current_generator(self, generator: torch.Generator) -> torch.Generator:
+        """``generator`` itself (nothing is captured here)."""
+        return generator
 
     def step(
         self, batches: Sequence[Batch], gens: Sequence[torch.Generator]

@@ -471,6 +471,7 @@ def train(
             if static_step is not None:
                 loss, gn, terms = static_step(sampler.next_batch())
                 nonfinite = static_step.nonfinite
+                gen = static_step.generator  # a fresh one after a failed capture
             else:
                 batch = _to_device(sampler.next_batch(), device)
                 loss, gn, terms = _train_step(model, opt, params, batch, gen, clip, autocast)
