@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -129,7 +130,9 @@ def forbid_host_sync(cuda: bool | None = None) -> Iterator[None]:
             setattr(torch, name, _refuse_host_data(name, fn))
         torch.Tensor.numpy = _refuse_numpy  # type: ignore[method-assign]
         if cuda:
-            torch.cuda.set_sync_debug_mode("error")
+            with warnings.catch_warnings():  # "a prototype feature" (it is a second check)
+                warnings.simplefilter("ignore", UserWarning)
+                torch.cuda.set_sync_debug_mode("error")
         with _SyncDetector():
             yield
     finally:
@@ -137,4 +140,6 @@ def forbid_host_sync(cuda: bool | None = None) -> Iterator[None]:
             setattr(torch, name, fn)
         torch.Tensor.numpy = saved_numpy  # type: ignore[method-assign]
         if old_mode is not None:
-            torch.cuda.set_sync_debug_mode(old_mode)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                torch.cuda.set_sync_debug_mode(old_mode)
