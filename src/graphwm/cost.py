@@ -83,25 +83,47 @@ def _model(env: str, model: str, device: str):
 
 
 def _time_training(model, episodes, schema, preset, steps: int, device: str) -> float:
+    """Seconds per training step as ``gdm_models.train`` runs it on ``device``: the static
+    step captured as one CUDA graph on CUDA, the eager step elsewhere."""
     import torch
     from gdm_models import EpisodeDataset
+    from gdm_models.capture import StaticShape, StaticTrainStep, make_adam
 
-    ds = EpisodeDataset(episodes, schema, seq_len=int(preset["train"].get("seq_len", 20)))
-    opt = torch.optim.Adam(model.parameters(), lr=float(preset["train"]["lr"]))
+    t = preset["train"]
+    bs, seq_len, lr = int(t.get("batch_size", 8)), int(t.get("seq_len", 20)), float(t["lr"])
+    ds = EpisodeDataset(episodes, schema, seq_len=seq_len)
     rng = np.random.default_rng(0)
     gen = torch.Generator(device=device)
     gen.manual_seed(0)
+    dev = torch.device(device)
+    params = [p for p in model.parameters() if p.requires_grad]
+    if dev.type == "cuda":
+        static = StaticTrainStep(
+            model, make_adam(params, lr, dev), params, gen, 100.0,
+            StaticShape.for_dataset(ds, bs, seq_len),
+        )  # fmt: skip
+        while static.calls <= static.warmup:  # warm-up, capture and the first replay
+            static(ds.sample_batch(bs, rng))
+
+        def step() -> None:
+            static(ds.sample_batch(bs, rng))
+    else:
+        opt = torch.optim.Adam(params, lr=lr)
+
+        def step() -> None:
+            batch = ds.sample_batch(bs, rng).to(device)
+            loss, _ = model.training_loss(batch, generator=gen)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
     elapsed = 0.0
-    for step in range(steps + 1):  # step 0 warms up
-        batch = ds.sample_batch(int(preset["train"].get("batch_size", 8)), rng).to(device)
+    for i in range(steps + 1):  # step 0 warms up
         start = time.perf_counter()
-        loss, _ = model.training_loss(batch, generator=gen)  # the trainer's path: no host sync
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        if device.startswith("cuda"):
+        step()
+        if dev.type == "cuda":
             torch.cuda.synchronize()
-        if step:
+        if i:
             elapsed += time.perf_counter() - start
     return elapsed / steps
 
@@ -109,9 +131,11 @@ def _time_training(model, episodes, schema, preset, steps: int, device: str) -> 
 def _time_ensemble_ratio(
     env: str, name: str, k: int, episodes, preset, steps: int, device: str
 ) -> float:
-    """One k-member ensemble step / one single step, timed alternately on ``device``."""
+    """One k-member ensemble step / one single step, timed alternately on ``device``, both as
+    ``train_ensemble`` runs them: on CUDA the static vmap step captured as one CUDA graph."""
     import torch
     from gdm_models import EpisodeDataset, EpochSampler, FeatureScaler, make_model
+    from gdm_models.capture import StaticShape
     from gdm_models.ensemble_engines import LoopEngine, VmapEngine
     from gdm_models.ensemble_loss import member_loss_for
 
@@ -131,7 +155,10 @@ def _time_ensemble_ratio(
         # train_ensemble's "auto": vmap on CUDA (fp32) for models with a member loss
         eng: VmapEngine | LoopEngine
         if torch.device(device).type == "cuda" and loss is not None:
-            eng = VmapEngine(members, loss, lr=lr, clip=100.0, autocast=autocast, compile=False)
+            eng = VmapEngine(
+                members, loss, lr=lr, clip=100.0, autocast=autocast, compile=False,
+                static_shape=StaticShape.for_dataset(ds, bs, seq_len),
+            )  # fmt: skip
         else:
             eng = LoopEngine(members, lr=lr, clip=100.0, autocast=autocast, compile=False)
         eng.build(list(range(n)), None)
@@ -140,6 +167,9 @@ def _time_ensemble_ratio(
         return lambda: eng.step([sm.next_batch() for sm in samplers], gens)
 
     single, ensemble = engine(1), engine(k)
+    for _ in range(4):  # warm-up, then capture (on CUDA)
+        single()
+        ensemble()
     elapsed = [0.0, 0.0]
     for step in range(steps + 1):  # step 0 warms up
         for i, fn in enumerate((single, ensemble)):
