@@ -35,6 +35,7 @@ import torch
 
 from .data import Batch, EpisodeDataset
 from .host_sync import HostSyncError, forbid_host_sync
+from .world_model import WorldModel
 
 __all__ = [
     "CaptureFallbackWarning",
@@ -283,7 +284,7 @@ class StaticTrainStep:
 
     def __init__(
         self,
-        model: torch.nn.Module,
+        model: WorldModel,
         opt: torch.optim.Optimizer,
         params: Sequence[torch.nn.Parameter],
         generator: torch.Generator,

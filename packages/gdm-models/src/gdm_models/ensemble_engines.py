@@ -281,7 +281,7 @@ class VmapEngine:
         gens = [self.current_generator(g) for g in gens]
         runner = self._runner
         if runner is None or any(a is not b for a, b in zip(runner.generators, gens, strict=True)):
-            self._runner = GraphRunner(
+            runner = self._runner = GraphRunner(
                 self._static_body,
                 gens,
                 self.device,
@@ -289,8 +289,8 @@ class VmapEngine:
                 capture=self.device.type == "cuda" and not self._capture_failed,
                 before=lambda: self.opt.zero_grad(set_to_none=True),
             )
-        out = self._runner()
-        self._capture_failed |= self._runner.fallback_reason is not None
+        out = runner()
+        self._capture_failed |= runner.fallback_reason is not None
         return out
 
     def _static_body(self) -> tuple[torch.Tensor, torch.Tensor, Terms]:

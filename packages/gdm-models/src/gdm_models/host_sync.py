@@ -64,7 +64,7 @@ def _device_of(x: Any) -> torch.device | None:
 
 
 class _SyncDetector(TorchDispatchMode):
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func in SYNC_OPS:
             raise HostSyncError(f"host synchronisation: aten.{func.__name__} in the training step")
@@ -128,7 +128,7 @@ def forbid_host_sync(cuda: bool | None = None) -> Iterator[None]:
     try:
         for name, fn in saved.items():
             setattr(torch, name, _refuse_host_data(name, fn))
-        torch.Tensor.numpy = _refuse_numpy  # type: ignore[method-assign]
+        torch.Tensor.numpy = _refuse_numpy  # type: ignore[method-assign,assignment]
         if cuda:
             with warnings.catch_warnings():  # "a prototype feature" (it is a second check)
                 warnings.simplefilter("ignore", UserWarning)
