@@ -4,7 +4,7 @@ For each model (GDM and the baselines, paper presets of OD, OD's feature schema,
 windows of L = 20 transitions on 15-25-node graphs with mean degree ~4, as
 ``bench_baselines.py``) it times, in the same run and on the same data:
 
-* ``single``: one step of the existing trainer (``gdm_models.trainer._train_step``: loss,
+* ``single``: one step of the existing trainer (``gdm_models.train_step.train_step``: loss,
   backward, ``clip_grad_norm_``, Adam) of one model;
 * ``vmap K`` / ``loop K``: one step of a K-member ensemble (``gdm_models.ensemble_engines``;
   vmap: stacked parameters through ``torch.func.vmap``, loop: the single step per member);
@@ -66,7 +66,7 @@ from gdm_models.compiling import CompileFallbackWarning
 from gdm_models.ensemble_engines import LoopEngine, VmapEngine
 from gdm_models.ensemble_loss import member_loss_for
 from gdm_models.synthetic import schema_episode
-from gdm_models.trainer import _to_device, _train_step
+from gdm_models.train_step import batch_to_device, train_step
 from torch.profiler import ProfilerActivity, profile
 
 OD = {
@@ -282,8 +282,8 @@ def bench(
         gen = torch.Generator(device=dev).manual_seed(0)
 
         def single() -> None:
-            batch = _to_device(sampler.next_batch(), dev)
-            _train_step(model, opt, params, batch, gen, 100.0, autocast)
+            batch = batch_to_device(sampler.next_batch(), dev)
+            train_step(model, opt, params, batch, gen, 100.0, autocast)
 
         return single
 

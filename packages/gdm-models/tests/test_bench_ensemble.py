@@ -98,7 +98,7 @@ def test_batch_scaling_step_trains_the_model_on_k_times_the_windows(bench, monke
     """In ``bench(..., batching=True)`` the K x B step is the single model's training step on
     K x B windows (so the ratio measures K-fold arithmetic, not the same batch again)."""
     sizes: list[int] = []
-    real_step = bench._train_step
+    real_step = bench.train_step
 
     def spy_step(model, opt, params, batch, *args):
         sizes.append(batch.batch_size)
@@ -109,7 +109,7 @@ def test_batch_scaling_step_trains_the_model_on_k_times_the_windows(bench, monke
             fn()
         return [1.0] * len(fns)
 
-    monkeypatch.setattr(bench, "_train_step", spy_step)
+    monkeypatch.setattr(bench, "train_step", spy_step)
     monkeypatch.setattr(bench, "_time", call_once)
     # K = 10: 80 windows, more than the 32 episodes of the ensemble rows' data
     bench.bench("vanilla-gwm", torch.device("cpu"), [10], 1, False, batching=True, ensembles=False)

@@ -65,18 +65,14 @@ from .ensemble_engines import LoopEngine, VmapEngine
 from .ensemble_loss import member_loss_for
 from .registry import make_model
 from .scaling import FeatureScaler
-from .trainer import (
-    CsvLog,
-    TrainResult,
-    _check_train_args,
-    _host_row,
-    _read_trainer_state,
-    _replacing_dir,
-    _seeds,
-    _write_trainer_state,
-    default_device,
+from .train_state import (
+    read_trainer_state,
+    replacing_dir,
     verify_trainer_state,
+    write_trainer_state,
 )
+from .train_step import check_train_args, default_device, host_row, run_seeds
+from .trainer import CsvLog, TrainResult
 from .world_model import WorldModel
 
 __all__ = [
@@ -254,7 +250,7 @@ def train_ensemble(
     """
     seeds = _check_seeds(seeds)
     K = len(seeds)
-    _check_train_args(dataset, steps, epochs, precision, log_every, checkpoint_every)
+    check_train_args(dataset, steps, epochs, precision, log_every, checkpoint_every)
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
     device = default_device() if device is None else torch.device(device)
@@ -277,7 +273,7 @@ def train_ensemble(
 
     samplers, gens = [], []
     for s in seeds:
-        data_seed, noise_seed = _seeds(s)  # exactly as train() seeds a single run
+        data_seed, noise_seed = run_seeds(s)  # exactly as train() seeds a single run
         samplers.append(EpochSampler(dataset, batch_size, seq_len, seed=data_seed))
         g = torch.Generator(device=device)
         g.manual_seed(noise_seed)
@@ -441,7 +437,7 @@ def _host_rows(
     out = []
     for i in range(stacked.shape[1]):
         col = stacked[:, i]
-        row = _host_row(step, col[0], col[1], dict(zip(keys, col[3:], strict=True)))
+        row = host_row(step, col[0], col[1], dict(zip(keys, col[3:], strict=True)))
         out.append((row, bool(col[2])))
     return out
 
@@ -460,12 +456,12 @@ def _save_state(
     """Write ``root/latest`` atomically: every live member's train() state at ``step``; a
     failed member keeps its last state from before the failure (if it had one)."""
     old = root / "latest"
-    with _replacing_dir(old) as tmp:
+    with replacing_dir(old) as tmp:
         for k, s in enumerate(seeds):
             sub = f"seed{s}"
             if k in alive:
                 model_k, opt_state = engine.export(k)
-                _write_trainer_state(
+                write_trainer_state(
                     tmp / sub,
                     model_k,
                     opt_state,
@@ -620,7 +616,7 @@ def _load_state(
     for k, s in enumerate(seeds):
         if k in failed:
             continue
-        st = _read_trainer_state(latest / f"seed{s}", models[k], member_args[k])
+        st = read_trainer_state(latest / f"seed{s}", models[k], member_args[k])
         models[k].load_state_dict(st.weights, strict=True)
         opt_states[k] = st.optimizer
         gens[k].set_state(st.generator)

@@ -7,7 +7,7 @@
   (:func:`clip_grad_norms_`) and one ``torch.optim.Adam`` over the stacked parameters, which
   is elementwise the same as K Adams (the step count is shared: all members step together).
 * :class:`LoopEngine` - K ordinary models and K Adams, one
-  :func:`gdm_models.trainer._train_step` per member: the single run's step itself.
+  :func:`gdm_models.train_step.train_step` per member: the single run's step itself.
 
 Both expose each member as an ordinary model plus a ``torch.optim.Adam`` state dict of the
 single run's format (:meth:`export`), so the ensemble's checkpoints are per-member
@@ -28,7 +28,7 @@ from .capture import GraphRunner, StaticBuffers, StaticShape, configure_adam, ma
 from .compiling import compile_or_eager, default_compile_mode
 from .data import Batch
 from .ensemble_loss import MemberLoss, stack_batches, stack_noise
-from .trainer import _enable_compile, _to_device, _train_step
+from .train_step import batch_to_device, enable_model_compile, train_step
 from .world_model import WorldModel
 
 __all__ = ["VmapEngine", "LoopEngine", "clip_grad_norms_"]
@@ -243,7 +243,7 @@ class VmapEngine:
         if self.compile:  # static shapes: a few node counts cover every batch
             mult = base.compile_pad_multiple
             n = -(-n // mult) * mult
-        batch = _to_device(stack_batches(list(batches), n), self.device)
+        batch = batch_to_device(stack_batches(list(batches), n), self.device)
         noises = [
             self.loss.pad_noise(self.loss.draw_noise(base, b, g), n)
             for b, g in zip(batches, gens, strict=True)
@@ -335,7 +335,7 @@ class LoopEngine:
         self.members: list[int] = []
         if compile:
             for m in self.models:
-                _enable_compile(m)
+                enable_model_compile(m)
 
     def build(self, members: Sequence[int], opt_states: Mapping[int, OptState] | None) -> None:
         """Train ``members`` (their weights are their models'); load ``opt_states`` if given."""
@@ -359,13 +359,13 @@ class LoopEngine:
     def step(
         self, batches: Sequence[Batch], gens: Sequence[torch.Generator]
     ) -> tuple[torch.Tensor, torch.Tensor, Terms]:
-        """One :func:`~gdm_models.trainer._train_step` per member; results stacked [K]."""
+        """One :func:`~gdm_models.train_step.train_step` per member; results stacked [K]."""
         out = []
         for k, b, g in zip(self.members, batches, gens, strict=True):
             m = self.models[k]
-            batch = _to_device(b, m.device)
+            batch = batch_to_device(b, m.device)
             out.append(
-                _train_step(m, self.opts[k], self.params[k], batch, g, self.clip, self.autocast)
+                train_step(m, self.opts[k], self.params[k], batch, g, self.clip, self.autocast)
             )
         loss = torch.stack([o[0].detach() for o in out])
         norms = torch.stack([o[1].detach() for o in out])

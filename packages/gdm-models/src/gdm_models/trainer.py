@@ -21,33 +21,35 @@ truncated to the resumed step.
 
 from __future__ import annotations
 
-import contextlib
 import csv
-import json
 import math
-import os
-import shutil
-import warnings
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
-from safetensors.torch import load_file
 from tqdm.auto import tqdm
 
 from .capture import StaticShape, StaticTrainStep, configure_adam, make_adam
-from .checkpoint import (
-    WEIGHTS_FILE,
-    CheckpointError,
-    save_checkpoint,
-    seal_checkpoint,
-    verify_checkpoint,
+from .checkpoint import save_checkpoint
+from .data import EpisodeDataset, EpochSampler
+from .train_state import (
+    read_trainer_state,
+    replacing_dir,
+    verify_trainer_state,
+    write_trainer_state,
 )
-from .compiling import CompileFallbackWarning
-from .data import Batch, EpisodeDataset, EpochSampler
+from .train_step import (
+    PRECISIONS,
+    batch_to_device,
+    check_train_args,
+    default_device,
+    enable_model_compile,
+    host_row,
+    run_seeds,
+    train_step,
+)
 from .world_model import WorldModel
 
 __all__ = [
@@ -58,13 +60,6 @@ __all__ = [
     "default_device",
     "verify_trainer_state",
 ]
-
-TRAINER_STATE_FILES = ("trainer_state.pt", "trainer_state.json")
-
-
-def default_device() -> torch.device:
-    """CUDA when available, else CPU."""
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 @dataclass
@@ -77,58 +72,6 @@ class TrainResult:
     history: list[dict[str, float]] = field(default_factory=list)
 
 
-def _seeds(seed: int) -> tuple[int, int]:
-    ss = np.random.SeedSequence(seed)
-    a, b = ss.generate_state(2, dtype=np.uint64)
-    return int(a >> 1), int(b >> 1)
-
-
-def _write_trainer_state(
-    path: Path,
-    model: WorldModel,
-    opt_state: Mapping[str, Any],
-    gen_state: torch.Tensor,
-    sampler_state: Mapping[str, Any],
-    step: int,
-    args: Mapping[str, Any],
-) -> None:
-    """Write a full trainer state into the new directory ``path``: the model checkpoint plus
-    ``trainer_state.pt`` (optimizer and generator states) and ``trainer_state.json`` (step,
-    sampler state, training arguments), sealed into the checkpoint's digest."""
-    save_checkpoint(model, path)
-    torch.save({"optimizer": opt_state, "generator": gen_state.cpu()}, path / "trainer_state.pt")
-    (path / "trainer_state.json").write_text(
-        json.dumps({"step": step, "sampler": dict(sampler_state), "args": dict(args)})
-    )
-    seal_checkpoint(path, TRAINER_STATE_FILES)  # the digest covers the trainer state too
-
-
-def _replace_dir(tmp: Path, target: Path) -> None:
-    """Move the finished directory ``tmp`` to ``target``, replacing it; the previous one is
-    kept as ``.<name>_old`` until the new one is in place (a cut-short save leaves it)."""
-    old = target.parent / f".{target.name}_old"
-    if old.exists():
-        shutil.rmtree(old)
-    if target.exists():
-        os.replace(target, old)
-    os.replace(tmp, target)
-    if old.exists():
-        shutil.rmtree(old)
-
-
-@contextlib.contextmanager
-def _replacing_dir(target: Path) -> Iterator[Path]:
-    """Yield a fresh empty ``.<name>_tmp`` next to ``target``; once the body has written it,
-    it replaces ``target`` (:func:`_replace_dir`). A save killed midway leaves ``target``
-    untouched (or, between the two renames, only ``.<name>_old``), never a half-written one."""
-    tmp = target.parent / f".{target.name}_tmp"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    yield tmp
-    _replace_dir(tmp, target)
-
-
 def _save_trainer_state(
     ckdir: Path,
     model: WorldModel,
@@ -138,76 +81,10 @@ def _save_trainer_state(
     step: int,
     args: Mapping[str, Any],
 ) -> None:
-    with _replacing_dir(ckdir / "latest") as tmp:
-        _write_trainer_state(
+    with replacing_dir(ckdir / "latest") as tmp:
+        write_trainer_state(
             tmp, model, opt.state_dict(), gen.get_state(), sampler.state_dict(), step, args
         )
-
-
-def verify_trainer_state(path: str | Path) -> dict[str, Any]:
-    """Check that ``path`` is a complete, intact trainer state; return its
-    ``trainer_state.json`` (step, sampler state, training arguments).
-
-    The checkpoint must verify (:func:`~gdm_models.checkpoint.verify_checkpoint`: weights,
-    manifest and the sealed trainer state), hold both trainer-state files, and they must load
-    as resuming loads them (``trainer_state.pt`` with ``weights_only=True``, so a pickle is
-    refused).
-
-    Raises:
-        CheckpointError: naming the checkpoint and what is wrong with it.
-    """
-    path = Path(path)
-    manifest = verify_checkpoint(path)
-    for name in TRAINER_STATE_FILES:
-        if name not in manifest["files"]:
-            raise CheckpointError(f"checkpoint {path} holds no trainer state ({name})")
-    try:
-        torch.load(path / "trainer_state.pt", map_location="cpu", weights_only=True)
-        meta = json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
-        step = int(meta["step"])
-    except Exception as err:  # any failure to load is a corrupt state
-        raise CheckpointError(
-            f"trainer state in {path} does not load ({type(err).__name__}: {err})"
-        ) from None
-    if not isinstance(meta.get("args"), dict) or step < 0:
-        raise CheckpointError(f"trainer state in {path} holds no step or arguments")
-    return meta
-
-
-@dataclass
-class _TrainerState:
-    """A trainer state read back by :func:`_read_trainer_state` (weights on the model's
-    device)."""
-
-    weights: dict[str, torch.Tensor]
-    optimizer: dict[str, Any]
-    generator: torch.Tensor
-    sampler: dict[str, Any]
-    step: int
-
-
-def _read_trainer_state(latest: Path, model: WorldModel, args: Mapping[str, Any]) -> _TrainerState:
-    """Verify and read the trainer state in ``latest`` for ``model`` trained with ``args``."""
-    manifest = verify_checkpoint(latest)  # weights, config, scaler and trainer state
-    if manifest["model_name"] != model.model_name or manifest["config"] != model.config_dict():
-        raise CheckpointError(
-            f"cannot resume from {latest}: it holds a different model "
-            f"({manifest['model_name']!r}) or config"
-        )
-    if manifest["schema"] != model.schema.to_dict():
-        raise CheckpointError(f"cannot resume from {latest}: schema differs")
-    meta = json.loads((latest / "trainer_state.json").read_text())
-    saved_args = meta.get("args", {})
-    for k in ("batch_size", "seq_len", "seed"):
-        if k in saved_args and saved_args[k] != args[k]:
-            raise CheckpointError(
-                f"cannot resume: {k}={args[k]} differs from the checkpoint's {saved_args[k]}"
-            )
-    weights = load_file(str(latest / WEIGHTS_FILE), device=str(model.device))
-    ts = torch.load(latest / "trainer_state.pt", map_location=model.device, weights_only=True)
-    return _TrainerState(
-        weights, ts["optimizer"], ts["generator"].cpu(), meta["sampler"], int(meta["step"])
-    )
 
 
 def _load_trainer_state(
@@ -218,7 +95,7 @@ def _load_trainer_state(
     gen: torch.Generator,
     args: Mapping[str, Any],
 ) -> int:
-    st = _read_trainer_state(latest, model, args)
+    st = read_trainer_state(latest, model, args)
     model.load_state_dict(st.weights, strict=True)
     opt.load_state_dict(st.optimizer)
     gen.set_state(st.generator)
@@ -276,89 +153,6 @@ class CsvLog:
         self._fh.close()
 
 
-PRECISIONS = ("fp32", "bf16")
-
-
-def _to_device(batch: Batch, device: torch.device) -> Batch:
-    """Batch on ``device``; to CUDA through pinned memory without blocking the host."""
-    if device.type != "cuda":
-        return batch.to(device)
-    return Batch(
-        **{
-            f.name: getattr(batch, f.name).pin_memory().to(device, non_blocking=True)
-            for f in fields(batch)
-        }
-    )
-
-
-def _enable_compile(model: WorldModel) -> None:
-    enable = getattr(model, "enable_compile", None)
-    if enable is None:
-        warnings.warn(
-            f"torch.compile: model {model.model_name!r} has no compiled path; running eager",
-            CompileFallbackWarning,
-            stacklevel=3,
-        )
-        return
-    enable()
-
-
-def _host_row(
-    step: int, loss: torch.Tensor, gn: torch.Tensor, terms: Mapping[str, Any]
-) -> dict[str, float]:
-    """One log row, pulled from the device in a single transfer."""
-    keys = list(terms)
-    vals = [loss.detach().float(), gn.detach().float()] + [
-        torch.as_tensor(terms[k], dtype=torch.float32, device=loss.device) for k in keys
-    ]
-    host = torch.stack([v.reshape(()) for v in vals]).tolist()
-    row = {"step": step, "loss": host[0], "grad_norm": host[1]}
-    row.update(zip(keys, host[2:], strict=True))
-    return row
-
-
-def _train_step(
-    model: WorldModel,
-    opt: torch.optim.Optimizer,
-    params: list[torch.nn.Parameter],
-    batch: Batch,
-    gen: torch.Generator,
-    clip: float,
-    autocast: torch.autocast,
-) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
-    """One optimisation step (loss, backward, gradient-norm clipping, Adam); returns the loss,
-    the gradient norm before clipping and the loss terms (all on the device)."""
-    with autocast:
-        loss, terms = model.training_loss(batch, generator=gen)
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    gn = torch.nn.utils.clip_grad_norm_(params, clip)
-    opt.step()
-    return loss, gn, terms
-
-
-def _check_train_args(
-    dataset: Any,
-    steps: int | None,
-    epochs: int | None,
-    precision: str,
-    log_every: int,
-    checkpoint_every: int,
-) -> None:
-    """The argument checks :func:`train` and :func:`~gdm_models.ensemble.train_ensemble`
-    share (a clear exception naming the bad argument)."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
-    if int(log_every) < 1:
-        raise ValueError(f"log_every must be >= 1, got {log_every}")
-    if (steps is None) == (epochs is None):
-        raise ValueError("give exactly one of steps= or epochs=")
-    if not isinstance(dataset, EpisodeDataset):
-        raise TypeError("dataset must be an EpisodeDataset")
-    if checkpoint_every < 1:
-        raise ValueError("checkpoint_every must be >= 1")
-
-
 def train(
     model: WorldModel,
     dataset: EpisodeDataset,
@@ -414,12 +208,12 @@ def train(
             static-shape step eagerly. Its numbers equal the eager step's up to float rounding
             (fused Adam) and the noise of padded shapes.
     """
-    _check_train_args(dataset, steps, epochs, precision, log_every, checkpoint_every)
+    check_train_args(dataset, steps, epochs, precision, log_every, checkpoint_every)
     if not dataset.schema.same_features(model.schema):
         raise ValueError("dataset schema does not match the model schema")
     device = default_device() if device is None else torch.device(device)
     model.to(device)
-    data_seed, noise_seed = _seeds(seed)
+    data_seed, noise_seed = run_seeds(seed)
     sampler = EpochSampler(dataset, batch_size, seq_len, seed=data_seed)
     if steps is not None:
         total = int(steps)
@@ -448,7 +242,7 @@ def train(
 
     log = CsvLog(log_csv, start, log_every) if log_csv is not None else None
     if compile:
-        _enable_compile(model)
+        enable_model_compile(model)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
     clip = math.inf if grad_clip is None else grad_clip
     static_step = (
@@ -473,8 +267,8 @@ def train(
                 nonfinite = static_step.nonfinite
                 gen = static_step.generator  # a fresh one after a failed capture
             else:
-                batch = _to_device(sampler.next_batch(), device)
-                loss, gn, terms = _train_step(model, opt, params, batch, gen, clip, autocast)
+                batch = batch_to_device(sampler.next_batch(), device)
+                loss, gn, terms = train_step(model, opt, params, batch, gen, clip, autocast)
                 nonfinite |= ~torch.isfinite(loss.detach())
             result.steps = step
             do_log = step % log_every == 0 or step == total
@@ -483,11 +277,11 @@ def train(
                 if bool(nonfinite):
                     raise FloatingPointError(
                         f"non-finite loss between steps {first_unchecked} and {step} "
-                        f"(last loss {loss.item()}, terms {_host_row(step, loss, gn, terms)})"
+                        f"(last loss {loss.item()}, terms {host_row(step, loss, gn, terms)})"
                     )
                 first_unchecked = step + 1
             if do_log:
-                row = _host_row(step, loss, gn, terms)
+                row = host_row(step, loss, gn, terms)
                 result.last_terms = row
                 if keep_history:
                     result.history.append(row)
