@@ -92,7 +92,8 @@ def executor_args(preset: PresetLike, gpu: bool = False) -> dict:
     return {
         "executor": preset.executor,
         "max_workers": _workers(preset),
-        "num_gpus_per_job": 1.0 if gpu and preset.device == "cuda" else 0.0,
+        # any CUDA device string ("cuda", "cuda:1", ...) asks Ray for a GPU per job
+        "num_gpus_per_job": 1.0 if gpu and preset.device.split(":")[0] == "cuda" else 0.0,
     }
 
 
