@@ -17,3 +17,15 @@ def test_every_cuda_device_string_gets_a_gpu(device, gpus, monkeypatch):
     preset = parse_checked({**read_preset("smoke"), "device": device, "executor": "ray"})
     assert pipeline.executor_args(preset, gpu=True)["num_gpus_per_job"] == gpus
     assert pipeline.executor_args(preset, gpu=False)["num_gpus_per_job"] == 0.0
+
+
+def test_a_ray_worker_keeps_its_process_across_gpu_jobs():
+    """Ray's default for a GPU task is a fresh worker process per call (max_calls=1), which
+    pays CUDA's start-up (about 3 s) and the imports for every job; graphwm's jobs reuse
+    their worker (max_calls=0: unlimited)."""
+    ray = pytest.importorskip("ray")
+    from graphwm.store.executors import ray_job_function
+
+    assert ray.remote(num_gpus=1)(lambda: None)._default_options["max_calls"] == 1  # Ray's
+    for gpus in (0.0, 1.0):
+        assert ray_job_function(ray, gpus)._default_options["max_calls"] == 0
