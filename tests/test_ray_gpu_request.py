@@ -4,6 +4,7 @@ none)."""
 from __future__ import annotations
 
 import pytest
+
 from graphwm import pipeline
 from graphwm.checks import parse_checked
 from graphwm.config import read_preset
