@@ -24,13 +24,6 @@ from gymnasium import spaces
 from graphwm.dream.validity import ObservationFixer, start_mask, valid_reward
 from graphwm.envs import graph_env
 
-_ZERO_WIDTH = {
-    "node_continuous": np.float32,
-    "node_categorical": np.int64,
-    "graph_continuous": np.float32,
-    "graph_categorical": np.int64,
-}
-
 
 @dataclass(frozen=True)
 class StartState:
@@ -155,17 +148,15 @@ class DreamCore:
 
     def model_inputs(self, observations: Sequence[Mapping[str, np.ndarray]]):
         """Stacked model tensors of B real observations (absent feature types -> zero width)."""
-        from gdm_models.data import observation_to_tensors
+        from gdm_models.data import complete_observation, observation_to_tensors
 
-        n = self.num_nodes
-        stacked = {}
-        for key in OBS_KEYS:
-            if key in observations[0]:
-                stacked[key] = np.stack([np.asarray(o[key]) for o in observations])
-            else:  # an env without this feature type
-                width = (n, 0) if key.startswith("node") else (0,)
-                stacked[key] = np.zeros((len(observations), *width), _ZERO_WIDTH[key])
-        return observation_to_tensors(stacked, self.device)
+        stacked = {
+            key: np.stack([np.asarray(o[key]) for o in observations])
+            for key in OBS_KEYS
+            if key in observations[0]
+        }
+        # an env without a feature type: zero-width arrays, as the data contract completes them
+        return observation_to_tensors(complete_observation(stacked), self.device)
 
     @torch.no_grad()
     def start(self, rows: np.ndarray, starts: Sequence[StartState]) -> None:

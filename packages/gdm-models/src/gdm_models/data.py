@@ -49,6 +49,8 @@ __all__ = [
     "observation_to_tensors",
     "stack_observations",
     "complete_observation",
+    "FEATURE_DTYPES",
+    "OBSERVATION_DTYPES",
 ]
 
 OBS_KEYS: tuple[str, ...] = (
@@ -62,11 +64,19 @@ OBS_KEYS: tuple[str, ...] = (
 EPISODE_KEYS: tuple[str, ...] = OBS_KEYS + ("action_nodes", "reward", "terminated", "truncated")
 #: observation tensors by key (see :func:`observation_to_tensors`)
 TensorObs = dict[str, torch.Tensor]
-_FEATURE_DTYPES = {
+#: the data contract's feature dtypes (docs/contract.md): the one table every package beside
+#: the envs reads (the envs, which import nothing of this package, validate their own)
+FEATURE_DTYPES: dict[str, type] = {
     "node_continuous": np.float32,
     "node_categorical": np.int64,
     "graph_continuous": np.float32,
     "graph_categorical": np.int64,
+}
+#: dtypes of an observation and of a model's sampled prediction (0/1 arrays as int8)
+OBSERVATION_DTYPES: dict[str, type] = {
+    "adjacency": np.int8,
+    **FEATURE_DTYPES,
+    "action_mask": np.int8,
 }
 
 
@@ -77,11 +87,11 @@ def complete_observation(obs: Mapping[str, Any]) -> dict[str, Any]:
     Leading axes and N come from ``adjacency`` ((..., N, N)): an absent node key becomes
     (..., N, 0), an absent graph key (..., 0). Present keys are passed through unchanged.
     """
-    if all(k in obs for k in _FEATURE_DTYPES) or "adjacency" not in obs:
+    if all(k in obs for k in FEATURE_DTYPES) or "adjacency" not in obs:
         return dict(obs)
     adj_shape = np.shape(obs["adjacency"])
     out = dict(obs)
-    for key, dtype in _FEATURE_DTYPES.items():
+    for key, dtype in FEATURE_DTYPES.items():
         if key not in out:
             shape = adj_shape[:-1] if key.startswith("node") else adj_shape[:-2]
             out[key] = np.zeros((*shape, 0), dtype=dtype)

@@ -70,6 +70,7 @@ from torch import nn
 from .compiling import compile_or_eager, default_compile_mode
 from .data import (
     OBS_KEYS,
+    OBSERVATION_DTYPES,
     Batch,
     DataError,
     TensorObs,
@@ -97,16 +98,9 @@ StepResult = tuple[dict[str, torch.Tensor], StepState]
 
 PREDICTION_KEYS: tuple[str, ...] = OBS_KEYS + ("reward", "continuation")
 
-NP_DTYPES = {
-    "adjacency": np.int8,
-    "node_continuous": np.float32,
-    "node_categorical": np.int64,
-    "graph_continuous": np.float32,
-    "graph_categorical": np.int64,
-    "action_mask": np.int8,
-    "reward": np.float32,
-    "continuation": np.int64,
-}
+#: numpy dtypes of a sampled prediction: the contract's observation dtypes, reward and
+#: continuation (:data:`gdm_models.data.OBSERVATION_DTYPES`)
+NP_DTYPES: dict[str, type] = {**OBSERVATION_DTYPES, "reward": np.float32, "continuation": np.int64}
 
 
 def terms_to_floats(terms: Mapping[str, torch.Tensor]) -> dict[str, float]:
@@ -120,7 +114,7 @@ def predictions_to_numpy(pred: Mapping[str, torch.Tensor]) -> dict[str, np.ndarr
     missing = [k for k in PREDICTION_KEYS if k not in pred]
     if missing:
         raise KeyError(f"prediction is missing keys {missing}")
-    out = {}
+    out: dict[str, np.ndarray] = {}
     for k in PREDICTION_KEYS:
         a = pred[k].detach().cpu()
         if NP_DTYPES[k] in (np.int8, np.int64):
