@@ -51,6 +51,19 @@ def _loss_and_grads(model, batch):
     }
 
 
+def _cpu_step(model, dataset, *, warmup=3, forced_capture=False):
+    """A static step of ``model`` on the CPU (B = 2, L = 3); ``forced_capture`` sets it to
+    capture as it would on CUDA (here the capture then fails at the first CUDA call)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    step = StaticTrainStep(
+        model, make_adam(params, 1e-3, torch.device("cpu")), params,
+        torch.Generator().manual_seed(0), 1.0, StaticShape.for_dataset(dataset, 2, 3),
+        warmup=warmup,
+    )  # fmt: skip
+    step.runner.capture = forced_capture
+    return step, params
+
+
 @pytest.fixture
 def constant_noise(monkeypatch):
     """Every uniform is 0.37: the noise of a padded batch then equals that of the unpadded
@@ -93,13 +106,7 @@ def test_pad_batch_refuses_a_larger_batch(dataset):
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_static_step_has_no_host_sync(name, scaler, dataset):
     """Forward, backward, clipping, Adam and the non-finite flag stay on the device."""
-    model = _model(name, scaler)
-    params = [p for p in model.parameters() if p.requires_grad]
-    shape = StaticShape.for_dataset(dataset, 2, 3)
-    step = StaticTrainStep(
-        model, make_adam(params, 1e-3, torch.device("cpu")), params,
-        torch.Generator().manual_seed(0), 1.0, shape,
-    )  # fmt: skip
+    step, _ = _cpu_step(_model(name, scaler), dataset)
     sampler = EpochSampler(dataset, 2, 3, seed=0)
     step(sampler.next_batch())  # first call: allocates the static buffers and Adam's state
     static = step._load(sampler.next_batch())
@@ -175,13 +182,7 @@ def test_static_run_resumes_an_eager_checkpoint(scaler, dataset, tmp_path):
 def test_failed_capture_falls_back_with_a_warning(scaler, dataset):
     """Capture forced on a CPU fails at the first CUDA-only call: one warning naming why,
     then the step runs eagerly and still trains."""
-    model = _model("vanilla-gwm", scaler)
-    params = list(model.parameters())
-    step = StaticTrainStep(
-        model, make_adam(params, 1e-3, torch.device("cpu")), params,
-        torch.Generator().manual_seed(0), 1.0, StaticShape.for_dataset(dataset, 2, 3), warmup=1,
-    )  # fmt: skip
-    step.runner.capture = True  # as on CUDA
+    step, params = _cpu_step(_model("vanilla-gwm", scaler), dataset, warmup=1, forced_capture=True)
     gen0 = step.generator
     sampler = EpochSampler(dataset, 2, 3, seed=0)
     step(sampler.next_batch())  # warm-up
@@ -258,12 +259,7 @@ def test_a_synchronising_loss_is_named_and_never_captured(scaler, dataset, monke
         return total, terms
 
     monkeypatch.setattr(model, "training_loss", syncing_loss)
-    params = list(model.parameters())
-    step = StaticTrainStep(
-        model, make_adam(params, 1e-3, torch.device("cpu")), params,
-        torch.Generator().manual_seed(0), 1.0, StaticShape.for_dataset(dataset, 2, 3), warmup=2,
-    )  # fmt: skip
-    step.runner.capture = True  # as on CUDA
+    step, _ = _cpu_step(model, dataset, warmup=2, forced_capture=True)
     sampler = EpochSampler(dataset, 2, 3, seed=0)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
