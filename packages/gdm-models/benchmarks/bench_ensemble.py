@@ -213,6 +213,27 @@ def batch_scaling(
     return ratios
 
 
+def make_captured(name: str, dev: torch.device, b: int) -> Callable[[], object]:
+    """A captured static step of one model on batches of ``b`` windows (warmed up and
+    captured before it is returned)."""
+    ds, scaler = _data(episodes=max(32, b))
+    [model] = _models(name, 1, scaler, dev)
+    params = [p for p in model.parameters() if p.requires_grad]
+    lr = get_preset(name, "OD")["train"]["lr"]
+    gen = torch.Generator(device=dev).manual_seed(0)
+    step = StaticTrainStep(
+        model, make_adam(params, lr, dev), params, gen, 100.0, StaticShape.for_dataset(ds, b, L)
+    )
+    sampler = EpochSampler(ds, b, L, seed=0)
+    while step.calls <= step.warmup:
+        step(sampler.next_batch())
+
+    def captured() -> None:
+        step(sampler.next_batch())
+
+    return captured
+
+
 def captured_single(
     name: str, dev: torch.device, steps: int, single: Callable[[], object], count_ops: bool
 ) -> Callable[[], object]:
@@ -293,6 +314,9 @@ def bench(
         thread_scaling(name, single, dev, steps, ks)
     if batching:
         batch_scaling(name, make_single, dev, steps, ks)
+        if capture:  # the floor of a captured ensemble: one captured model on K x B windows
+            print(f"[{name}] the same with captured steps:", flush=True)
+            batch_scaling(name, lambda b: make_captured(name, dev, b), dev, steps, ks)
     if not ensembles:
         return
     kinds = ["vmap", "loop"] if dev.type == "cpu" else ["vmap"]
