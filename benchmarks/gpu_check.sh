@@ -44,10 +44,10 @@ case "$stage" in
 core)
     # issue 27's numbers, one call of <= 6 min (machine start aside):
     # 1. every model: the eager single step against the captured one (one CUDA graph: forward,
-    #    (with the floor: one model on K x B windows against B, eager and captured)
-    #    backward, clipping, fused Adam), warm-up + capture time; then r(3), r(10): the
-    #    captured vmap ensemble step against the captured single step, and the eager vmap one
-    #    against the eager single step; aten ops and CUDA kernels per step;
+    #    backward, clipping, fused Adam), warm-up + capture time; the floor of an ensemble
+    #    step (one model on K x B windows against B, eager and captured); then r(3), r(10):
+    #    the captured vmap ensemble step against the captured single step, and the eager vmap
+    #    one against the eager single step; aten ops and CUDA kernels per step;
     # 2. train() end to end with its default (captured) step: ms/step, determinism, exact
     #    resume; and the fixed CUDA start-up of a fresh process (a job's per-process cost).
     # Nothing here compiles (the `compile` stage does, alone).
