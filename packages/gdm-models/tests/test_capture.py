@@ -95,6 +95,13 @@ def test_padded_static_step_equals_unpadded(name, scaler, dataset, constant_nois
         torch.testing.assert_close(grads_p[k], grads[k], rtol=1e-4, atol=1e-6, msg=k)
 
 
+def test_static_shape_of_a_dataset(dataset):
+    """N is the largest graph; B at most the number of episodes (one window per episode)."""
+    shape = StaticShape.for_dataset(dataset, 3, 4)
+    assert shape == StaticShape(3, 4, max(dataset.node_counts))
+    assert StaticShape.for_dataset(dataset, 50, 4).batch_size == len(dataset)
+
+
 def test_pad_batch_refuses_a_larger_batch(dataset):
     batch = EpochSampler(dataset, 3, 3, seed=0).next_batch()
     with pytest.raises(ValueError, match="exceeds the static shape"):

@@ -66,8 +66,10 @@ class StaticShape:
 
     @classmethod
     def for_dataset(cls, dataset: EpisodeDataset, batch_size: int, seq_len: int) -> StaticShape:
-        """B and L as trained, N the largest node count of ``dataset``."""
-        return cls(int(batch_size), int(seq_len), int(max(dataset.node_counts)))
+        """L as trained, N the largest node count of ``dataset``, B the batch size or the
+        number of episodes if smaller (a batch takes at most one window per episode)."""
+        b = min(int(batch_size), len(dataset))
+        return cls(b, int(seq_len), int(max(dataset.node_counts)))
 
 
 def pad_batch(batch: Batch, shape: StaticShape) -> Batch:
