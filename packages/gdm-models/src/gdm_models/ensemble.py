@@ -64,6 +64,7 @@ from .ensemble_engines import LoopEngine, VmapEngine
 from .ensemble_loss import member_loss_for
 from .registry import make_model
 from .scaling import FeatureScaler
+from .tensorboard_log import tee_members
 from .trainer import (
     CsvLog,
     TrainResult,
@@ -214,6 +215,7 @@ def train_ensemble(
     compile: bool = False,
     log_every: int = 1,
     strategy: str = "auto",
+    tensorboard_dir: str | Path | None = None,
 ) -> EnsembleResult:
     """Train one model configuration with K seeds together (see the module docstring).
 
@@ -241,6 +243,8 @@ def train_ensemble(
             run). loop: each member's ``enable_compile`` (as ``train(compile=True)``).
         strategy: "vmap", "loop" or "auto" (:data:`STRATEGIES`: vmap on CUDA for the
             built-in models in fp32, else the loop). vmap trains in fp32 only.
+        tensorboard_dir: also write each member's logged rows as TensorBoard scalars into
+            ``tensorboard_dir/seed<s>/`` (one TensorBoard run per member; see ``train``).
 
     Returns:
         :class:`EnsembleResult` with one :class:`MemberResult` per seed.
@@ -336,7 +340,12 @@ def train_ensemble(
         )
         for k in range(K)
     ]
-    csvs = [CsvLog(p, start, log_every) for p in logs] if logs else None
+    csvs = tee_members(
+        [CsvLog(p, start, log_every) for p in logs] if logs else None,
+        tensorboard_dir,
+        [f"seed{s}" for s in seeds],
+        start,
+    )
     bar = tqdm(
         total=total, initial=start, disable=not progress, desc=f"train x{K}", dynamic_ncols=True
     )

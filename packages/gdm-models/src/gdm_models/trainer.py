@@ -47,6 +47,7 @@ from .checkpoint import (
 )
 from .compiling import CompileFallbackWarning
 from .data import Batch, EpisodeDataset, EpochSampler
+from .tensorboard_log import tee
 from .world_model import WorldModel
 
 __all__ = [
@@ -379,6 +380,7 @@ def train(
     precision: str = "fp32",
     compile: bool = False,
     log_every: int = 1,
+    tensorboard_dir: str | Path | None = None,
 ) -> TrainResult:
     """Train ``model`` on ``dataset`` with Adam.
 
@@ -406,6 +408,9 @@ def train(
             ``log_every`` steps and at the last step; in between the step never waits for the
             device. A non-finite loss is detected on the device and raised at the next logged
             (or checkpoint) step.
+        tensorboard_dir: also write each logged row as TensorBoard scalars (``train/loss``,
+            ...) into this folder (:mod:`gdm_models.tensorboard_log`; needs the
+            ``gdm-models[tensorboard]`` extra); the CSV stays the record.
     """
     _check_train_args(dataset, steps, epochs, precision, log_every, checkpoint_every)
     if not dataset.schema.same_features(model.schema):
@@ -433,7 +438,9 @@ def train(
         if resume and (ckdir / "latest" / "trainer_state.json").is_file():
             start = _load_trainer_state(ckdir / "latest", model, opt, sampler, gen, args)
 
-    log = CsvLog(log_csv, start, log_every) if log_csv is not None else None
+    log = tee(
+        CsvLog(log_csv, start, log_every) if log_csv is not None else None, tensorboard_dir, start
+    )
     if compile:
         _enable_compile(model)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
