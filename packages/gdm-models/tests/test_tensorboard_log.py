@@ -81,8 +81,9 @@ def test_tee_writes_both_and_without_a_folder_returns_the_log_itself(tmp_path):
 
 
 def test_train_writes_the_csv_rows_as_event_files(make_tiny, dataset, tmp_path):
-    train(make_tiny(seed=1), dataset, steps=4, batch_size=2, seq_len=3, seed=1, device="cpu",
-          progress=False, log_csv=tmp_path / "log.csv", tensorboard_dir=tmp_path / "tb")  # fmt: skip
+    kw = dict(steps=4, batch_size=2, seq_len=3, seed=1, device="cpu", progress=False)
+    train(make_tiny(seed=1), dataset, log_csv=tmp_path / "log.csv", tensorboard_dir=tmp_path / "tb",
+          **kw)  # fmt: skip
     rows = _csv_rows(tmp_path / "log.csv")
     assert {"loss", "grad_norm"} <= set(rows[0])
     _assert_board_equals_csv(read_scalars(tmp_path / "tb"), rows)
