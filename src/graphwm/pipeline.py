@@ -153,6 +153,7 @@ def train_job_for(
         compile=t.compile,
         checkpoint_every=t.checkpoint_every,
         log_every=t.log_every,
+        tensorboard=t.tensorboard,
         threads=_threads(p),
     )
 
