@@ -489,10 +489,11 @@ def test_factor_figure_wraps_each_env_onto_rows_of_at_most_five_panels(tmp_path)
         for m in ("gdm", "g-rssm")
         for n in (10, 20)
     ]
-    colors = {"gdm": (0, 0, 1, 1), "g-rssm": (1, 0, 0, 1)}
-    path = factor_metrics_figure(records, tmp_path / "f.png", colors)
+    from graphwm.report.figures import model_styles
+
+    path = factor_metrics_figure(records, tmp_path / "f.png", model_styles(["gdm", "g-rssm"]))
     import matplotlib.image
 
     height, width = matplotlib.image.imread(path).shape[:2]
-    # two rows of five panels (height/width ~ 0.34), not one row of eight (~ 0.12)
+    # two rows of five panels (height/width ~ 0.34 plus the legend), not one row of eight
     assert FACTOR_COLUMNS == 5 and height / width > 0.25
