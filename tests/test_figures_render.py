@@ -159,9 +159,7 @@ def test_one_legend_above_the_panels_and_no_label_overlaps_another(rendered, nam
         assert box.y0 >= ax.get_window_extent().y1 - 1  # above every panel
         for text in (ax.title, ax.xaxis.label, ax.yaxis.label, *ax.texts):
             if text.get_text():
-                boxes.append(
-                    (f"{ax.get_title()}: {text.get_text()}", text.get_window_extent())
-                )
+                boxes.append((f"{ax.get_title()}: {text.get_text()}", text.get_window_extent()))
     for i, (a, ba) in enumerate(boxes):
         for b, bb in boxes[i + 1 :]:
             assert not _overlap(ba, bb), (name, a, b)
