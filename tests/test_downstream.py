@@ -140,7 +140,7 @@ def test_attach_gdd_table_and_figure(tmp_path):
     assert [DownstreamRecord.from_dict(r.to_dict() | {"config": {}}) for r in recs] == recs
     table = downstream_table(recs)
     assert "| SAR | 8 | real | 64 | -2.000 ± 0.300 | - | - |" in table
-    assert "| SAR | 8 | dream:gdm | 64 | -3.000 ± 0.200 | 0.1000 | 0.3000 |" in table
+    assert "| SAR | 8 | dream:gdm | 64 | -3.000 ± 0.200 | 0.100 | 0.300 |" in table
     # lower GDD <-> higher return for these three models: Spearman -1
     assert "| SAR | -1.000 | - | 3 |" in table
     path = downstream_figure(recs, tmp_path / "fig" / "downstream.png")

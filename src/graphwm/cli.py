@@ -268,8 +268,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _print_report(paths) -> None:
-    print(paths.main_table or "(no single-step results yet)")
-    print(f"\nall tables and figures: {paths.index}")
+    print(paths.summary())
 
 
 if __name__ == "__main__":

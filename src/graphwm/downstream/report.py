@@ -33,7 +33,7 @@ def downstream_table(records: Iterable[DownstreamRecord]) -> str:
         ret = f"{r.mean_return:.3f} ± {_fmt(r.se_return)}"
         lines.append(
             f"| {r.env} | {r.num_nodes} | {r.agent} | {r.budget} | {ret} | "
-            f"{_fmt(r.gdd_single, 4)} | {_fmt(r.gdd_multi, 4)} |"
+            f"{_fmt(r.gdd_single)} | {_fmt(r.gdd_multi)} |"  # three decimals, as every GDD
         )
     corr = correlations(records)
     if corr:
