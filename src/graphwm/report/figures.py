@@ -52,6 +52,7 @@ ENV_COLOR = "0.5"  # the environment is drawn in grey (appendix "Multi-Step Roll
 FLOOR_COLOR = "0.35"  # the self-GDD floor
 _DPI = 120
 _PANEL = (3.6, 2.8)
+_FLOOR_PANEL_HEIGHT = 3.6  # the GDD vs size panels span 0 (the floor) to the models' GDD
 
 #: axis labels, with their units (the GDD and the MMD are distances between distributions of
 #: kernel features: unitless)
@@ -148,8 +149,8 @@ class _Notes:
         return one_seed + self.lines
 
 
-def _grid(rows: int, cols: int) -> tuple[Figure, np.ndarray]:
-    fig = Figure(figsize=(_PANEL[0] * cols, _PANEL[1] * rows + 0.3), layout="constrained")
+def _grid(rows: int, cols: int, height: float = _PANEL[1]) -> tuple[Figure, np.ndarray]:
+    fig = Figure(figsize=(_PANEL[0] * cols, height * rows + 0.3), layout="constrained")
     axes = np.asarray(fig.subplots(rows, cols, squeeze=False))
     return fig, axes
 
@@ -325,7 +326,7 @@ def gdd_vs_size_figure(records: list[dict], path: Path, styles: dict[str, Style]
         return None
     ablations = any(is_ablation(r["model"]) for r in models_records)
     envs = order_envs(r["env"] for r in models_records)
-    fig, axes = _grid(1, len(envs))
+    fig, axes = _grid(1, len(envs), height=_FLOOR_PANEL_HEIGHT)
     notes = _Notes()
     for ax, env in zip(axes[0], envs, strict=True):
         mine = [r for r in models_records if r["env"] == env]
