@@ -77,3 +77,23 @@ def test_the_cli_flag_sets_the_preset_field():
     on = _preset(parser.parse_args(["train", "--preset", "tiny", "--tensorboard"]))
     off = _preset(parser.parse_args(["train", "--preset", "tiny"]))
     assert on.train.tensorboard is True and off.train.tensorboard is False
+
+
+def test_downstream_agents_write_their_training_scalars(tmp_path, one_torch_thread):
+    from graphwm.pipeline import stage_downstream
+    from graphwm.stages.downstream import STORE_DIR
+
+    preset = load_preset("tiny")
+    preset.update(envs=["SAR"], models=["vanilla-gwm"], ablations=[])
+    preset.pop("multi_step", None)
+    preset["train"] = {**preset["train"], "steps": 2, "tensorboard": True}
+    # three rollouts of 4 envs x 8 steps: SB3 logs the losses of one at the start of the next
+    preset["downstream"] = {**preset["downstream"], "budget": 96, "ppo": {"n_steps": 8}}
+    records = stage_downstream(preset, RunPaths(tmp_path), progress=False)
+    trained = [r for r in records if r.budget > 0]  # the dream and the real-env agent
+    assert {r.agent for r in trained} == {"dream:vanilla-gwm", "real"}
+    folders = sorted((tmp_path / STORE_DIR / "tensorboard").iterdir())
+    assert len(folders) == len(trained)
+    for folder in folders:
+        board = read_scalars(folder)
+        assert {"time/fps", "train/loss", "train/entropy_loss"} <= set(board), sorted(board)
