@@ -53,7 +53,11 @@ def test_rows_are_read_back_as_scalars(tmp_path):
     assert math.isnan(board["train/loss"][-1][1]) and board["train/kl"][-1][1] == math.inf
 
 
-def test_resume_hides_the_steps_past_the_resumed_one(tmp_path):
+def test_resume_hides_the_steps_past_the_resumed_one(tmp_path, monkeypatch):
+    from tensorboard.summary.writer import event_file_writer
+
+    # the files of one second are named by a per-process counter compared as text: 9, then 10
+    monkeypatch.setattr(event_file_writer, "_global_uid", event_file_writer.AtomicCounter(9))
     first = TensorBoardLog(tmp_path / "tb")
     for step in range(1, 6):  # an interrupted run got to step 5, its checkpoint is at step 3
         first.write({"step": step, "loss": float(step)})

@@ -125,6 +125,7 @@ def test_cli_overrides_reach_the_trained_agent(tmp_path):
         envs=["graphenv/OD-v0", "graphenv/CF-v0", "graphenv/RGC-v0"],
         seeds=1,
         seeds_50=0,
+        first_seed=0,
         first_seed_50=0,
         steps=10,
         episodes=1,

@@ -12,6 +12,7 @@ brings the viewer); the writer is ``torch.utils.tensorboard.SummaryWriter``.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
@@ -72,6 +73,8 @@ class TensorBoardLog:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.prefix = prefix
         purge = resume_step + 1 if resume_step > 0 else None
+        if purge is not None:
+            _after_existing(self.log_dir)
         self._writer = SummaryWriter(log_dir=str(self.log_dir), purge_step=purge)
 
     def write(self, row: Mapping[str, float]) -> None:
@@ -93,6 +96,23 @@ class TensorBoardLog:
     def close(self) -> None:
         """Flush and close the event file."""
         self._writer.close()
+
+
+def _after_existing(folder: Path) -> None:
+    """Wait (at most a second) until a new event file's name sorts after those in ``folder``.
+
+    TensorBoard reads a folder's event files in name order, and the name starts with the
+    creation second; within one second it ends with a per-process counter compared as text
+    (``10`` before ``9``). A resumed run's file must come after the interrupted run's, or its
+    purge of the steps past the resumed one is read first and has nothing to purge.
+    """
+    stamps = [
+        int(p.name.split(".")[3])
+        for p in folder.glob(EVENT_GLOB)
+        if len(p.name.split(".")) > 3 and p.name.split(".")[3].isdigit()
+    ]
+    while stamps and int(time.time()) <= max(stamps):
+        time.sleep(0.02)
 
 
 class TeeLog:
