@@ -269,7 +269,7 @@ def _note_coinciding(
 ) -> None:
     for group in coinciding(curves):
         names = ", ".join(group[:-1]) + f" and {group[-1]}"
-        notes.add(f"{where}: {names} coincide (their markers lie on one another).")
+        notes.add(f"{where}: {names} coincide (on top of one another; see their markers).")
 
 
 def _per_horizon(records: list[dict], field: str, sub: str | None = None) -> dict[int, SeedStats]:
