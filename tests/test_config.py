@@ -145,7 +145,7 @@ def test_every_default_is_a_dataclass_field():
     assert DEFAULT_PPO == {k: v for k, v in defaults(PpoSettings).items() if v is not None}
     assert DEFAULT_PPO == {"n_steps": 256, "batch_size": 64, "n_epochs": 4, "learning_rate": 3e-4}
     job_defaults = {f.name: f.default for f in fields(TrainJob)}
-    for name in ("precision", "compile", "checkpoint_every", "log_every"):
+    for name in ("precision", "compile", "checkpoint_every", "log_every", "tensorboard"):
         assert job_defaults[name] == defaults(TrainConfig)[name]
 
 

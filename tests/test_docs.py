@@ -106,20 +106,42 @@ def test_doc_code_blocks_run(path, tmp_path, monkeypatch):
     run_file(path)
 
 
-def _project_pages() -> list[tuple[Path, dict]]:
-    """(README, [project] table) of every pyproject.toml whose ``readme`` is an index page."""
+def _fancy_readme(pyproject: dict) -> tuple[str, list[dict]] | None:
+    """(README path, link substitutions) when the readme is built by hatch-fancy-pypi-readme
+    (the root README: relative links in the clone, made absolute for the index page)."""
+    hook = pyproject.get("tool", {}).get("hatch", {}).get("metadata", {}).get("hooks", {})
+    fancy = hook.get("fancy-pypi-readme")
+    if not fancy or "readme" not in pyproject["project"].get("dynamic", []):
+        return None
+    (fragment,) = fancy["fragments"]
+    return fragment["path"], fancy.get("substitutions", [])
+
+
+def _project_pages() -> list[tuple[Path, dict, list[dict]]]:
+    """(README, [project] table, link substitutions of the build) of every pyproject.toml
+    whose readme is an index page."""
     pages = []
     for pyproject in sorted([REPO / "pyproject.toml", *REPO.glob("packages/*/pyproject.toml")]):
-        project = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]
-        readme = project.get("readme")
+        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+        project = data["project"]
+        fancy = _fancy_readme(data)
+        readme, subs = fancy if fancy else (project.get("readme"), [])
         readme = readme.get("file") if isinstance(readme, dict) else readme
         if readme:
-            pages.append((pyproject.parent / readme, project))
+            pages.append((pyproject.parent / readme, project, subs))
     return pages
 
 
+def _links(text: str) -> list[str]:
+    return [
+        *re.findall(r"\]\(\s*<?([^)\s>]+)", text),  # [text](target), ![alt](target)
+        *re.findall(r"(?m)^\s*\[[^\]]+\]:\s*<?(\S+?)>?(?:\s|$)", text),  # [ref]: target
+        *re.findall(r"""(?:href|src)\s*=\s*["']([^"']+)["']""", text),  # HTML
+    ]
+
+
 def test_every_readme_that_is_a_project_page_is_checked():
-    assert {rel(readme) for readme, _ in _project_pages()} >= {
+    assert {rel(readme) for readme, _, _ in _project_pages()} >= {
         "README.md",
         *(rel(p) for p in REPO.glob("packages/*/README.md")),
     }
@@ -129,15 +151,19 @@ def test_every_readme_that_is_a_project_page_is_checked():
 def test_project_page_links_are_absolute(page):
     """A README declared as ``readme`` is also the package's page on an index, where
     ``docs/x.md`` or ``../../docs`` breaks: its links (inline, reference-style, images, HTML)
-    are absolute, and those into this repository (the ``Repository`` URL in its
-    pyproject.toml, then ``/blob/main/<path>``) name files that exist."""
-    readme, project = page
+    are absolute there, and those into this repository (the ``Repository`` URL in its
+    pyproject.toml, then ``/blob/main/<path>``) name files that exist. The root README links
+    relatively, so that its links also work in a clone: the build rewrites them (checked here
+    through the same substitutions, and on the built wheel by test_package_metadata)."""
+    readme, project, subs = page
     text = readme.read_text(encoding="utf-8")
-    targets = [
-        *re.findall(r"\]\(\s*<?([^)\s>]+)", text),  # [text](target), ![alt](target)
-        *re.findall(r"(?m)^\s*\[[^\]]+\]:\s*<?(\S+?)>?(?:\s|$)", text),  # [ref]: target
-        *re.findall(r"""(?:href|src)\s*=\s*["']([^"']+)["']""", text),  # HTML
-    ]
+    for target in _links(text):  # in the clone: a relative link names a file that exists
+        if not re.match(r"(https?|mailto):|#", target):
+            assert subs, f"{rel(readme)}: relative link {target} (the page is not rewritten)"
+            assert (readme.parent / target.split("#")[0]).exists(), f"{rel(readme)}: {target}"
+    for sub in subs:  # the index page
+        text = re.sub(sub["pattern"], sub["replacement"], text)
+    targets = _links(text)
     assert targets or readme.parent != REPO, "the root README links the docs"
     repo_url = project.get("urls", {}).get("Repository")
     for target in targets:

@@ -12,7 +12,7 @@ from graphwm.downstream.agents import evaluate_agent, train_agent
 from graphwm.downstream.config import GREEDY, RANDOM, REAL
 from graphwm.downstream.gdd import attach_gdd, correlations, spearman
 from graphwm.downstream.record import DownstreamRecord
-from graphwm.downstream.report import downstream_figure, downstream_table, label_rows
+from graphwm.downstream.report import downstream_figure, downstream_table
 from graphwm.downstream.runs import dream_record, yardstick_records
 from graphwm.dream.tiny import tiny_trained_model
 from graphwm.envs import make_env
@@ -140,23 +140,13 @@ def test_attach_gdd_table_and_figure(tmp_path):
     assert [DownstreamRecord.from_dict(r.to_dict() | {"config": {}}) for r in recs] == recs
     table = downstream_table(recs)
     assert "| SAR | 8 | real | 64 | -2.000 ± 0.300 | - | - |" in table
-    assert "| SAR | 8 | dream:gdm | 64 | -3.000 ± 0.200 | 0.1000 | 0.3000 |" in table
+    assert "| SAR | 8 | dream:gdm | 64 | -3.000 ± 0.200 | 0.100 | 0.300 |" in table
     # lower GDD <-> higher return for these three models: Spearman -1
     assert "| SAR | -1.000 | - | 3 |" in table
     path = downstream_figure(recs, tmp_path / "fig" / "downstream.png")
     assert path.exists() and path.stat().st_size > 5000
     with pytest.raises(ValueError, match="no downstream records"):
         downstream_figure([], tmp_path / "empty.png")
-
-
-def test_labels_of_nearby_points_are_stacked():
-    # two points on top of each other and a third far away: only the second moves down
-    assert label_rows([1.0, 1.001, 2.0], [0.5, 0.5, 0.9]) == [0, 1, 0]
-    # three coincident points take three rows; a lone point keeps row 0
-    assert label_rows([0.0, 0.0, 0.0], [1.0, 1.0, 1.0]) == [0, 1, 2]
-    assert label_rows([3.0], [2.0]) == [0] and label_rows([], []) == []
-    # close in x but far apart in y: no clash
-    assert label_rows([1.0, 1.0], [0.0, 1.0]) == [0, 0]
 
 
 def test_downstream_job_for_each_agent_kind(tmp_path):

@@ -73,7 +73,7 @@ def test_stage_runs_stores_and_reports(tmp_path):
     ]
     out = build_downstream_report(run, run / "report", results)
     table = out["table"].read_text()
-    assert "dream:gdm" in table and "0.2500" in table and "0.6000" in table
+    assert "dream:gdm" in table and "| 0.250 |" in table and "| 0.600 |" in table
     assert "MaskablePPO agents: graph policy, 8 parallel env(s) per agent" in table
     assert out["figure"].stat().st_size > 5000
     # a rerun finds every job finished (the stored records come back unchanged)

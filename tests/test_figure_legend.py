@@ -1,5 +1,5 @@
 """The shared legend of a report figure lies inside the figure (it was cut off at the right
-edge of a one-panel figure with many models)."""
+edge of a one-panel figure with many models), above the panels."""
 
 from __future__ import annotations
 
@@ -43,24 +43,25 @@ def _logs(envs: list[str], models: list[str]) -> list[TrainingLog]:
 def test_training_curves_legend_lies_inside_the_figure(tmp_path, monkeypatch, envs, models):
     saved = []
 
-    def keep(fig, path):
+    def keep(fig, path, notes=None):
         saved.append(fig)
-        return save(fig, path)
+        return save(fig, path, notes)
 
     save = figures._save
     monkeypatch.setattr(figures, "_save", keep)
-    path = figures.training_curves_figure(
-        _logs(envs, models), tmp_path / "curves.png", figures._colors(models)
-    )
+    draw = figures.ablation_training_curves_figure if ":" in models[1] else None
+    draw = draw or figures.training_curves_figure
+    path = draw(_logs(envs, models), tmp_path / "curves.png", figures.model_styles(models))
     assert path is not None and path.is_file()
     (fig,) = saved
     (legend,) = fig.legends
-    assert [t.get_text() for t in legend.get_texts()] == [
-        figures.model_display(m) for m in figures.order_models(models)
-    ]
+    names = [figures.model_display(m) for m in figures.order_models(models)]
+    if ":" in models[1]:  # the ablation figure: the full GDM is its reference line
+        names[0] = figures.FULL_GDM_LABEL
+    assert [t.get_text() for t in legend.get_texts()] == names
     fig.draw_without_rendering()  # the constrained layout of the saved figure
     box, frame = legend.get_window_extent(), fig.bbox
     assert frame.x0 <= box.x0 and box.x1 <= frame.x1, (box, frame)
     assert frame.y0 <= box.y0 and box.y1 <= frame.y1, (box, frame)
-    for ax in fig.axes:  # and below the panels, not over them
-        assert box.y1 <= ax.get_window_extent().y0
+    for ax in fig.axes:  # and above the panels, not over them
+        assert box.y0 >= ax.get_window_extent().y1

@@ -170,9 +170,11 @@ def test_mean_ci_hand_computed():
     assert s.mean == 2.0 and s.n == 3
     assert s.ci == pytest.approx(T_975_2 * 1.0 / math.sqrt(3))
     assert format_mean_ci(s) == "2.000 ± 2.484"
-    # one seed: no interval, a dash with a footnote mark (never a measured-looking "± 0.000")
+    # one seed: no interval, the plain value (never a measured-looking "± 0.000"), with a
+    # dagger only where the table has intervals elsewhere
     assert mean_ci([0.7]).n == 1
-    assert format_mean_ci(mean_ci([0.7])) == "0.700 ± –†"
+    assert format_mean_ci(mean_ci([0.7])) == "0.700"
+    assert format_mean_ci(mean_ci([0.7]), mark_one_seed=True) == "0.700†"
     assert math.isnan(mean_ci([]).mean)
     assert format_mean_ci(mean_ci([1.0, math.nan])) == "nan ± nan"
     assert format_mean_ci(mean_ci([1.0, math.inf])) == "inf ± nan"
@@ -455,10 +457,43 @@ def test_one_seed_tables_show_no_interval(tmp_path):
     _write(tmp_path, "two", _single("SAR", "g-rssm", 20, 0))
     paths = build_report(tmp_path)
     md, tex = paths.tables_md["gdd_single_step"].read_text(), paths.tables_tex["gdd_single_step"]
-    assert "± 0.000" not in md and "95% CI" not in md
-    assert _row(md, "GDM")[2] == "**1.000 ± –†**"
-    assert "† one seed: no confidence interval" in md
-    assert "--$^\\dagger$" in tex.read_text() and "% † one seed" in tex.read_text()
+    # plain values and one note, not "± –†" in every cell
+    assert "±" not in md and "95% CI" not in md and "†" not in md
+    assert _row(md, "GDM")[2] == "**1.000**"
+    assert md.count("Values of one seed: no confidence interval") == 1
+    assert "$\\pm$" not in tex.read_text() and "dagger" not in tex.read_text()
+    assert "\\textbf{1.000}" in tex.read_text()
+
+
+def test_one_seed_cells_beside_intervals_carry_a_dagger(tmp_path):
+    for seed in range(2):
+        _write(tmp_path, f"gdm{seed}", _single("SAR", "gdm", 20, seed))
+    _write(tmp_path, "grssm", _single("SAR", "g-rssm", 20, 0))
+    paths = build_report(tmp_path)
+    md, tex = paths.tables_md["gdd_single_step"].read_text(), paths.tables_tex["gdd_single_step"]
+    assert _row(md, "G-RSSM")[2] == "2.000†"
+    t_975_1 = 12.706204736174707  # t_{0.975, 1}: seeds 1.0 and 2.0, std 0.707
+    assert _row(md, "GDM")[2] == f"**1.500 ± {t_975_1 * math.sqrt(0.5) / math.sqrt(2):.3f}**"
+    assert md.count("† one seed: no confidence interval") == 1
+    assert "2.000$^\\dagger$" in tex.read_text() and "% † one seed" in tex.read_text()
+
+
+def test_every_gdd_has_three_decimals_and_tiny_self_gdd_tables_are_scientific(tmp_path):
+    from graphwm.report.tables import self_gdd_table
+
+    def table(values):
+        records = [
+            {"kind": "self_gdd", "env": "SAR", "size": 20, "seed": i, "gdd": v}
+            for i, v in enumerate(values)
+        ]
+        table = self_gdd_table(records)
+        assert table is not None
+        return table
+
+    assert not table([0.05, 0.06]).scientific  # three decimals, as every GDD
+    assert not table([2e-9]).scientific  # rounding noise of 0 reads 0.000
+    tiny = table([1e-4, 2e-4])
+    assert tiny.scientific and "Scientific notation" in " ".join(tiny.notes)
 
 
 def test_factor_metric_names_follow_the_feature_types():
@@ -489,10 +524,11 @@ def test_factor_figure_wraps_each_env_onto_rows_of_at_most_five_panels(tmp_path)
         for m in ("gdm", "g-rssm")
         for n in (10, 20)
     ]
-    colors = {"gdm": (0, 0, 1, 1), "g-rssm": (1, 0, 0, 1)}
-    path = factor_metrics_figure(records, tmp_path / "f.png", colors)
+    from graphwm.report.figures import model_styles
+
+    path = factor_metrics_figure(records, tmp_path / "f.png", model_styles(["gdm", "g-rssm"]))
     import matplotlib.image
 
     height, width = matplotlib.image.imread(path).shape[:2]
-    # two rows of five panels (height/width ~ 0.34), not one row of eight (~ 0.12)
+    # two rows of five panels (height/width ~ 0.34 plus the legend), not one row of eight
     assert FACTOR_COLUMNS == 5 and height / width > 0.25

@@ -56,6 +56,12 @@ def _add_run_args(p: argparse.ArgumentParser, default_out: str = "runs/smoke") -
         action="store_true",
         help="quarantine corrupt store files (to RUN_DIR/quarantine/) and recompute them",
     )
+    p.add_argument(
+        "--tensorboard",
+        action="store_true",
+        default=None,
+        help="also write TensorBoard event files of the training jobs (train.tensorboard)",
+    )
     p.add_argument("--workers", type=_count(0), help="local worker processes (0: one per core)")
     p.add_argument("--envs", nargs="+", help="restrict to these envs (RGC OD SAR CF)")
     p.add_argument("--models", nargs="+", help="restrict to these models")
@@ -119,6 +125,7 @@ def _preset(args: argparse.Namespace) -> CheckedPreset:
             "envs": args.envs,
             "models": args.models,
             "train.precision": args.precision,
+            "train.tensorboard": args.tensorboard,
         },
     )
 
@@ -261,8 +268,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _print_report(paths) -> None:
-    print(paths.main_table or "(no single-step results yet)")
-    print(f"\nall tables and figures: {paths.index}")
+    print(paths.summary())
 
 
 if __name__ == "__main__":

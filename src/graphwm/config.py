@@ -99,6 +99,9 @@ class TrainConfig:
     precision: str = setting("fp32", choices=PRECISIONS)
     compile: bool = setting(False, help="torch.compile the model")
     log_every: int = setting(1, ge=1, help="steps between log.csv rows")
+    tensorboard: bool = setting(
+        False, help="also write TensorBoard event files (needs the graphwm[tensorboard] extra)"
+    )
     # seeds in preset order chunked by K (graphwm.stages.ensemble); 1: every seed alone
     ensemble: int = setting(
         1, ge=1, help="most seeds of one configuration trained together as one ensemble"

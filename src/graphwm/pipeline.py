@@ -154,6 +154,7 @@ def train_job_for(
         compile=t.compile,
         checkpoint_every=t.checkpoint_every,
         log_every=t.log_every,
+        tensorboard=t.tensorboard,
         threads=_threads(p),
     )
 
@@ -379,7 +380,9 @@ def stage_downstream(preset: PresetLike, paths: RunPaths, progress: bool = True)
             return []
         stage_train(p, paths, progress)
         # the agents' networks are small: one thread each is fastest
-        jobs = downstream_jobs(section, p.envs, training_jobs(p), device=p.device)
+        jobs = downstream_jobs(
+            section, p.envs, training_jobs(p), device=p.device, tensorboard=p.train.tensorboard
+        )
         records = run_jobs(
             execute_downstream_job,
             jobs,

@@ -330,11 +330,13 @@ def format_report(results: list[dict], steps: int, episodes: int) -> str:
     for env in SHORT.values():
         for n in (20, 50):
             rnd = pooled("random", env, n)
-            if not rnd:
+            trained = pooled("train", env, n, n) + pooled("transfer", env, n, 20)
+            if not rnd and not trained:
                 continue
-            rm, rs = _stats(rnd)
+            # without the random jobs (--no-random) the graph agent's cells stand alone
+            rm, rs = _stats(rnd) if rnd else (math.nan, math.nan)
             cells = [
-                f"{rm:.3f} ± {rs:.3f}",
+                f"{rm:.3f} ± {rs:.3f}" if rnd else "-",
                 f"{GREEDY[(env, n)]:.3f} ± {GREEDY_SE[(env, n)]:.3f}",
                 f"{MLP_MASKABLE[(env, n)]:.3f}",
             ]
@@ -352,7 +354,7 @@ def format_report(results: list[dict], steps: int, episodes: int) -> str:
                 z_greedy = (gm - GREEDY[(env, n)]) / math.sqrt(gs**2 + GREEDY_SE[(env, n)] ** 2)
                 cells += [
                     f"{gm:.3f} ± {gs:.3f} (seeds: {per_seed})",
-                    f"{z:+.1f}",
+                    f"{z:+.1f}" if rnd else "-",
                     f"{z_greedy:+.1f}",
                 ]
             lines.append(f"| {env} | {n} | " + " | ".join(cells) + " |")
@@ -504,7 +506,8 @@ def train_jobs(args: argparse.Namespace, settings: dict[str, dict]) -> list[tupl
     jobs: list[tuple] = []
     for env_id in args.envs:
         s = settings[SHORT[env_id]]
-        for n, first, count in ((50, args.first_seed_50, args.seeds_50), (20, 0, args.seeds)):
+        first_50 = args.first_seed if args.first_seed_50 is None else args.first_seed_50
+        for n, first, count in ((50, first_50, args.seeds_50), (20, args.first_seed, args.seeds)):
             jobs += [
                 (train_job, env_id, n, seed, args.steps, args.episodes, str(args.out_dir))
                 + (s["gamma"], s["reward_scaling"])
@@ -526,10 +529,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=3, help="training seeds at N = 20")
     parser.add_argument("--seeds-50", type=int, default=2, help="training seeds at N = 50")
     parser.add_argument(
-        "--first-seed-50",
+        "--first-seed",
         type=int,
         default=0,
-        help="first training seed at N = 50 (e.g. 1 to add seeds to an earlier run's seed 0)",
+        help="first training seed at every size (e.g. 1 to add seeds to an earlier run's seed 0, "
+        "or 101 for new seeds)",
+    )
+    parser.add_argument(
+        "--first-seed-50",
+        type=int,
+        default=None,
+        help="first training seed at N = 50 only (default: --first-seed)",
     )
     parser.add_argument("--episodes", type=int, default=100)
     parser.add_argument("--throughput-steps", type=int, default=4096)

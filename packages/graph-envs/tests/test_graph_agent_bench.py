@@ -125,6 +125,7 @@ def test_cli_overrides_reach_the_trained_agent(tmp_path):
         envs=["graphenv/OD-v0", "graphenv/CF-v0", "graphenv/RGC-v0"],
         seeds=1,
         seeds_50=0,
+        first_seed=0,
         first_seed_50=0,
         steps=10,
         episodes=1,
@@ -169,3 +170,41 @@ def test_report_states_each_rows_settings():
         "CF N = 20: 10,240; OD N = 20: 10,240 (gamma 0.98, reward scaling off), "
         "10,240 / 40,960 (gamma 0.99, reward scaling on)"
     ) in report
+
+
+def test_report_without_random_jobs_still_has_the_agent_rows():
+    """--no-random on one env: the table keeps the graph agent's row (it printed none)."""
+    bench = load_script()
+    row = {"kind": "train", "env": "RGC", "train_nodes": 20, "eval_nodes": 20, "curve": []}
+    results = [{**row, "seed": 0, "returns": [0.4, 0.5]}, {**row, "seed": 1, "returns": [0.6]}]
+    report = bench.format_report(results, 1000, 2)
+    (line,) = [ln for ln in report.splitlines() if ln.startswith("| RGC | 20 |")]
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[2] == "-"  # no random row: its cell and its z are left empty
+    assert cells[5].startswith("0.500 ± ") and "(seeds: 0.450, 0.600)" in cells[5]
+    assert cells[6] == "-"
+    assert not [ln for ln in report.splitlines() if ln.startswith("| RGC | 50 |")]
+
+
+@pytest.mark.parametrize(
+    ("argv", "seeds_20", "seeds_50"),
+    [
+        ([], [0, 1, 2], [0, 1]),
+        (["--first-seed", "101", "--seeds", "2"], [101, 102], [101, 102]),
+        (["--first-seed", "101", "--first-seed-50", "1"], [101, 102, 103], [1, 2]),
+    ],
+)
+def test_first_seed_chooses_the_seeds_at_every_size(argv, seeds_20, seeds_50):
+    import argparse
+
+    bench = load_script()
+    args = argparse.Namespace(
+        envs=["graphenv/RGC-v0"], steps=10, episodes=1, out_dir=Path("out"),
+        seeds=3, seeds_50=2, first_seed=0, first_seed_50=None,
+    )  # fmt: skip
+    for flag, value in zip(argv[::2], argv[1::2], strict=True):
+        setattr(args, flag.removeprefix("--").replace("-", "_"), int(value))
+    settings = bench.parse_settings([], [])
+    jobs = bench.train_jobs(args, settings)
+    by_size = {n: [job[3] for job in jobs if job[2] == n] for n in (20, 50)}
+    assert by_size == {20: seeds_20, 50: seeds_50}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -61,6 +62,7 @@ def train_agent(
     *,
     policy_hidden_dim: int = GRAPH_HIDDEN_DIM,
     policy_num_layers: int = GRAPH_NUM_LAYERS,
+    tensorboard_dir: str | Path | None = None,
 ):
     """MaskablePPO (CPU) trained for ``budget`` env steps on ``env`` (a Gymnasium env or an
     SB3 ``VecEnv``; the budget counts the steps of all its envs, rounded up to whole rollouts).
@@ -69,11 +71,13 @@ def train_agent(
     width ``policy_hidden_dim`` and ``policy_num_layers`` message-passing layers) or ``"mlp"``
     (SB3's ``MultiInputPolicy``; the two network settings must then keep their defaults).
     ``n_steps`` is the rollout length per env (SB3's meaning), capped so that one rollout of
-    all envs does not exceed the budget.
+    all envs does not exceed the budget. ``tensorboard_dir``: SB3's training scalars
+    (``rollout/ep_rew_mean``, ``train/loss``, ...) as TensorBoard event files there (needs the
+    ``tensorboard`` package); else the agent logs nothing.
     """
     import torch
     from sb3_contrib import MaskablePPO
-    from stable_baselines3.common.logger import Logger
+    from stable_baselines3.common.logger import Logger, configure
 
     if int(budget) < 1:
         raise ValueError(f"budget must be >= 1 env step, got {budget}")
@@ -106,7 +110,10 @@ def train_agent(
         else:
             agent = MaskablePPO("MultiInputPolicy", env, **kwargs)
         # a silent logger: SB3's default one makes an empty /tmp/SB3-<time> folder per agent
-        agent.set_logger(Logger(folder=None, output_formats=[]))
+        if tensorboard_dir is None:
+            agent.set_logger(Logger(folder=None, output_formats=[]))
+        else:
+            agent.set_logger(configure(str(tensorboard_dir), ["tensorboard"]))
         agent.learn(total_timesteps=int(budget))
     return agent
 

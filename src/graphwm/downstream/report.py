@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from graphwm.downstream.config import GREEDY, RANDOM, REAL
 from graphwm.downstream.gdd import correlations, nan_if_none
@@ -32,7 +33,7 @@ def downstream_table(records: Iterable[DownstreamRecord]) -> str:
         ret = f"{r.mean_return:.3f} ± {_fmt(r.se_return)}"
         lines.append(
             f"| {r.env} | {r.num_nodes} | {r.agent} | {r.budget} | {ret} | "
-            f"{_fmt(r.gdd_single, 4)} | {_fmt(r.gdd_multi, 4)} |"
+            f"{_fmt(r.gdd_single)} | {_fmt(r.gdd_multi)} |"  # three decimals, as every GDD
         )
     corr = correlations(records)
     if corr:
@@ -46,88 +47,129 @@ def downstream_table(records: Iterable[DownstreamRecord]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def label_rows(
-    xs: Sequence[float], ys: Sequence[float], near: tuple[float, float] = (0.15, 0.08)
-) -> list[int]:
-    """Row of each point's label so that labels of nearby points do not overlap: a point
-    within ``near`` (fractions of the x and y ranges) of earlier points' labels in the same
-    row moves one row down. Points are taken in the given order."""
-    if not xs:
-        return []
-    sx = (max(xs) - min(xs)) or 1.0
-    sy = (max(ys) - min(ys)) or 1.0
-    placed: list[tuple[float, float, int]] = []
-    rows = []
-    for x, y in zip(xs, ys, strict=True):
-        row = 0
-        while any(
-            r == row and abs(x - px) / sx < near[0] and abs(y - py) / sy < near[1]
-            for px, py, r in placed
-        ):
-            row += 1
-        placed.append((x, y, row))
-        rows.append(row)
-    return rows
+#: markers cycled per model (colours from tab10/tab20), so every point is named by the legend
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
+#: a yardstick (real / greedy / random agent) further than this many times the points' range
+#: from them is left off the axis (and named in the notes): drawing it would squash the points
+YARDSTICK_SPAN = 2.0
+_YARDSTICKS = {REAL: ("black", "-"), GREEDY: ("tab:purple", "--"), RANDOM: ("tab:gray", ":")}
+
+
+def _model_styles(models: Sequence[str]) -> dict[str, tuple[Any, str]]:
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab10" if len(models) <= 10 else "tab20"]
+    return {m: (cmap(i % cmap.N), MARKERS[i % len(MARKERS)]) for i, m in enumerate(models)}
+
+
+def _overlapping(points: Sequence[tuple[float, float]]) -> bool:
+    """Whether any two ``(mean, half-width)`` intervals overlap (then ranks are unresolved)."""
+    spans = sorted((m - h, m + h) for m, h in points if math.isfinite(m))
+    return any(b[0] <= a[1] for a, b in zip(spans, spans[1:], strict=False))
 
 
 def downstream_figure(records: Iterable[DownstreamRecord], path: str | Path) -> Path:
-    """Scatter of real-env return (+- s.e.) against single- and multi-step GDD, one row per
-    env, one point per dream agent (labelled by model), the real-env agent and the
-    yardsticks as horizontal lines; the Spearman correlation in each panel's title."""
-    import matplotlib
+    """Real-env return (+- s.e.) against single- (left) and multi-step (right) GDD, one row
+    per env, one point per dream agent (a colour and marker per model, named in the legend);
+    the real-env agent and the yardsticks as horizontal lines, or named in the notes when they
+    lie far from the points; Spearman's rho and its caveat in each panel.
+
+    One legend, above the panels, with the notes as its title (as every report figure).
+    """
+    import textwrap
+
     from matplotlib.figure import Figure
 
     records = list(records)
     envs = sorted({r.env for r in records})
     if not envs:
         raise ValueError("no downstream records to plot")
-    fig = Figure(figsize=(10, 3.6 * len(envs)))  # no pyplot: no global figure state
+    fig = Figure(figsize=(10, 3.6 * len(envs) + 0.3), layout="constrained")  # no pyplot
     axes = fig.subplots(len(envs), 2, squeeze=False)
-    styles = {REAL: ("black", "-"), GREEDY: ("tab:purple", "--"), RANDOM: ("tab:gray", ":")}
     corr = correlations(records)
     models = sorted({r.model for r in records if r.model is not None})
-    cycle = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
-    colour = {m: cycle[i % len(cycle)] for i, m in enumerate(models)}  # same in every panel
+    style = _model_styles(models)  # the same in every panel
+    notes: list[str] = []
     for row, env in enumerate(envs):
         rs = [r for r in records if r.env == env]
+        episodes = sorted({r.episodes for r in rs})
         for col, (attr, label) in enumerate(
             (("gdd_single", "1-step"), ("gdd_multi", "multi-step"))
         ):
             ax = axes[row, col]
             pts = [r for r in rs if r.model is not None and getattr(r, attr) is not None]
-            rows = label_rows([getattr(r, attr) for r in pts], [r.mean_return for r in pts])
-            for r, label_row in zip(pts, rows, strict=True):
-                x = getattr(r, attr)
+            for r in pts:
                 assert r.model is not None  # pts keeps the records with a model only
+                color, marker = style[r.model]
                 ax.errorbar(
-                    x,
+                    getattr(r, attr),
                     r.mean_return,
                     yerr=nan_if_none(r.se_return),
-                    fmt="o",
+                    fmt=marker,
+                    fillstyle="none",
+                    markersize=7,
                     capsize=3,
-                    color=colour[r.model],
+                    color=color,
+                    label=r.model,
                 )
-                ax.annotate(
-                    r.model,
-                    (x, r.mean_return),
-                    textcoords="offset points",
-                    xytext=(4, 4 - 9 * label_row),  # close points: labels stacked downwards
-                    fontsize=8,
-                )
+            lo = min((r.mean_return - (r.se_return or 0.0) for r in pts), default=math.nan)
+            hi = max((r.mean_return + (r.se_return or 0.0) for r in pts), default=math.nan)
+            span = (hi - lo) or abs(hi) or 1.0
             for r in rs:
-                if r.agent in styles:
-                    color, ls = styles[r.agent]
-                    ax.axhline(r.mean_return, color=color, ls=ls, lw=1, label=r.agent)
-            rho = corr.get(env, {}).get("single" if col == 0 else "multi", math.nan)
-            ax.set_title(f"{env}: return vs {label} GDD (Spearman {_fmt(rho, 2)})", fontsize=10)
-            ax.set_xlabel(f"{label} GDD (lower is better)")
-            ax.set_ylabel("real-env return")
+                if r.agent not in _YARDSTICKS:
+                    continue
+                far = math.isfinite(lo) and not (
+                    lo - YARDSTICK_SPAN * span <= r.mean_return <= hi + YARDSTICK_SPAN * span
+                )
+                if far:
+                    side = "above" if r.mean_return > hi else "below"
+                    note = (
+                        f"{env}: the {r.agent} agent's return ({_fmt(r.mean_return)}) lies far"
+                        f" {side} the dream agents' and is left off the axes."
+                    )
+                    if note not in notes:
+                        notes.append(note)
+                    continue
+                color, ls = _YARDSTICKS[r.agent]
+                ax.axhline(r.mean_return, color=color, ls=ls, lw=1, label=f"{r.agent} agent")
+            c = corr.get(env, {})
+            rho = c.get("single" if col == 0 else "multi", math.nan)
+            n = len(pts)
+            ax.set_title(
+                f"{env}: return vs {label} GDD\nSpearman {_fmt(rho, 2)} over n = {n} models",
+                fontsize=10,
+            )
+            ax.set_xlabel(f"{label} GDD (unitless; lower is better)")
+            per = "/".join(map(str, episodes))
+            ax.set_ylabel(f"real-env return (mean ± s.e., {per} episodes)")
             if not pts:
                 ax.text(0.5, 0.5, "no GDD results", transform=ax.transAxes, ha="center")
-            handles, labels = ax.get_legend_handles_labels()
-            if handles:
-                ax.legend(fontsize=7, loc="best")
-    fig.tight_layout()
+            elif n < 10 or _overlapping([(r.mean_return, r.se_return or 0.0) for r in pts]):
+                note = (
+                    f"{env}: the dream agents' return error bars overlap (or there are fewer"
+                    " than 10 of them): Spearman is indicative only, their rank order is not"
+                    " resolved."
+                )
+                if note not in notes:
+                    notes.append(note)
+    found: dict[str, Any] = {}
+    for ax in fig.axes:
+        for handle, name in zip(*ax.get_legend_handles_labels(), strict=True):
+            found.setdefault(name, handle)
+    order = [*models, *(f"{agent} agent" for agent in _YARDSTICKS)]  # models, then yardsticks
+    handles = {name: found[name] for name in order if name in found}
+    title = "\n".join(textwrap.fill(note, 120) for note in notes) or None
+    legend = fig.legend(
+        list(handles.values()),
+        list(handles),
+        loc="outside upper center",
+        ncols=min(5, max(1, len(handles))),
+        fontsize="small",
+        title=title,
+        title_fontsize="small",
+        alignment="left",
+    )
+    fig.set_figheight(fig.get_figheight() + legend.get_window_extent().height / fig.dpi)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)

@@ -33,6 +33,7 @@ def _trained_record(
     env_name: str,
     num_nodes: int,
     training: _Training,
+    tensorboard_dir: str | None = None,
 ) -> DownstreamRecord:
     """Train the agent in the vec env ``make_vec()`` builds, evaluate it in the real env;
     ``training`` is (budget, episodes, seed, eval_seed, ppo_kwargs, policy, num_envs, net),
@@ -40,7 +41,9 @@ def _trained_record(
     the env's construction too."""
     budget, episodes, seed, eval_seed, ppo_kwargs, policy, num_envs, net = training
     start = time.perf_counter()
-    agent = train_agent(make_vec(), budget, seed, ppo_kwargs, policy, **net)
+    agent = train_agent(
+        make_vec(), budget, seed, ppo_kwargs, policy, **net, tensorboard_dir=tensorboard_dir
+    )
     mean, se = evaluate_agent(agent, env_name, num_nodes, episodes=episodes, seed=eval_seed)
     return DownstreamRecord(
         env_name,
@@ -76,6 +79,7 @@ def dream_record(
     num_envs: int = DEFAULT_ENVS,
     policy_hidden_dim: int = GRAPH_HIDDEN_DIM,
     policy_num_layers: int = GRAPH_NUM_LAYERS,
+    tensorboard_dir: str | None = None,
 ) -> DownstreamRecord:
     """Train MaskablePPO (``policy``) on ``num_envs`` parallel episodes of ``model``'s dream
     env (``DreamSB3VecEnv``), evaluate it in the real env; ``policy_hidden_dim`` /
@@ -88,6 +92,7 @@ def dream_record(
         env_name,
         num_nodes,
         (budget, episodes, seed, eval_seed, ppo_kwargs, policy, num_envs, net),
+        tensorboard_dir,
     )
 
 
@@ -104,6 +109,7 @@ def real_record(
     num_envs: int = DEFAULT_ENVS,
     policy_hidden_dim: int = GRAPH_HIDDEN_DIM,
     policy_num_layers: int = GRAPH_NUM_LAYERS,
+    tensorboard_dir: str | None = None,
 ) -> DownstreamRecord:
     """The same agent and budget trained in ``num_envs`` real envs (SB3's ``DummyVecEnv``;
     the upper reference)."""
@@ -115,6 +121,7 @@ def real_record(
         env_name,
         num_nodes,
         (budget, episodes, seed, eval_seed, ppo_kwargs, policy, num_envs, net),
+        tensorboard_dir,
     )
 
 
@@ -167,7 +174,8 @@ def run_agent_job(config: Mapping[str, Any]) -> dict[str, Any]:
     ``env``, ``num_nodes``, ``seed``, ``budget``, ``episodes``, ``eval_seed``, optional
     ``policy`` (``"graph"``), ``policy_hidden_dim`` / ``policy_num_layers`` (the graph
     policy's width and depth), ``dream_envs`` (parallel envs of a trained agent), ``ppo``
-    (MaskablePPO overrides), ``threads`` and ``device`` (of the world model)."""
+    (MaskablePPO overrides), ``threads`` and ``device`` (of the world model), and
+    ``tensorboard_dir`` (the trained agent's TensorBoard event files)."""
     import torch
 
     torch.set_num_threads(max(1, int(config.get("threads", 1))))
@@ -183,6 +191,7 @@ def run_agent_job(config: Mapping[str, Any]) -> dict[str, Any]:
         "policy": str(config.get("policy", GRAPH)),
         "num_envs": int(config.get("dream_envs", DEFAULT_ENVS)),
         **{k: int(config.get(k, v)) for k, v in GRAPH_NET_DEFAULTS.items()},
+        "tensorboard_dir": config.get("tensorboard_dir"),  # SB3's scalars, when asked
     }
     if agent == "dream":
         from graphwm.dream import load_world_model

@@ -160,6 +160,23 @@ class ReportPaths:
     figures: dict[str, Path] = field(default_factory=dict)
     main_table: str = ""
 
+    def summary(self) -> str:
+        """What ``graphwm report`` / ``reproduce`` print: the main table, then exactly which
+        other tables and figures were written and where (all of them in ``report.md``)."""
+        lines = [self.main_table or "(no single-step results yet)"]
+        printed = [MAIN_TABLE] if self.main_table else []
+        others = [name for name in self.tables_md if name not in printed]
+        if printed:
+            lines.append(f"printed above: the {MAIN_TABLE} table (the paper's main table)")
+        if others:
+            lines.append(f"not printed, written as <name>.md: {', '.join(others)}")
+        if self.tables_tex:
+            lines.append(f"LaTeX tables, <name>.tex: {', '.join(self.tables_tex)}")
+        if self.figures:
+            lines.append(f"figures, written as <name>.png: {', '.join(self.figures)}")
+        lines.append(f"in {self.report_dir}; every table and figure on one page: {self.index}")
+        return "\n".join(lines)
+
     def files(self) -> list[Path]:
         """Every written file."""
         return [

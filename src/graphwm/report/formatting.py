@@ -19,24 +19,30 @@ def format_number(x: float, digits: int = 3, scientific: bool = False) -> str:
     return f"{x:.{digits}f}"
 
 
-NO_INTERVAL = "–" + "\u2020"  # a dash with a dagger footnote: fewer than two seeds
+NO_INTERVAL = "\u2020"  # a dagger after a one-seed value in a table with more seeds elsewhere
 NO_INTERVAL_NOTE = "\u2020 one seed: no confidence interval (it needs at least two seeds)."
+ONE_SEED_NOTE = "Values of one seed: no confidence interval (it needs at least two seeds)."
 
 
-def format_mean_ci(s: SeedStats, digits: int = 3, scientific: bool = False) -> str:
+def format_mean_ci(
+    s: SeedStats, digits: int = 3, scientific: bool = False, mark_one_seed: bool = False
+) -> str:
     """``"mean ± ci"`` text of a cell, e.g. ``"2.000 ± 2.484"``.
 
-    With fewer than two seeds there is no interval: ``"2.000 ± –†"`` (the dagger refers to
-    :data:`NO_INTERVAL_NOTE`), never a ``± 0.000`` that would read as a measured zero spread.
+    With fewer than two seeds there is no interval: the plain mean ``"2.000"`` (never a
+    ``± 0.000`` that would read as a measured zero spread); ``mark_one_seed`` adds the dagger
+    of :data:`NO_INTERVAL_NOTE` (``"2.000†"``), for a table whose other cells have intervals.
     """
     mean = format_number(s.mean, digits, scientific)
     if s.n < 2:
-        return f"{mean} ± {NO_INTERVAL}"
+        return mean + (NO_INTERVAL if mark_one_seed else "")
     return f"{mean} ± {format_number(s.ci, digits, scientific)}"
 
 
-def _has_single_seed_cells(table: Table) -> bool:
-    return any(n < 2 for n in table.seed_counts())
+def _mixed_seeds(table: Table) -> bool:
+    """Some cells have one seed and others more: only then are the one-seed cells marked."""
+    counts = table.seed_counts()
+    return any(n < 2 for n in counts) and any(n >= 2 for n in counts)
 
 
 def _seed_note(table: Table) -> str:
@@ -47,14 +53,17 @@ def _seed_note(table: Table) -> str:
     seeds = (
         f"{lo} seed{'' if lo == 1 else 's'}" if lo == hi else f"{lo}-{hi} seeds (varies per cell)"
     )
-    note = f"Mean ± 95% CI (Student t) over {seeds}" if hi >= 2 else f"Mean over {seeds}"
+    if hi < 2:  # one footnote for the whole table instead of a mark in every cell
+        return ONE_SEED_NOTE[:-1] + ("; lowest in bold." if table.bold_best else ".")
+    note = f"Mean ± 95% CI (Student t) over {seeds}"
     return note + ("; lowest mean in bold." if table.bold_best else ".")
 
 
 def _footnotes(table: Table) -> list[str]:
-    """Notes printed under the table: the table's own, then the single-seed dagger."""
+    """Notes printed under the table: the table's own, then the single-seed dagger (only
+    when one-seed cells stand beside cells with intervals)."""
     notes = list(table.notes)
-    if _has_single_seed_cells(table):
+    if _mixed_seeds(table):
         notes.append(NO_INTERVAL_NOTE)
     return notes
 
@@ -79,7 +88,9 @@ def to_markdown(table: Table) -> str:
             if cell is None:
                 texts.append("—")
                 continue
-            text = format_mean_ci(cell.stats, table.digits, table.scientific)
+            text = format_mean_ci(
+                cell.stats, table.digits, table.scientific, mark_one_seed=_mixed_seeds(table)
+            )
             texts.append(f"**{text}**" if cell.bold else text)
         lines.append("| " + " | ".join(texts) + " |")
     notes = _footnotes(table)
@@ -110,9 +121,10 @@ def latex_escape(text: str) -> str:
 def _latex_value(cell: Cell, table: Table) -> str:
     mean = format_number(cell.stats.mean, table.digits, table.scientific)
     ci = format_number(cell.stats.ci, table.digits, table.scientific)
-    if cell.stats.n < 2:
-        ci = "--$^\\dagger$"  # no interval with one seed (see the footnote)
-    text = f"{mean} $\\pm$ {ci}"
+    if cell.stats.n < 2:  # no interval with one seed (marked where other cells have one)
+        text = mean + ("$^\\dagger$" if _mixed_seeds(table) else "")
+    else:
+        text = f"{mean} $\\pm$ {ci}"
     return f"\\textbf{{{text}}}" if cell.bold else text
 
 

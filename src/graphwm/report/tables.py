@@ -258,6 +258,11 @@ def ablation_table(records: list[dict], reference_model: str = "gdm") -> Table |
     )
 
 
+#: a self-GDD table with a value this small (that is not rounding noise of 0, below
+#: ZERO_BELOW) is written in scientific notation
+SCIENTIFIC_BELOW = 5e-4
+ZERO_BELOW = 1e-6
+
 SELF_GDD_NOTE = (
     "Biased: the paper's V-statistic estimate; it is positive even for two sample sets of one"
     " distribution (its square has expectation of order 1/kappa), so it is the floor a model's"
@@ -283,8 +288,6 @@ def self_gdd_table(records: list[dict]) -> Table | None:
         " distribution",
         ["Env", "Estimator"],
         [f"N={n}" for n in sizes],
-        digits=3,
-        scientific=True,
         bold_best=False,
     )
     estimators = [("biased (paper)", "gdd")]
@@ -297,6 +300,12 @@ def self_gdd_table(records: list[dict]) -> Table | None:
             agg = aggregate(mine, lambda r: (r["size"],), operator.itemgetter(field_name))
             cells = [Cell(agg[(n,)]) if (n,) in agg else None for n in sizes]
             table.rows.append(Row([env if i == 0 else "", label], cells, group_start=i == 0))
+    # three decimals as every GDD of the report, unless a value would read 0.000: then the
+    # whole table (never a single cell) in scientific notation
+    means = [c.stats.mean for row in table.rows for c in row.cells if c is not None]
+    table.scientific = any(ZERO_BELOW <= abs(m) < SCIENTIFIC_BELOW for m in means)
+    if table.scientific:
+        table.notes.append("Scientific notation: some values are below 0.0005.")
     return table
 
 

@@ -31,6 +31,10 @@ TABLE_NAME = "downstream"
 FIGURE_NAME = "downstream"
 
 
+#: config keys that do not change a record: paths, thread counts, the TensorBoard switch
+_NOT_KEYED = ("checkpoint", "threads", "tensorboard")
+
+
 @dataclass(frozen=True)
 class DownstreamJob:
     """One downstream agent as a pipeline job (see :func:`graphwm.downstream.runs.run_agent_job`).
@@ -55,7 +59,7 @@ class DownstreamJob:
 
     def describe(self) -> dict[str, Any]:
         """What determines the record: the config without paths and thread counts."""
-        out = {k: _plain(v) for k, v in self.config if k not in ("checkpoint", "threads")}
+        out = {k: _plain(v) for k, v in self.config if k not in _NOT_KEYED}
         if self.train_key is not None:
             out["train"] = self.train_key
         return out
@@ -65,10 +69,14 @@ class DownstreamJob:
         return content_key("downstream", self.describe())
 
     def job_config(self, run_dir: Path) -> dict[str, Any]:
-        """The config of :func:`run_agent_job`, the checkpoint resolved under ``run_dir``."""
+        """The config of :func:`run_agent_job`, the checkpoint resolved under ``run_dir``;
+        with ``tensorboard`` set, the agent's event files go to
+        ``RUN_DIR/downstream/tensorboard/<job key>/``."""
         config = {k: _plain(v) for k, v in self.config}
         if "checkpoint" in config:
             config["checkpoint"] = str(Path(run_dir) / config["checkpoint"])
+        if config.pop("tensorboard", False):
+            config["tensorboard_dir"] = str(Path(run_dir) / STORE_DIR / "tensorboard" / self.key)
         return config
 
 
@@ -91,9 +99,11 @@ def downstream_jobs(
     *,
     threads: int = 1,
     device: str = "cpu",
+    tensorboard: bool = False,
 ) -> list[DownstreamJob]:
     """The jobs of the ``[downstream]`` section for the preset's training jobs ``trained``
-    (objects with ``env``, ``model``, ``seed``, ``key`` and ``reldir``)."""
+    (objects with ``env``, ``model``, ``seed``, ``key`` and ``reldir``); ``tensorboard``: the
+    trained agents also write TensorBoard event files (not keyed)."""
     trained = list(trained)
     jobs = []
     for env in section.envs or envs:
@@ -101,6 +111,8 @@ def downstream_jobs(
         by_model_seed = {(t.model, int(t.seed)): t for t in runs}
         triples = [(t.model, int(t.seed), f"{t.reldir}/ckpt/final") for t in runs]
         for config in section.job_configs(env, triples, threads=threads, device=device):
+            if tensorboard and int(config.get("budget", 0)) > 0:
+                config = {**config, "tensorboard": True}
             train = by_model_seed.get((config.get("model"), config["seed"]))
             jobs.append(
                 DownstreamJob(

@@ -29,7 +29,14 @@ from typing import Any
 
 from graphwm.envs import env_schema
 from graphwm.stages.fit import load_fitted, training_episodes
-from graphwm.stages.train import TrainJob, job_reldir, train_job, train_record, trainer_options
+from graphwm.stages.train import (
+    TENSORBOARD_DIRNAME,
+    TrainJob,
+    job_reldir,
+    train_job,
+    train_record,
+    trainer_options,
+)
 from graphwm.store.checkpoints import recover_latest
 from graphwm.store.files import content_key
 from graphwm.store.records import TrainRecord
@@ -143,6 +150,8 @@ def train_ensemble_job(unit: EnsembleJob, run_dir: str) -> list[TrainRecord | Ba
         device=job.device,
         out_dir=unit.dir(root),
         member_logs=[m.dir(root) / "log.csv" for m in unit.members],
+        # one TensorBoard run per member: <ensemble folder>/tensorboard/seed<s>/
+        tensorboard_dir=unit.dir(root) / TENSORBOARD_DIRNAME if job.tensorboard else None,
         member_finals=[m.checkpoint(root) for m in unit.members],
         checkpoint_every=job.checkpoint_every,
         resume=True,

@@ -30,6 +30,10 @@ from graphwm.store.records import TrainRecord
 _TRAIN = defaults(TrainConfig)  # the preset's defaults (graphwm.config) are the job's
 
 
+#: the folder of a job's (or an ensemble's) TensorBoard event files, beside its log.csv
+TENSORBOARD_DIRNAME = "tensorboard"
+
+
 def model_dir_name(model: str) -> str:
     """File-system name of a model (``gdm:no-h-plus`` -> ``gdm__no-h-plus``)."""
     return model.replace(":", "__")
@@ -66,6 +70,8 @@ class TrainJob:
     strategy: str = "auto"  # gdm_models.train_ensemble's; keyed only in an ensemble
     checkpoint_every: int = field(default=_TRAIN["checkpoint_every"], compare=False)
     log_every: int = field(default=_TRAIN["log_every"], compare=False)
+    #: also write TensorBoard event files into the job folder's ``tensorboard/``
+    tensorboard: bool = field(default=_TRAIN["tensorboard"], compare=False)
     threads: int = field(default=1, compare=False)
 
     kind = "train"
@@ -191,6 +197,7 @@ def train_job(job: TrainJob, run_dir: str) -> TrainRecord:
         seed=job.seed,
         device=job.device,
         log_csv=out / "log.csv",
+        tensorboard_dir=out / TENSORBOARD_DIRNAME if job.tensorboard else None,
         checkpoint_dir=out / "ckpt",
         checkpoint_every=job.checkpoint_every,
         resume=True,

@@ -16,7 +16,8 @@ pyproject.toml):
 3. the models: ``gdm`` (the GDM and its ablations), ``baselines`` (Vanilla / EA-GWM, G-RSSM);
 4. ``world_model`` (the ``WorldModel`` base class), ``encoder``, ``decoder``, ``losses``;
 5. leaves: ``schema``, ``scaling``, ``data``, ``layers``, ``adjacency``, ``message_passing``,
-   ``compiling``, ``presets`` (hyperparameters of every model, plain data), ``synthetic``.
+   ``compiling``, ``presets`` (hyperparameters of every model, plain data), ``synthetic``,
+   ``tensorboard_log`` (TensorBoard event files beside the CSV log; optional extra).
 """
 
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint

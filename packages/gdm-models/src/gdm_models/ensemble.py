@@ -65,6 +65,7 @@ from .ensemble_engines import LoopEngine, VmapEngine
 from .ensemble_loss import member_loss_for
 from .registry import make_model
 from .scaling import FeatureScaler
+from .tensorboard_log import tee_members
 from .train_state import (
     read_trainer_state,
     replacing_dir,
@@ -212,6 +213,7 @@ def train_ensemble(
     log_every: int = 1,
     strategy: str = "auto",
     capture: bool | None = None,
+    tensorboard_dir: str | Path | None = None,
 ) -> EnsembleResult:
     """Train one model configuration with K seeds together (see the module docstring).
 
@@ -244,6 +246,8 @@ def train_ensemble(
             (default): on CUDA unless ``compile``; ``True`` on a CPU runs the static step
             eagerly. Member k then equals ``train(..., capture=True)`` of its seed only up
             to the padded noise (the noise is drawn at the static shape).
+        tensorboard_dir: also write each member's logged rows as TensorBoard scalars into
+            ``tensorboard_dir/seed<s>/`` (one TensorBoard run per member; see ``train``).
 
     Returns:
         :class:`EnsembleResult` with one :class:`MemberResult` per seed.
@@ -341,7 +345,12 @@ def train_ensemble(
         )
         for k in range(K)
     ]
-    csvs = [CsvLog(p, start, log_every) for p in logs] if logs else None
+    csvs = tee_members(
+        [CsvLog(p, start, log_every) for p in logs] if logs else None,
+        tensorboard_dir,
+        [f"seed{s}" for s in seeds],
+        start,
+    )
     bar = tqdm(
         total=total, initial=start, disable=not progress, desc=f"train x{K}", dynamic_ncols=True
     )

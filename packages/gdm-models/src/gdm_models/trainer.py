@@ -34,6 +34,7 @@ from tqdm.auto import tqdm
 from .capture import StaticShape, StaticTrainStep, configure_adam, make_adam
 from .checkpoint import save_checkpoint
 from .data import EpisodeDataset, EpochSampler
+from .tensorboard_log import tee
 from .train_state import (
     read_trainer_state,
     replacing_dir,
@@ -175,6 +176,7 @@ def train(
     compile: bool = False,
     log_every: int = 1,
     capture: bool | None = None,
+    tensorboard_dir: str | Path | None = None,
 ) -> TrainResult:
     """Train ``model`` on ``dataset`` with Adam.
 
@@ -207,6 +209,9 @@ def train(
             ``None`` (default): on CUDA unless ``compile``; ``True`` on a CPU runs the same
             static-shape step eagerly. Its numbers equal the eager step's up to float rounding
             (fused Adam) and the noise of padded shapes.
+        tensorboard_dir: also write each logged row as TensorBoard scalars (``train/loss``,
+            ...) into this folder (:mod:`gdm_models.tensorboard_log`; needs the
+            ``gdm-models[tensorboard]`` extra); the CSV stays the record.
     """
     check_train_args(dataset, steps, epochs, precision, log_every, checkpoint_every)
     if not dataset.schema.same_features(model.schema):
@@ -240,7 +245,9 @@ def train(
             # the saved state may come from the other step implementation
             configure_adam(opt, fused=static, capturable=static and device.type == "cuda")
 
-    log = CsvLog(log_csv, start, log_every) if log_csv is not None else None
+    log = tee(
+        CsvLog(log_csv, start, log_every) if log_csv is not None else None, tensorboard_dir, start
+    )
     if compile:
         enable_model_compile(model)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
