@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import torch
+import torch.nn.functional as F
+from torch import nn
 
 from ..adjacency import (
     EdgeUpdateMLP,
@@ -42,7 +44,16 @@ from ..adjacency import (
 )
 from ..decoder import GraphHeads, InnovationDecoder, NodeHeads, PairDotAdjacencyHead
 from ..encoder import ActionEmbedding, FeatureEncoder, ObservedGraphEncoder
-from ..layers import MLP, CategoricalHead, LayerNormGRU, gumbel_from_uniform, sample_onehot_st
+from ..layers import (
+    EPS,
+    MLP,
+    CategoricalHead,
+    LayerNormGRU,
+    gru_from_gates,
+    gumbel_from_uniform,
+    sample_onehot_st,
+    unimix_probs,
+)
 from ..losses import (
     NodeMasks,
     Prediction,
@@ -53,7 +64,7 @@ from ..losses import (
     masked_mean,
     prediction_loss,
 )
-from ..message_passing import GraphMessagePassing
+from ..message_passing import GraphMessagePassing, SparseGATLayer
 from ..scaling import FeatureScaler
 from ..schema import Schema
 from ..world_model import WorldModel
@@ -165,6 +176,36 @@ def _flat(z: torch.Tensor) -> torch.Tensor:
 
 def _bcast(g: torch.Tensor, n: int) -> torch.Tensor:
     return g[:, None, :].expand(-1, n, -1)
+
+
+def _steps(x: torch.Tensor, keep: int) -> tuple[torch.Tensor, ...]:
+    """(B, T, ..., *tail) -> T tensors (rows, *tail) with the ``keep`` trailing axes kept and
+    the leading ones flattened (B first): one copy and one ``unbind`` instead of T slices."""
+    tail = x.shape[x.dim() - keep :]
+    return x.transpose(0, 1).reshape(x.shape[1], -1, *tail).unbind(0)
+
+
+def _first_layer(mlp: MLP, sizes: list[int]) -> tuple[tuple[torch.Tensor, ...], nn.Linear]:
+    """The first linear map of a one-hidden-layer MLP on a concatenated input: its weight's
+    column blocks of the parts ``sizes`` (views of the parameter) and the layer itself."""
+    first = mlp.net[0]
+    assert isinstance(first, nn.Linear) and len(mlp.net) == 4  # Linear, LayerNorm, SiLU, Linear
+    return first.weight.split(sizes, 1), first
+
+
+def _mlp_tail(mlp: MLP, x: torch.Tensor) -> torch.Tensor:
+    """The rest of a one-hidden-layer MLP after its first linear map: LayerNorm, SiLU, Linear
+    (2-d ``x``)."""
+    norm, last = mlp.net[1], mlp.net[3]
+    assert isinstance(last, nn.Linear)
+    return torch.addmm(last.bias, F.silu(norm(x)), last.weight.t())
+
+
+def _onehot_st(probs: torch.Tensor, gumbel: torch.Tensor, classes: torch.Tensor) -> torch.Tensor:
+    """:func:`~gdm_models.layers.sample_onehot_st` given the Gumbel noise and ``arange(C)``."""
+    idx = (torch.log(probs.clamp_min(EPS)) + gumbel).argmax(dim=-1)
+    onehot = (idx[..., None] == classes).to(probs.dtype)
+    return onehot + probs - probs.detach()
 
 
 class GDMCell(WorldModel):
@@ -437,7 +478,7 @@ class GDMCell(WorldModel):
         """Posterior update with teacher-forced adjacency (+ the prior branch if requested).
 
         The step-by-step path of ``observe`` and of the reference loss
-        (:mod:`gdm_models.reference`); training runs :meth:`posterior_cell` inside the
+        (:mod:`gdm_models.reference`); training runs :meth:`posterior_sequence` inside the
         time-vectorised :func:`gdm_models.gdm.sequence_loss.sequence_loss_terms`.
         """
         c = self.config
@@ -590,12 +631,8 @@ class GDMCell(WorldModel):
             return torch.zeros(*lead, 0, dtype=torch.long, device=self.device)
         return torch.stack(cols, -1)
 
-    def posterior_cell(
+    def posterior_sequence(
         self,
-        h_n: torch.Tensor,
-        z_n: torch.Tensor,
-        h_g: torch.Tensor,
-        z_g: torch.Tensor,
         a_emb: torch.Tensor,
         a_pool: torch.Tensor,
         e_v: torch.Tensor,
@@ -605,23 +642,169 @@ class GDMCell(WorldModel):
         u_zg: torch.Tensor | None,
         u_zn: torch.Tensor,
     ) -> tuple[torch.Tensor, ...]:
-        """:meth:`posterior_step` on tensors only (paper, steps 1-3, 5-6 on the posterior
-        path), for the time-vectorised loss: the action embedding and its pool, the
-        observation embedding and the normalised message-passing weights ``alpha`` of the
-        observed A_t are computed for all steps before the recurrence, the uniforms given.
+        """The posterior recurrence of a training window (paper, "Training": steps 1-3 and
+        5-6 of the posterior path on h^+, z^+ and the teacher-forced adjacency) from a zero
+        latent, T = L+1 steps: the math of :meth:`posterior_step`, with far fewer ops.
 
-        Returns ``(h_n^-, h_g^-, h_n^+, h_g^+, q_g, z_g^+, q_n, z_n^+)`` (q_g is (B, 0, 0)
-        without graph state).
+        Everything that depends only on observations, actions or noise runs once for all T
+        steps before the loop: the action parts of the GRUs' input gates (x W_ih^T + b_ih),
+        the observation parts of the first layers of MLP+_n, MLP+_g, q_g and q_n (a
+        concatenated input's first linear map split by columns, [x, y] W^T = x W_x^T + y W_y^T,
+        computed from slices of the existing weights: the parameters are unchanged) and the
+        Gumbel noise of the samples. In the loop, node tensors stay flat ((B*N, D)); pooling
+        over nodes and broadcasting graph vectors to nodes are products with a (B, B*N)
+        pooling matrix and a (B*N, B) indicator; each message-passing layer's two linear maps
+        run as one product with their stacked weights, its aggregation as one ``baddbmm``.
+
+        Args: ``a_emb`` (B,T,N,E) action embeddings, ``a_pool`` (B,T,E) their pools, ``e_v``
+        (B,T,N,E), ``e_g`` (B,T,E), ``alpha`` (B,T,N,N) normalised message-passing weights of
+        the observed A_t (or (B,N,N), the same at every step), ``node_mask`` (B,N), ``u_zg``
+        (B,T,Gg,Cg) (None without graph state), ``u_zn`` (B,T,N,Gn,Cn) uniforms.
+
+        Returns ``(h_n^-, h_g^-, h_n^+, h_g^+, q_g, z_g^+, q_n, z_n^+)`` of steps 1..T-1, each
+        (B, T-1, ...) (q_g is (B, T-1, 0, 0) without graph state).
         """
         c = self.config
-        h_n_m = self.gru_n(torch.cat([z_n, a_emb], -1), h_n)
-        h_g_m = self.gru_g(torch.cat([z_g, a_pool], -1), h_g) if c.graph_state else h_g
-        h_n_p, h_g_p, q_g, z_g_p = self.posterior_graph(h_n_m, h_g_m, e_v, e_g, node_mask, u_zg)
-        m_p = self.mp.forward_normalised(h_n_p, torch.cat([h_g_p, z_g_p], -1), alpha)
-        q_n, z_n_p = self.node_latent("post_n", [m_p, _bcast(z_g_p, m_p.shape[1]), e_v], u_zn)
-        if q_g is None:  # no graph state: an empty stand-in keeps the outputs tensors
-            q_g = h_g_p.new_zeros(h_g_p.shape[0], 0, 0)
-        return h_n_m, h_g_m, h_n_p, h_g_p, q_g, z_g_p, q_n, z_n_p
+        B, T, N, E = e_v.shape
+        BN, H, M = B * N, c.hidden_dim, c.mlp_width
+        gn, cn = c.node_latent_groups, c.node_latent_classes
+        dev, dt = e_v.device, e_v.dtype
+        # ---- before the loop: everything that depends on observations, actions or noise
+        nmf = node_mask.to(dt)
+        w_pool = nmf / nmf.sum(1, keepdim=True).clamp_min(1.0)  # Pool = mean over real nodes
+        eye = torch.eye(B, dtype=dt, device=dev)
+        pool_mat = (eye[:, :, None] * w_pool[None]).reshape(B, BN)  # Pool x = pool_mat @ x
+        bcast_mat = eye[:, None, :].expand(B, N, B).reshape(BN, B)  # row b*N+v: graph b
+        gru_n = self.gru_n.cell
+        w_ih = gru_n.weight_ih.split([self.zn_dim, E], 1)
+        gi_n = _steps(F.linear(a_emb, w_ih[1], gru_n.bias_ih), 1)  # action part of gates
+        gru_n_w = (w_ih[0].t(), gru_n.weight_hh.t(), gru_n.bias_hh)
+        g_zn = _steps(gumbel_from_uniform(u_zn), 2)
+        ar_n = torch.arange(cn, device=dev)
+        qn_w, qn_first = _first_layer(self.post_n.mlp, [H, self.zg_dim, E])
+        pre_qn = _steps(F.linear(e_v, qn_w[2], qn_first.bias), 1)
+        mp_w = self._mp_weights(H)
+        if c.h_plus:
+            hn_w, hn_first = _first_layer(self.post_h_n, [H, E, E])
+            pre = F.linear(e_v, hn_w[1], hn_first.bias) + F.linear(e_g, hn_w[2])[:, :, None]
+            pre_hn = _steps(pre, 1)
+        if c.graph_state:
+            gg, cg = c.graph_latent_groups, c.graph_latent_classes
+            gru_g = self.gru_g.cell
+            w_ih_g = gru_g.weight_ih.split([self.zg_dim, E], 1)
+            gi_g = _steps(F.linear(a_pool, w_ih_g[1], gru_g.bias_ih), 1)
+            gru_g_w = (w_ih_g[0].t(), gru_g.weight_hh.t(), gru_g.bias_hh)
+            assert u_zg is not None  # drawn whenever there is a graph state
+            g_zg = _steps(gumbel_from_uniform(u_zg), 2)
+            ar_g = torch.arange(cg, device=dev)
+            qg_w, qg_first = _first_layer(self.post_g.mlp, [H, H, E])
+            pre_qg = _steps(F.linear(e_g, qg_w[2], qg_first.bias), 1)
+            if c.h_plus:
+                hg_w, hg_first = _first_layer(self.post_h_g, [H, E, E])
+                e_v_pool = masked_mean(e_v, nmf[:, None, :, None], 2)
+                pre = F.linear(e_g, hg_w[1], hg_first.bias) + F.linear(e_v_pool, hg_w[2])
+                pre_hg = _steps(pre, 1)
+        alphas = alpha.unbind(1) if alpha.dim() == 4 else (alpha,) * T
+        # ---- the recurrence
+        h_n = e_v.new_zeros(BN, H)
+        z_n = e_v.new_zeros(BN, self.zn_dim)
+        h_g = e_v.new_zeros(B, self.hg_dim)
+        z_g = e_v.new_zeros(B, self.zg_dim)
+        q_g = e_v.new_zeros(B, 0, 0)
+        steps = []
+        for t in range(T):
+            # 1. h^- = LN(GRU([z, a] | h)): the gates' action part was computed above
+            gi = torch.addmm(gi_n[t], z_n, gru_n_w[0])
+            h_n_m = self.gru_n.norm(
+                gru_from_gates(gi, h_n, torch.addmm(gru_n_w[2], h_n, gru_n_w[1]))
+            )
+            if c.graph_state:
+                gi = torch.addmm(gi_g[t], z_g, gru_g_w[0])
+                h_g_m = self.gru_g.norm(
+                    gru_from_gates(gi, h_g, torch.addmm(gru_g_w[2], h_g, gru_g_w[1]))
+                )
+            else:
+                h_g_m = h_g
+            # 2. h^+ = h^- + sigmoid(g) * dh, [dh || g] = MLP+(h^-, e_v, e_g)
+            h_n_p, h_g_p = h_n_m, h_g_m
+            if c.h_plus:
+                x = torch.addmm(pre_hn[t], h_n_m, hn_w[0].t())
+                dh, g = _mlp_tail(self.post_h_n, x).split([H, H], -1)
+                h_n_p = torch.addcmul(h_n_m, torch.sigmoid(g), dh)
+                if c.graph_state:
+                    x = torch.addmm(pre_hg[t], h_g_m, hg_w[0].t())
+                    dh, g = _mlp_tail(self.post_h_g, x).split([H, H], -1)
+                    h_g_p = torch.addcmul(h_g_m, torch.sigmoid(g), dh)
+            # 3. z_g^+ ~ q_g(. | h_g^+, Pool h^+, e_g)
+            if c.graph_state:
+                x = torch.addmm(pre_qg[t], h_g_p, qg_w[0].t())
+                x = torch.addmm(x, torch.mm(pool_mat, h_n_p), qg_w[1].t())
+                logits = _mlp_tail(self.post_g.mlp, x).view(B, gg, cg)
+                q_g = unimix_probs(logits, c.unimix)
+                z_g_p = _onehot_st(q_g, g_zg[t], ar_g).view(B, self.zg_dim)
+            else:
+                z_g_p = z_g
+            # 5. m^(L)+ on the observed A_t, [h_g^+, z_g^+] injected
+            m = self._mp_flat(mp_w, h_n_p, h_g_p, z_g_p, alphas[t], bcast_mat, B, N)
+            # 6. z^+ ~ q_n(. | m^(L)+, z_g^+, e_v)
+            x = torch.addmm(pre_qn[t], m, qn_w[0].t())
+            if self.zg_dim:
+                x = torch.addmm(x, bcast_mat, torch.mm(z_g_p, qn_w[1].t()))
+            q_n = unimix_probs(_mlp_tail(self.post_n.mlp, x).view(BN, gn, cn), c.unimix)
+            z_n_p = _onehot_st(q_n, g_zn[t], ar_n).view(BN, self.zn_dim)
+            h_n, h_g, z_g, z_n = h_n_p, h_g_p, z_g_p, z_n_p
+            if t > 0:  # step 0 only initialises the posterior; losses are on steps 1..L
+                steps.append((h_n_m, h_g_m, h_n_p, h_g_p, q_g, z_g_p, q_n, z_n_p))
+        out = []
+        for k, parts in enumerate(zip(*steps, strict=True)):
+            x = torch.stack(parts, 1)  # (rows, T-1, ...)
+            if k in (0, 2, 6, 7):  # node tensors: (B*N, T-1, ...) -> (B, T-1, N, ...)
+                x = x.view(B, N, *x.shape[1:]).transpose(1, 2)
+            out.append(x)
+        return tuple(out)
+
+    def _mp_weights(self, h: int) -> list[tuple[torch.Tensor, ...]]:
+        """Per message-passing layer: its two linear maps stacked, [W | W_root]^T split into
+        the node rows and the injected [h_g, z_g] rows (layer 0), and the bias [0 | b_root]."""
+        out = []
+        for k, layer in enumerate(self.mp.layers):
+            assert isinstance(layer, SparseGATLayer)
+            w = torch.cat([layer.lin.weight, layer.root.weight], 0)
+            b = torch.cat([torch.zeros_like(layer.root.bias), layer.root.bias])
+            sizes = [h, self.hg_dim, self.zg_dim] if k == 0 else [h, 0, 0]
+            out.append((*(p.t() for p in w.split(sizes, 1)), b))
+        return out
+
+    def _mp_flat(
+        self,
+        weights: list[tuple[torch.Tensor, ...]],
+        h: torch.Tensor,
+        h_g: torch.Tensor,
+        z_g: torch.Tensor,
+        alpha: torch.Tensor,
+        bcast_mat: torch.Tensor,
+        b: int,
+        n: int,
+    ) -> torch.Tensor:
+        """:meth:`GraphMessagePassing.forward_normalised` on flat node states (B*N, H):
+        layer l, m <- LayerNorm(W_root m + alpha (W m)) with [h_g, z_g] injected into layer 0
+        (paper, "Adjacency Prediction and Message Passing")."""
+        m = h
+        hid = h.shape[-1]
+        for k, (layer, (w_h, w_hg, w_zg, bias)) in enumerate(
+            zip(self.mp.layers, weights, strict=True)
+        ):
+            y = torch.addmm(bias, m, w_h)  # [W m | W_root m + b_root]
+            if k == 0 and self.mp.inject_dim:
+                gy = torch.mm(h_g, w_hg) if self.hg_dim else None
+                if self.zg_dim:
+                    gy = torch.mm(z_g, w_zg) if gy is None else torch.addmm(gy, z_g, w_zg)
+                assert gy is not None
+                y = torch.addmm(y, bcast_mat, gy)
+            lin, root = y.view(b, n, 2 * hid).split([hid, hid], -1)
+            assert isinstance(layer, SparseGATLayer)
+            m = layer.norm(torch.baddbmm(root, alpha, lin)).view(b * n, hid)
+        return m
 
     def imagine_step(
         self,
