@@ -193,12 +193,17 @@ def _first_layer(mlp: MLP, sizes: list[int]) -> tuple[tuple[torch.Tensor, ...], 
     return first.weight.split(sizes, 1), first
 
 
-def _mlp_tail(mlp: MLP, x: torch.Tensor) -> torch.Tensor:
-    """The rest of a one-hidden-layer MLP after its first linear map: LayerNorm, SiLU, Linear
-    (2-d ``x``)."""
-    norm, last = mlp.net[1], mlp.net[3]
+def _last_t(mlp: MLP) -> tuple[torch.Tensor, torch.Tensor]:
+    """(W^T, b) of the last linear map of a one-hidden-layer MLP, transposed once per loop."""
+    last = mlp.net[3]
     assert isinstance(last, nn.Linear)
-    return torch.addmm(last.bias, F.silu(norm(x)), last.weight.t())
+    return last.weight.t(), last.bias
+
+
+def _mlp_tail(mlp: MLP, x: torch.Tensor, last: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """The rest of a one-hidden-layer MLP after its first linear map: LayerNorm, SiLU, Linear
+    (2-d ``x``; ``last`` from :func:`_last_t`)."""
+    return torch.addmm(last[1], F.silu(mlp.net[1](x)), last[0])
 
 
 def _onehot_st(probs: torch.Tensor, gumbel: torch.Tensor, classes: torch.Tensor) -> torch.Tensor:
@@ -683,11 +688,13 @@ class GDMCell(WorldModel):
         ar_n = torch.arange(cn, device=dev)
         qn_w, qn_first = _first_layer(self.post_n.mlp, [H, self.zg_dim, E])
         pre_qn = _steps(F.linear(e_v, qn_w[2], qn_first.bias), 1)
+        qn_m, qn_zg, qn_last = qn_w[0].t(), qn_w[1].t(), _last_t(self.post_n.mlp)
         mp_w = self._mp_weights(H)
         if c.h_plus:
             hn_w, hn_first = _first_layer(self.post_h_n, [H, E, E])
             pre = F.linear(e_v, hn_w[1], hn_first.bias) + F.linear(e_g, hn_w[2])[:, :, None]
             pre_hn = _steps(pre, 1)
+            hn_h, hn_last = hn_w[0].t(), _last_t(self.post_h_n)
         if c.graph_state:
             gg, cg = c.graph_latent_groups, c.graph_latent_classes
             gru_g = self.gru_g.cell
@@ -699,11 +706,13 @@ class GDMCell(WorldModel):
             ar_g = torch.arange(cg, device=dev)
             qg_w, qg_first = _first_layer(self.post_g.mlp, [H, H, E])
             pre_qg = _steps(F.linear(e_g, qg_w[2], qg_first.bias), 1)
+            qg_h, qg_pool, qg_last = qg_w[0].t(), qg_w[1].t(), _last_t(self.post_g.mlp)
             if c.h_plus:
                 hg_w, hg_first = _first_layer(self.post_h_g, [H, E, E])
                 e_v_pool = masked_mean(e_v, nmf[:, None, :, None], 2)
                 pre = F.linear(e_g, hg_w[1], hg_first.bias) + F.linear(e_v_pool, hg_w[2])
                 pre_hg = _steps(pre, 1)
+                hg_h, hg_last = hg_w[0].t(), _last_t(self.post_h_g)
         alphas = alpha.unbind(1) if alpha.dim() == 4 else (alpha,) * T
         # ---- the recurrence
         h_n = e_v.new_zeros(BN, H)
@@ -728,18 +737,18 @@ class GDMCell(WorldModel):
             # 2. h^+ = h^- + sigmoid(g) * dh, [dh || g] = MLP+(h^-, e_v, e_g)
             h_n_p, h_g_p = h_n_m, h_g_m
             if c.h_plus:
-                x = torch.addmm(pre_hn[t], h_n_m, hn_w[0].t())
-                dh, g = _mlp_tail(self.post_h_n, x).split([H, H], -1)
+                x = torch.addmm(pre_hn[t], h_n_m, hn_h)
+                dh, g = _mlp_tail(self.post_h_n, x, hn_last).split([H, H], -1)
                 h_n_p = torch.addcmul(h_n_m, torch.sigmoid(g), dh)
                 if c.graph_state:
-                    x = torch.addmm(pre_hg[t], h_g_m, hg_w[0].t())
-                    dh, g = _mlp_tail(self.post_h_g, x).split([H, H], -1)
+                    x = torch.addmm(pre_hg[t], h_g_m, hg_h)
+                    dh, g = _mlp_tail(self.post_h_g, x, hg_last).split([H, H], -1)
                     h_g_p = torch.addcmul(h_g_m, torch.sigmoid(g), dh)
             # 3. z_g^+ ~ q_g(. | h_g^+, Pool h^+, e_g)
             if c.graph_state:
-                x = torch.addmm(pre_qg[t], h_g_p, qg_w[0].t())
-                x = torch.addmm(x, torch.mm(pool_mat, h_n_p), qg_w[1].t())
-                logits = _mlp_tail(self.post_g.mlp, x).view(B, gg, cg)
+                x = torch.addmm(pre_qg[t], h_g_p, qg_h)
+                x = torch.addmm(x, torch.mm(pool_mat, h_n_p), qg_pool)
+                logits = _mlp_tail(self.post_g.mlp, x, qg_last).view(B, gg, cg)
                 q_g = unimix_probs(logits, c.unimix)
                 z_g_p = _onehot_st(q_g, g_zg[t], ar_g).view(B, self.zg_dim)
             else:
@@ -747,10 +756,10 @@ class GDMCell(WorldModel):
             # 5. m^(L)+ on the observed A_t, [h_g^+, z_g^+] injected
             m = self._mp_flat(mp_w, h_n_p, h_g_p, z_g_p, alphas[t], bcast_mat, B, N)
             # 6. z^+ ~ q_n(. | m^(L)+, z_g^+, e_v)
-            x = torch.addmm(pre_qn[t], m, qn_w[0].t())
+            x = torch.addmm(pre_qn[t], m, qn_m)
             if self.zg_dim:
-                x = torch.addmm(x, bcast_mat, torch.mm(z_g_p, qn_w[1].t()))
-            q_n = unimix_probs(_mlp_tail(self.post_n.mlp, x).view(BN, gn, cn), c.unimix)
+                x = torch.addmm(x, bcast_mat, torch.mm(z_g_p, qn_zg))
+            q_n = unimix_probs(_mlp_tail(self.post_n.mlp, x, qn_last).view(BN, gn, cn), c.unimix)
             z_n_p = _onehot_st(q_n, g_zn[t], ar_n).view(BN, self.zn_dim)
             h_n, h_g, z_g, z_n = h_n_p, h_g_p, z_g_p, z_n_p
             if t > 0:  # step 0 only initialises the posterior; losses are on steps 1..L
