@@ -30,8 +30,8 @@ from .baselines.gwm import GWM, GWM_TERM_KEYS
 from .data import Batch
 from .gdm import GDM
 from .gdm.cell import Noise as NoiseSource
-from .layers import use_explicit_gru
 from .gdm.sequence_loss import CORE_FIELDS, SEQUENCE_NOISE, draw_sequence_noise, sequence_core
+from .layers import use_explicit_gru
 from .world_model import WorldModel
 
 __all__ = [

@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -548,12 +548,16 @@ class GDMCell(WorldModel):
         scale = self.loss_scales()
         if set(scale) != set(per_step):
             raise RuntimeError(f"loss terms {sorted(per_step)} != scaled {sorted(scale)}")
-        mean = {k: masked_mean(v, step_mask, (0, 1)) for k, v in per_step.items()}
-        pred = cast(torch.Tensor, sum(mean[k] for k in mean if k.startswith("pred_")))
-        total = cast(torch.Tensor, sum(scale[k] * mean[k] for k in mean))
-        terms = {k: v.detach() for k, v in mean.items()}
-        terms["pred"] = pred.detach()
-        terms["total"] = total.detach()
+        keys = list(per_step)
+        # one stacked masked mean over (B, L) for all terms (fewer ops than one per term)
+        stacked = torch.stack([per_step[k] for k in keys])  # (terms, B, L)
+        m = step_mask.to(stacked.dtype)
+        mean = (stacked * m).sum((1, 2)) / m.sum().clamp_min(1.0)
+        weights = torch.tensor([scale[k] for k in keys], dtype=mean.dtype, device=mean.device)
+        is_pred = torch.tensor([k.startswith("pred_") for k in keys], device=mean.device)
+        total = (mean * weights).sum()
+        values = torch.cat([mean, (mean * is_pred).sum()[None], total[None]]).detach()
+        terms = dict(zip([*keys, "pred", "total"], values.unbind(), strict=True))
         return total, terms
 
     def transition_terms(
@@ -671,7 +675,7 @@ class GDMCell(WorldModel):
         """
         c = self.config
         B, T, N, E = e_v.shape
-        BN, H, M = B * N, c.hidden_dim, c.mlp_width
+        BN, H = B * N, c.hidden_dim
         gn, cn = c.node_latent_groups, c.node_latent_classes
         dev, dt = e_v.device, e_v.dtype
         # ---- before the loop: everything that depends on observations, actions or noise
