@@ -185,6 +185,28 @@ def _steps(x: torch.Tensor, keep: int) -> tuple[torch.Tensor, ...]:
     return x.transpose(0, 1).reshape(x.shape[1], -1, *tail).unbind(0)
 
 
+def _stacked(
+    parts: list[tuple[torch.Tensor, torch.Tensor | None]],
+) -> tuple[torch.Tensor, torch.Tensor | None, list[int]]:
+    """One (in, sum out) matrix of several transposed weights (in, out_k) that read the same
+    input, their biases (zeros for ``None``; ``None`` if all are) and the output sizes."""
+    sizes = [w.shape[1] for w, _ in parts]
+    weight = torch.cat([w for w, _ in parts], 1)
+    if all(b is None for _, b in parts):
+        return weight, None, sizes
+    bias = torch.cat([weight.new_zeros(w.shape[1]) if b is None else b for w, b in parts])
+    return weight, bias, sizes
+
+
+def _product(
+    prod: tuple[torch.Tensor, torch.Tensor | None, list[int]], x: torch.Tensor
+) -> tuple[torch.Tensor, ...]:
+    """x W_k^T + b_k of every part of a :func:`_stacked` matrix, by one product."""
+    weight, bias, sizes = prod
+    y = torch.mm(x, weight) if bias is None else torch.addmm(bias, x, weight)
+    return y.split(sizes, -1)
+
+
 def _first_layer(mlp: MLP, sizes: list[int]) -> tuple[tuple[torch.Tensor, ...], nn.Linear]:
     """The first linear map of a one-hidden-layer MLP on a concatenated input: its weight's
     column blocks of the parts ``sizes`` (views of the parameter) and the layer itself."""
@@ -687,13 +709,18 @@ class GDMCell(WorldModel):
         gru_n = self.gru_n.cell
         w_ih = gru_n.weight_ih.split([self.zn_dim, E], 1)
         gi_n = _steps(F.linear(a_emb, w_ih[1], gru_n.bias_ih), 1)  # action part of gates
-        gru_n_w = (w_ih[0].t(), gru_n.weight_hh.t(), gru_n.bias_hh)
+        w_zn = w_ih[0].t()
         g_zn = _steps(gumbel_from_uniform(u_zn), 2)
         ar_n = torch.arange(cn, device=dev)
         qn_w, qn_first = _first_layer(self.post_n.mlp, [H, self.zg_dim, E])
         pre_qn = _steps(F.linear(e_v, qn_w[2], qn_first.bias), 1)
-        qn_m, qn_zg, qn_last = qn_w[0].t(), qn_w[1].t(), _last_t(self.post_n.mlp)
+        qn_m, qn_last = qn_w[0].t(), _last_t(self.post_n.mlp)
         mp_w = self._mp_weights(H)
+        # each state is multiplied once by the stacked weights of every map that reads it
+        # (their blocks are the existing weights): h^+ -> [message-passing layer 0 (node
+        # rows) | GRU_n's hidden gates of the next step | q_g's part of Pool h^+]
+        hn_parts = [mp_w[0][::3]] if mp_w else []
+        hn_parts.append((gru_n.weight_hh.t(), gru_n.bias_hh))
         if c.h_plus:
             hn_w, hn_first = _first_layer(self.post_h_n, [H, E, E])
             pre = F.linear(e_v, hn_w[1], hn_first.bias) + F.linear(e_g, hn_w[2])[:, :, None]
@@ -704,40 +731,41 @@ class GDMCell(WorldModel):
             gru_g = self.gru_g.cell
             w_ih_g = gru_g.weight_ih.split([self.zg_dim, E], 1)
             gi_g = _steps(F.linear(a_pool, w_ih_g[1], gru_g.bias_ih), 1)
-            gru_g_w = (w_ih_g[0].t(), gru_g.weight_hh.t(), gru_g.bias_hh)
             assert u_zg is not None  # drawn whenever there is a graph state
             g_zg = _steps(gumbel_from_uniform(u_zg), 2)
             ar_g = torch.arange(cg, device=dev)
             qg_w, qg_first = _first_layer(self.post_g.mlp, [H, H, E])
             pre_qg = _steps(F.linear(e_g, qg_w[2], qg_first.bias), 1)
-            qg_h, qg_pool, qg_last = qg_w[0].t(), qg_w[1].t(), _last_t(self.post_g.mlp)
+            qg_last = _last_t(self.post_g.mlp)
+            hn_parts.append((qg_w[1].t(), None))
+            # h_g^+ -> [q_g | message-passing layer 0 | GRU_g's hidden gates of the next step]
+            hg_parts = [(qg_w[0].t(), None)] + ([(mp_w[0][1], None)] if mp_w else [])
+            hg_prod = _stacked([*hg_parts, (gru_g.weight_hh.t(), gru_g.bias_hh)])
+            # z_g^+ -> [message-passing layer 0 | q_n | GRU_g's input gates of the next step]
+            zg_parts = [(mp_w[0][2], None)] if mp_w else []
+            zg_prod = _stacked([*zg_parts, (qn_w[1].t(), None), (w_ih_g[0].t(), None)])
             if c.h_plus:
                 hg_w, hg_first = _first_layer(self.post_h_g, [H, E, E])
                 e_v_pool = masked_mean(e_v, nmf[:, None, :, None], 2)
                 pre = F.linear(e_g, hg_w[1], hg_first.bias) + F.linear(e_v_pool, hg_w[2])
                 pre_hg = _steps(pre, 1)
                 hg_h, hg_last = hg_w[0].t(), _last_t(self.post_h_g)
+        hn_prod = _stacked(hn_parts)
         alphas = alpha.unbind(1) if alpha.dim() == 4 else (alpha,) * T
-        # ---- the recurrence
+        # ---- the recurrence, from the zero latent (its products: the biases)
         h_n = e_v.new_zeros(BN, H)
-        z_n = e_v.new_zeros(BN, self.zn_dim)
-        h_g = e_v.new_zeros(B, self.hg_dim)
-        z_g = e_v.new_zeros(B, self.zg_dim)
+        gi_nz, gh_n = gi_n[0], gru_n.bias_hh.expand(BN, 3 * H)
+        h_g = z_g = h_g_m = h_g_p = e_v.new_zeros(B, 0)
+        if c.graph_state:
+            h_g = e_v.new_zeros(B, H)
+            gi_gz, gh_g = gi_g[0], gru_g.bias_hh.expand(B, 3 * H)
         q_g = e_v.new_zeros(B, 0, 0)
         steps = []
         for t in range(T):
-            # 1. h^- = LN(GRU([z, a] | h)): the gates' action part was computed above
-            gi = torch.addmm(gi_n[t], z_n, gru_n_w[0])
-            h_n_m = self.gru_n.norm(
-                gru_from_gates(gi, h_n, torch.addmm(gru_n_w[2], h_n, gru_n_w[1]))
-            )
+            # 1. h^- = LN(GRU([z, a] | h)): the gates' action parts were computed above
+            h_n_m = self.gru_n.norm(gru_from_gates(gi_nz, h_n, gh_n))
             if c.graph_state:
-                gi = torch.addmm(gi_g[t], z_g, gru_g_w[0])
-                h_g_m = self.gru_g.norm(
-                    gru_from_gates(gi, h_g, torch.addmm(gru_g_w[2], h_g, gru_g_w[1]))
-                )
-            else:
-                h_g_m = h_g
+                h_g_m = self.gru_g.norm(gru_from_gates(gi_gz, h_g, gh_g))
             # 2. h^+ = h^- + sigmoid(g) * dh, [dh || g] = MLP+(h^-, e_v, e_g)
             h_n_p, h_g_p = h_n_m, h_g_m
             if c.h_plus:
@@ -748,26 +776,37 @@ class GDMCell(WorldModel):
                     x = torch.addmm(pre_hg[t], h_g_m, hg_h)
                     dh, g = _mlp_tail(self.post_h_g, x, hg_last).split([H, H], -1)
                     h_g_p = torch.addcmul(h_g_m, torch.sigmoid(g), dh)
+            hn_y = _product(hn_prod, h_n_p)
+            gh_n = hn_y[1 if mp_w else 0]
             # 3. z_g^+ ~ q_g(. | h_g^+, Pool h^+, e_g)
             if c.graph_state:
-                x = torch.addmm(pre_qg[t], h_g_p, qg_h)
-                x = torch.addmm(x, torch.mm(pool_mat, h_n_p), qg_pool)
+                hg_y = _product(hg_prod, h_g_p)
+                gh_g = hg_y[-1]
+                x = torch.addmm(pre_qg[t] + hg_y[0], pool_mat, hn_y[-1])
                 logits = _mlp_tail(self.post_g.mlp, x, qg_last).view(B, gg, cg)
                 q_g = unimix_probs(logits, c.unimix)
-                z_g_p = _onehot_st(q_g, g_zg[t], ar_g).view(B, self.zg_dim)
-            else:
-                z_g_p = z_g
-            # 5. m^(L)+ on the observed A_t, [h_g^+, z_g^+] injected
-            m = self._mp_flat(mp_w, h_n_p, h_g_p, z_g_p, alphas[t], bcast_mat, B, N)
+                z_g = _onehot_st(q_g, g_zg[t], ar_g).view(B, self.zg_dim)
+                zg_y = _product(zg_prod, z_g)
+                if t + 1 < T:
+                    gi_gz = gi_g[t + 1] + zg_y[-1]
+            # 5. m^(L)+ on the observed A_t, [h_g^+, z_g^+] injected (paper, eq. message passing)
+            m = h_n_p
+            if mp_w:
+                y = hn_y[0]
+                if c.graph_state:  # [h_g, z_g] W_g^T, the same for every node of a graph
+                    y = torch.addmm(y, bcast_mat, hg_y[1] + zg_y[0])
+                m = self._mp_flat(mp_w, y, alphas[t], B, N)
             # 6. z^+ ~ q_n(. | m^(L)+, z_g^+, e_v)
             x = torch.addmm(pre_qn[t], m, qn_m)
-            if self.zg_dim:
-                x = torch.addmm(x, bcast_mat, torch.mm(z_g_p, qn_zg))
+            if c.graph_state:
+                x = torch.addmm(x, bcast_mat, zg_y[-2])
             q_n = unimix_probs(_mlp_tail(self.post_n.mlp, x, qn_last).view(BN, gn, cn), c.unimix)
             z_n_p = _onehot_st(q_n, g_zn[t], ar_n).view(BN, self.zn_dim)
-            h_n, h_g, z_g, z_n = h_n_p, h_g_p, z_g_p, z_n_p
+            h_n, h_g = h_n_p, h_g_p
+            if t + 1 < T:
+                gi_nz = torch.addmm(gi_n[t + 1], z_n_p, w_zn)
             if t > 0:  # step 0 only initialises the posterior; losses are on steps 1..L
-                steps.append((h_n_m, h_g_m, h_n_p, h_g_p, q_g, z_g_p, q_n, z_n_p))
+                steps.append((h_n_m, h_g_m, h_n_p, h_g_p, q_g, z_g, q_n, z_n_p))
         out = []
         for k, parts in enumerate(zip(*steps, strict=True)):
             x = torch.stack(parts, 1)  # (rows, T-1, ...)
@@ -778,7 +817,8 @@ class GDMCell(WorldModel):
 
     def _mp_weights(self, h: int) -> list[tuple[torch.Tensor, ...]]:
         """Per message-passing layer: its two linear maps stacked, [W | W_root]^T split into
-        the node rows and the injected [h_g, z_g] rows (layer 0), and the bias [0 | b_root]."""
+        the node rows and the injected h_g and z_g rows (layer 0; empty after), and the bias
+        [0 | b_root]."""
         out = []
         for k, layer in enumerate(self.mp.layers):
             assert isinstance(layer, SparseGATLayer)
@@ -791,29 +831,20 @@ class GDMCell(WorldModel):
     def _mp_flat(
         self,
         weights: list[tuple[torch.Tensor, ...]],
-        h: torch.Tensor,
-        h_g: torch.Tensor,
-        z_g: torch.Tensor,
+        y: torch.Tensor,
         alpha: torch.Tensor,
-        bcast_mat: torch.Tensor,
         b: int,
         n: int,
     ) -> torch.Tensor:
-        """:meth:`GraphMessagePassing.forward_normalised` on flat node states (B*N, H):
-        layer l, m <- LayerNorm(W_root m + alpha (W m)) with [h_g, z_g] injected into layer 0
-        (paper, "Adjacency Prediction and Message Passing")."""
-        m = h
-        hid = h.shape[-1]
-        for k, (layer, (w_h, w_hg, w_zg, bias)) in enumerate(
-            zip(self.mp.layers, weights, strict=True)
-        ):
-            y = torch.addmm(bias, m, w_h)  # [W m | W_root m + b_root]
-            if k == 0 and self.mp.inject_dim:
-                gy = torch.mm(h_g, w_hg) if self.hg_dim else None
-                if self.zg_dim:
-                    gy = torch.mm(z_g, w_zg) if gy is None else torch.addmm(gy, z_g, w_zg)
-                assert gy is not None
-                y = torch.addmm(y, bcast_mat, gy)
+        """:meth:`GraphMessagePassing.forward_normalised` on flat node states (B*N, H) given
+        layer 0's products ``y`` = [W m | W_root m + b_root] ([h_g, z_g] included): layer l,
+        m <- LayerNorm(W_root m + alpha (W m)) (paper, "Adjacency Prediction and Message
+        Passing")."""
+        hid = y.shape[-1] // 2
+        m = y
+        for k, (layer, (w_h, _, _, bias)) in enumerate(zip(self.mp.layers, weights, strict=True)):
+            if k > 0:
+                y = torch.addmm(bias, m, w_h)
             lin, root = y.view(b, n, 2 * hid).split([hid, hid], -1)
             assert isinstance(layer, SparseGATLayer)
             m = layer.norm(torch.baddbmm(root, alpha, lin)).view(b * n, hid)
