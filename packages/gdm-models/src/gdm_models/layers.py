@@ -56,7 +56,7 @@ def gru_from_gates(gi: torch.Tensor, h: torch.Tensor, gh: torch.Tensor) -> torch
     ``gi = x W_ih^T + b_ih`` and ``gh = h W_hh^T + b_hh`` (``(..., 3H)``, gates r, z, n):
 
     r = sigmoid(gi_r + gh_r), z = sigmoid(gi_z + gh_z), n = tanh(gi_n + r * gh_n),
-    h' = (1 - z) * n + z * h  (= lerp(n, h, z)).
+    h' = (1 - z) * n + z * h  (computed as n + (h - n) z, as the fused kernel does).
 
     Every op here has a ``torch.func.vmap`` batching rule (the fused GRU kernels have none),
     and the input gates may be computed for all time steps before a recurrence."""
@@ -64,8 +64,8 @@ def gru_from_gates(gi: torch.Tensor, h: torch.Tensor, gh: torch.Tensor) -> torch
     gi_rz, gi_n = gi.split([2 * hid, hid], -1)
     gh_rz, gh_n = gh.split([2 * hid, hid], -1)
     r, z = torch.sigmoid(gi_rz + gh_rz).split([hid, hid], -1)
-    n = torch.tanh(torch.addcmul(gi_n, r, gh_n))
-    return torch.lerp(n, h, z)
+    n = torch.tanh(gi_n + r * gh_n)
+    return n + (h - n) * z
 
 
 def gru_explicit(

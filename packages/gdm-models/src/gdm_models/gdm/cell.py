@@ -52,7 +52,6 @@ from ..layers import (
     gru_from_gates,
     gumbel_from_uniform,
     sample_onehot_st,
-    unimix_probs,
 )
 from ..losses import (
     NodeMasks,
@@ -205,6 +204,13 @@ def _product(
     weight, bias, sizes = prod
     y = torch.mm(x, weight) if bias is None else torch.addmm(bias, x, weight)
     return y.split(sizes, -1)
+
+
+def _unimix(logits: torch.Tensor, unimix: float, uniform: torch.Tensor) -> torch.Tensor:
+    """:func:`~gdm_models.layers.unimix_probs` as one ``lerp`` towards the uniform
+    probability ``uniform`` = 1/C (a 0-d tensor): p + u (1/C - p) = (1 - u) p + u / C."""
+    probs = torch.softmax(logits, dim=-1)
+    return torch.lerp(probs, uniform, unimix) if unimix > 0 else probs
 
 
 def _first_layer(mlp: MLP, sizes: list[int]) -> tuple[tuple[torch.Tensor, ...], nn.Linear]:
@@ -712,6 +718,7 @@ class GDMCell(WorldModel):
         w_zn = w_ih[0].t()
         g_zn = _steps(gumbel_from_uniform(u_zn), 2)
         ar_n = torch.arange(cn, device=dev)
+        uniform_n = torch.full((), 1.0 / cn, dtype=dt, device=dev)
         qn_w, qn_first = _first_layer(self.post_n.mlp, [H, self.zg_dim, E])
         pre_qn = _steps(F.linear(e_v, qn_w[2], qn_first.bias), 1)
         qn_m, qn_last = qn_w[0].t(), _last_t(self.post_n.mlp)
@@ -734,6 +741,7 @@ class GDMCell(WorldModel):
             assert u_zg is not None  # drawn whenever there is a graph state
             g_zg = _steps(gumbel_from_uniform(u_zg), 2)
             ar_g = torch.arange(cg, device=dev)
+            uniform_g = torch.full((), 1.0 / cg, dtype=dt, device=dev)
             qg_w, qg_first = _first_layer(self.post_g.mlp, [H, H, E])
             pre_qg = _steps(F.linear(e_g, qg_w[2], qg_first.bias), 1)
             qg_last = _last_t(self.post_g.mlp)
@@ -771,11 +779,11 @@ class GDMCell(WorldModel):
             if c.h_plus:
                 x = torch.addmm(pre_hn[t], h_n_m, hn_h)
                 dh, g = _mlp_tail(self.post_h_n, x, hn_last).split([H, H], -1)
-                h_n_p = torch.addcmul(h_n_m, torch.sigmoid(g), dh)
+                h_n_p = h_n_m + torch.sigmoid(g) * dh
                 if c.graph_state:
                     x = torch.addmm(pre_hg[t], h_g_m, hg_h)
                     dh, g = _mlp_tail(self.post_h_g, x, hg_last).split([H, H], -1)
-                    h_g_p = torch.addcmul(h_g_m, torch.sigmoid(g), dh)
+                    h_g_p = h_g_m + torch.sigmoid(g) * dh
             hn_y = _product(hn_prod, h_n_p)
             gh_n = hn_y[1 if mp_w else 0]
             # 3. z_g^+ ~ q_g(. | h_g^+, Pool h^+, e_g)
@@ -784,7 +792,7 @@ class GDMCell(WorldModel):
                 gh_g = hg_y[-1]
                 x = torch.addmm(pre_qg[t] + hg_y[0], pool_mat, hn_y[-1])
                 logits = _mlp_tail(self.post_g.mlp, x, qg_last).view(B, gg, cg)
-                q_g = unimix_probs(logits, c.unimix)
+                q_g = _unimix(logits, c.unimix, uniform_g)
                 z_g = _onehot_st(q_g, g_zg[t], ar_g).view(B, self.zg_dim)
                 zg_y = _product(zg_prod, z_g)
                 if t + 1 < T:
@@ -800,7 +808,9 @@ class GDMCell(WorldModel):
             x = torch.addmm(pre_qn[t], m, qn_m)
             if c.graph_state:
                 x = torch.addmm(x, bcast_mat, zg_y[-2])
-            q_n = unimix_probs(_mlp_tail(self.post_n.mlp, x, qn_last).view(BN, gn, cn), c.unimix)
+            q_n = _unimix(
+                _mlp_tail(self.post_n.mlp, x, qn_last).view(BN, gn, cn), c.unimix, uniform_n
+            )
             z_n_p = _onehot_st(q_n, g_zn[t], ar_n).view(BN, self.zn_dim)
             h_n, h_g = h_n_p, h_g_p
             if t + 1 < T:
