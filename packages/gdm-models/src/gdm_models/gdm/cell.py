@@ -726,7 +726,9 @@ class GDMCell(WorldModel):
         # each state is multiplied once by the stacked weights of every map that reads it
         # (their blocks are the existing weights): h^+ -> [message-passing layer 0 (node
         # rows) | GRU_n's hidden gates of the next step | q_g's part of Pool h^+]
-        hn_parts = [mp_w[0][::3]] if mp_w else []
+        hn_parts: list[tuple[torch.Tensor, torch.Tensor | None]] = []
+        if mp_w:
+            hn_parts.append((mp_w[0][0], mp_w[0][3]))  # [W | W_root]^T, [0 | b_root]
         hn_parts.append((gru_n.weight_hh.t(), gru_n.bias_hh))
         if c.h_plus:
             hn_w, hn_first = _first_layer(self.post_h_n, [H, E, E])
