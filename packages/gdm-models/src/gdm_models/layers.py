@@ -20,6 +20,7 @@ __all__ = [
     "ExplicitGRUCell",
     "gru_explicit",
     "gru_from_gates",
+    "gru_from_split_gates",
     "use_explicit_gru",
     "CategoricalHead",
     "unimix_probs",
@@ -61,8 +62,16 @@ def gru_from_gates(gi: torch.Tensor, h: torch.Tensor, gh: torch.Tensor) -> torch
     Every op here has a ``torch.func.vmap`` batching rule (the fused GRU kernels have none),
     and the input gates may be computed for all time steps before a recurrence."""
     hid = h.shape[-1]
-    gi_rz, gi_n = gi.split([2 * hid, hid], -1)
     gh_rz, gh_n = gh.split([2 * hid, hid], -1)
+    return gru_from_split_gates(gi, h, gh_rz, gh_n)
+
+
+def gru_from_split_gates(
+    gi: torch.Tensor, h: torch.Tensor, gh_rz: torch.Tensor, gh_n: torch.Tensor
+) -> torch.Tensor:
+    """:func:`gru_from_gates` with ``gh`` given as its (r, z) and n parts (..., 2H), (..., H)."""
+    hid = h.shape[-1]
+    gi_rz, gi_n = gi.split([2 * hid, hid], -1)
     r, z = torch.sigmoid(gi_rz + gh_rz).split([hid, hid], -1)
     n = torch.tanh(gi_n + r * gh_n)
     return n + (h - n) * z

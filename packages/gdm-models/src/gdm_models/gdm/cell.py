@@ -49,7 +49,7 @@ from ..layers import (
     MLP,
     CategoricalHead,
     LayerNormGRU,
-    gru_from_gates,
+    gru_from_split_gates,
     gumbel_from_uniform,
     sample_onehot_st,
 )
@@ -211,6 +211,14 @@ def _unimix(logits: torch.Tensor, unimix: float, uniform: torch.Tensor) -> torch
     probability ``uniform`` = 1/C (a 0-d tensor): p + u (1/C - p) = (1 - u) p + u / C."""
     probs = torch.softmax(logits, dim=-1)
     return torch.lerp(probs, uniform, unimix) if unimix > 0 else probs
+
+
+def _gate_parts(cell: nn.GRUCell) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+    """The hidden gates' map (W_hh^T, b_hh) of a GRU cell as its (r, z) and n blocks."""
+    hid = cell.hidden_size
+    w = cell.weight_hh.t().split([2 * hid, hid], 1)
+    b = cell.bias_hh.split([2 * hid, hid])
+    return [(w[0], b[0]), (w[1], b[1])]
 
 
 def _first_layer(mlp: MLP, sizes: list[int]) -> tuple[tuple[torch.Tensor, ...], nn.Linear]:
@@ -725,11 +733,11 @@ class GDMCell(WorldModel):
         mp_w = self._mp_weights(H)
         # each state is multiplied once by the stacked weights of every map that reads it
         # (their blocks are the existing weights): h^+ -> [message-passing layer 0 (node
-        # rows) | GRU_n's hidden gates of the next step | q_g's part of Pool h^+]
+        # rows) | GRU_n's hidden gates (r, z | n) of the next step | q_g's part of Pool h^+]
         hn_parts: list[tuple[torch.Tensor, torch.Tensor | None]] = []
         if mp_w:
             hn_parts.append((mp_w[0][0], mp_w[0][3]))  # [W | W_root]^T, [0 | b_root]
-        hn_parts.append((gru_n.weight_hh.t(), gru_n.bias_hh))
+        hn_parts += _gate_parts(gru_n)  # (r, z) and n blocks, no split in the loop
         if c.h_plus:
             hn_w, hn_first = _first_layer(self.post_h_n, [H, E, E])
             pre = F.linear(e_v, hn_w[1], hn_first.bias) + F.linear(e_g, hn_w[2])[:, :, None]
@@ -750,7 +758,7 @@ class GDMCell(WorldModel):
             hn_parts.append((qg_w[1].t(), None))
             # h_g^+ -> [q_g | message-passing layer 0 | GRU_g's hidden gates of the next step]
             hg_parts = [(qg_w[0].t(), None)] + ([(mp_w[0][1], None)] if mp_w else [])
-            hg_prod = _stacked([*hg_parts, (gru_g.weight_hh.t(), gru_g.bias_hh)])
+            hg_prod = _stacked([*hg_parts, *_gate_parts(gru_g)])
             # z_g^+ -> [message-passing layer 0 | q_n | GRU_g's input gates of the next step]
             zg_parts = [(mp_w[0][2], None)] if mp_w else []
             zg_prod = _stacked([*zg_parts, (qn_w[1].t(), None), (w_ih_g[0].t(), None)])
@@ -764,18 +772,20 @@ class GDMCell(WorldModel):
         alphas = alpha.unbind(1) if alpha.dim() == 4 else (alpha,) * T
         # ---- the recurrence, from the zero latent (its products: the biases)
         h_n = e_v.new_zeros(BN, H)
-        gi_nz, gh_n = gi_n[0], gru_n.bias_hh.expand(BN, 3 * H)
+        gi_nz = gi_n[0]
+        gh_n = gru_n.bias_hh.expand(BN, 3 * H).split([2 * H, H], -1)
         h_g = z_g = h_g_m = h_g_p = e_v.new_zeros(B, 0)
         if c.graph_state:
             h_g = e_v.new_zeros(B, H)
-            gi_gz, gh_g = gi_g[0], gru_g.bias_hh.expand(B, 3 * H)
+            gi_gz = gi_g[0]
+            gh_g = gru_g.bias_hh.expand(B, 3 * H).split([2 * H, H], -1)
         q_g = e_v.new_zeros(B, 0, 0)
         steps = []
         for t in range(T):
             # 1. h^- = LN(GRU([z, a] | h)): the gates' action parts were computed above
-            h_n_m = self.gru_n.norm(gru_from_gates(gi_nz, h_n, gh_n))
+            h_n_m = self.gru_n.norm(gru_from_split_gates(gi_nz, h_n, *gh_n))
             if c.graph_state:
-                h_g_m = self.gru_g.norm(gru_from_gates(gi_gz, h_g, gh_g))
+                h_g_m = self.gru_g.norm(gru_from_split_gates(gi_gz, h_g, *gh_g))
             # 2. h^+ = h^- + sigmoid(g) * dh, [dh || g] = MLP+(h^-, e_v, e_g)
             h_n_p, h_g_p = h_n_m, h_g_m
             if c.h_plus:
@@ -787,11 +797,11 @@ class GDMCell(WorldModel):
                     dh, g = _mlp_tail(self.post_h_g, x, hg_last).split([H, H], -1)
                     h_g_p = h_g_m + torch.sigmoid(g) * dh
             hn_y = _product(hn_prod, h_n_p)
-            gh_n = hn_y[1 if mp_w else 0]
+            gh_n = hn_y[1:3] if mp_w else hn_y[0:2]
             # 3. z_g^+ ~ q_g(. | h_g^+, Pool h^+, e_g)
             if c.graph_state:
                 hg_y = _product(hg_prod, h_g_p)
-                gh_g = hg_y[-1]
+                gh_g = hg_y[-2:]
                 x = torch.addmm(pre_qg[t] + hg_y[0], pool_mat, hn_y[-1])
                 logits = _mlp_tail(self.post_g.mlp, x, qg_last).view(B, gg, cg)
                 q_g = _unimix(logits, c.unimix, uniform_g)
