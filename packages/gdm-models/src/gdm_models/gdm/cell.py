@@ -206,11 +206,19 @@ def _product(
     return y.split(sizes, -1)
 
 
-def _unimix(logits: torch.Tensor, unimix: float, uniform: torch.Tensor) -> torch.Tensor:
-    """:func:`~gdm_models.layers.unimix_probs` as one ``lerp`` towards the uniform
-    probability ``uniform`` = 1/C (a 0-d tensor): p + u (1/C - p) = (1 - u) p + u / C."""
+def _unimix(
+    logits: torch.Tensor, unimix: float, uniforms: dict[tuple[torch.dtype, int], torch.Tensor]
+) -> torch.Tensor:
+    """:func:`~gdm_models.layers.unimix_probs` as one ``lerp`` towards the uniform probability:
+    p + u (1/C - p) = (1 - u) p + u / C. ``uniforms`` caches the 0-d tensors 1/C per (dtype,
+    C) (``lerp`` does not promote types, and autocast may change the probabilities' dtype)."""
     probs = torch.softmax(logits, dim=-1)
-    return torch.lerp(probs, uniform, unimix) if unimix > 0 else probs
+    if unimix <= 0:
+        return probs
+    key = (probs.dtype, probs.shape[-1])
+    if key not in uniforms:
+        uniforms[key] = probs.new_full((), 1.0 / probs.shape[-1])
+    return torch.lerp(probs, uniforms[key], unimix)
 
 
 def _gate_parts(cell: nn.GRUCell) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
@@ -726,7 +734,7 @@ class GDMCell(WorldModel):
         w_zn = w_ih[0].t()
         g_zn = _steps(gumbel_from_uniform(u_zn), 2)
         ar_n = torch.arange(cn, device=dev)
-        uniform_n = torch.full((), 1.0 / cn, dtype=dt, device=dev)
+        uniforms: dict[tuple[torch.dtype, int], torch.Tensor] = {}  # 1/C for the unimix
         qn_w, qn_first = _first_layer(self.post_n.mlp, [H, self.zg_dim, E])
         pre_qn = _steps(F.linear(e_v, qn_w[2], qn_first.bias), 1)
         qn_m, qn_last = qn_w[0].t(), _last_t(self.post_n.mlp)
@@ -751,7 +759,6 @@ class GDMCell(WorldModel):
             assert u_zg is not None  # drawn whenever there is a graph state
             g_zg = _steps(gumbel_from_uniform(u_zg), 2)
             ar_g = torch.arange(cg, device=dev)
-            uniform_g = torch.full((), 1.0 / cg, dtype=dt, device=dev)
             qg_w, qg_first = _first_layer(self.post_g.mlp, [H, H, E])
             pre_qg = _steps(F.linear(e_g, qg_w[2], qg_first.bias), 1)
             qg_last = _last_t(self.post_g.mlp)
@@ -804,7 +811,7 @@ class GDMCell(WorldModel):
                 gh_g = hg_y[-2:]
                 x = torch.addmm(pre_qg[t] + hg_y[0], pool_mat, hn_y[-1])
                 logits = _mlp_tail(self.post_g.mlp, x, qg_last).view(B, gg, cg)
-                q_g = _unimix(logits, c.unimix, uniform_g)
+                q_g = _unimix(logits, c.unimix, uniforms)
                 z_g = _onehot_st(q_g, g_zg[t], ar_g).view(B, self.zg_dim)
                 zg_y = _product(zg_prod, z_g)
                 if t + 1 < T:
@@ -821,7 +828,7 @@ class GDMCell(WorldModel):
             if c.graph_state:
                 x = torch.addmm(x, bcast_mat, zg_y[-2])
             q_n = _unimix(
-                _mlp_tail(self.post_n.mlp, x, qn_last).view(BN, gn, cn), c.unimix, uniform_n
+                _mlp_tail(self.post_n.mlp, x, qn_last).view(BN, gn, cn), c.unimix, uniforms
             )
             z_n_p = _onehot_st(q_n, g_zn[t], ar_n).view(BN, self.zn_dim)
             h_n, h_g = h_n_p, h_g_p
