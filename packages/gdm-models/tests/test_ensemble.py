@@ -26,6 +26,10 @@ CONFIGS = {
 }
 
 
+#: the fused GRU cell's ops: no functorch batching rule (vmap would loop over the members)
+FUSED_GRU_OPS = {"aten::gru_cell", "aten::_thnn_fused_gru_cell"}
+
+
 def _single(name, seed, scaler, dataset, **kw):
     torch.manual_seed(seed)
     m = make_model(name, SYNTHETIC_SCHEMA, scaler, **CONFIGS[name])
@@ -56,10 +60,16 @@ def _assert_close_weights(name, a, b, atol=2e-6):
 @pytest.mark.filterwarnings("error:There is a performance drop:UserWarning")
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_vmap_members_equal_single_runs(name, scaler, dataset):
-    res = train_ensemble(
-        name, SEEDS, dataset, scaler=scaler, model_config=CONFIGS[name], strategy="vmap",
-        keep_history=True, **KW,
-    )  # fmt: skip
+    from torch.profiler import ProfilerActivity, profile
+
+    # the fused GRU (aten::_thnn_fused_gru_cell on CUDA) has no batching rule either; on the
+    # CPU aten::gru_cell decomposes without the warning, so the op itself must not run
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        res = train_ensemble(
+            name, SEEDS, dataset, scaler=scaler, model_config=CONFIGS[name], strategy="vmap",
+            keep_history=True, **KW,
+        )  # fmt: skip
+    assert not {e.name for e in prof.events()} & FUSED_GRU_OPS
     assert res.strategy == "vmap" and [m.seed for m in res] == SEEDS
     for k, seed in enumerate(SEEDS):
         single, sres = _single(name, seed, scaler, dataset)
@@ -432,14 +442,25 @@ def test_grssm_batched_model_is_an_unfused_copy(scaler):
     member model itself keeps the fused kernel (evaluation and imagination are unchanged)."""
     from gdm_models.baselines.grssm import AllPairsAttention
     from gdm_models.ensemble_loss import member_loss_for
+    from gdm_models.layers import ExplicitGRUCell
+    from torch.profiler import ProfilerActivity, profile
 
     model = make_model("g-rssm", SYNTHETIC_SCHEMA, scaler, **CONFIGS["g-rssm"])
     bound = member_loss_for(model).batched_model(model)
     attn = [m for m in bound.modules() if isinstance(m, AllPairsAttention)]
     assert attn and not any(m.fused for m in attn)
     assert all(m.fused for m in model.modules() if isinstance(m, AllPairsAttention))
+    # its GRU runs as explicit products (no fused kernel under vmap), with the same parameters
+    assert type(bound.gru) is ExplicitGRUCell and type(model.gru) is torch.nn.GRUCell
+    assert bound.state_dict().keys() == model.state_dict().keys()
+    x, h = torch.randn(5, 16), torch.randn(5, 16)
+    torch.testing.assert_close(bound.gru(x, h), model.gru(x, h))
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        model.gru(x, h)
+    assert {e.name for e in prof.events()} & FUSED_GRU_OPS  # the check above is live
     gdm = make_model("gdm", SYNTHETIC_SCHEMA, scaler, **TINY)
-    assert member_loss_for(gdm).batched_model(gdm) is gdm  # nothing to change elsewhere
+    # the GDM's training loss already runs its GRUs as explicit products
+    assert member_loss_for(gdm).batched_model(gdm) is gdm
 
 
 def test_tensor_scaler_reaches_every_module_holding_the_scaler(scaler):

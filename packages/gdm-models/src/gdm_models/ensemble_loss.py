@@ -31,6 +31,7 @@ from .data import Batch
 from .gdm import GDM
 from .gdm.cell import Noise as NoiseSource
 from .gdm.sequence_loss import CORE_FIELDS, SEQUENCE_NOISE, draw_sequence_noise, sequence_core
+from .layers import use_explicit_gru
 from .world_model import WorldModel
 
 __all__ = [
@@ -87,7 +88,11 @@ class MemberLoss:
 
 
 class GDMLoss(MemberLoss):
-    """The GDM (every ablation): the time-vectorised loss of :mod:`gdm_models.gdm.sequence_loss`."""
+    """The GDM (every ablation): the time-vectorised loss of :mod:`gdm_models.gdm.sequence_loss`.
+
+    Its GRUs already run as explicit products there (the input gates are computed for all
+    steps before the recurrence, :meth:`~gdm_models.gdm.cell.GDMCell.posterior_sequence`), so
+    no fused GRU kernel meets vmap and :meth:`batched_model` is the model itself."""
 
     def draw_noise(self, model: WorldModel, batch: Batch, generator: torch.Generator) -> Noise:
         src = NoiseSource(generator, generator.device)
@@ -152,13 +157,16 @@ class GRSSMLoss(MemberLoss):
         return (_pad_axis(noise[0], -3, n),)
 
     def batched_model(self, model: WorldModel) -> WorldModel:
-        """A copy of ``model`` whose attention runs as explicit products (``fused = False``,
-        the same math; see :class:`~gdm_models.baselines.grssm.AllPairsAttention`): the fused
-        kernels have no vmap batching rule, so vmap would loop over the members there."""
+        """A copy of ``model`` whose attention and GRU run as explicit products (the same
+        math and parameters; see :class:`~gdm_models.baselines.grssm.AllPairsAttention`'s
+        ``fused`` and :func:`~gdm_models.layers.use_explicit_gru`): the fused kernels have no
+        vmap batching rule (``aten::_thnn_fused_gru_cell`` on CUDA), so vmap would loop over
+        the members there."""
         copy_ = copy.deepcopy(model)
         for module in copy_.modules():
             if isinstance(module, AllPairsAttention):
                 module.fused = False
+        use_explicit_gru(copy_)
         return copy_
 
     def loss(

@@ -28,9 +28,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import torch
+import torch.nn.functional as F
+from torch import nn
 
 from ..adjacency import (
     EdgeUpdateMLP,
@@ -42,7 +44,15 @@ from ..adjacency import (
 )
 from ..decoder import GraphHeads, InnovationDecoder, NodeHeads, PairDotAdjacencyHead
 from ..encoder import ActionEmbedding, FeatureEncoder, ObservedGraphEncoder
-from ..layers import MLP, CategoricalHead, LayerNormGRU, gumbel_from_uniform, sample_onehot_st
+from ..layers import (
+    EPS,
+    MLP,
+    CategoricalHead,
+    LayerNormGRU,
+    gru_from_split_gates,
+    gumbel_from_uniform,
+    sample_onehot_st,
+)
 from ..losses import (
     NodeMasks,
     Prediction,
@@ -53,7 +63,7 @@ from ..losses import (
     masked_mean,
     prediction_loss,
 )
-from ..message_passing import GraphMessagePassing
+from ..message_passing import GraphMessagePassing, SparseGATLayer
 from ..scaling import FeatureScaler
 from ..schema import Schema
 from ..world_model import WorldModel
@@ -165,6 +175,86 @@ def _flat(z: torch.Tensor) -> torch.Tensor:
 
 def _bcast(g: torch.Tensor, n: int) -> torch.Tensor:
     return g[:, None, :].expand(-1, n, -1)
+
+
+def _steps(x: torch.Tensor, keep: int) -> tuple[torch.Tensor, ...]:
+    """(B, T, ..., *tail) -> T tensors (rows, *tail) with the ``keep`` trailing axes kept and
+    the leading ones flattened (B first): one copy and one ``unbind`` instead of T slices."""
+    tail = x.shape[x.dim() - keep :]
+    return x.transpose(0, 1).reshape(x.shape[1], -1, *tail).unbind(0)
+
+
+def _stacked(
+    parts: list[tuple[torch.Tensor, torch.Tensor | None]],
+) -> tuple[torch.Tensor, torch.Tensor | None, list[int]]:
+    """One (in, sum out) matrix of several transposed weights (in, out_k) that read the same
+    input, their biases (zeros for ``None``; ``None`` if all are) and the output sizes."""
+    sizes = [w.shape[1] for w, _ in parts]
+    weight = torch.cat([w for w, _ in parts], 1)
+    if all(b is None for _, b in parts):
+        return weight, None, sizes
+    bias = torch.cat([weight.new_zeros(w.shape[1]) if b is None else b for w, b in parts])
+    return weight, bias, sizes
+
+
+def _product(
+    prod: tuple[torch.Tensor, torch.Tensor | None, list[int]], x: torch.Tensor
+) -> tuple[torch.Tensor, ...]:
+    """x W_k^T + b_k of every part of a :func:`_stacked` matrix, by one product."""
+    weight, bias, sizes = prod
+    y = torch.mm(x, weight) if bias is None else torch.addmm(bias, x, weight)
+    return y.split(sizes, -1)
+
+
+def _unimix(
+    logits: torch.Tensor, unimix: float, uniforms: dict[tuple[torch.dtype, int], torch.Tensor]
+) -> torch.Tensor:
+    """:func:`~gdm_models.layers.unimix_probs` as one ``lerp`` towards the uniform probability:
+    p + u (1/C - p) = (1 - u) p + u / C. ``uniforms`` caches the 0-d tensors 1/C per (dtype,
+    C) (``lerp`` does not promote types, and autocast may change the probabilities' dtype)."""
+    probs = torch.softmax(logits, dim=-1)
+    if unimix <= 0:
+        return probs
+    key = (probs.dtype, probs.shape[-1])
+    if key not in uniforms:
+        uniforms[key] = probs.new_full((), 1.0 / probs.shape[-1])
+    return torch.lerp(probs, uniforms[key], unimix)
+
+
+def _gate_parts(cell: nn.GRUCell) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+    """The hidden gates' map (W_hh^T, b_hh) of a GRU cell as its (r, z) and n blocks."""
+    hid = cell.hidden_size
+    w = cell.weight_hh.t().split([2 * hid, hid], 1)
+    b = cell.bias_hh.split([2 * hid, hid])
+    return [(w[0], b[0]), (w[1], b[1])]
+
+
+def _first_layer(mlp: MLP, sizes: list[int]) -> tuple[tuple[torch.Tensor, ...], nn.Linear]:
+    """The first linear map of a one-hidden-layer MLP on a concatenated input: its weight's
+    column blocks of the parts ``sizes`` (views of the parameter) and the layer itself."""
+    first = mlp.net[0]
+    assert isinstance(first, nn.Linear) and len(mlp.net) == 4  # Linear, LayerNorm, SiLU, Linear
+    return first.weight.split(sizes, 1), first
+
+
+def _last_t(mlp: MLP) -> tuple[torch.Tensor, torch.Tensor]:
+    """(W^T, b) of the last linear map of a one-hidden-layer MLP, transposed once per loop."""
+    last = mlp.net[3]
+    assert isinstance(last, nn.Linear)
+    return last.weight.t(), last.bias
+
+
+def _mlp_tail(mlp: MLP, x: torch.Tensor, last: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """The rest of a one-hidden-layer MLP after its first linear map: LayerNorm, SiLU, Linear
+    (2-d ``x``; ``last`` from :func:`_last_t`)."""
+    return torch.addmm(last[1], F.silu(mlp.net[1](x)), last[0])
+
+
+def _onehot_st(probs: torch.Tensor, gumbel: torch.Tensor, classes: torch.Tensor) -> torch.Tensor:
+    """:func:`~gdm_models.layers.sample_onehot_st` given the Gumbel noise and ``arange(C)``."""
+    idx = (torch.log(probs.clamp_min(EPS)) + gumbel).argmax(dim=-1)
+    onehot = (idx[..., None] == classes).to(probs.dtype)
+    return onehot + probs - probs.detach()
 
 
 class GDMCell(WorldModel):
@@ -437,7 +527,7 @@ class GDMCell(WorldModel):
         """Posterior update with teacher-forced adjacency (+ the prior branch if requested).
 
         The step-by-step path of ``observe`` and of the reference loss
-        (:mod:`gdm_models.reference`); training runs :meth:`posterior_cell` inside the
+        (:mod:`gdm_models.reference`); training runs :meth:`posterior_sequence` inside the
         time-vectorised :func:`gdm_models.gdm.sequence_loss.sequence_loss_terms`.
         """
         c = self.config
@@ -502,12 +592,16 @@ class GDMCell(WorldModel):
         scale = self.loss_scales()
         if set(scale) != set(per_step):
             raise RuntimeError(f"loss terms {sorted(per_step)} != scaled {sorted(scale)}")
-        mean = {k: masked_mean(v, step_mask, (0, 1)) for k, v in per_step.items()}
-        pred = cast(torch.Tensor, sum(mean[k] for k in mean if k.startswith("pred_")))
-        total = cast(torch.Tensor, sum(scale[k] * mean[k] for k in mean))
-        terms = {k: v.detach() for k, v in mean.items()}
-        terms["pred"] = pred.detach()
-        terms["total"] = total.detach()
+        keys = list(per_step)
+        # one stacked masked mean over (B, L) for all terms (fewer ops than one per term)
+        stacked = torch.stack([per_step[k] for k in keys])  # (terms, B, L)
+        m = step_mask.to(stacked.dtype)
+        mean = (stacked * m).sum((1, 2)) / m.sum().clamp_min(1.0)
+        weights = torch.tensor([scale[k] for k in keys], dtype=mean.dtype, device=mean.device)
+        is_pred = torch.tensor([k.startswith("pred_") for k in keys], device=mean.device)
+        total = (mean * weights).sum()
+        values = torch.cat([mean, (mean * is_pred).sum()[None], total[None]]).detach()
+        terms = dict(zip([*keys, "pred", "total"], values.unbind(), strict=True))
         return total, terms
 
     def transition_terms(
@@ -590,12 +684,8 @@ class GDMCell(WorldModel):
             return torch.zeros(*lead, 0, dtype=torch.long, device=self.device)
         return torch.stack(cols, -1)
 
-    def posterior_cell(
+    def posterior_sequence(
         self,
-        h_n: torch.Tensor,
-        z_n: torch.Tensor,
-        h_g: torch.Tensor,
-        z_g: torch.Tensor,
         a_emb: torch.Tensor,
         a_pool: torch.Tensor,
         e_v: torch.Tensor,
@@ -605,23 +695,189 @@ class GDMCell(WorldModel):
         u_zg: torch.Tensor | None,
         u_zn: torch.Tensor,
     ) -> tuple[torch.Tensor, ...]:
-        """:meth:`posterior_step` on tensors only (paper, steps 1-3, 5-6 on the posterior
-        path), for the time-vectorised loss: the action embedding and its pool, the
-        observation embedding and the normalised message-passing weights ``alpha`` of the
-        observed A_t are computed for all steps before the recurrence, the uniforms given.
+        """The posterior recurrence of a training window (paper, "Training": steps 1-3 and
+        5-6 of the posterior path on h^+, z^+ and the teacher-forced adjacency) from a zero
+        latent, T = L+1 steps: the math of :meth:`posterior_step`, with far fewer ops.
 
-        Returns ``(h_n^-, h_g^-, h_n^+, h_g^+, q_g, z_g^+, q_n, z_n^+)`` (q_g is (B, 0, 0)
-        without graph state).
+        Everything that depends only on observations, actions or noise runs once for all T
+        steps before the loop: the action parts of the GRUs' input gates (x W_ih^T + b_ih),
+        the observation parts of the first layers of MLP+_n, MLP+_g, q_g and q_n (a
+        concatenated input's first linear map split by columns, [x, y] W^T = x W_x^T + y W_y^T,
+        computed from slices of the existing weights: the parameters are unchanged) and the
+        Gumbel noise of the samples. In the loop, node tensors stay flat ((B*N, D)); pooling
+        over nodes and broadcasting graph vectors to nodes are products with a (B, B*N)
+        pooling matrix and a (B*N, B) indicator; each message-passing layer's two linear maps
+        run as one product with their stacked weights, its aggregation as one ``baddbmm``.
+
+        Args: ``a_emb`` (B,T,N,E) action embeddings, ``a_pool`` (B,T,E) their pools, ``e_v``
+        (B,T,N,E), ``e_g`` (B,T,E), ``alpha`` (B,T,N,N) normalised message-passing weights of
+        the observed A_t (or (B,N,N), the same at every step), ``node_mask`` (B,N), ``u_zg``
+        (B,T,Gg,Cg) (None without graph state), ``u_zn`` (B,T,N,Gn,Cn) uniforms.
+
+        Returns ``(h_n^-, h_g^-, h_n^+, h_g^+, q_g, z_g^+, q_n, z_n^+)`` of steps 1..T-1, each
+        (B, T-1, ...) (q_g is (B, T-1, 0, 0) without graph state).
         """
         c = self.config
-        h_n_m = self.gru_n(torch.cat([z_n, a_emb], -1), h_n)
-        h_g_m = self.gru_g(torch.cat([z_g, a_pool], -1), h_g) if c.graph_state else h_g
-        h_n_p, h_g_p, q_g, z_g_p = self.posterior_graph(h_n_m, h_g_m, e_v, e_g, node_mask, u_zg)
-        m_p = self.mp.forward_normalised(h_n_p, torch.cat([h_g_p, z_g_p], -1), alpha)
-        q_n, z_n_p = self.node_latent("post_n", [m_p, _bcast(z_g_p, m_p.shape[1]), e_v], u_zn)
-        if q_g is None:  # no graph state: an empty stand-in keeps the outputs tensors
-            q_g = h_g_p.new_zeros(h_g_p.shape[0], 0, 0)
-        return h_n_m, h_g_m, h_n_p, h_g_p, q_g, z_g_p, q_n, z_n_p
+        B, T, N, E = e_v.shape
+        BN, H = B * N, c.hidden_dim
+        gn, cn = c.node_latent_groups, c.node_latent_classes
+        dev, dt = e_v.device, e_v.dtype
+        # ---- before the loop: everything that depends on observations, actions or noise
+        nmf = node_mask.to(dt)
+        w_pool = nmf / nmf.sum(1, keepdim=True).clamp_min(1.0)  # Pool = mean over real nodes
+        eye = torch.eye(B, dtype=dt, device=dev)
+        pool_mat = (eye[:, :, None] * w_pool[None]).reshape(B, BN)  # Pool x = pool_mat @ x
+        bcast_mat = eye[:, None, :].expand(B, N, B).reshape(BN, B)  # row b*N+v: graph b
+        gru_n = self.gru_n.cell
+        w_ih = gru_n.weight_ih.split([self.zn_dim, E], 1)
+        gi_n = _steps(F.linear(a_emb, w_ih[1], gru_n.bias_ih), 1)  # action part of gates
+        w_zn = w_ih[0].t()
+        g_zn = _steps(gumbel_from_uniform(u_zn), 2)
+        ar_n = torch.arange(cn, device=dev)
+        uniforms: dict[tuple[torch.dtype, int], torch.Tensor] = {}  # 1/C for the unimix
+        qn_w, qn_first = _first_layer(self.post_n.mlp, [H, self.zg_dim, E])
+        pre_qn = _steps(F.linear(e_v, qn_w[2], qn_first.bias), 1)
+        qn_m, qn_last = qn_w[0].t(), _last_t(self.post_n.mlp)
+        mp_w = self._mp_weights(H)
+        # each state is multiplied once by the stacked weights of every map that reads it
+        # (their blocks are the existing weights): h^+ -> [message-passing layer 0 (node
+        # rows) | GRU_n's hidden gates (r, z | n) of the next step | q_g's part of Pool h^+]
+        hn_parts: list[tuple[torch.Tensor, torch.Tensor | None]] = []
+        if mp_w:
+            hn_parts.append((mp_w[0][0], mp_w[0][3]))  # [W | W_root]^T, [0 | b_root]
+        hn_parts += _gate_parts(gru_n)  # (r, z) and n blocks, no split in the loop
+        if c.h_plus:
+            hn_w, hn_first = _first_layer(self.post_h_n, [H, E, E])
+            pre = F.linear(e_v, hn_w[1], hn_first.bias) + F.linear(e_g, hn_w[2])[:, :, None]
+            pre_hn = _steps(pre, 1)
+            hn_h, hn_last = hn_w[0].t(), _last_t(self.post_h_n)
+        if c.graph_state:
+            gg, cg = c.graph_latent_groups, c.graph_latent_classes
+            gru_g = self.gru_g.cell
+            w_ih_g = gru_g.weight_ih.split([self.zg_dim, E], 1)
+            gi_g = _steps(F.linear(a_pool, w_ih_g[1], gru_g.bias_ih), 1)
+            assert u_zg is not None  # drawn whenever there is a graph state
+            g_zg = _steps(gumbel_from_uniform(u_zg), 2)
+            ar_g = torch.arange(cg, device=dev)
+            qg_w, qg_first = _first_layer(self.post_g.mlp, [H, H, E])
+            pre_qg = _steps(F.linear(e_g, qg_w[2], qg_first.bias), 1)
+            qg_last = _last_t(self.post_g.mlp)
+            hn_parts.append((qg_w[1].t(), None))
+            # h_g^+ -> [q_g | message-passing layer 0 | GRU_g's hidden gates of the next step]
+            hg_parts = [(qg_w[0].t(), None)] + ([(mp_w[0][1], None)] if mp_w else [])
+            hg_prod = _stacked([*hg_parts, *_gate_parts(gru_g)])
+            # z_g^+ -> [message-passing layer 0 | q_n | GRU_g's input gates of the next step]
+            zg_parts = [(mp_w[0][2], None)] if mp_w else []
+            zg_prod = _stacked([*zg_parts, (qn_w[1].t(), None), (w_ih_g[0].t(), None)])
+            if c.h_plus:
+                hg_w, hg_first = _first_layer(self.post_h_g, [H, E, E])
+                e_v_pool = masked_mean(e_v, nmf[:, None, :, None], 2)
+                pre = F.linear(e_g, hg_w[1], hg_first.bias) + F.linear(e_v_pool, hg_w[2])
+                pre_hg = _steps(pre, 1)
+                hg_h, hg_last = hg_w[0].t(), _last_t(self.post_h_g)
+        hn_prod = _stacked(hn_parts)
+        alphas = alpha.unbind(1) if alpha.dim() == 4 else (alpha,) * T
+        # ---- the recurrence, from the zero latent (its products: the biases)
+        h_n = e_v.new_zeros(BN, H)
+        gi_nz = gi_n[0]
+        gh_n = gru_n.bias_hh.expand(BN, 3 * H).split([2 * H, H], -1)
+        h_g = z_g = h_g_m = h_g_p = e_v.new_zeros(B, 0)
+        if c.graph_state:
+            h_g = e_v.new_zeros(B, H)
+            gi_gz = gi_g[0]
+            gh_g = gru_g.bias_hh.expand(B, 3 * H).split([2 * H, H], -1)
+        q_g = e_v.new_zeros(B, 0, 0)
+        steps = []
+        for t in range(T):
+            # 1. h^- = LN(GRU([z, a] | h)): the gates' action parts were computed above
+            h_n_m = self.gru_n.norm(gru_from_split_gates(gi_nz, h_n, *gh_n))
+            if c.graph_state:
+                h_g_m = self.gru_g.norm(gru_from_split_gates(gi_gz, h_g, *gh_g))
+            # 2. h^+ = h^- + sigmoid(g) * dh, [dh || g] = MLP+(h^-, e_v, e_g)
+            h_n_p, h_g_p = h_n_m, h_g_m
+            if c.h_plus:
+                x = torch.addmm(pre_hn[t], h_n_m, hn_h)
+                dh, g = _mlp_tail(self.post_h_n, x, hn_last).split([H, H], -1)
+                h_n_p = h_n_m + torch.sigmoid(g) * dh
+                if c.graph_state:
+                    x = torch.addmm(pre_hg[t], h_g_m, hg_h)
+                    dh, g = _mlp_tail(self.post_h_g, x, hg_last).split([H, H], -1)
+                    h_g_p = h_g_m + torch.sigmoid(g) * dh
+            hn_y = _product(hn_prod, h_n_p)
+            gh_n = hn_y[1:3] if mp_w else hn_y[0:2]
+            # 3. z_g^+ ~ q_g(. | h_g^+, Pool h^+, e_g)
+            if c.graph_state:
+                hg_y = _product(hg_prod, h_g_p)
+                gh_g = hg_y[-2:]
+                x = torch.addmm(pre_qg[t] + hg_y[0], pool_mat, hn_y[-1])
+                logits = _mlp_tail(self.post_g.mlp, x, qg_last).view(B, gg, cg)
+                q_g = _unimix(logits, c.unimix, uniforms)
+                z_g = _onehot_st(q_g, g_zg[t], ar_g).view(B, self.zg_dim)
+                zg_y = _product(zg_prod, z_g)
+                if t + 1 < T:
+                    gi_gz = gi_g[t + 1] + zg_y[-1]
+            # 5. m^(L)+ on the observed A_t, [h_g^+, z_g^+] injected (paper, eq. message passing)
+            m = h_n_p
+            if mp_w:
+                y = hn_y[0]
+                if c.graph_state:  # [h_g, z_g] W_g^T, the same for every node of a graph
+                    y = torch.addmm(y, bcast_mat, hg_y[1] + zg_y[0])
+                m = self._mp_flat(mp_w, y, alphas[t], B, N)
+            # 6. z^+ ~ q_n(. | m^(L)+, z_g^+, e_v)
+            x = torch.addmm(pre_qn[t], m, qn_m)
+            if c.graph_state:
+                x = torch.addmm(x, bcast_mat, zg_y[-2])
+            q_n = _unimix(
+                _mlp_tail(self.post_n.mlp, x, qn_last).view(BN, gn, cn), c.unimix, uniforms
+            )
+            z_n_p = _onehot_st(q_n, g_zn[t], ar_n).view(BN, self.zn_dim)
+            h_n, h_g = h_n_p, h_g_p
+            if t + 1 < T:
+                gi_nz = torch.addmm(gi_n[t + 1], z_n_p, w_zn)
+            if t > 0:  # step 0 only initialises the posterior; losses are on steps 1..L
+                steps.append((h_n_m, h_g_m, h_n_p, h_g_p, q_g, z_g, q_n, z_n_p))
+        out = []
+        for k, parts in enumerate(zip(*steps, strict=True)):
+            x = torch.stack(parts, 1)  # (rows, T-1, ...)
+            if k in (0, 2, 6, 7):  # node tensors: (B*N, T-1, ...) -> (B, T-1, N, ...)
+                x = x.view(B, N, *x.shape[1:]).transpose(1, 2)
+            out.append(x)
+        return tuple(out)
+
+    def _mp_weights(self, h: int) -> list[tuple[torch.Tensor, ...]]:
+        """Per message-passing layer: its two linear maps stacked, [W | W_root]^T split into
+        the node rows and the injected h_g and z_g rows (layer 0; empty after), and the bias
+        [0 | b_root]."""
+        out = []
+        for k, layer in enumerate(self.mp.layers):
+            assert isinstance(layer, SparseGATLayer)
+            w = torch.cat([layer.lin.weight, layer.root.weight], 0)
+            b = torch.cat([torch.zeros_like(layer.root.bias), layer.root.bias])
+            sizes = [h, self.hg_dim, self.zg_dim] if k == 0 else [h, 0, 0]
+            out.append((*(p.t() for p in w.split(sizes, 1)), b))
+        return out
+
+    def _mp_flat(
+        self,
+        weights: list[tuple[torch.Tensor, ...]],
+        y: torch.Tensor,
+        alpha: torch.Tensor,
+        b: int,
+        n: int,
+    ) -> torch.Tensor:
+        """:meth:`GraphMessagePassing.forward_normalised` on flat node states (B*N, H) given
+        layer 0's products ``y`` = [W m | W_root m + b_root] ([h_g, z_g] included): layer l,
+        m <- LayerNorm(W_root m + alpha (W m)) (paper, "Adjacency Prediction and Message
+        Passing")."""
+        hid = y.shape[-1] // 2
+        m = y
+        for k, (layer, (w_h, _, _, bias)) in enumerate(zip(self.mp.layers, weights, strict=True)):
+            if k > 0:
+                y = torch.addmm(bias, m, w_h)
+            lin, root = y.view(b, n, 2 * hid).split([hid, hid], -1)
+            assert isinstance(layer, SparseGATLayer)
+            m = layer.norm(torch.baddbmm(root, alpha, lin)).view(b * n, hid)
+        return m
 
     def imagine_step(
         self,

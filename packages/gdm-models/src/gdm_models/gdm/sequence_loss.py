@@ -8,8 +8,10 @@ z^+ and the teacher-forced adjacency). Everything else is computed for all steps
 * before the recurrence: the observation encoder of all L+1 observations, the action
   embeddings and their pools, the normalised message-passing weights of the observed
   adjacencies, and every uniform of the window (one draw per kind, batch axis first);
-* the recurrence: :meth:`GDMCell.posterior_cell <gdm_models.gdm.cell.GDMCell.posterior_cell>`,
-  a function of tensors only (no noise object, no Python ints specialised per step);
+* the recurrence: :meth:`GDMCell.posterior_sequence
+  <gdm_models.gdm.cell.GDMCell.posterior_sequence>`, a function of tensors only (no noise
+  object, no Python ints specialised per step), which itself moves everything that depends
+  only on observations, actions or noise out of its loop;
 * after the recurrence: the prior branch of every transition (it depends only on h^-_t, h_g^-_t
   and A_{t-1}, never feeds the recurrence), the decoder and all loss terms, as one batch of
   B*L graphs (:func:`sequence_tail`).
@@ -171,7 +173,6 @@ def sequence_core(model: GDMCell, *tensors: torch.Tensor | None) -> dict[str, to
     assert u_zn_post is not None and u_zn_prior is not None  # the node latents always exist
     B, L = fields_["action_nodes"].shape[:2]
     batch = Batch(**fields_, step_mask=fields_["reward"].new_ones(B, L, dtype=torch.bool))
-    cell = model.posterior_cell
     tail = partial(sequence_tail, model)
     c = model.config
     B, L, N = batch.batch_size, batch.seq_len, batch.num_nodes
@@ -186,28 +187,16 @@ def sequence_core(model: GDMCell, *tensors: torch.Tensor | None) -> dict[str, to
     a_pool = _pool_steps(a_emb, nm.to(a_emb.dtype)[:, None, :, None])
     if c.recurrent_adjacency:
         alpha = normalise_weights(batch.adjacency)  # teacher forcing: b = observed A_t
-        alpha_t = [alpha[:, t] for t in range(L + 1)]
     else:
-        alpha_t = [normalise_weights(batch.pair_mask.to(a_emb.dtype))] * (L + 1)
-    # ---- the posterior recurrence
-    h_n = a_emb.new_zeros(B, N, c.hidden_dim)
-    z_n = a_emb.new_zeros(B, N, model.zn_dim)
-    h_g = a_emb.new_zeros(B, model.hg_dim)
-    z_g = a_emb.new_zeros(B, model.zg_dim)
-    steps = []
-    for t in range(L + 1):
-        u_zg = u["zg_post"][:, t] if u["zg_post"] is not None else None
-        out = cell(
-            h_n, z_n, h_g, z_g, a_emb[:, t], a_pool[:, t], e_v[:, t], e_g[:, t], alpha_t[t],
-            nm, u_zg, u_zn_post[:, t],
-        )  # fmt: skip
-        h_n, h_g, z_g, z_n = out[2], out[3], out[5], out[7]
-        if t > 0:  # step 0 only initialises the posterior; losses are on transitions 1..L
-            steps.append(out)
+        alpha = normalise_weights(batch.pair_mask.to(a_emb.dtype))  # the same at every step
+    # ---- the posterior recurrence (its observation/action/noise parts before its loop)
+    h_n_m, h_g_m, h_n_p, h_g_p, q_g, z_g_p, q_n, z_n_p = (
+        _flat(x)
+        for x in model.posterior_sequence(
+            a_emb, a_pool, e_v, e_g, alpha, nm, u["zg_post"], u_zn_post
+        )
+    )
     # ---- prior branch, decoder and loss terms of all B*L transitions at once
-    h_n_m, h_g_m, h_n_p, h_g_p, q_g, z_g_p, q_n, z_n_p = [
-        _flat(torch.stack(parts, 1)) for parts in zip(*steps, strict=True)
-    ]
     nm_f = nm[:, None, :].expand(B, L, N).reshape(B * L, N)
     pm = batch.pair_mask
     pm_f = pm[:, None].expand(B, L, N, N).reshape(B * L, N, N)
