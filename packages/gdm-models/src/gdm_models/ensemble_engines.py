@@ -259,7 +259,10 @@ class VmapEngine:
         fn = self._vmapped(in_noise)
         grads, (loss, terms) = fn(self.params, self.buffers, fields, noise)
         plist = list(self.params.values())
-        glist = [grads[k].detach() for k in self.params]
+        # functorch's gradients may come transposed (a weight used as W.T); Adam's fused kernel
+        # needs each gradient laid out as its parameter (AccumulateGrad does this in the
+        # single run), or it reads the wrong elements on a CPU and refuses on CUDA
+        glist = [grads[k].detach().contiguous() for k in self.params]
         norms = clip_grad_norms_(glist, self.clip)
         for p, g in zip(plist, glist, strict=True):
             p.grad = g

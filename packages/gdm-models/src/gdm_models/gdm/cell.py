@@ -585,6 +585,23 @@ class GDMCell(WorldModel):
             "h": c.beta_h,
         }
 
+    def _term_weights(
+        self, keys: list[str], scale: Mapping[str, float], like: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The loss weights of ``keys`` and their "pred_" indicator as tensors on ``like``'s
+        device, made once per keys, device and dtype: a host-to-device copy at every step would
+        block CUDA-graph capture (:mod:`gdm_models.capture`)."""
+        cache: dict[Any, tuple[torch.Tensor, torch.Tensor]] = self.__dict__.setdefault(
+            "_term_weight_cache", {}
+        )
+        key = (tuple(keys), tuple(scale[k] for k in keys), like.device, like.dtype)
+        if key not in cache:
+            cache[key] = (
+                torch.tensor([scale[k] for k in keys], dtype=like.dtype, device=like.device),
+                torch.tensor([k.startswith("pred_") for k in keys], device=like.device),
+            )
+        return cache[key]
+
     def combine_terms(
         self, per_step: Mapping[str, torch.Tensor], step_mask: torch.Tensor
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -597,8 +614,7 @@ class GDMCell(WorldModel):
         stacked = torch.stack([per_step[k] for k in keys])  # (terms, B, L)
         m = step_mask.to(stacked.dtype)
         mean = (stacked * m).sum((1, 2)) / m.sum().clamp_min(1.0)
-        weights = torch.tensor([scale[k] for k in keys], dtype=mean.dtype, device=mean.device)
-        is_pred = torch.tensor([k.startswith("pred_") for k in keys], device=mean.device)
+        weights, is_pred = self._term_weights(keys, scale, mean)
         total = (mean * weights).sum()
         values = torch.cat([mean, (mean * is_pred).sum()[None], total[None]]).detach()
         terms = dict(zip([*keys, "pred", "total"], values.unbind(), strict=True))
