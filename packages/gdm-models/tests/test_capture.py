@@ -276,3 +276,25 @@ def test_a_synchronising_loss_is_named_and_never_captured(scaler, dataset, monke
     assert len(msgs) == 1 and "HostSyncError" in msgs[0] and "_local_scalar_dense" in msgs[0]
     assert step.graph is None and step.calls == 4 and torch.isfinite(loss)
     assert step.generator is step.runner.generators[0]  # never registered: the same object
+
+
+def test_scaler_device_copies_are_made_once_and_never_inside_a_transform(scaler):
+    """The statistics' device copy is made once, outside any transform: a tensor made inside
+    vmap is functorch's wrapper, which must not outlive the call (a later deepcopy failed)."""
+    import copy
+
+    from gdm_models import FeatureScaler
+
+    fresh = FeatureScaler.from_dict(scaler.to_dict())
+    x = torch.ones(3, 4, len(fresh.node_mean))
+    out = torch.func.vmap(fresh.scale_node)(x)
+    assert fresh._device_cache == {}
+    copy.deepcopy(fresh)  # no functorch wrapper inside
+    torch.testing.assert_close(out, fresh.scale_node(x))
+    assert len(fresh._device_cache) == 2  # mean and std, made once
+    cached = [t for _, t in fresh._device_cache.values()]
+    fresh.scale_node(x)
+    again = [t for _, t in fresh._device_cache.values()]
+    assert all(a is b for a, b in zip(again, cached, strict=True))
+    with forbid_host_sync():  # the cached copies: no host data on a later call
+        fresh.scale_node(x)

@@ -161,12 +161,17 @@ class GRSSMLoss(MemberLoss):
         math and parameters; see :class:`~gdm_models.baselines.grssm.AllPairsAttention`'s
         ``fused`` and :func:`~gdm_models.layers.use_explicit_gru`): the fused kernels have no
         vmap batching rule (``aten::_thnn_fused_gru_cell`` on CUDA), so vmap would loop over
-        the members there."""
+        the members there.
+
+        Except the GRU on CUDA: there the explicit GRU made the captured K = 10 step 3.2x
+        slower than functorch's per-member fallback of the fused cell (87.4 ms against 27.5 ms
+        on an H200, OD, paper sizes; docs/models.md), so CUDA keeps the fused cell."""
         copy_ = copy.deepcopy(model)
         for module in copy_.modules():
             if isinstance(module, AllPairsAttention):
                 module.fused = False
-        use_explicit_gru(copy_)
+        if model.device.type != "cuda":
+            use_explicit_gru(copy_)
         return copy_
 
     def loss(

@@ -41,6 +41,14 @@ def _mean_std(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return mean, std
 
 
+def _transforming() -> bool:
+    """Inside a ``torch.func`` transform (vmap, grad) or a ``torch.compile`` trace, where new
+    tensors are wrapped or traced and must not be cached."""
+    return torch._C._functorch.peek_interpreter_stack() is not None or bool(
+        torch.compiler.is_compiling()
+    )
+
+
 @dataclass
 class FeatureScaler:
     """Per-feature standardisation statistics (float64 numpy arrays).
@@ -165,7 +173,8 @@ class FeatureScaler:
         if hit is not None and hit[0] is a:
             return hit[1]
         t = torch.as_tensor(a, dtype=like.dtype, device=like.device)
-        self._device_cache[key] = (a, t)
+        if not _transforming():  # a tensor made inside vmap/grad or a trace must not outlive it
+            self._device_cache[key] = (a, t)
         return t
 
     def scale_node(self, x: torch.Tensor) -> torch.Tensor:
