@@ -250,7 +250,7 @@ def test_symlinked_jobs_log_is_never_appended_to(base_run, tmp_path):
     outside.write_text("untouched\n")
     (run / "jobs.log").unlink()
     (run / "jobs.log").symlink_to(outside)
-    with pytest.raises(CorruptFileError, match=r"jobs\.log: is a symlink"):
+    with pytest.raises(CorruptFileError, match=r"jobs\.log: is a symbolic link"):
         reproduce(preset, run, progress=False)
     reproduce(preset, run, progress=False, redo_corrupt=True)
     assert outside.read_text() == "untouched\n"

@@ -37,14 +37,31 @@ def _count(minimum: int):
 
 
 def _directory(text: str) -> Path:
-    """An argparse type: a non-empty path (``""`` would mean the current directory)."""
+    """An argparse type: a non-empty path (``""`` would mean the current directory) that is a
+    directory or does not exist yet (a file there, ``/dev/null`` included, is refused)."""
     if not text.strip():
         raise argparse.ArgumentTypeError("must be a non-empty path")
-    return Path(text)
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(
+            f"{text!r} exists and is not a directory: name a run directory (new or existing)"
+        )
+    return path
+
+
+def _preset_name(text: str) -> str:
+    """An argparse type: a non-empty preset name or TOML path."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            "must name a preset (smoke, medium, paper, tiny) or a .toml file, got ''"
+        )
+    return text
 
 
 def _add_run_args(p: argparse.ArgumentParser, default_out: str = "runs/smoke") -> None:
-    p.add_argument("--preset", default="smoke", help="preset name (smoke, paper) or TOML path")
+    p.add_argument(
+        "--preset", type=_preset_name, default="smoke", help="preset name (smoke) or TOML path"
+    )
     p.add_argument("--out", type=_directory, default=Path(default_out), help="run directory")
     p.add_argument("--executor", choices=["local", "ray"], help="override the preset's executor")
     p.add_argument("--device", help="override the preset's device (cpu, cuda)")
@@ -86,7 +103,9 @@ def _build_parser() -> argparse.ArgumentParser:
     cost = sub.add_parser(
         "estimate-cost", help="measure per-job times here and estimate a preset's device-hours"
     )
-    cost.add_argument("--preset", default="paper", help="preset name or TOML path")
+    cost.add_argument(
+        "--preset", type=_preset_name, default="paper", help="preset name or TOML path"
+    )
     cost.add_argument("--device", default="cpu", help="device to measure on (cpu, cuda)")
     cost.add_argument("--steps", type=_count(1), default=5, help="timed training steps per model")
     cost.add_argument("--envs", nargs="+", help="restrict to these envs")
@@ -109,10 +128,24 @@ def _checked(name_or_path: str, overrides: dict) -> CheckedPreset:
     return parse_checked(apply_overrides(read_preset(name_or_path), overrides))
 
 
+def _ablations_of(ablations: list, models: list[str]) -> list:
+    """The ablations ``--models`` keeps: those named, and those of a named base model
+    (``gdm:no-edge`` with ``gdm``); a model left out takes its ablations with it."""
+    return [a for a in ablations if a in models or str(a).split(":", 1)[0] in models]
+
+
 def _preset(args: argparse.Namespace) -> CheckedPreset:
+    ablations = None
+    if args.models:
+        from graphwm.config import read_preset
+
+        raw = read_preset(args.preset).get("ablations", [])
+        if isinstance(raw, list):  # else the preset check words what is wrong
+            ablations = _ablations_of(raw, args.models)
     return _checked(
         args.preset,
         {
+            "ablations": ablations,
             "executor": args.executor,
             "device": args.device,
             "workers": args.workers,
@@ -191,6 +224,10 @@ def _main(argv: list[str] | None) -> int:
     except Exception as err:  # one clear line; --debug for the traceback
         user = isinstance(err, _user_errors())
         message = str(err) if user else f"{type(err).__name__}: {err}"
+        from graphwm.store.files import CorruptFileError
+
+        if isinstance(err, CorruptFileError) and args.command == "report":
+            message = err.for_reader()  # report has no --redo-corrupt
         first = message.strip().splitlines()[0] if message.strip() else type(err).__name__
         hint = "" if user else " (run with --debug for the traceback)"
         print(f"graphwm: error: {first}{hint}", file=sys.stderr)
@@ -219,7 +256,8 @@ def _run(args: argparse.Namespace) -> int:
             from graphwm.config import read_preset
 
             ablations = read_preset(args.preset).get("ablations", [])
-            overrides["ablations"] = [a for a in ablations if a in args.models]
+            if isinstance(ablations, list):  # else the preset check words what is wrong
+                overrides["ablations"] = _ablations_of(ablations, args.models)
         preset = _checked(args.preset, overrides)
         from graphwm.checks import check_device
 
