@@ -134,18 +134,29 @@ def _ablations_of(ablations: list, models: list[str]) -> list:
     return [a for a in ablations if a in models or str(a).split(":", 1)[0] in models]
 
 
-def _preset(args: argparse.Namespace) -> CheckedPreset:
-    ablations = None
-    if args.models:
-        from graphwm.config import read_preset
+def _narrowed(name: str, envs: list[str] | None, models: list[str] | None) -> dict:
+    """The ``ablations`` and ``ablation_envs`` that ``--models`` and ``--envs`` leave (an
+    ablation of a model left out, an ablation env left out, go with it)."""
+    if not envs and not models:
+        return {}
+    from graphwm.config import read_preset
 
-        raw = read_preset(args.preset).get("ablations", [])
-        if isinstance(raw, list):  # else the preset check words what is wrong
-            ablations = _ablations_of(raw, args.models)
+    raw = read_preset(name)
+    out: dict = {}
+    ablations, ablation_envs = raw.get("ablations", []), raw.get("ablation_envs")
+    # a value of another type is left for the preset check to word
+    if models and isinstance(ablations, list):
+        out["ablations"] = _ablations_of(ablations, models)
+    if envs and isinstance(ablation_envs, list):
+        out["ablation_envs"] = [e for e in ablation_envs if e in envs]
+    return out
+
+
+def _preset(args: argparse.Namespace) -> CheckedPreset:
     return _checked(
         args.preset,
         {
-            "ablations": ablations,
+            **_narrowed(args.preset, args.envs, args.models),
             "executor": args.executor,
             "device": args.device,
             "workers": args.workers,
@@ -252,12 +263,7 @@ def _run(args: argparse.Namespace) -> int:
 
         # measured on --device: the preset's own device need not exist here
         overrides = {"envs": args.envs, "models": args.models, "device": args.device}
-        if args.models:
-            from graphwm.config import read_preset
-
-            ablations = read_preset(args.preset).get("ablations", [])
-            if isinstance(ablations, list):  # else the preset check words what is wrong
-                overrides["ablations"] = _ablations_of(ablations, args.models)
+        overrides.update(_narrowed(args.preset, args.envs, args.models))
         preset = _checked(args.preset, overrides)
         from graphwm.checks import check_device
 

@@ -242,11 +242,11 @@ def _int(value: Any, where: Where, key: str, meta: Mapping) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise where.fail(key, "must be an integer", value)
     ge, le = meta.get("ge"), meta.get("le")
-    if le is None:
-        le = where.max_int
     if ge is not None and value < ge:
         what = f"must be an integer >= {ge}" + (f" and <= {le}" if le is not None else "")
         raise where.fail(key, what, value)
+    if le is None:  # the table's bound: said only when it is what the value breaks
+        le = where.max_int
     if le is not None and value > le:
         what = f"must be an integer >= {ge} and" if ge is not None else "must be an integer"
         raise where.fail(key, f"{what} <= {le}", value)
