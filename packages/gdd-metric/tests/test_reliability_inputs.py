@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from gdd_metric import Bandwidths, gdd
 
 SCHEMA = {"graph_continuous": ["reward"]}

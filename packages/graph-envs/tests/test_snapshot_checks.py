@@ -7,7 +7,6 @@ import dataclasses
 
 import numpy as np
 import pytest
-
 from graphwm_envs.cf.env import CFEnv
 from graphwm_envs.od.env import ODEnv
 from graphwm_envs.rgc.env import RGCEnv
@@ -32,7 +31,8 @@ def _refused(env, snap, match: str) -> None:
         env.restore_state(snap)
     after = env.clone_state()
     _same(before.state, after.state)
-    assert (after.steps, after.done, after.rng_state) == (before.steps, before.done, before.rng_state)
+    counters = ("steps", "done", "rng_state")
+    assert [getattr(after, c) for c in counters] == [getattr(before, c) for c in counters]
 
 
 def test_nan_state_arrays_are_refused():

@@ -76,7 +76,9 @@ def _check_snapshot(snapshot: EnvSnapshot) -> np.random.BitGenerator:
     try:
         bitgen.state = copy.deepcopy(snapshot.rng_state)
     except (TypeError, ValueError, KeyError) as err:
-        raise ValueError(f"snapshot rng_state is not a {snapshot.rng_class} state ({err})") from None
+        raise ValueError(
+            f"snapshot rng_state is not a {snapshot.rng_class} state ({err})"
+        ) from None
     return bitgen
 
 
