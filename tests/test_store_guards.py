@@ -161,3 +161,13 @@ def test_a_lock_that_is_a_folder_is_recoverable(tmp_path):
     with run_lock(RunPaths(tmp_path, redo_corrupt=True)):
         assert (tmp_path / LOCK_NAME).is_file()
     assert list((tmp_path / "quarantine").glob(f"{LOCK_NAME}.*"))
+
+
+def test_results_that_is_a_file_is_recoverable(tmp_path):
+    (tmp_path / "results").write_text("not a folder")
+    with pytest.raises(CorruptFileError, match=r"results: is not a directory \(a regular file\)"):
+        with run_lock(tmp_path):
+            pass
+    with run_lock(RunPaths(tmp_path, redo_corrupt=True)):
+        assert not (tmp_path / "results").exists()
+    assert list((tmp_path / "quarantine").glob("results.*"))

@@ -236,7 +236,7 @@ def _check_limits(p: Preset) -> None:
 
 def _check_selection(p: Preset) -> None:
     """What would otherwise be accepted and silently do nothing: an ablation that is a base
-    model, an ``ablation_envs`` env the preset does not run, an env left without test sizes."""
+    model, an ``ablation_envs`` env the preset does not run."""
     for i, name in enumerate(p.ablations):
         if ":" not in name:
             raise PresetError(
@@ -245,11 +245,15 @@ def _check_selection(p: Preset) -> None:
                 "'models'"
             )
     for i, env in enumerate(p.ablation_envs or ()):
-        if env not in p.envs:
+        if p.ablations and env not in p.envs:
             raise PresetError(
                 f"preset key 'ablation_envs[{i}]' ({env!r}) is not one of the preset's envs "
                 f"{list(p.envs)}: its ablations would never be trained"
             )
+
+
+def _check_tables_filled(p: Preset) -> None:
+    """Every env keeps a test size (RGC's are capped): else all its tables stay empty."""
     for env in p.envs:
         if not p.test_sizes(env):
             raise PresetError(
@@ -364,6 +368,7 @@ def check_preset(p: Preset) -> None:
     _check_models(p)
     _check_grid(p)
     _check_limits(p)
+    _check_tables_filled(p)
     _check_memory(p)
 
 

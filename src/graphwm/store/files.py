@@ -125,6 +125,7 @@ def _kind(mode: int) -> str:
         (stat.S_ISCHR, "character device"),
         (stat.S_ISBLK, "block device"),
         (stat.S_ISLNK, "symbolic link"),
+        (stat.S_ISREG, "regular file"),
     ):
         if test(mode):
             return name
@@ -312,6 +313,32 @@ def refuse_links(run_dir: Path, redo_corrupt: bool = False) -> None:
             quarantine(root, link, err.reason)
 
 
+#: the folders a run directory holds (each must be a directory where it exists)
+STORE_FOLDERS = (
+    "data", "fit", "train", "jobs", "results", "downstream", "search", "report", QUARANTINE,
+)  # fmt: skip
+
+
+def check_folders(run_dir: Path, redo_corrupt: bool = False) -> None:
+    """Each of :data:`STORE_FOLDERS` that exists must be a directory (a file named
+    ``results`` would fail every write there); with ``redo_corrupt`` it is quarantined.
+
+    Raises:
+        CorruptFileError: naming the first one that is not a directory.
+    """
+    root = Path(run_dir)
+    for name in STORE_FOLDERS:
+        path = root / name
+        if path.is_symlink() or not path.exists() or path.is_dir():
+            continue  # links: refuse_links
+        err = CorruptFileError(
+            path, f"is not a directory (a {_kind(path.lstat().st_mode)}); the run keeps a folder"
+        )
+        if not redo_corrupt or name == QUARANTINE:
+            raise err
+        quarantine(root, path, err.reason)
+
+
 # ---------------------------------------------------------------------------------------------
 # One lock per run directory
 # ---------------------------------------------------------------------------------------------
@@ -324,8 +351,9 @@ def run_lock(run: Any) -> Iterator[None]:
 
     ``run`` is the run directory or its :class:`~graphwm.store.paths.RunPaths` (whose
     ``redo_corrupt`` applies below). On the outermost acquisition the directory is checked
-    before any work: no symbolic link inside it (:func:`refuse_links`), and the lock file a
-    regular file (a folder or a link there is corrupt: quarantined with ``redo_corrupt``).
+    before any work: no symbolic link inside it (:func:`refuse_links`), its folders directories
+    (:func:`check_folders`), and the lock file a regular file (a folder or a link there is
+    corrupt: quarantined with ``redo_corrupt``).
     """
     from filelock import FileLock, Timeout
 
@@ -352,6 +380,7 @@ def run_lock(run: Any) -> Iterator[None]:
     try:
         if outermost:
             refuse_links(run_dir, redo)
+            check_folders(run_dir, redo)
         yield
     finally:
         lock.release()
