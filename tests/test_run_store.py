@@ -373,3 +373,35 @@ def test_keys_change_with_any_package_version(monkeypatch):
     assert content_key("train", {"steps": 4}) == before
     monkeypatch.setattr(gdm_models, "__version__", "99.0")
     assert content_key("train", {"steps": 4}) != before
+
+
+def test_a_training_log_edited_after_its_job_ended_is_refused(base_run, tmp_path):
+    """Issue 30: a log is sealed in its training record when the job ends; an edit changes no
+    figure silently: the report refuses it, a rerun refuses it, --redo-corrupt retrains."""
+    from graphwm.report.build import build_report
+
+    preset, base = base_run
+    run = _copy(base, tmp_path)
+    (log,) = run.glob("train/*/*/seed*/log.csv")
+    lines = log.read_text().splitlines()
+    log.write_text("\n".join([*lines, lines[-1]]) + "\n")  # a valid log, one row more
+    with pytest.raises(CorruptFileError, match="sealed when the job ended"):
+        build_report(run)
+    with pytest.raises(CorruptFileError, match="sealed when the job ended"):
+        reproduce(preset, run, progress=False)
+    reproduce(preset, run, progress=False, redo_corrupt=True)
+    assert log.read_bytes() == next(base.glob("train/*/*/seed*/log.csv")).read_bytes()
+    assert results_of(run) == results_of(base)
+
+
+def test_a_linked_results_folder_writes_nothing_outside(base_run, tmp_path):
+    """Issue 30: reproduce wrote records through a linked results/ before refusing."""
+    preset, base = base_run
+    run = _copy(base, tmp_path)
+    outside = tmp_path / "outside"
+    shutil.move(run / "results", outside)
+    (run / "results").symlink_to(outside)
+    before = sorted(p.name for p in outside.iterdir())
+    with pytest.raises(CorruptFileError, match="results: is a symbolic link"):
+        reproduce(preset, run, progress=False)
+    assert sorted(p.name for p in outside.iterdir()) == before

@@ -24,7 +24,7 @@ from graphwm.envs import env_schema
 from graphwm.schema import defaults
 from graphwm.stages.fit import FitJob, load_fitted, training_episodes
 from graphwm.store.checkpoints import recover_latest
-from graphwm.store.files import CorruptFileError, content_key, inside
+from graphwm.store.files import CorruptFileError, content_key, inside, sha256_file
 from graphwm.store.records import TrainRecord
 
 _TRAIN = defaults(TrainConfig)  # the preset's defaults (graphwm.config) are the job's
@@ -206,6 +206,7 @@ def train_record(job: TrainJob, result: Any, run_dir: Path) -> TrainRecord:
     from gdm_models.checkpoint import checkpoint_digest
 
     final = job.checkpoint(run_dir)
+    log = job.dir(run_dir) / "log.csv"
     return TrainRecord(
         kind="train",
         env=job.env,
@@ -216,6 +217,7 @@ def train_record(job: TrainJob, result: Any, run_dir: Path) -> TrainRecord:
         checkpoint=final.relative_to(run_dir).as_posix(),
         checkpoint_digest=checkpoint_digest(final),
         last_terms=dict(result.last_terms),
+        log_digest=sha256_file(log) if log.is_file() else None,
     )
 
 
@@ -256,5 +258,11 @@ def verify_trained(run_dir: Path, record: TrainRecord, job: TrainJob | None = No
             if log.is_symlink():
                 raise ResultsFormatError(f"{log}: is a symlink")
             read_log(log, job.env, job.model, job.seed)
-        except (ResultsFormatError, UnicodeDecodeError, OSError) as err:
-            raise CorruptFileError(log, str(err), quarantine=job.dir(run_dir)) from None
+            if record.log_digest is not None and sha256_file(log) != record.log_digest:
+                raise ResultsFormatError(
+                    f"{log}: differs from the digest its training record sealed when the job "
+                    "ended (edited?)"
+                )
+        except (ResultsFormatError, UnicodeDecodeError, OSError, CorruptFileError) as err:
+            reason = err.reason if isinstance(err, CorruptFileError) else str(err)
+            raise CorruptFileError(log, reason, quarantine=job.dir(run_dir)) from None
