@@ -193,11 +193,24 @@ def main(argv: list[str] | None = None) -> int:
     """
     from graphwm.store.interrupts import raise_on_signals
 
+    _quiet_resource_tracker()
     with raise_on_signals():
         try:
             return _main(argv)
         except KeyboardInterrupt as err:
             return _interrupted(err, sys.argv[1:] if argv is None else argv)
+
+
+#: the warning multiprocessing's resource tracker prints at exit for the queue semaphores of
+#: pool workers a signal ended (it cleans them up itself): noise after a clean stop
+_TRACKER_WARNING = "ignore::UserWarning:multiprocessing.resource_tracker"
+
+
+def _quiet_resource_tracker() -> None:
+    """Pass the filter of :data:`_TRACKER_WARNING` to the resource tracker process, which
+    takes its warning options from this interpreter's (``sys.warnoptions``) when it starts."""
+    if _TRACKER_WARNING not in sys.warnoptions:
+        sys.warnoptions.append(_TRACKER_WARNING)
 
 
 def _interrupted(err: KeyboardInterrupt, argv: list[str]) -> int:
