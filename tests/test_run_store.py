@@ -405,3 +405,52 @@ def test_a_linked_results_folder_writes_nothing_outside(base_run, tmp_path):
     with pytest.raises(CorruptFileError, match="results: is a symbolic link"):
         reproduce(preset, run, progress=False)
     assert sorted(p.name for p in outside.iterdir()) == before
+
+
+def _reseal(ckpt: Path, **manifest_changes) -> None:
+    """Rewrite a checkpoint's manifest and reseal it (what a writer of the run dir could do),
+    so that only the size checks can catch it."""
+    from gdm_models.checkpoint import MANIFEST_FILE, _manifest_digest, _sha256
+
+    manifest = json.loads((ckpt / MANIFEST_FILE).read_text())
+    manifest.update(manifest_changes)
+    manifest["weights_sha256"] = _sha256(ckpt / "weights.safetensors")
+    manifest["digest"] = _manifest_digest(manifest)
+    (ckpt / MANIFEST_FILE).write_text(json.dumps(manifest))
+
+
+def _reseal_record(run: Path, ckpt: Path) -> None:
+    from gdm_models.checkpoint import checkpoint_digest
+
+    from graphwm.store.records import seal
+
+    for path in (run / "jobs").glob("*.json"):
+        raw = json.loads(path.read_text())
+        if raw.get("checkpoint") and run / raw["checkpoint"] == ckpt:
+            raw["checkpoint_digest"] = checkpoint_digest(ckpt)
+            path.write_text(json.dumps(seal({k: v for k, v in raw.items() if k != "digest"})))
+
+
+@pytest.mark.parametrize("damage", ["config", "header"])
+def test_a_resealed_checkpoint_that_cannot_load_is_recoverable(base_run, tmp_path, damage):
+    """Issue 30: a checkpoint config asking for 160 GB, or a weights header claiming an
+    impossible size, is a corrupt store file --redo-corrupt quarantines (the job retrains)."""
+    import struct
+
+    preset, base = base_run
+    run = _copy(base, tmp_path)
+    (ckpt,) = run.glob("train/*/*/seed*/ckpt/final")
+    if damage == "config":
+        config = json.loads((ckpt / "checkpoint.json").read_text())["config"]
+        _reseal(ckpt, config={**config, "hidden_dim": 200_000})
+    else:
+        weights = ckpt / "weights.safetensors"
+        data = bytearray(weights.read_bytes())
+        data[:8] = struct.pack("<Q", 2**40)
+        weights.write_bytes(bytes(data))
+        _reseal(ckpt)
+    _reseal_record(run, ckpt)
+    with pytest.raises(CorruptFileError, match="more than half this machine|header claims"):
+        reproduce(preset, run, progress=False)
+    reproduce(preset, run, progress=False, redo_corrupt=True)
+    assert results_of(run) == results_of(base)

@@ -221,6 +221,75 @@ def train_record(job: TrainJob, result: Any, run_dir: Path) -> TrainRecord:
     )
 
 
+#: bytes of one element of each safetensors dtype
+_DTYPE_BYTES = {
+    "BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "I16": 2, "U16": 2, "F16": 2,
+    "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8,
+}  # fmt: skip
+
+
+def checkpoint_size_problem(path: Path) -> str | None:
+    """What makes a checkpoint unloadable for its size, read before any weight is: its
+    config asking for a model whose weights exceed half this machine's memory (counted on
+    torch's ``meta`` device), or a ``weights.safetensors`` header that claims more bytes than
+    the file holds. None: the sizes are sound. (The digests say a file is the one sealed;
+    this says it can be loaded.)"""
+    import json
+    import struct
+
+    from gdm_models.checkpoint import WEIGHTS_FILE, CheckpointError, read_manifest
+
+    from graphwm.checks import memory_bytes
+
+    try:
+        manifest = read_manifest(path)
+        env_schema = manifest["schema"]
+        config = manifest["config"]
+        if not isinstance(config, dict):
+            return "its config is not a table"
+        count = _parameters_of(manifest["model_name"], env_schema, config)
+    except (CheckpointError, OverflowError, KeyError, TypeError, ValueError) as err:
+        return f"its model cannot be built from its config ({err})"
+    if 4 * count > memory_bytes() // 2:
+        return (
+            f"its config asks for {count} parameters ({4 * count / 2**30:.3g} GiB of weights), "
+            "more than half this machine's memory"
+        )
+    weights = path / WEIGHTS_FILE
+    size = weights.stat().st_size
+    try:
+        with open(weights, "rb") as fh:
+            (length,) = struct.unpack("<Q", fh.read(8))
+            if length > size - 8:
+                return f"{WEIGHTS_FILE}'s header claims {length} bytes, the file has {size}"
+            header = json.loads(fh.read(length))
+        for name, entry in header.items():
+            if name == "__metadata__":
+                continue
+            start, end = entry["data_offsets"]
+            need = _DTYPE_BYTES[entry["dtype"]]
+            for dim in entry["shape"]:
+                need *= int(dim)
+            if not 0 <= start <= end <= size - 8 - length or end - start != need:
+                return f"{WEIGHTS_FILE}: tensor {name!r} claims bytes the file does not hold"
+    except (struct.error, ValueError, KeyError, TypeError, AttributeError) as err:
+        return f"{WEIGHTS_FILE}'s header is unreadable ({err})"
+    return None
+
+
+def _parameters_of(model: str, schema: Any, config: dict) -> int:
+    """Parameters of ``model`` under the checkpoint's ``config`` on its ``schema``."""
+    import torch
+    from gdm_models import make_model
+
+    try:
+        with torch.device("meta"):
+            built = make_model(model, schema, None, **config)
+    except (RuntimeError, TypeError, ValueError, OverflowError, MemoryError, KeyError) as err:
+        raise OverflowError(str(err).splitlines()[0] if str(err) else type(err).__name__) from None
+    return sum(int(t.numel()) for t in built.parameters())
+
+
 def verify_trained(run_dir: Path, record: TrainRecord, job: TrainJob | None = None) -> None:
     """Raise :class:`CorruptFileError` unless the record's checkpoint is intact and its own.
 
@@ -252,6 +321,9 @@ def verify_trained(run_dir: Path, record: TrainRecord, job: TrainJob | None = No
         raise CorruptFileError(path, str(err)) from None
     if digest != record.checkpoint_digest:
         raise CorruptFileError(path, "its digest differs from the training record's")
+    problem = checkpoint_size_problem(path)
+    if problem is not None:
+        raise CorruptFileError(path, problem, quarantine=job.dir(run_dir) if job else None)
     if job is not None:
         log = job.dir(run_dir) / "log.csv"
         try:
