@@ -323,17 +323,26 @@ def _check_memory(p: Preset) -> None:
 
 def model_parameters(model: str, env: str, overrides: Mapping[str, Any]) -> int:
     """The parameter count of ``model`` on ``env`` under ``overrides`` (on top of the paper
-    preset), built on torch's ``meta`` device: no memory is allocated.
+    preset), built on torch's ``meta`` device: no memory is allocated (cached per value).
 
     Raises:
         OverflowError: a size is too large for torch to describe.
     """
+    import json
+
+    return _model_parameters(model, env, json.dumps(dict(overrides), sort_keys=True))
+
+
+@functools.lru_cache(maxsize=256)
+def _model_parameters(model: str, env: str, overrides_json: str) -> int:
+    import json
+
     import torch
     from gdm_models import get_preset, make_model
 
     from graphwm.envs import env_schema
 
-    values = {**get_preset(model, env)["model"], **overrides}
+    values = {**get_preset(model, env)["model"], **json.loads(overrides_json)}
     try:
         with torch.device("meta"):
             built = make_model(model, env_schema(env), None, **values)
