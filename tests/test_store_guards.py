@@ -171,3 +171,19 @@ def test_results_that_is_a_file_is_recoverable(tmp_path):
     with run_lock(RunPaths(tmp_path, redo_corrupt=True)):
         assert not (tmp_path / "results").exists()
     assert list((tmp_path / "quarantine").glob("results.*"))
+
+
+def test_an_npz_member_of_objects_is_caught_where_redo_corrupt_can_quarantine_it(tmp_path):
+    """The evaluate job refused it, but nothing quarantined it: the reuse check (collect's
+    verify, under --redo-corrupt's recovery) now reads every member's header."""
+    import numpy as np
+
+    from graphwm.stages.collect import check_npz_members
+
+    good = tmp_path / "good.npz"
+    np.savez(good, lengths=np.array([2]), seeds=np.array([7]), reward=np.zeros(2))
+    check_npz_members(good)
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, lengths=np.array([2]), seeds=np.array([7]), reward=np.array([{}], dtype=object))
+    with pytest.raises(CorruptFileError, match=r"member 'reward.npy' holds object values"):
+        check_npz_members(bad)
