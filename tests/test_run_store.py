@@ -250,7 +250,7 @@ def test_symlinked_jobs_log_is_never_appended_to(base_run, tmp_path):
     outside.write_text("untouched\n")
     (run / "jobs.log").unlink()
     (run / "jobs.log").symlink_to(outside)
-    with pytest.raises(CorruptFileError, match=r"jobs\.log: is a symlink"):
+    with pytest.raises(CorruptFileError, match=r"jobs\.log: is a symbolic link"):
         reproduce(preset, run, progress=False)
     reproduce(preset, run, progress=False, redo_corrupt=True)
     assert outside.read_text() == "untouched\n"
@@ -373,3 +373,84 @@ def test_keys_change_with_any_package_version(monkeypatch):
     assert content_key("train", {"steps": 4}) == before
     monkeypatch.setattr(gdm_models, "__version__", "99.0")
     assert content_key("train", {"steps": 4}) != before
+
+
+def test_a_training_log_edited_after_its_job_ended_is_refused(base_run, tmp_path):
+    """Issue 30: a log is sealed in its training record when the job ends; an edit changes no
+    figure silently: the report refuses it, a rerun refuses it, --redo-corrupt retrains."""
+    from graphwm.report.build import build_report
+
+    preset, base = base_run
+    run = _copy(base, tmp_path)
+    (log,) = run.glob("train/*/*/seed*/log.csv")
+    lines = log.read_text().splitlines()
+    log.write_text("\n".join([*lines, lines[-1]]) + "\n")  # a valid log, one row more
+    with pytest.raises(CorruptFileError, match="sealed when the job ended"):
+        build_report(run)
+    with pytest.raises(CorruptFileError, match="sealed when the job ended"):
+        reproduce(preset, run, progress=False)
+    reproduce(preset, run, progress=False, redo_corrupt=True)
+    assert log.read_bytes() == next(base.glob("train/*/*/seed*/log.csv")).read_bytes()
+    assert results_of(run) == results_of(base)
+
+
+def test_a_linked_results_folder_writes_nothing_outside(base_run, tmp_path):
+    """Issue 30: reproduce wrote records through a linked results/ before refusing."""
+    preset, base = base_run
+    run = _copy(base, tmp_path)
+    outside = tmp_path / "outside"
+    shutil.move(run / "results", outside)
+    (run / "results").symlink_to(outside)
+    before = sorted(p.name for p in outside.iterdir())
+    with pytest.raises(CorruptFileError, match="results: is a symbolic link"):
+        reproduce(preset, run, progress=False)
+    assert sorted(p.name for p in outside.iterdir()) == before
+
+
+def _reseal(ckpt: Path, **manifest_changes) -> None:
+    """Rewrite a checkpoint's manifest and reseal it (what a writer of the run dir could do),
+    so that only the size checks can catch it."""
+    from gdm_models.checkpoint import MANIFEST_FILE, _manifest_digest, _sha256
+
+    manifest = json.loads((ckpt / MANIFEST_FILE).read_text())
+    manifest.update(manifest_changes)
+    manifest["weights_sha256"] = _sha256(ckpt / "weights.safetensors")
+    manifest["digest"] = _manifest_digest(manifest)
+    (ckpt / MANIFEST_FILE).write_text(json.dumps(manifest))
+
+
+def _reseal_record(run: Path, ckpt: Path) -> None:
+    from gdm_models.checkpoint import checkpoint_digest
+
+    from graphwm.store.records import seal
+
+    for path in (run / "jobs").glob("*.json"):
+        raw = json.loads(path.read_text())
+        if raw.get("checkpoint") and run / raw["checkpoint"] == ckpt:
+            raw["checkpoint_digest"] = checkpoint_digest(ckpt)
+            path.write_text(json.dumps(seal({k: v for k, v in raw.items() if k != "digest"})))
+
+
+@pytest.mark.parametrize("damage", ["config", "header"])
+def test_a_resealed_checkpoint_that_cannot_load_is_recoverable(base_run, tmp_path, damage):
+    """Issue 30: a checkpoint config asking for 160 GB, or a weights header claiming an
+    impossible size, is a corrupt store file --redo-corrupt quarantines (the job retrains)."""
+    import struct
+
+    preset, base = base_run
+    run = _copy(base, tmp_path)
+    (ckpt,) = run.glob("train/*/*/seed*/ckpt/final")
+    if damage == "config":
+        config = json.loads((ckpt / "checkpoint.json").read_text())["config"]
+        _reseal(ckpt, config={**config, "hidden_dim": 200_000})
+    else:
+        weights = ckpt / "weights.safetensors"
+        data = bytearray(weights.read_bytes())
+        data[:8] = struct.pack("<Q", 2**40)
+        weights.write_bytes(bytes(data))
+        _reseal(ckpt)
+    _reseal_record(run, ckpt)
+    with pytest.raises(CorruptFileError, match="more than half this machine|header claims"):
+        reproduce(preset, run, progress=False)
+    reproduce(preset, run, progress=False, redo_corrupt=True)
+    assert results_of(run) == results_of(base)

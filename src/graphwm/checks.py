@@ -114,6 +114,7 @@ def check_model_values(model: str, env: str, values: Mapping[str, Any], key: str
             )
         read_value(hints[name], value, PRESET, f"{key}.{name}")
     if _build_error(model, env, values) is None:
+        _check_model_size(model, env, values, key)
         return
     for name, value in values.items():  # name the value the model's config refuses
         err = _build_error(model, env, {name: value})
@@ -233,11 +234,151 @@ def _check_limits(p: Preset) -> None:
         _check_size(section.num_nodes, "downstream.num_nodes", envs)
 
 
+def _check_selection(p: Preset) -> None:
+    """What would otherwise be accepted and silently do nothing: an ablation that is a base
+    model, an ``ablation_envs`` env the preset does not run."""
+    for i, name in enumerate(p.ablations):
+        if ":" not in name:
+            raise PresetError(
+                f"preset key 'ablations[{i}]' ({name!r}) is a base model, not an ablation "
+                "(ablations are '<model>:<variant>', e.g. 'gdm:no-h-plus'); list it under "
+                "'models'"
+            )
+    for i, env in enumerate(p.ablation_envs or ()):
+        if p.ablations and env not in p.envs:
+            raise PresetError(
+                f"preset key 'ablation_envs[{i}]' ({env!r}) is not one of the preset's envs "
+                f"{list(p.envs)}: its ablations would never be trained"
+            )
+
+
+def _check_tables_filled(p: Preset) -> None:
+    """Every env keeps a test size (RGC's are capped): else all its tables stay empty."""
+    for env in p.envs:
+        if not p.test_sizes(env):
+            raise PresetError(
+                f"preset key 'collect.test_sizes': no size is left for {env} (RGC keeps those "
+                f"<= collect.rgc_max_test_size = {p.collect.rgc_max_test_size}): every table "
+                "of it would be empty"
+            )
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory: sizes whose memory grows with them are bounded by this machine's
+# ---------------------------------------------------------------------------------------------
+def memory_bytes() -> int:
+    """This machine's physical memory in bytes (16 GiB where the OS does not say)."""
+    import os
+
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        return 16 * 2**30
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.3g} GiB"
+
+
+def _fits(key: str, value: Any, need: float, what: str) -> None:
+    """Refuse ``value`` of ``key`` when ``need`` bytes exceed half this machine's memory."""
+    have = memory_bytes() // 2
+    if need > have:
+        raise PresetError(
+            f"preset key {key!r}: {value!r} needs about {_gib(need)} ({what}), more than half "
+            f"this machine's memory ({_gib(have)})"
+        )
+
+
+def sample_bytes(num_samples: int, num_nodes: int) -> int:
+    """Bytes held at once for one reference transition's GDD: ``num_samples`` sampled
+    N x N graphs (float32) and the samples' float64 kernel matrix."""
+    return 4 * num_samples * num_nodes * num_nodes + 8 * num_samples * num_samples
+
+
+def _check_memory(p: Preset) -> None:
+    largest = max(max(p.test_sizes(env), default=0) for env in p.envs)
+    k = p.evaluate.num_samples
+    _fits("evaluate.num_samples", k, sample_bytes(k, largest), f"samples of N = {largest}")
+    if p.multi_step is not None:
+        m = p.multi_step
+        need = sample_bytes(m.num_samples, m.size)
+        _fits("multi_step.num_samples", m.num_samples, need, f"samples of N = {m.size}")
+    section = p.sections.get("downstream")
+    if section is not None:
+        width, depth = section.policy_hidden_dim, max(1, section.policy_num_layers)
+        # weights, gradients and Adam's two moments, float32
+        need = 16 * width * width * (depth + 2)
+        _fits("downstream.policy_hidden_dim", width, need, "the graph policy's weights")
+        from graphwm.config import MAX_SEED
+
+        last = max(p.seeds) + section.dream_envs - 1
+        if last > MAX_SEED:
+            raise PresetError(
+                f"preset key 'seeds': {max(p.seeds)} plus downstream.dream_envs - 1 "
+                f"({section.dream_envs - 1}) must be <= {MAX_SEED} (a dream agent's envs reset "
+                "with seed + i, and seeds stop there)"
+            )
+
+
+def model_parameters(model: str, env: str, overrides: Mapping[str, Any]) -> int:
+    """The parameter count of ``model`` on ``env`` under ``overrides`` (on top of the paper
+    preset), built on torch's ``meta`` device: no memory is allocated (cached per value).
+
+    Raises:
+        OverflowError: a size is too large for torch to describe.
+    """
+    import json
+
+    return _model_parameters(model, env, json.dumps(dict(overrides), sort_keys=True))
+
+
+@functools.lru_cache(maxsize=256)
+def _model_parameters(model: str, env: str, overrides_json: str) -> int:
+    import json
+
+    import torch
+    from gdm_models import get_preset, make_model
+
+    from graphwm.envs import env_schema
+
+    values = {**get_preset(model, env)["model"], **json.loads(overrides_json)}
+    try:
+        with torch.device("meta"):
+            built = make_model(model, env_schema(env), None, **values)
+    except (RuntimeError, TypeError, ValueError, OverflowError, MemoryError) as err:
+        raise OverflowError(str(err).splitlines()[0]) from None
+    return sum(int(t.numel()) for t in built.parameters())
+
+
+def _check_model_size(model: str, env: str, values: Mapping[str, Any], key: str) -> None:
+    """A model whose weights, gradients and Adam state (16 bytes a parameter) would not fit
+    half this machine's memory is refused, naming the size key(s)."""
+    sizes = {k: v for k, v in values.items() if isinstance(v, int) and not isinstance(v, bool)}
+    if not sizes:
+        return
+    what = ", ".join(f"{key}.{k} = {v}" for k, v in sizes.items())
+    try:
+        count = model_parameters(model, env, values)
+    except OverflowError as err:
+        raise PresetError(f"preset key {key!r}: {what} is too large to build ({err})") from None
+    have = memory_bytes() // 2
+    if 16 * count > have:
+        raise PresetError(
+            f"preset key {key!r}: {what} makes {model!r} hold {count} parameters, about "
+            f"{_gib(16 * count)} with gradients and Adam's state, more than half this "
+            f"machine's memory ({_gib(have)})"
+        )
+
+
 def check_preset(p: Preset) -> None:
     """Every check of this module except the machine's (see the module docstring)."""
+    _check_selection(p)
     _check_models(p)
     _check_grid(p)
     _check_limits(p)
+    _check_tables_filled(p)
+    _check_memory(p)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -37,14 +37,31 @@ def _count(minimum: int):
 
 
 def _directory(text: str) -> Path:
-    """An argparse type: a non-empty path (``""`` would mean the current directory)."""
+    """An argparse type: a non-empty path (``""`` would mean the current directory) that is a
+    directory or does not exist yet (a file there, ``/dev/null`` included, is refused)."""
     if not text.strip():
         raise argparse.ArgumentTypeError("must be a non-empty path")
-    return Path(text)
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(
+            f"{text!r} exists and is not a directory: name a run directory (new or existing)"
+        )
+    return path
+
+
+def _preset_name(text: str) -> str:
+    """An argparse type: a non-empty preset name or TOML path."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            "must name a preset (smoke, medium, paper, tiny) or a .toml file, got ''"
+        )
+    return text
 
 
 def _add_run_args(p: argparse.ArgumentParser, default_out: str = "runs/smoke") -> None:
-    p.add_argument("--preset", default="smoke", help="preset name (smoke, paper) or TOML path")
+    p.add_argument(
+        "--preset", type=_preset_name, default="smoke", help="preset name (smoke) or TOML path"
+    )
     p.add_argument("--out", type=_directory, default=Path(default_out), help="run directory")
     p.add_argument("--executor", choices=["local", "ray"], help="override the preset's executor")
     p.add_argument("--device", help="override the preset's device (cpu, cuda)")
@@ -92,7 +109,9 @@ def _build_parser() -> argparse.ArgumentParser:
     cost = sub.add_parser(
         "estimate-cost", help="measure per-job times here and estimate a preset's device-hours"
     )
-    cost.add_argument("--preset", default="paper", help="preset name or TOML path")
+    cost.add_argument(
+        "--preset", type=_preset_name, default="paper", help="preset name or TOML path"
+    )
     cost.add_argument("--device", default="cpu", help="device to measure on (cpu, cuda)")
     cost.add_argument("--steps", type=_count(1), default=5, help="timed training steps per model")
     cost.add_argument("--envs", nargs="+", help="restrict to these envs")
@@ -115,10 +134,35 @@ def _checked(name_or_path: str, overrides: dict) -> CheckedPreset:
     return parse_checked(apply_overrides(read_preset(name_or_path), overrides))
 
 
+def _ablations_of(ablations: list, models: list[str]) -> list:
+    """The ablations ``--models`` keeps: those named, and those of a named base model
+    (``gdm:no-edge`` with ``gdm``); a model left out takes its ablations with it."""
+    return [a for a in ablations if a in models or str(a).split(":", 1)[0] in models]
+
+
+def _narrowed(name: str, envs: list[str] | None, models: list[str] | None) -> dict:
+    """The ``ablations`` and ``ablation_envs`` that ``--models`` and ``--envs`` leave (an
+    ablation of a model left out, an ablation env left out, go with it)."""
+    if not envs and not models:
+        return {}
+    from graphwm.config import read_preset
+
+    raw = read_preset(name)
+    out: dict = {}
+    ablations, ablation_envs = raw.get("ablations", []), raw.get("ablation_envs")
+    # a value of another type is left for the preset check to word
+    if models and isinstance(ablations, list):
+        out["ablations"] = _ablations_of(ablations, models)
+    if envs and isinstance(ablation_envs, list):
+        out["ablation_envs"] = [e for e in ablation_envs if e in envs]
+    return out
+
+
 def _preset(args: argparse.Namespace) -> CheckedPreset:
     return _checked(
         args.preset,
         {
+            **_narrowed(args.preset, args.envs, args.models),
             "executor": args.executor,
             "device": args.device,
             "workers": args.workers,
@@ -156,11 +200,24 @@ def main(argv: list[str] | None = None) -> int:
     """
     from graphwm.store.interrupts import raise_on_signals
 
+    _quiet_resource_tracker()
     with raise_on_signals():
         try:
             return _main(argv)
         except KeyboardInterrupt as err:
             return _interrupted(err, sys.argv[1:] if argv is None else argv)
+
+
+#: the warning multiprocessing's resource tracker prints at exit for the queue semaphores of
+#: pool workers a signal ended (it cleans them up itself): noise after a clean stop
+_TRACKER_WARNING = "ignore::UserWarning:multiprocessing.resource_tracker"
+
+
+def _quiet_resource_tracker() -> None:
+    """Pass the filter of :data:`_TRACKER_WARNING` to the resource tracker process, which
+    takes its warning options from this interpreter's (``sys.warnoptions``) when it starts."""
+    if _TRACKER_WARNING not in sys.warnoptions:
+        sys.warnoptions.append(_TRACKER_WARNING)
 
 
 def _interrupted(err: KeyboardInterrupt, argv: list[str]) -> int:
@@ -198,6 +255,10 @@ def _main(argv: list[str] | None) -> int:
     except Exception as err:  # one clear line; --debug for the traceback
         user = isinstance(err, _user_errors())
         message = str(err) if user else f"{type(err).__name__}: {err}"
+        from graphwm.store.files import CorruptFileError
+
+        if isinstance(err, CorruptFileError) and args.command == "report":
+            message = err.for_reader()  # report has no --redo-corrupt
         first = message.strip().splitlines()[0] if message.strip() else type(err).__name__
         hint = "" if user else " (run with --debug for the traceback)"
         print(f"graphwm: error: {first}{hint}", file=sys.stderr)
@@ -222,11 +283,7 @@ def _run(args: argparse.Namespace) -> int:
 
         # measured on --device: the preset's own device need not exist here
         overrides = {"envs": args.envs, "models": args.models, "device": args.device}
-        if args.models:
-            from graphwm.config import read_preset
-
-            ablations = read_preset(args.preset).get("ablations", [])
-            overrides["ablations"] = [a for a in ablations if a in args.models]
+        overrides.update(_narrowed(args.preset, args.envs, args.models))
         preset = _checked(args.preset, overrides)
         from graphwm.checks import check_device
 

@@ -22,6 +22,8 @@ from typing import Any
 from graphwm.schema import Where, read_fields, setting
 
 PRESET_NAMES = ("smoke", "medium", "paper", "tiny")
+#: the largest preset file read (the shipped ones are a few kilobytes)
+MAX_PRESET_BYTES = 2**20
 ENV_NAMES = ("RGC", "OD", "SAR", "CF")
 EXECUTORS = ("local", "ray")
 PRECISIONS = ("fp32", "bf16")
@@ -33,8 +35,21 @@ class PresetError(ValueError):
     """A preset value is missing, of the wrong type or out of range (the key is named)."""
 
 
+# ---------------------------------------------------------------------------------------------
+# The range table of preset numbers (docs/reproducing.md, "Limits"). Every integer a preset
+# holds has an upper bound: its field's own ``le``, else MAX_INT; seeds MAX_SEED. Sizes and
+# counts whose memory grows with them are bounded by this machine's memory on top
+# (graphwm.checks). Floats must be finite, and rates carry their own bounds.
+# ---------------------------------------------------------------------------------------------
+#: the largest integer a preset value may hold unless its field says less: a signed 32-bit
+#: integer, what every count, index and size of the run's arrays and libraries can hold
+MAX_INT = 2**31 - 1
+#: the largest seed: every generator of a run accepts it (numpy's legacy RandomState and
+#: gymnasium's seeding stop at 2**32 - 1, torch.manual_seed at 2**64 - 1)
+MAX_SEED = 2**32 - 1
+
 #: how preset errors are worded: ``preset key 'collect.train_episodes': must be ..., got 0``
-PRESET = Where(PresetError, "preset key ")
+PRESET = Where(PresetError, "preset key ", max_int=MAX_INT)
 
 
 def _sizes(**kw: Any) -> Any:
@@ -65,7 +80,7 @@ class FitConfig:
 
     # paper appendix "Bandwidth Fitting"
     transitions_per_episode: int = setting(8, ge=1, help="bandwidth transitions per episode")
-    seed: int = setting(0, ge=0, help="seed of the transitions' draw")
+    seed: int = setting(0, ge=0, le=MAX_SEED, help="seed of the transitions' draw")
 
 
 @dataclass(frozen=True)
@@ -73,7 +88,7 @@ class TrainerSettings:
     """``[train.train_overrides]`` (and the trainer keys of a search grid): set for every
     model, else the paper's per-model preset (gdm_models.get_preset) holds."""
 
-    lr: float | None = setting(None, gt=0.0, help="Adam learning rate")
+    lr: float | None = setting(None, gt=0.0, le=10.0, help="Adam learning rate")
     batch_size: int | None = setting(None, ge=1, help="episodes per batch")
     seq_len: int | None = setting(None, ge=1, help="transitions per training sequence")
 
@@ -170,7 +185,7 @@ class Preset:
 
     envs: tuple[str, ...] = setting(choices=ENV_NAMES, unique=True)
     models: tuple[str, ...] = setting(unique=True)
-    seeds: tuple[int, ...] = setting(ge=0, unique=True)
+    seeds: tuple[int, ...] = setting(ge=0, le=MAX_SEED, unique=True)
     collect: CollectConfig = setting()
     train: TrainConfig = setting()
     evaluate: EvalConfig = setting()
@@ -254,6 +269,8 @@ def read_preset(name_or_path: str | Path) -> dict[str, Any]:
             not a regular file, is not UTF-8 text or not TOML (each said as such).
     """
     text = str(name_or_path)
+    if not text.strip():
+        raise PresetError(f"the preset is empty: give one of {PRESET_NAMES} or a .toml file")
     if text in PRESET_NAMES:
         source = resources.files("graphwm.presets").joinpath(f"{text}.toml").read_text()
         return tomllib.loads(source)
@@ -264,23 +281,42 @@ def read_preset(name_or_path: str | Path) -> dict[str, Any]:
         raise PresetError(f"preset file {path} does not exist")
     if not path.is_file():
         raise PresetError(f"preset file {path} is not a regular file")
+    if path.stat().st_size > MAX_PRESET_BYTES:
+        raise PresetError(
+            f"preset file {path} is {path.stat().st_size} bytes; a preset is at most "
+            f"{MAX_PRESET_BYTES}"
+        )
     try:
-        return tomllib.loads(path.read_bytes().decode("utf-8"))
+        # a UTF-8 byte order mark (some editors write one) is read as what it is, not TOML
+        return tomllib.loads(path.read_bytes().decode("utf-8-sig"))
     except UnicodeDecodeError as err:
         raise PresetError(f"preset file {path} is not UTF-8 text ({err.reason})") from None
     except tomllib.TOMLDecodeError as err:
         raise PresetError(f"preset file {path} is not valid TOML: {err}") from None
+    except RecursionError:
+        raise PresetError(f"preset file {path} nests arrays or tables too deeply") from None
 
 
 def apply_overrides(raw: Mapping[str, Any], overrides: Mapping[str, Any] | None) -> dict:
-    """A deep copy of ``raw`` with overrides; ``"a.b"`` keys set nested tables, None skips."""
-    out = copy.deepcopy(dict(raw))
+    """A deep copy of ``raw`` with overrides; ``"a.b"`` keys set nested tables, None skips.
+
+    Raises:
+        PresetError: a table an override sets a key of is something else in ``raw``
+            (``train = 5`` with ``train.precision``).
+    """
+    try:
+        out = copy.deepcopy(dict(raw))
+    except RecursionError:
+        raise PresetError("the preset nests arrays or tables too deeply") from None
     for key, value in (overrides or {}).items():
         if value is None:
             continue
         *parents, leaf = key.split(".")
         table = out
-        for p in parents:
+        for i, p in enumerate(parents):
             table = table.setdefault(p, {})
+            if not isinstance(table, dict):
+                where = ".".join(parents[: i + 1])
+                raise PRESET.fail(where, f"must be a table (to set {key!r})", table)
         table[leaf] = value
     return out

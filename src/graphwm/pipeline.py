@@ -263,7 +263,7 @@ def stage_collect(preset: PresetLike, paths: RunPaths, progress: bool = True) ->
     """Stage 1: random-policy rollouts for every env and split."""
     p = _preset(preset)
     refs = [ref for env in p.envs for split in data_refs(p, env).values() for ref in split]
-    with run_lock(paths.root):
+    with run_lock(paths):
         paths.check_logs()
         return collect(paths, refs, progress=progress)
 
@@ -271,7 +271,7 @@ def stage_collect(preset: PresetLike, paths: RunPaths, progress: bool = True) ->
 def stage_fit(preset: PresetLike, paths: RunPaths) -> dict[str, Path]:
     """Stage 2: bandwidths and feature scaling per env; returns env -> fit folder."""
     p = _preset(preset)
-    with run_lock(paths.root):
+    with run_lock(paths):
         return {env: run_fit(paths, fit_job(p, env)) for env in p.envs}
 
 
@@ -304,7 +304,7 @@ def stage_train(preset: PresetLike, paths: RunPaths, progress: bool = True) -> l
     """Stage 3: train every model (and ablation) on every env and seed."""
     p = _preset(preset)
     jobs = training_jobs(p)
-    with run_lock(paths.root):
+    with run_lock(paths):
         stage_collect(p, paths, progress)
         stage_fit(p, paths)
         records = run_training_jobs(p, paths, jobs, desc="train", progress=progress)
@@ -327,7 +327,7 @@ def stage_evaluate(preset: PresetLike, paths: RunPaths, progress: bool = True) -
     p = _preset(preset)
     jobs = evaluation_jobs(p)
     store = ResultStore(paths.results)
-    with run_lock(paths.root):
+    with run_lock(paths):
         stage_train(p, paths, progress)
         records: list[Record] = []
         for fn, kind in (
@@ -374,7 +374,7 @@ def stage_downstream(preset: PresetLike, paths: RunPaths, progress: bool = True)
 
     p = _preset(preset)
     section = _downstream_section(p)
-    with run_lock(paths.root):
+    with run_lock(paths):
         if section is None:
             _update_run_record(paths, downstream=[])
             return []
@@ -410,7 +410,7 @@ def reproduce(
     if not str(out).strip():
         raise PresetError("the run directory (--out) must be a non-empty path")
     paths = RunPaths(Path(out), redo_corrupt=redo_corrupt)
-    with run_lock(paths.root):
+    with run_lock(paths):
         paths.check_logs()
         stage_evaluate(p, paths, progress)
         stage_downstream(p, paths, progress)

@@ -107,6 +107,8 @@ class Where:
         null_is_nan: a JSON ``null`` for a required float reads as NaN (records).
         missing_list: a missing required key is said as ``lacks required key(s) [...]``
             (records) instead of ``<key> is missing`` (presets).
+        max_int: the upper bound of every integer whose field sets no ``le`` of its own
+            (presets: what every array index, count and C ``long`` of the run can hold).
     """
 
     error: type[Exception]
@@ -116,6 +118,7 @@ class Where:
     finite: bool = True
     null_is_nan: bool = False
     missing_list: bool = False
+    max_int: int | None = None
 
     def loc(self, key: str) -> str:
         return f"{self.prefix}{key!r}"
@@ -129,7 +132,10 @@ class Where:
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
+    try:
+        text = repr(value)
+    except RecursionError:
+        return "a value nested too deeply to show"
     return text if len(text) <= 200 else text[:200] + "..."
 
 
@@ -239,6 +245,8 @@ def _int(value: Any, where: Where, key: str, meta: Mapping) -> int:
     if ge is not None and value < ge:
         what = f"must be an integer >= {ge}" + (f" and <= {le}" if le is not None else "")
         raise where.fail(key, what, value)
+    if le is None:  # the table's bound: said only when it is what the value breaks
+        le = where.max_int
     if le is not None and value > le:
         what = f"must be an integer >= {ge} and" if ge is not None else "must be an integer"
         raise where.fail(key, f"{what} <= {le}", value)

@@ -56,7 +56,7 @@ def run_search(preset, paths: RunPaths, progress: bool = True) -> dict[str, Any]
     grids = p.search.grid if p.search is not None else {}
     if not grids:
         raise ValueError("the preset has no [search.grid.<model>] tables")
-    with run_lock(paths.root):
+    with run_lock(paths):
         return _search(p, grids, paths, progress)
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from graphwm.config import MAX_SEED
 from graphwm.envs import make_env
 from graphwm.schema import Where, defaults, parse, setting
 
@@ -24,6 +25,9 @@ DEFAULT_ENVS = 8
 #: the graph policy's width and depth unless the preset says otherwise: the defaults of
 #: graphwm_envs.agents.MaskableGraphPolicy (``hidden_dim``, ``num_layers``)
 GRAPH_HIDDEN_DIM, GRAPH_NUM_LAYERS = 64, 3
+#: the graph policy's largest width and depth a preset may ask for (a width of 65536 is
+#: already 4 G weights a layer)
+MAX_POLICY_WIDTH, MAX_POLICY_DEPTH = 65536, 1024
 #: ``{[downstream] key: its default}`` of the graph policy's network settings
 GRAPH_NET_DEFAULTS = {"policy_hidden_dim": GRAPH_HIDDEN_DIM, "policy_num_layers": GRAPH_NUM_LAYERS}
 
@@ -33,14 +37,15 @@ class PpoSettings:
     """``[downstream.ppo]``: MaskablePPO settings; a field left at ``None`` keeps
     stable-baselines3's default, the others are the defaults of every downstream agent."""
 
-    n_steps: int = setting(256, ge=1, help="rollout length per env")
-    batch_size: int = setting(64, ge=1, help="minibatch size")
-    n_epochs: int = setting(4, ge=1, help="passes over each rollout")
-    learning_rate: float = setting(3e-4, gt=0.0)
+    n_steps: int = setting(256, ge=1, le=2**20, help="rollout length per env")
+    # SB3 normalizes advantages over a minibatch: one sample has no spread
+    batch_size: int = setting(64, ge=2, le=2**20, help="minibatch size")
+    n_epochs: int = setting(4, ge=1, le=10_000, help="passes over each rollout")
+    learning_rate: float = setting(3e-4, gt=0.0, le=1.0)
     gamma: float | None = setting(None, gt=0.0, le=1.0)
     gae_lambda: float | None = setting(None, ge=0.0, le=1.0)
-    ent_coef: float | None = setting(None, ge=0.0)
-    clip_range: float | None = setting(None, gt=0.0)
+    ent_coef: float | None = setting(None, ge=0.0, le=10.0)
+    clip_range: float | None = setting(None, gt=0.0, le=10.0)
 
 
 #: MaskablePPO settings of every downstream agent unless the preset overrides them
@@ -77,16 +82,20 @@ class DownstreamConfig:
 
     budget: int = setting(ge=1, help="agent training env steps")
     policy: str = setting(GRAPH, choices=POLICIES, help="agent policy")
-    policy_hidden_dim: int = setting(GRAPH_HIDDEN_DIM, ge=1, help="graph policy width")
-    policy_num_layers: int = setting(GRAPH_NUM_LAYERS, ge=0, help="graph policy depth")
-    dream_envs: int = setting(DEFAULT_ENVS, ge=1, help="parallel envs per agent")
-    episodes: int = setting(100, ge=1)
+    policy_hidden_dim: int = setting(
+        GRAPH_HIDDEN_DIM, ge=1, le=MAX_POLICY_WIDTH, help="graph policy width"
+    )
+    policy_num_layers: int = setting(
+        GRAPH_NUM_LAYERS, ge=0, le=MAX_POLICY_DEPTH, help="graph policy depth"
+    )
+    dream_envs: int = setting(DEFAULT_ENVS, ge=1, le=4096, help="parallel envs per agent")
+    episodes: int = setting(100, ge=1, le=10**6)
     num_nodes: int = setting(20, ge=5)
-    envs: tuple[str, ...] | None = setting(None)
-    models: tuple[str, ...] | None = setting(None)
+    envs: tuple[str, ...] | None = setting(None, unique=True)
+    models: tuple[str, ...] | None = setting(None, unique=True)
     real_agent: bool = True
     yardsticks: bool = True
-    eval_seed: int = setting(1_000_000, ge=0)
+    eval_seed: int = setting(1_000_000, ge=0, le=MAX_SEED)
     ppo: Mapping[str, Any] | None = setting(None, table=PpoSettings)
 
     def to_dict(self) -> dict[str, Any]:
@@ -106,7 +115,25 @@ class DownstreamConfig:
 
     @classmethod
     def _check(cls, obj: DownstreamConfig, where: Where, key: str) -> None:
-        """The graph policy's network settings mean nothing to the MLP policy: refused."""
+        """The graph policy's network settings mean nothing to the MLP policy: refused; the
+        evaluation seeds ``eval_seed + e`` must stay seeds, and a rollout must hold more than
+        one sample (SB3 normalizes advantages over it)."""
+        last = obj.eval_seed + obj.episodes - 1
+        if last > MAX_SEED:
+            raise where.fail(
+                f"{key}.eval_seed" if key else "eval_seed",
+                f"plus episodes - 1 ({obj.episodes - 1}) must be <= {MAX_SEED} (episode e "
+                "resets with eval_seed + e, and seeds stop there)",
+                obj.eval_seed,
+            )
+        ppo = {**DEFAULT_PPO, **(obj.ppo or {})}
+        if ppo["n_steps"] * obj.dream_envs < 2:
+            raise where.fail(
+                f"{key}.ppo.n_steps" if key else "ppo.n_steps",
+                f"times dream_envs ({obj.dream_envs}) must be >= 2 (a rollout of one sample "
+                "gives PPO no advantage spread)",
+                ppo["n_steps"],
+            )
         if obj.policy == GRAPH:
             return
         for name, default in GRAPH_NET_DEFAULTS.items():

@@ -26,6 +26,7 @@ from graphwm.report.tables import (
     to_markdown,
 )
 from graphwm.report.training_logs import TrainingLog, load_training_logs
+from graphwm.store.files import MAX_JSON_BYTES, refuse_links, regular_file
 from graphwm.store.paths import listed_files
 from graphwm.store.records import (
     RECORD_TYPES,
@@ -121,6 +122,7 @@ def load_results(run_dir: Path | str) -> list[dict]:
     records: list[dict] = []
     seen: dict[tuple, Path] = {}
     for path in result_files(run_dir):
+        regular_file(path, MAX_JSON_BYTES)  # a FIFO would block the read forever
         try:
             raw = json.loads(path.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
@@ -229,8 +231,11 @@ def build_report(run_dir: Path | str) -> ReportPaths:
     Raises:
         FileNotFoundError: ``run_dir`` is missing, or holds neither results nor training logs.
         ResultsFormatError: a malformed results or log file (named in the message).
+        CorruptFileError: the run directory holds a symbolic link (named), or a store file
+            is corrupt.
     """
     run_dir = Path(run_dir)
+    refuse_links(run_dir)  # nothing is written through a link inside the run directory
     records = load_results(run_dir)
     logs = load_training_logs(run_dir)
     if not records and not logs:

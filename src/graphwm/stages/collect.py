@@ -39,6 +39,7 @@ from graphwm.store.files import (
     content_key,
     inside,
     read_json,
+    regular_file,
     sha256_file,
 )
 from graphwm.store.results import log_event
@@ -59,6 +60,8 @@ def save_episodes(path: Path, episodes: list[dict], seeds: Iterable[int]) -> Non
 
 def load_episodes(path: Path) -> tuple[list[dict[str, np.ndarray]], np.ndarray]:
     """Read an npz written by :func:`save_episodes`; returns ``(episodes, seeds)``."""
+    if Path(path).exists():
+        regular_file(Path(path))  # a FIFO would block np.load forever
     try:
         with np.load(path, allow_pickle=False) as data:
             arrays = {k: data[k] for k in data.files}
@@ -144,7 +147,46 @@ def verify_data(run_dir: Path, ref: DataRef) -> bool:
         raise CorruptFileError(record_path, f"its data file {path.name} is missing")
     if sha256_file(path) != record["sha256"]:
         raise CorruptFileError(path, "SHA-256 differs from its record")
+    check_npz_members(path)
     return True
+
+
+#: the most bytes one collected array may claim (its header's shape x item size) before it is
+#: read: a claim above this is corrupt, never allocated
+MAX_ARRAY_BYTES = 16 * 2**30
+
+
+def check_npz_members(path: Path) -> None:
+    """Every member of an episode npz must be an ``.npy`` of numbers (bool, int, float) whose
+    header claims at most :data:`MAX_ARRAY_BYTES`, read from the headers alone (cheap: no
+    array is loaded), so a file the evaluate job would refuse is caught where
+    ``--redo-corrupt`` can quarantine it and collect it again.
+
+    Raises:
+        CorruptFileError: naming the file and the member.
+    """
+    try:
+        with zipfile.ZipFile(path) as zf:
+            for info in zf.infolist():
+                with zf.open(info) as fh:
+                    version = np.lib.format.read_magic(fh)
+                    if version == (1, 0):
+                        shape, _, dtype = np.lib.format.read_array_header_1_0(fh)
+                    else:
+                        shape, _, dtype = np.lib.format.read_array_header_2_0(fh)
+                if dtype.hasobject or dtype.kind not in "biuf":
+                    raise CorruptFileError(
+                        path, f"member {info.filename!r} holds {dtype} values, not numbers"
+                    )
+                claimed = int(np.prod(shape, dtype=object)) * dtype.itemsize
+                if claimed > MAX_ARRAY_BYTES:
+                    raise CorruptFileError(
+                        path, f"member {info.filename!r} claims {claimed} bytes (shape {shape})"
+                    )
+    except CorruptFileError:
+        raise
+    except (OSError, ValueError, TypeError, EOFError, zipfile.BadZipFile) as err:
+        raise CorruptFileError(path, f"not a readable npz ({err})") from None
 
 
 def collect_file(run_dir: Path, ref: DataRef) -> dict:

@@ -26,11 +26,13 @@ from graphwm.envs import env_schema
 from graphwm.metric.graph import OBS_KEYS, extend_schema, metric_graph
 from graphwm.stages.collect import DataRef, load_episodes
 from graphwm.store.files import (
+    MAX_JSON_BYTES,
     CorruptFileError,
     atomic_write_json,
     atomic_write_text,
     content_key,
     read_json,
+    regular_file,
     sha256_file,
 )
 from graphwm.store.results import log_event
@@ -172,6 +174,9 @@ def load_fitted(out_dir: Path):
     out_dir = Path(out_dir)
     try:
         # parsed here, never handed to from_json: a string there would be read as a path
+        for name in ("bandwidths.json", "scaler.json"):
+            if (out_dir / name).exists():
+                regular_file(out_dir / name, MAX_JSON_BYTES)  # a FIFO would block the read
         raw = json.loads((out_dir / "bandwidths.json").read_text(encoding="utf-8"))
         if not isinstance(raw, dict):
             raise ValueError(f"bandwidths.json holds a JSON {type(raw).__name__}, not an object")

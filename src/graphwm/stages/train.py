@@ -24,7 +24,7 @@ from graphwm.envs import env_schema
 from graphwm.schema import defaults
 from graphwm.stages.fit import FitJob, load_fitted, training_episodes
 from graphwm.store.checkpoints import recover_latest
-from graphwm.store.files import CorruptFileError, content_key, inside
+from graphwm.store.files import CorruptFileError, content_key, inside, sha256_file
 from graphwm.store.records import TrainRecord
 
 _TRAIN = defaults(TrainConfig)  # the preset's defaults (graphwm.config) are the job's
@@ -213,6 +213,7 @@ def train_record(job: TrainJob, result: Any, run_dir: Path) -> TrainRecord:
     from gdm_models.checkpoint import checkpoint_digest
 
     final = job.checkpoint(run_dir)
+    log = job.dir(run_dir) / "log.csv"
     return TrainRecord(
         kind="train",
         env=job.env,
@@ -223,7 +224,77 @@ def train_record(job: TrainJob, result: Any, run_dir: Path) -> TrainRecord:
         checkpoint=final.relative_to(run_dir).as_posix(),
         checkpoint_digest=checkpoint_digest(final),
         last_terms=dict(result.last_terms),
+        log_digest=sha256_file(log) if log.is_file() else None,
     )
+
+
+#: bytes of one element of each safetensors dtype
+_DTYPE_BYTES = {
+    "BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "I16": 2, "U16": 2, "F16": 2,
+    "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8,
+}  # fmt: skip
+
+
+def checkpoint_size_problem(path: Path) -> str | None:
+    """What makes a checkpoint unloadable for its size, read before any weight is: its
+    config asking for a model whose weights exceed half this machine's memory (counted on
+    torch's ``meta`` device), or a ``weights.safetensors`` header that claims more bytes than
+    the file holds. None: the sizes are sound. (The digests say a file is the one sealed;
+    this says it can be loaded.)"""
+    import json
+    import struct
+
+    from gdm_models.checkpoint import WEIGHTS_FILE, CheckpointError, read_manifest
+
+    from graphwm.checks import memory_bytes
+
+    try:
+        manifest = read_manifest(path)
+        env_schema = manifest["schema"]
+        config = manifest["config"]
+        if not isinstance(config, dict):
+            return "its config is not a table"
+        count = _parameters_of(manifest["model_name"], env_schema, config)
+    except (CheckpointError, OverflowError, KeyError, TypeError, ValueError) as err:
+        return f"its model cannot be built from its config ({err})"
+    if 4 * count > memory_bytes() // 2:
+        return (
+            f"its config asks for {count} parameters ({4 * count / 2**30:.3g} GiB of weights), "
+            "more than half this machine's memory"
+        )
+    weights = path / WEIGHTS_FILE
+    size = weights.stat().st_size
+    try:
+        with open(weights, "rb") as fh:
+            (length,) = struct.unpack("<Q", fh.read(8))
+            if length > size - 8:
+                return f"{WEIGHTS_FILE}'s header claims {length} bytes, the file has {size}"
+            header = json.loads(fh.read(length))
+        for name, entry in header.items():
+            if name == "__metadata__":
+                continue
+            start, end = entry["data_offsets"]
+            need = _DTYPE_BYTES[entry["dtype"]]
+            for dim in entry["shape"]:
+                need *= int(dim)
+            if not 0 <= start <= end <= size - 8 - length or end - start != need:
+                return f"{WEIGHTS_FILE}: tensor {name!r} claims bytes the file does not hold"
+    except (struct.error, ValueError, KeyError, TypeError, AttributeError) as err:
+        return f"{WEIGHTS_FILE}'s header is unreadable ({err})"
+    return None
+
+
+def _parameters_of(model: str, schema: Any, config: dict) -> int:
+    """Parameters of ``model`` under the checkpoint's ``config`` on its ``schema``."""
+    import torch
+    from gdm_models import make_model
+
+    try:
+        with torch.device("meta"):
+            built = make_model(model, schema, None, **config)
+    except (RuntimeError, TypeError, ValueError, OverflowError, MemoryError, KeyError) as err:
+        raise OverflowError(str(err).splitlines()[0] if str(err) else type(err).__name__) from None
+    return sum(int(t.numel()) for t in built.parameters())
 
 
 def verify_trained(run_dir: Path, record: TrainRecord, job: TrainJob | None = None) -> None:
@@ -257,11 +328,20 @@ def verify_trained(run_dir: Path, record: TrainRecord, job: TrainJob | None = No
         raise CorruptFileError(path, str(err)) from None
     if digest != record.checkpoint_digest:
         raise CorruptFileError(path, "its digest differs from the training record's")
+    problem = checkpoint_size_problem(path)
+    if problem is not None:
+        raise CorruptFileError(path, problem, quarantine=job.dir(run_dir) if job else None)
     if job is not None:
         log = job.dir(run_dir) / "log.csv"
         try:
             if log.is_symlink():
                 raise ResultsFormatError(f"{log}: is a symlink")
             read_log(log, job.env, job.model, job.seed)
-        except (ResultsFormatError, UnicodeDecodeError, OSError) as err:
-            raise CorruptFileError(log, str(err), quarantine=job.dir(run_dir)) from None
+            if record.log_digest is not None and sha256_file(log) != record.log_digest:
+                raise ResultsFormatError(
+                    f"{log}: differs from the digest its training record sealed when the job "
+                    "ended (edited?)"
+                )
+        except (ResultsFormatError, UnicodeDecodeError, OSError, CorruptFileError) as err:
+            reason = err.reason if isinstance(err, CorruptFileError) else str(err)
+            raise CorruptFileError(log, reason, quarantine=job.dir(run_dir)) from None

@@ -213,13 +213,31 @@ def _run_local(fn, todo, store, run_dir, workers, desc, progress) -> None:
 
 
 def _stop_pool(pool: ProcessPoolExecutor, futures: Iterable[Future]) -> None:
-    """Cancel the queued jobs and end the workers (and whatever they started) now."""
-    for future in futures:
-        future.cancel()
-    workers = list((getattr(pool, "_processes", None) or {}).values())
-    terminate_processes([p.pid for p in workers if p.pid is not None])
-    # the pool sees its workers gone and closes its queues: nothing is left to wait for
-    pool.shutdown(wait=True, cancel_futures=True)
+    """Cancel the queued jobs and end the workers (and whatever they started) now.
+
+    The pool's manager thread then marks the cancelled futures broken, which raises
+    ``InvalidStateError: CANCELLED`` there (a known race of ``concurrent.futures``); that
+    thread's traceback is noise on a clean stop, so it is not printed (any other thread error
+    still is).
+    """
+    from concurrent.futures import InvalidStateError
+
+    previous = threading.excepthook
+
+    def quiet(args: threading.ExceptHookArgs) -> None:
+        if not isinstance(args.exc_value, InvalidStateError):
+            previous(args)
+
+    threading.excepthook = quiet
+    try:
+        for future in futures:
+            future.cancel()
+        workers = list((getattr(pool, "_processes", None) or {}).values())
+        terminate_processes([p.pid for p in workers if p.pid is not None])
+        # the pool sees its workers gone and closes its queues: nothing is left to wait for
+        pool.shutdown(wait=True, cancel_futures=True)
+    finally:
+        threading.excepthook = previous
 
 
 def terminate_processes(pids: Sequence[int], grace: float = GRACE_SECONDS) -> None:

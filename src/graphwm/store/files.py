@@ -19,7 +19,9 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
+import stat
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -41,14 +43,24 @@ class CorruptFileError(RuntimeError):
     (default: the file itself; e.g. a whole training folder for a corrupt ``log.csv``).
     """
 
+    #: how the message ends: what a stage command's user does about it
+    HINT = "rerun with --redo-corrupt to quarantine it and recompute"
+    #: the same for a command that only reads the store (``graphwm report``)
+    READER_HINT = (
+        "graphwm report only reads the run; rerun the stage command that wrote it (e.g. "
+        "graphwm reproduce --preset P --out RUN_DIR) with --redo-corrupt to quarantine it and "
+        "recompute"
+    )
+
     def __init__(self, path: Path, reason: str, quarantine: Path | None = None) -> None:
         self.path = Path(path)
         self.reason = reason
         self.quarantine = Path(quarantine) if quarantine is not None else self.path
-        super().__init__(
-            f"corrupt store file {self.path}: {reason} "
-            "(rerun with --redo-corrupt to quarantine it and recompute)"
-        )
+        super().__init__(f"corrupt store file {self.path}: {reason} ({self.HINT})")
+
+    def for_reader(self) -> str:
+        """The message for a command without ``--redo-corrupt`` (``graphwm report``)."""
+        return f"corrupt store file {self.path}: {self.reason} ({self.READER_HINT})"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -81,8 +93,48 @@ def content_key(kind: str, payload: Any) -> str:
     return f"{kind}-{digest}"
 
 
+#: the largest store JSON file read (records, run.json, bandwidths are kilobytes): a bigger
+#: one is corrupt, refused before it is read
+MAX_JSON_BYTES = 64 * 2**20
+
+
+def regular_file(path: Path, max_bytes: int | None = None) -> int:
+    """The size of ``path`` if it is a regular file (of at most ``max_bytes``), checked with
+    ``stat`` before it is opened: a FIFO, a device or a folder where a store file belongs would
+    block or fail the reader (a FIFO blocks ``open`` forever).
+
+    Raises:
+        FileNotFoundError: ``path`` is missing.
+        CorruptFileError: ``path`` is not a regular file, or is larger than ``max_bytes``.
+    """
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise CorruptFileError(path, f"is not a regular file (a {_kind(st.st_mode)})")
+    if max_bytes is not None and st.st_size > max_bytes:
+        raise CorruptFileError(
+            path, f"is {st.st_size} bytes, more than the {max_bytes} a file of its kind holds"
+        )
+    return st.st_size
+
+
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISDIR, "directory"),
+        (stat.S_ISFIFO, "FIFO"),
+        (stat.S_ISSOCK, "socket"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+        (stat.S_ISLNK, "symbolic link"),
+        (stat.S_ISREG, "regular file"),
+    ):
+        if test(mode):
+            return name
+    return "special file"
+
+
 def sha256_file(path: Path) -> str:
-    """SHA-256 hex digest of a file's bytes."""
+    """SHA-256 hex digest of a file's bytes (a regular file only: see :func:`regular_file`)."""
+    regular_file(path)
     with open(path, "rb") as fh:
         return hashlib.file_digest(fh, "sha256").hexdigest()
 
@@ -129,7 +181,9 @@ def atomic_save_npz(path: Path, arrays: dict[str, np.ndarray]) -> Path:
 
 
 def read_json(path: Path) -> Any:
-    """Parse a store JSON file; an unreadable one raises :class:`CorruptFileError`."""
+    """Parse a store JSON file; an unreadable one (not a regular file, larger than
+    :data:`MAX_JSON_BYTES`, not JSON) raises :class:`CorruptFileError`."""
+    regular_file(path, MAX_JSON_BYTES)
     try:
         return json.loads(Path(path).read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
@@ -156,13 +210,23 @@ def inside(run_dir: Path, rel: object, source: Path) -> Path:
 
 def open_log(path: Path) -> int:
     """An ``O_APPEND`` descriptor of a log in the run dir; a symlink there is refused
-    (appending would write wherever it points)."""
+    (appending would write wherever it points), and so is anything but a regular file (a FIFO
+    would block the writer: it is opened non-blocking and checked before the first write)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK
     try:
-        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
+        fd = os.open(path, flags, 0o644)
     except OSError:
         if Path(path).is_symlink():
             raise CorruptFileError(path, "is a symlink; a run's logs are plain files") from None
+        if Path(path).exists():
+            regular_file(path)  # says what it is instead
         raise
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise CorruptFileError(path, f"is not a regular file (a {_kind(mode)})")
+    os.set_blocking(fd, True)
+    return fd
 
 
 # ---------------------------------------------------------------------------------------------
@@ -183,6 +247,11 @@ def note(run_dir: Path, message: str) -> None:
 def quarantine(run_dir: Path, path: Path, reason: str = "") -> Path:
     """Move a corrupt file or folder to ``RUN_DIR/quarantine/<its relative path>.<time>``."""
     run_dir, path = Path(run_dir), Path(path)
+    if (run_dir / QUARANTINE).is_symlink():
+        raise CorruptFileError(
+            run_dir / QUARANTINE,
+            "is a symbolic link; graphwm moves nothing outside the run directory: remove it",
+        )
     try:
         rel = (path.parent.resolve() / path.name).relative_to(run_dir.resolve())
     except ValueError:
@@ -195,26 +264,123 @@ def quarantine(run_dir: Path, path: Path, reason: str = "") -> Path:
 
 
 # ---------------------------------------------------------------------------------------------
+# Links: nothing is written through a symbolic link inside the run directory
+# ---------------------------------------------------------------------------------------------
+# the names quarantine() gives: "<name>.<YYYYmmddTHHMMSS>.<pid>"
+_QUARANTINED = re.compile(r".+\.\d{8}T\d{6}\.\d+")
+
+
+def find_links(run_dir: Path) -> list[Path]:
+    """Every symbolic link inside ``run_dir`` (the directory itself may be one: ``--out`` is
+    the user's choice), found without following any; a quarantined link (moved there by
+    ``--redo-corrupt``, never written through) is left out."""
+    root = Path(run_dir)
+    links: list[Path] = []
+    for top, dirs, files in os.walk(root, followlinks=False):
+        in_quarantine = Path(top).relative_to(root).parts[:1] == (QUARANTINE,)
+        for name in (*dirs, *files):
+            path = Path(top) / name
+            if path.is_symlink() and not (in_quarantine and _QUARANTINED.fullmatch(name)):
+                links.append(path)
+    # the events log first: quarantining another link notes it there
+    return sorted(links, key=lambda p: (p != root / EVENTS_LOG, len(p.parts), str(p)))
+
+
+def refuse_links(run_dir: Path, redo_corrupt: bool = False) -> None:
+    """Refuse a run directory that holds a symbolic link anywhere inside it (a folder such as
+    ``results/`` or ``report/`` linked elsewhere would have the run write outside ``--out``).
+
+    With ``redo_corrupt`` each link itself (never what it points to) is moved to
+    ``RUN_DIR/quarantine/`` and the run goes on; a linked ``quarantine/`` is always refused.
+    Every command that writes to a run directory calls this first (:func:`run_lock`, the
+    report).
+
+    Raises:
+        CorruptFileError: naming the first link and where it points.
+    """
+    root = Path(run_dir)
+    if not root.is_dir():
+        return
+    for link in find_links(root):
+        err = CorruptFileError(
+            link,
+            f"is a symbolic link (to {os.readlink(link)}); graphwm writes only inside the run "
+            "directory, never through a link: remove the link",
+        )
+        if not redo_corrupt or link == root / QUARANTINE:
+            raise err
+        if link.is_symlink():  # not moved already with a linked folder above it
+            quarantine(root, link, err.reason)
+
+
+#: the folders a run directory holds (each must be a directory where it exists)
+STORE_FOLDERS = (
+    "data", "fit", "train", "jobs", "results", "downstream", "search", "report", QUARANTINE,
+)  # fmt: skip
+
+
+def check_folders(run_dir: Path, redo_corrupt: bool = False) -> None:
+    """Each of :data:`STORE_FOLDERS` that exists must be a directory (a file named
+    ``results`` would fail every write there); with ``redo_corrupt`` it is quarantined.
+
+    Raises:
+        CorruptFileError: naming the first one that is not a directory.
+    """
+    root = Path(run_dir)
+    for name in STORE_FOLDERS:
+        path = root / name
+        if path.is_symlink() or not path.exists() or path.is_dir():
+            continue  # links: refuse_links
+        err = CorruptFileError(
+            path, f"is not a directory (a {_kind(path.lstat().st_mode)}); the run keeps a folder"
+        )
+        if not redo_corrupt or name == QUARANTINE:
+            raise err
+        quarantine(root, path, err.reason)
+
+
+# ---------------------------------------------------------------------------------------------
 # One lock per run directory
 # ---------------------------------------------------------------------------------------------
 _LOCKS: dict[str, Any] = {}
 
 
 @contextlib.contextmanager
-def run_lock(run_dir: Path) -> Iterator[None]:
-    """Hold the run directory's lock (reentrant in one process; other processes wait)."""
+def run_lock(run: Any) -> Iterator[None]:
+    """Hold the run directory's lock (reentrant in one process; other processes wait).
+
+    ``run`` is the run directory or its :class:`~graphwm.store.paths.RunPaths` (whose
+    ``redo_corrupt`` applies below). On the outermost acquisition the directory is checked
+    before any work: no symbolic link inside it (:func:`refuse_links`), its folders directories
+    (:func:`check_folders`), and the lock file a regular file (a folder or a link there is
+    corrupt: quarantined with ``redo_corrupt``).
+    """
     from filelock import FileLock, Timeout
 
-    run_dir = Path(run_dir)
+    if isinstance(run, str | os.PathLike):
+        run_dir, redo = Path(run), False
+    else:  # a RunPaths (not imported here: graphwm.store.paths imports this module)
+        run_dir, redo = Path(run.root), bool(run.redo_corrupt)
     run_dir.mkdir(parents=True, exist_ok=True)
-    name = str((run_dir / LOCK_NAME).resolve())
+    path = run_dir / LOCK_NAME
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        what = "a symbolic link" if path.is_symlink() else f"a {_kind(path.lstat().st_mode)}"
+        err = CorruptFileError(path, f"is {what}; the run's lock is a regular file")
+        if not redo:
+            raise err
+        quarantine(run_dir, path, err.reason)
+    name = str(path.resolve())
     lock = _LOCKS.setdefault(name, FileLock(name))
+    outermost = not lock.is_locked
     try:
         lock.acquire(timeout=0)
     except Timeout:
         LOG.warning("run directory %s is in use by another graphwm process; waiting", run_dir)
         lock.acquire()
     try:
+        if outermost:
+            refuse_links(run_dir, redo)
+            check_folders(run_dir, redo)
         yield
     finally:
         lock.release()

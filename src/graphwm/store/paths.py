@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from graphwm.store.files import CorruptFileError, inside, quarantine, read_json
+from graphwm.store.files import CorruptFileError, inside, quarantine, read_json, regular_file
 from graphwm.store.records import ResultsFormatError
 
 
@@ -43,12 +43,18 @@ class RunPaths:
         return self.root / "run.json"
 
     def check_logs(self) -> None:
-        """The run's logs and run record must be plain files (never symlinks that would make
-        a run append or write elsewhere); else :meth:`recover`."""
+        """The run's logs and run record must be regular files (never symlinks that would make
+        a run append or write elsewhere, nor FIFOs or folders a reader or writer would block
+        or fail on); else :meth:`recover`."""
         for name in ("jobs.log", "events.log", "run.json"):
             path = self.root / name
             if path.is_symlink():
                 self.recover(CorruptFileError(path, "is a symlink; a run's logs are plain files"))
+            elif path.exists():
+                try:
+                    regular_file(path)
+                except CorruptFileError as err:
+                    self.recover(err)
 
     def recover(self, err: CorruptFileError, *also: Path) -> None:
         """Quarantine the corrupt file (and ``also``) with ``redo_corrupt``, else re-raise."""

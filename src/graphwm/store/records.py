@@ -81,7 +81,12 @@ class Record:
 
 @dataclass(frozen=True)
 class TrainRecord(Record):
-    """A finished training job; ``checkpoint`` is relative to the run directory."""
+    """A finished training job; ``checkpoint`` is relative to the run directory.
+
+    ``log_digest`` seals the job's ``log.csv`` when the job ends (its SHA-256; absent in
+    records of older runs): a log edited afterwards is a corrupt store file, never a silently
+    changed figure.
+    """
 
     kind: str
     env: str
@@ -92,6 +97,7 @@ class TrainRecord(Record):
     checkpoint_digest: str
     resumed_from: int = 0
     last_terms: dict[str, float] = field(default_factory=dict)
+    log_digest: str | None = None
 
     KIND: ClassVar[str] = "train"
 

@@ -15,7 +15,10 @@ import numpy as np
 
 from graphwm.store.records import ResultsFormatError
 
-__all__ = ["TrainingLog", "read_log"]
+__all__ = ["MAX_LOG_BYTES", "TrainingLog", "read_log"]
+
+#: the largest ``log.csv`` read (a row per logged step: a million steps is ~100 MB)
+MAX_LOG_BYTES = 1024 * 2**20
 
 
 @dataclass(frozen=True)
@@ -31,7 +34,15 @@ class TrainingLog:
 
 
 def read_log(path: Path, env: str, model: str, seed: int) -> TrainingLog:
-    """One ``log.csv``; raises :class:`ResultsFormatError` naming the file on a bad row."""
+    """One ``log.csv``; raises :class:`ResultsFormatError` naming the file on a bad row or
+    when it is not a regular file (a FIFO would block the read) or larger than
+    :data:`MAX_LOG_BYTES`."""
+    from graphwm.store.files import CorruptFileError, regular_file
+
+    try:
+        regular_file(path, MAX_LOG_BYTES)
+    except CorruptFileError as err:
+        raise ResultsFormatError(f"{path}: {err.reason}") from None
     with path.open(newline="", encoding="utf-8") as fh:
         rows = list(csv.reader(fh))
     # gdm_models' trainer names the total loss "loss"; "total" is accepted as well

@@ -133,7 +133,7 @@ class TorchBackend(Backend):
         step = max(1, self.chunk_bytes // (8 * b * n))
         for f in range(f_count):
             xf = xt[:, f]
-            inv_var = 1.0 / float(sigma[f]) ** 2
+            inv_var = (1.0 / float(sigma[f])) ** 2  # never overflows: sigma <= max float
             for start in range(0, p, step):
                 sl = slice(start, start + step)
                 u = (xf[:, i_all[sl]] - xf[:, j_all[sl]]) ** 2 * inv_var

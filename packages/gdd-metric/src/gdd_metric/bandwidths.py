@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import os
 import warnings
 from collections.abc import Iterable, Mapping
@@ -38,10 +39,10 @@ def _parameter_dict(values: Mapping, what: str, minimum: float, why: str) -> dic
     for name, value in values.items():
         if not isinstance(name, str):
             raise TypeError(f"{what} keys must be feature names (str), got {name!r}")
-        try:
-            v = float(value)
-        except (TypeError, ValueError):
-            raise TypeError(f"{what}[{name!r}] must be a number, got {value!r}") from None
+        # a real number only: float() would read "0.5" and True as numbers
+        if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
+            raise TypeError(f"{what}[{name!r}] must be a number, got {value!r}")
+        v = float(value)
         if not math.isfinite(v) or v <= 0:
             raise ValueError(f"{what}[{name!r}] must be finite and > 0, got {value!r}")
         if v < minimum:
@@ -173,6 +174,11 @@ class Bandwidths:
             data = json.loads(text)
         except json.JSONDecodeError as err:
             raise ValueError(f"Bandwidths.from_json: {origin} is not valid JSON ({err})") from None
+        except RecursionError:
+            raise ValueError(
+                f"Bandwidths.from_json: {origin} nests arrays or objects too deeply to be "
+                f"bandwidths {_SHAPE}"
+            ) from None
         if not isinstance(data, dict):
             raise ValueError(
                 f"Bandwidths.from_json: {origin} holds a JSON {type(data).__name__}, but "

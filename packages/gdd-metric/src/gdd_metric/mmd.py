@@ -127,6 +127,11 @@ def resolve_options(
         raise ValueError(
             f"weights must be three finite numbers >= 0 (w_n, w_g, w_e), got {weights!r}"
         )
+    if not any(w):
+        raise ValueError(
+            f"weights (w_n, w_g, w_e) must not all be 0, got {weights!r}: the node, graph and "
+            "edge kernels would drop out of the GDD"
+        )
     eps = float(epsilon)
     if not math.isfinite(eps) or eps < 0:
         raise ValueError(

@@ -31,6 +31,7 @@ from gymnasium import spaces
 
 from graphwm_envs.core.schema import FeatureSchema
 from graphwm_envs.core.spaces import build_observation_space
+from graphwm_envs.core.validation import validate_observation
 
 InvalidActionMode = Literal["noop", "raise"]
 MIN_NODES = 5
@@ -47,6 +48,38 @@ class EnvSnapshot:
     done: bool
     rng_class: str
     rng_state: dict[str, Any]
+
+
+#: the bit generators a snapshot's ``rng_class`` may name (numpy's own)
+RNG_CLASSES = ("PCG64", "PCG64DXSM", "MT19937", "Philox", "SFC64")
+
+
+def _check_snapshot(snapshot: EnvSnapshot) -> np.random.BitGenerator:
+    """Check a snapshot's counters, state arrays and RNG before anything is restored; return
+    its bit generator. Raises ``ValueError`` naming the first bad field."""
+    if isinstance(snapshot.steps, bool) or not isinstance(snapshot.steps, int | np.integer):
+        raise ValueError(f"snapshot steps must be an integer, got {snapshot.steps!r}")
+    if snapshot.steps < 0:
+        raise ValueError(f"snapshot steps must be >= 0, got {snapshot.steps}")
+    if not isinstance(snapshot.done, bool | np.bool_):
+        raise ValueError(f"snapshot done must be true or false, got {snapshot.done!r}")
+    fields = vars(snapshot.state) if hasattr(snapshot.state, "__dict__") else {}
+    for name, value in fields.items():
+        if isinstance(value, np.ndarray) and value.dtype.kind == "f":
+            if not np.isfinite(value).all():
+                raise ValueError(f"snapshot state array {name!r} holds NaN or inf")
+    if snapshot.rng_class not in RNG_CLASSES:
+        raise ValueError(
+            f"snapshot rng_class must be one of {list(RNG_CLASSES)}, got {snapshot.rng_class!r}"
+        )
+    bitgen = getattr(np.random, snapshot.rng_class)()
+    try:
+        bitgen.state = copy.deepcopy(snapshot.rng_state)
+    except (TypeError, ValueError, KeyError) as err:
+        raise ValueError(
+            f"snapshot rng_state is not a {snapshot.rng_class} state ({err})"
+        ) from None
+    return bitgen
 
 
 class GraphEnv(gym.Env[dict[str, np.ndarray], Any], ABC):
@@ -310,6 +343,14 @@ class GraphEnv(gym.Env[dict[str, np.ndarray], Any], ABC):
         With ``seed=None`` the RNG is restored too, so the future replays exactly. With an
         integer ``seed`` the transition randomness is reseeded from it, so restores with
         different seeds draw independent next states (the GDD protocol's env samples).
+
+        Raises:
+            TypeError: ``snapshot`` is not an :class:`EnvSnapshot`.
+            ValueError: the snapshot is of another env class or size, or does not hold a
+                valid state (negative or non-integer steps, NaN or inf in a state array, an
+                observation that breaks the data contract such as a non-symmetric adjacency
+                or self-loops, an ``rng_class`` that is not one of :data:`RNG_CLASSES`, an
+                ``rng_state`` that class refuses). A failed restore leaves the env as it was.
         """
         if not isinstance(snapshot, EnvSnapshot):
             raise TypeError(f"expected an EnvSnapshot, got {type(snapshot).__name__}")
@@ -321,18 +362,30 @@ class GraphEnv(gym.Env[dict[str, np.ndarray], Any], ABC):
             raise ValueError(
                 f"snapshot has {snapshot.num_nodes} nodes but this env has {self.num_nodes}"
             )
+        bitgen = _check_snapshot(snapshot)
+        kept = (self._state, self._steps, self._done, self._layout_cache, self.np_random)
+        kept_trace = getattr(self, "_render_trace", None)
         self._state = copy.deepcopy(snapshot.state)
         self._steps = snapshot.steps
         self._done = snapshot.done
         self._layout_cache = None
+        try:
+            obs = self._observation()
+            validate_observation(obs, self.schema, self.num_nodes)
+        except Exception as err:  # a failed restore leaves the env as it was
+            self._state, self._steps, self._done, self._layout_cache, self.np_random = kept
+            if kept_trace is not None:
+                self._render_trace = kept_trace
+            raise ValueError(
+                f"snapshot does not hold a valid {type(self).__qualname__} state of "
+                f"{self.num_nodes} nodes ({err}); the env is left as it was"
+            ) from None
         self._start_render_trace()
         if seed is None:
-            bitgen = getattr(np.random, snapshot.rng_class)()
-            bitgen.state = copy.deepcopy(snapshot.rng_state)
             self.np_random = np.random.Generator(bitgen)
         else:
             self.np_random = np.random.default_rng(seed)
-        return self._observation()
+        return obs
 
     @property
     def state(self) -> Any:
