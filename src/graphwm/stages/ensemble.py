@@ -36,6 +36,7 @@ from graphwm.stages.train import (
     train_job,
     train_record,
     trainer_options,
+    verify_resumable_ensemble,
 )
 from graphwm.store.checkpoints import recover_latest
 from graphwm.store.files import content_key
@@ -124,7 +125,6 @@ def train_ensemble_job(unit: EnsembleJob, run_dir: str) -> list[TrainRecord | Ba
     """Train the members of ``unit`` together; one record (or failure) per member."""
     import torch
     from gdm_models import EpisodeDataset, train_ensemble
-    from gdm_models.ensemble import verify_ensemble_state
 
     root = Path(run_dir)
     job = unit.members[0]
@@ -136,7 +136,7 @@ def train_ensemble_job(unit: EnsembleJob, run_dir: str) -> list[TrainRecord | Ba
         training_episodes(root, job.fit.train_data), env_schema(job.env), seq_len=seq_len
     )
     length = {"steps": job.steps} if job.steps is not None else {"epochs": job.epochs}
-    recover_latest(root, unit.dir(root), verify_ensemble_state)  # as a single job's
+    recover_latest(root, unit.dir(root), verify_resumable_ensemble)  # as a single job's
     result = train_ensemble(
         job.model,
         unit.seeds,

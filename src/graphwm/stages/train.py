@@ -174,7 +174,6 @@ def train_job(job: TrainJob, run_dir: str) -> TrainRecord:
     """Train ``job.model`` on ``job.env``; returns the record of the final checkpoint."""
     import torch
     from gdm_models import EpisodeDataset, train
-    from gdm_models.trainer import verify_trainer_state
 
     run_dir_path = Path(run_dir)
     torch.set_num_threads(max(1, job.threads))
@@ -185,7 +184,7 @@ def train_job(job: TrainJob, run_dir: str) -> TrainRecord:
         training_episodes(run_dir_path, job.fit.train_data), env_schema(job.env), seq_len=seq_len
     )
     out = job.dir(run_dir_path)
-    recover_latest(run_dir_path, out / "ckpt", verify_trainer_state)
+    recover_latest(run_dir_path, out / "ckpt", verify_resumable)
     length = {"steps": job.steps} if job.steps is not None else {"epochs": job.epochs}
     result = train(
         model,
@@ -282,6 +281,40 @@ def checkpoint_size_problem(path: Path) -> str | None:
     except (struct.error, ValueError, KeyError, TypeError, AttributeError) as err:
         return f"{WEIGHTS_FILE}'s header is unreadable ({err})"
     return None
+
+
+def _refuse_unloadable(path: Path) -> None:
+    """Raise ``CheckpointError`` where :func:`checkpoint_size_problem` finds one."""
+    from gdm_models.checkpoint import CheckpointError
+
+    problem = checkpoint_size_problem(path)
+    if problem is not None:
+        raise CheckpointError(f"checkpoint {path}: {problem}")
+
+
+def verify_resumable(latest: Path) -> dict[str, Any]:
+    """A training job's ``latest/`` state before resuming: intact and sealed
+    (``gdm_models.trainer.verify_trainer_state``) and loadable for its sizes
+    (:func:`checkpoint_size_problem`); else ``CheckpointError``, and
+    :func:`~graphwm.store.checkpoints.recover_latest` quarantines it."""
+    from gdm_models.trainer import verify_trainer_state
+
+    meta = verify_trainer_state(latest)
+    _refuse_unloadable(Path(latest))
+    return meta
+
+
+def verify_resumable_ensemble(latest: Path) -> dict[str, Any]:
+    """:func:`verify_resumable` for an ensemble's ``latest/`` state: the state
+    (``gdm_models.ensemble.verify_ensemble_state``) and every member checkpoint it holds."""
+    from gdm_models.ensemble import verify_ensemble_state
+
+    meta = verify_ensemble_state(latest)
+    for s in meta["seeds"]:
+        member = Path(latest) / f"seed{s}"
+        if member.is_dir():
+            _refuse_unloadable(member)
+    return meta
 
 
 def _parameters_of(model: str, schema: Any, config: dict) -> int:
