@@ -516,10 +516,28 @@ def train_jobs(args: argparse.Namespace, settings: dict[str, dict]) -> list[tupl
     return jobs
 
 
+def _env_id(name: str) -> str:
+    """An env id from an id or its short name ("RGC" -> "graphenv/RGC-v0")."""
+    by_short = {short: env_id for env_id, short in SHORT.items()}
+    if name in SHORT:
+        return name
+    if name.upper() in by_short:
+        return by_short[name.upper()]
+    raise argparse.ArgumentTypeError(
+        f"unknown env {name!r}; choose from {', '.join(by_short)} (or their ids)"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run every job, then write the table, the raw results and the figure."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--envs", nargs="*", default=list(ENVS))
+    parser.add_argument(
+        "--envs",
+        nargs="*",
+        type=_env_id,
+        default=list(ENVS),
+        help="envs by id or short name (RGC, OD, SAR, CF); default: all four",
+    )
     parser.add_argument("--steps", type=int, default=30_000, help="env steps per training run")
     parser.add_argument(
         "--no-random",
