@@ -155,7 +155,7 @@ def test_detector_refuses_host_data_and_reads():
     assert torch.as_tensor([1.0]).item() == 1.0
 
 
-def test_static_training_is_deterministic_and_learns(scaler, dataset):
+def test_static_training_is_deterministic_and_not_the_eager_path(scaler, dataset):
     kw = dict(steps=6, batch_size=3, seq_len=3, lr=3e-3, seed=2, device="cpu", progress=False,
               keep_history=True, capture=True)  # fmt: skip
     runs = []

@@ -139,12 +139,12 @@ class GraphRunner(Generic[T]):
 
     Warm-up calls run on a side stream (as torch's CUDA-graph notes ask), the last of them
     under :func:`~gdm_models.host_sync.forbid_host_sync` (a body that synchronises is named
-    and never captured); ``before()`` runs
-    before each eager call and before the capture (the trainers' ``zero_grad``, so gradients
-    are allocated in the graph's memory pool). The ``generators`` the body draws from are
-    registered with the graph, so every replay draws fresh noise from them. A capture that
-    fails warns once (:class:`CaptureFallbackWarning`, with the reason) and the body runs
-    eagerly from then on. Off CUDA, or with ``capture=False``, every call is eager.
+    and never captured); ``before()`` runs before each eager call and before the capture (the
+    trainers' ``zero_grad``, so gradients are allocated in the graph's memory pool). The
+    ``generators`` the body draws from are registered with the graph, so every replay draws
+    fresh noise from them. A capture that fails warns once (:class:`CaptureFallbackWarning`,
+    with the reason) and the body runs eagerly from then on. Off CUDA, or with
+    ``capture=False``, every call is eager.
     """
 
     def __init__(

@@ -232,8 +232,10 @@ def train(
     static = (device.type == "cuda" and not compile) if capture is None else bool(capture)
     if static and compile:
         raise ValueError("capture and compile are alternatives: ask for one of them")
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = make_adam(params, lr, device) if static else torch.optim.Adam(params, lr=lr)
+    params = [p for p in model.parameters() if p.requires_grad]  # clipped and updated
+    # Adam over every parameter, as before: its state dict indexes them all (checkpoints)
+    every = list(model.parameters())
+    opt = make_adam(every, lr, device) if static else torch.optim.Adam(every, lr=lr)
     args = {"batch_size": batch_size, "seq_len": seq_len, "seed": seed, "lr": lr}
 
     start = 0
