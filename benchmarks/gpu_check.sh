@@ -53,14 +53,19 @@ core)
     # Nothing here compiles (the `compile` stage does, alone).
     ens_args=(--device "$device" --ks 3 10 --capture --count-ops --batch-scaling)
     train_args=(--device "$device")
+    job_args=(--device "$device" --jobs 8 --workers 2)
     if [[ -n "$quick" ]]; then
+        job_args=(--device "$device" --jobs 2 --workers 1)
         ens_args=(--device "$device" --ks 2 --capture --quick --models vanilla-gwm)
         train_args+=(--quick --models vanilla-gwm)
     fi
-    part 300 bench_capture.txt \
+    part 280 bench_capture.txt \
         "$py" packages/gdm-models/benchmarks/bench_ensemble.py "${ens_args[@]}"
-    part 150 check_capture_train.txt \
+    part 140 check_capture_train.txt \
         "$py" packages/gdm-models/benchmarks/check_capture_train.py "${train_args[@]}"
+    # 3. the fixed cost of a job in a worker that keeps its CUDA context (cold first job
+    #    against warm later ones)
+    part 60 job_overhead.txt "$py" benchmarks/job_overhead.py "${job_args[@]}"
     ;;
 compile)
     # torch.compile of the GDM: the single step and the K = 10 vmap step (each compile took
