@@ -211,3 +211,24 @@ def test_a_cli_command_checks_its_preset_once(tmp_path, monkeypatch):
     argv = ["collect", "--preset", "tiny", "--envs", "CF", "--out", str(tmp_path), "--quiet"]
     assert main(argv) == 0
     assert len(calls) == 1 and list((tmp_path / "data" / "CF").glob("*.npz"))
+
+
+def test_cli_reproduce_prints_the_report_it_built_without_building_it_again(
+    tmp_path, capsys, monkeypatch
+):
+    import graphwm.pipeline
+    import graphwm.report.build
+    from graphwm.report.build import ReportPaths
+
+    built = ReportPaths(tmp_path / "report", tmp_path / "report" / "report.md", main_table="| T |")
+    seen = []
+    monkeypatch.setattr(
+        graphwm.pipeline, "reproduce_report", lambda preset, out, **kw: seen.append(out) or built
+    )
+
+    def no_second_build(*args, **kwargs):
+        raise AssertionError("the CLI built the report a second time")
+
+    monkeypatch.setattr(graphwm.report.build, "build_report", no_second_build)
+    assert main(["reproduce", "--preset", "tiny", "--out", str(tmp_path / "run"), "--quiet"]) == 0
+    assert seen == [tmp_path / "run"] and "| T |" in capsys.readouterr().out

@@ -32,9 +32,30 @@ def _finite_numbers_in(text: str) -> list[float]:
     return [float(x) for x in re.findall(r"-?\d+\.\d+(?:e-?\d+)?", text)]
 
 
-def test_tiny_preset_end_to_end(tmp_path, capsys):
+def test_tiny_preset_end_to_end(tmp_path, capsys, monkeypatch):
+    import graphwm.pipeline
+    import graphwm.report.build
+
+    calls = {"train": 0, "report": 0}
+
+    def counted(name, fn):
+        def wrapper(*args, **kwargs):
+            calls[name] += 1
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(
+        graphwm.pipeline, "run_training_jobs", counted("train", graphwm.pipeline.run_training_jobs)
+    )
+    monkeypatch.setattr(
+        graphwm.report.build, "build_report", counted("report", graphwm.report.build.build_report)
+    )
     preset = load_preset("tiny")
     report_dir = reproduce(preset, tmp_path, progress=False)
+    # one pass: training (the tiny preset has a [downstream] section) and the report run once
+    assert calls == {"train": 1, "report": 1}
+    monkeypatch.undo()
     results = load_results(tmp_path)
     kinds = {r["kind"] for r in results}
     assert kinds == {"single_step", "multi_step", "self_gdd"}

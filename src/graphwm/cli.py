@@ -300,10 +300,11 @@ def _run(args: argparse.Namespace) -> int:
     run = pipeline.RunPaths(args.out, redo_corrupt=args.redo_corrupt)
     progress = not args.quiet
     if args.command == "reproduce":
-        pipeline.reproduce(preset, args.out, progress=progress, redo_corrupt=args.redo_corrupt)
-        from graphwm.report.build import build_report
-
-        _print_report(build_report(args.out))
+        _print_report(
+            pipeline.reproduce_report(
+                preset, args.out, progress=progress, redo_corrupt=args.redo_corrupt
+            )
+        )
     elif args.command == "collect":
         pipeline.stage_collect(preset, run, progress)
     elif args.command == "fit":

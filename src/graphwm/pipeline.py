@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from graphwm.checks import CheckedPreset, check_machine, parse_checked
 from graphwm.config import (
@@ -36,6 +36,9 @@ from graphwm.store.paths import RunPaths
 from graphwm.store.records import Record, TrainRecord
 from graphwm.store.results import ResultStore, parts_of
 
+if TYPE_CHECKING:
+    from graphwm.report.build import ReportPaths
+
 __all__ = [
     "PRESET_NAMES",
     "Preset",
@@ -47,6 +50,7 @@ __all__ = [
     "fit_job",
     "load_preset",
     "reproduce",
+    "reproduce_report",
     "stage_collect",
     "stage_downstream",
     "stage_evaluate",
@@ -325,30 +329,35 @@ def stage_evaluate(preset: PresetLike, paths: RunPaths, progress: bool = True) -
     Trains whatever is not trained yet first (finished training jobs are skipped).
     """
     p = _preset(preset)
-    jobs = evaluation_jobs(p)
-    store = ResultStore(paths.results)
     with run_lock(paths):
         stage_train(p, paths, progress)
-        records: list[Record] = []
-        for fn, kind in (
-            (self_gdd_job, "self_gdd"),
-            (single_step_job, "single_step"),
-            (multi_step_job, "multi_step"),
-        ):
-            batch = [j for j in jobs if j.kind == kind]
-            if batch:
-                records += run_jobs(
-                    fn,
-                    batch,
-                    store,
-                    paths,
-                    desc=fn.__name__,
-                    progress=progress,
-                    **executor_args(p),
-                )
-        _update_run_record(
-            paths, results=sorted(f"results/{j.key}.json" for j in jobs), evaluated=p.name
-        )
+        return _evaluate_trained(p, paths, progress)
+
+
+def _evaluate_trained(p: CheckedPreset, paths: RunPaths, progress: bool) -> list[Record]:
+    """:func:`stage_evaluate` once training is done (the caller holds the run lock)."""
+    jobs = evaluation_jobs(p)
+    store = ResultStore(paths.results)
+    records: list[Record] = []
+    for fn, kind in (
+        (self_gdd_job, "self_gdd"),
+        (single_step_job, "single_step"),
+        (multi_step_job, "multi_step"),
+    ):
+        batch = [j for j in jobs if j.kind == kind]
+        if batch:
+            records += run_jobs(
+                fn,
+                batch,
+                store,
+                paths,
+                desc=fn.__name__,
+                progress=progress,
+                **executor_args(p),
+            )
+    _update_run_record(
+        paths, results=sorted(f"results/{j.key}.json" for j in jobs), evaluated=p.name
+    )
     return records
 
 
@@ -370,29 +379,35 @@ def stage_downstream(preset: PresetLike, paths: RunPaths, progress: bool = True)
 
     Trains whatever is not trained yet first; a preset without the section records none.
     """
+    p = _preset(preset)
+    with run_lock(paths):
+        if _downstream_section(p) is not None:
+            stage_train(p, paths, progress)
+        return _downstream_trained(p, paths, progress)
+
+
+def _downstream_trained(p: CheckedPreset, paths: RunPaths, progress: bool) -> list[Record]:
+    """:func:`stage_downstream` once training is done (the caller holds the run lock)."""
     from graphwm.stages.downstream import STORE_DIR, downstream_jobs, execute_downstream_job
 
-    p = _preset(preset)
     section = _downstream_section(p)
-    with run_lock(paths):
-        if section is None:
-            _update_run_record(paths, downstream=[])
-            return []
-        stage_train(p, paths, progress)
-        # the agents' networks are small: one thread each is fastest
-        jobs = downstream_jobs(
-            section, p.envs, training_jobs(p), device=p.device, tensorboard=p.train.tensorboard
-        )
-        records = run_jobs(
-            execute_downstream_job,
-            jobs,
-            ResultStore(paths.root / STORE_DIR),
-            paths,
-            desc="downstream",
-            progress=progress,
-            **executor_args(p),
-        )
-        _update_run_record(paths, downstream=sorted(f"{STORE_DIR}/{j.key}.json" for j in jobs))
+    if section is None:
+        _update_run_record(paths, downstream=[])
+        return []
+    # the agents' networks are small: one thread each is fastest
+    jobs = downstream_jobs(
+        section, p.envs, training_jobs(p), device=p.device, tensorboard=p.train.tensorboard
+    )
+    records = run_jobs(
+        execute_downstream_job,
+        jobs,
+        ResultStore(paths.root / STORE_DIR),
+        paths,
+        desc="downstream",
+        progress=progress,
+        **executor_args(p),
+    )
+    _update_run_record(paths, downstream=sorted(f"{STORE_DIR}/{j.key}.json" for j in jobs))
     return records
 
 
@@ -403,6 +418,14 @@ def reproduce(
 
     The preset is validated before any work starts.
     """
+    return reproduce_report(preset, out, progress, redo_corrupt).report_dir
+
+
+def reproduce_report(
+    preset: PresetLike, out: Path, progress: bool = True, redo_corrupt: bool = False
+) -> ReportPaths:
+    """:func:`reproduce`, returning what the report wrote (what ``graphwm reproduce``
+    prints): each stage runs once, training first, and the report is built once."""
     from graphwm.report.build import build_report
 
     p = _preset(preset)
@@ -412,7 +435,7 @@ def reproduce(
     paths = RunPaths(Path(out), redo_corrupt=redo_corrupt)
     with run_lock(paths):
         paths.check_logs()
-        stage_evaluate(p, paths, progress)
-        stage_downstream(p, paths, progress)
-        build_report(paths.root)
-    return paths.root / "report"
+        stage_train(p, paths, progress)
+        _evaluate_trained(p, paths, progress)
+        _downstream_trained(p, paths, progress)
+        return build_report(paths.root)
