@@ -13,6 +13,7 @@ checkpoint.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from graphwm.config import (
     read_preset,
 )
 from graphwm.stages.collect import DataRef, collect
+from graphwm.stages.curve import curve_job, curve_jobs_of
 from graphwm.stages.ensemble import ensemble_groups, member_jobs, train_unit, training_units
 from graphwm.stages.evaluate import EvalJob, multi_step_job, self_gdd_job, single_step_job
 from graphwm.stages.fit import FitJob, run_fit
@@ -41,6 +43,7 @@ __all__ = [
     "Preset",
     "PresetError",
     "RunPaths",
+    "curve_jobs",
     "data_refs",
     "evaluation_jobs",
     "executor_args",
@@ -48,6 +51,7 @@ __all__ = [
     "load_preset",
     "reproduce",
     "stage_collect",
+    "stage_curve",
     "stage_downstream",
     "stage_evaluate",
     "stage_fit",
@@ -164,12 +168,15 @@ def training_jobs(preset: PresetLike) -> list[TrainJob]:
     = K > 1 the seeds are keyed as members of ensembles of <= K (preset order, chunked)."""
     p = _preset(preset)
     groups = ensemble_groups(p.seeds, p.train.ensemble)
+    keep = p.train.eval_every or None  # the GDD curve's checkpoints (keyed only when kept)
     return [
         member
         for env in p.envs
         for model in p.models_of(env)
         for group in groups
-        for member in member_jobs(train_job_for(p, env, model, group[0]), group)
+        for member in member_jobs(
+            dataclasses.replace(train_job_for(p, env, model, group[0]), keep_every=keep), group
+        )
     ]
 
 
@@ -239,6 +246,31 @@ def evaluation_jobs(preset: PresetLike) -> list[EvalJob]:
                     device=p.device,
                     threads=threads,
                 )
+            )
+    return jobs
+
+
+def curve_jobs(preset: PresetLike) -> list[EvalJob]:
+    """The GDD curve's jobs (:mod:`graphwm.stages.curve`): one per checkpoint kept by each
+    training job, on the env's smallest test size and the first ``evaluate.curve_episodes``
+    test episodes; none when ``train.eval_every`` is 0."""
+    p = _preset(preset)
+    if not p.train.eval_every:
+        return []
+    e = p.evaluate
+    jobs: list[EvalJob] = []
+    for train in training_jobs(p):
+        sizes = p.test_sizes(train.env)
+        if sizes:  # (RGC sizes all above collect.rgc_max_test_size: no evaluation at all)
+            jobs += curve_jobs_of(
+                train,
+                _test_ref(p, train.env, min(sizes)),
+                train.fit,
+                num_samples=e.num_samples,
+                reference_transitions=e.reference_transitions,
+                episodes=e.curve_episodes,
+                device=p.device,
+                threads=_threads(p),
             )
     return jobs
 
@@ -352,6 +384,29 @@ def stage_evaluate(preset: PresetLike, paths: RunPaths, progress: bool = True) -
     return records
 
 
+def stage_curve(preset: PresetLike, paths: RunPaths, progress: bool = True) -> list[Record]:
+    """The GDD curve (``train.eval_every``): single-step GDD of every checkpoint the training
+    jobs kept, stored in ``results/`` like every evaluation and listed in ``run.json``'s
+    ``curve`` (empty when the curve is off). Trains whatever is not trained yet first."""
+    p = _preset(preset)
+    jobs = curve_jobs(p)
+    with run_lock(paths):
+        records: list[Record] = []
+        if jobs:
+            stage_train(p, paths, progress)
+            records = run_jobs(
+                curve_job,
+                jobs,
+                ResultStore(paths.results),
+                paths,
+                desc="curve",
+                progress=progress,
+                **executor_args(p),
+            )
+        _update_run_record(paths, curve=sorted(f"results/{j.key}.json" for j in jobs))
+    return records
+
+
 def _downstream_section(p: Preset):
     """The ``[downstream]`` section checked against the preset's envs and models."""
     section = p.sections.get("downstream")
@@ -413,6 +468,7 @@ def reproduce(
     with run_lock(paths):
         paths.check_logs()
         stage_evaluate(p, paths, progress)
+        stage_curve(p, paths, progress)
         stage_downstream(p, paths, progress)
         build_report(paths.root)
     return paths.root / "report"
