@@ -205,6 +205,12 @@ _TABLE_NAMES = (
 )
 
 
+_FIGURE_TITLES = {
+    **report_figures.FIGURE_TITLES,
+    report_curve.CURVE_NAME: report_curve.CURVE_TITLE,
+}
+
+
 def _write_if_changed(path: Path, text: str) -> None:
     if not path.exists() or path.read_text(encoding="utf-8") != text:
         path.write_text(text, encoding="utf-8")
@@ -218,7 +224,7 @@ def _index(tables: list[Table], figures: dict[str, Path]) -> str:
         parts += ["## Figures", ""]
         for name, path in figures.items():
             parts += [
-                f"### {report_figures.FIGURE_TITLES[name]}",
+                f"### {_FIGURE_TITLES[name]}",
                 "",
                 f"![{name}]({path.name})",
                 "",
@@ -280,7 +286,7 @@ def build_report(run_dir: Path | str) -> ReportPaths:
 
     written = set(tables_md.values()) | set(tables_tex.values()) | set(figures.values())
     stale = [out / f"{n}.{ext}" for n in _TABLE_NAMES for ext in ("md", "tex")]
-    stale += [out / f"{n}.png" for n in report_figures.FIGURE_TITLES]
+    stale += [out / f"{n}.png" for n in _FIGURE_TITLES]
     for path in stale:
         if path not in written and path.exists():
             path.unlink()

@@ -22,7 +22,6 @@ from pathlib import Path
 import numpy as np
 
 from graphwm.report.figures import (
-    FIGURE_TITLES,
     FLOOR_COLOR,
     FLOOR_LABEL,
     FLOOR_NOTE,
@@ -54,7 +53,7 @@ __all__ = [
 ]
 
 CURVE_NAME = "gdd_curve"
-CURVE_TITLE = FIGURE_TITLES[CURVE_NAME]
+CURVE_TITLE = "GDD and its components against training steps (kept checkpoints, test subset)"
 #: the rows of the figure: the GDD, then its squared-MMD components
 PANELS = ("gdd", *COMPONENTS)
 CURVE_NOTE = (
@@ -155,7 +154,8 @@ def curve_figure(
             _note_coinciding(notes, f"{env} {panel}", curves)
             ax.set_xticks(steps_all)
             ax.tick_params(axis="x", labelsize="small")
-            ax.set_xlabel(STEP_LABEL + " (optimiser steps)")
+            if row == len(PANELS) - 1:  # one step axis label per column, at the bottom
+                ax.set_xlabel(STEP_LABEL + " (optimiser steps)")
             ax.set_ylabel(GDD_LABEL if panel == "gdd" else f"{panel} MMD$^2$ (unitless)")
             if row == 0:
                 ax.set_title(f"{env} (N={size})")

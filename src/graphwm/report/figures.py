@@ -46,8 +46,6 @@ FIGURE_TITLES = {
     "factor_metrics": "Factor-wise distribution metrics vs graph size",
     "training_curves": "Training loss curves, one panel per model (mean over seeds, smoothed)",
     "ablation_training_curves": "Training loss curves of the GDM ablations and the full GDM",
-    # drawn by graphwm.report.curve (train.eval_every)
-    "gdd_curve": "GDD and its components against training steps (kept checkpoints, test subset)",
 }
 SMOOTHING_WINDOW = 10  # "smoothed over 10 points" (appendix "Training Curves")
 ENV_COLOR = "0.5"  # the environment is drawn in grey (appendix "Multi-Step Rollout Results")
