@@ -214,3 +214,18 @@ def test_interrupted_curve_resumes_to_identical_results_recomputing_nothing_stor
     ran.clear()
     assert stage_curve(preset, paths, progress=False) == uninterrupted
     assert ran == []
+
+
+def test_a_missing_kept_checkpoint_is_a_corrupt_training_job(curve_run, tmp_path):
+    import shutil
+
+    from graphwm.store.files import CorruptFileError
+
+    src, _ = curve_run
+    paths = RunPaths(tmp_path / "run")
+    shutil.copytree(src.root, paths.root)
+    job = training_jobs(curve_preset())[0]
+    kept = job.checkpoint(paths.root, 2)
+    shutil.rmtree(kept)
+    with pytest.raises(CorruptFileError, match="step_000002"):
+        stage_train(curve_preset(), paths, progress=False)

@@ -392,6 +392,7 @@ def verify_trained(run_dir: Path, record: TrainRecord, job: TrainJob | None = No
     if problem is not None:
         raise CorruptFileError(path, problem, quarantine=job.dir(run_dir) if job else None)
     for step in job.kept_steps() if job is not None else ():
+        assert job is not None  # kept_steps() of a job only
         kept = job.checkpoint(run_dir, step)
         try:
             checkpoint_digest(kept)

@@ -222,7 +222,7 @@ class CurveRecord(Record):
     model: str
     seed: int
     size: int
-    step: int = setting(ge=1)
+    step: int = field(metadata=spec(ge=1))  # field() itself: no default (as kind above)
     gdd: float
     components: dict[str, float]
     gdd_episodes: list[float] | None = setting(None, allow_empty=True)

@@ -379,7 +379,7 @@ def train_ensemble(
                 results[k].steps = step
             do_log = step % log_every == 0 or step == total
             do_ckpt = root is not None and (step % checkpoint_every == 0 or step == total)
-            do_keep = finals is not None and bool(keep_every) and step % keep_every == 0
+            do_keep = finals is not None and keep_every is not None and step % keep_every == 0
             if not (do_log or do_ckpt or do_keep):
                 bar.update(1)
                 continue

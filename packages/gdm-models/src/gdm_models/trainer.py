@@ -289,7 +289,7 @@ def train(
             result.steps = step
             do_log = step % log_every == 0 or step == total
             ck_here = ckdir if step % checkpoint_every == 0 or step == total else None
-            keep_here = ckdir is not None and bool(keep_every) and step % keep_every == 0
+            keep_here = ckdir is not None and keep_every is not None and step % keep_every == 0
             if do_log or ck_here is not None or keep_here:
                 if bool(nonfinite):
                     raise FloatingPointError(
