@@ -315,6 +315,9 @@ def _run(args: argparse.Namespace) -> int:
     elif args.command == "evaluate":
         pipeline.stage_evaluate(preset, run, progress)  # trains what is not trained yet
     elif args.command == "curve":
+        if not preset.train.eval_every:
+            print("graphwm: train.eval_every is 0: no checkpoints kept, no GDD curve",
+                  file=sys.stderr)  # fmt: skip
         pipeline.stage_curve(preset, run, progress)  # trains what is not trained yet
     elif args.command == "downstream":
         pipeline.stage_downstream(preset, run, progress)  # trains what is not trained yet
