@@ -284,3 +284,131 @@ def test_downstream_figure_names_every_point_in_one_legend(tmp_path, monkeypatch
         styles = [(str(c[0].get_color()), c[0].get_marker()) for c in ax.containers]
         assert len(set(styles)) == len(styles) == len(models)
     assert isinstance(fig.legends[0].legend_handles[-1], Line2D)
+
+
+# ---------------------------------------------------------------------------------------------
+# The GDD curve (issue 31): GDD and its components against training steps
+# ---------------------------------------------------------------------------------------------
+CURVE_STEPS = (100, 200, 300, 350)
+
+
+def _curve_records(seeds: int) -> list[dict]:
+    """Curve points falling with the step (the GDM still falling, the others flat), at N=20."""
+    out = []
+    for env in ENVS:
+        for model in MODELS:
+            for seed in range(seeds):
+                for step in CURVE_STEPS:
+                    fall = 0.6 * (1 - step / 350) if model == "gdm" else 0.0
+                    gdd = _gdd(model, 20, seed) + fall
+                    comps = {
+                        c: 0.1 * (i + 1) + fall + 0.01 * seed + 0.03 * MODELS.index(model)
+                        for i, c in enumerate(COMPONENTS)
+                    }
+                    point = {"env": env, "model": model, "seed": seed, "size": 20, "step": step}
+                    out.append({"kind": "curve", **point, "gdd": gdd, "components": comps})
+    return out
+
+
+def _self_records(seeds: int) -> list[dict]:
+    return [
+        {
+            "kind": "self_gdd",
+            "env": env,
+            "size": 20,
+            "seed": s,
+            "gdd": 0.1 + 0.01 * s,
+            "components": dict.fromkeys(COMPONENTS, 0.01),
+        }  # fmt: skip
+        for env in ENVS
+        for s in range(seeds)
+    ]
+
+
+@pytest.fixture(scope="module", params=[1, 3], ids=["one-seed", "three-seeds"])
+def curve_rendered(request, tmp_path_factory) -> tuple[int, Figure, Path]:
+    from graphwm.report import curve
+
+    seeds = request.param
+    saved: list[Figure] = []
+    with pytest.MonkeyPatch.context() as mp:
+        save = curve._save
+
+        def keep(fig, path, notes=None):
+            saved.append(fig)
+            return save(fig, path, notes)
+
+        mp.setattr(curve, "_save", keep)
+        path = tmp_path_factory.mktemp(f"curve{seeds}") / "gdd_curve.png"
+        styles = figures.model_styles(MODELS)
+        assert curve.curve_figure(_curve_records(seeds), _self_records(seeds), path, styles)
+    (fig,) = saved
+    fig.draw_without_rendering()
+    return seeds, fig, path
+
+
+def test_gdd_curve_renders_readably_with_one_and_three_seeds(curve_rendered):
+    from graphwm.report import curve
+
+    seeds, fig, path = curve_rendered
+    assert path.stat().st_size > 0
+    panels = _panels(fig)
+    assert len(panels) == len(ENVS) * len(curve.PANELS)
+    # labelled axes with units; the step ticks are the evaluated steps; the env on top
+    top = max(ax.get_position().y1 for ax in panels)
+    bottom = min(ax.get_position().y0 for ax in panels)
+    for ax in panels:
+        assert "(" in ax.get_ylabel(), ax.get_ylabel()
+        assert list(ax.get_xticks()) == list(CURVE_STEPS)
+        if ax.get_position().y1 == top:
+            assert ax.get_title() in {f"{e} (N=20)" for e in ENVS}
+        if ax.get_position().y0 == bottom:
+            assert ax.get_xlabel() == "training step (optimiser steps)"
+    # one legend above the panels, naming every model and the floor; no labels overlap
+    assert len(fig.legends) == 1 and not any(ax.get_legend() for ax in fig.axes)
+    labels = _legend_labels(fig)
+    assert set(labels) == {figures.model_display(m) for m in MODELS} | {figures.FLOOR_LABEL}
+    box = fig.legends[0].get_window_extent()
+    boxes = [("legend", box)]
+    for ax in panels:
+        assert box.y0 >= ax.get_window_extent().y1 - 1
+        for text in (ax.title, ax.xaxis.label, ax.yaxis.label):
+            if text.get_text():
+                boxes.append((text.get_text(), text.get_window_extent()))
+    for i, (a, ba) in enumerate(boxes):
+        for b, bb in boxes[i + 1 :]:
+            assert not _overlap(ba, bb), (a, b)
+    for ax in panels:
+        lines = [ln for ln in ax.get_lines() if not ln.get_label().startswith("_")]
+        models = [ln for ln in lines if ln.get_label() != figures.FLOOR_LABEL]
+        styles = [(str(ln.get_color()), ln.get_marker(), str(ln.get_linestyle())) for ln in models]
+        assert len(set(styles)) == len(styles) == len(MODELS)
+        assert len({ln.get_marker() for ln in models}) == len(MODELS)
+        (floor,) = [ln for ln in lines if ln.get_label() == figures.FLOOR_LABEL]
+        assert ax.get_ylim()[0] <= min(floor.get_ydata())  # the floor is on the axis
+        # a 95% band per model with three seeds, none with one
+        assert len(ax.collections) == (len(MODELS) if seeds > 1 else 0)
+    assert ("One seed" in _legend_title(fig)) == (seeds == 1)
+
+
+def test_gdd_curve_table_and_verdicts_per_model():
+    from graphwm.report import curve
+    from graphwm.report.formatting import to_markdown
+
+    table = curve.curve_table(_curve_records(3))
+    assert table is not None
+    assert table.value_columns == [f"step {s}" for s in CURVE_STEPS]
+    assert len(table.rows) == len(ENVS) * len(MODELS)
+    text = to_markdown(table)
+    for env in ENVS:
+        # the GDM falls by 0.086 between the last two steps, more than its 2 x 0.025 intervals
+        assert f"{env}, GDM: GDD" in text and "still improving" in text
+        assert f"{env}, Vanilla GWM: GDD" in text
+    verdicts = curve.verdicts(_curve_records(3))
+    gdm = [v for v in verdicts if ", GDM:" in v]
+    others = [v for v in verdicts if ", GDM:" not in v]
+    assert len(verdicts) == len(ENVS) * len(MODELS)
+    assert all("still improving" in v for v in gdm)
+    assert all("no change the seeds resolve" in v for v in others)
+    assert all("cannot tell" in v for v in curve.verdicts(_curve_records(1)))
+    assert curve.curve_table([]) is None

@@ -1,8 +1,8 @@
 """Command line entry point ``graphwm``.
 
-Subcommands: ``demo``, ``collect``, ``fit``, ``train``, ``evaluate``, ``downstream``,
-``report``, ``reproduce`` and ``search``. Every stage takes ``--preset`` (a name or a TOML
-file) and ``--out`` (the run directory); rerunning a stage skips finished jobs.
+Subcommands: ``demo``, ``collect``, ``fit``, ``train``, ``evaluate``, ``curve``,
+``downstream``, ``report``, ``reproduce`` and ``search``. Every stage takes ``--preset`` (a
+name or a TOML file) and ``--out`` (the run directory); rerunning a stage skips finished jobs.
 
 Errors print as one line, ``graphwm: error: ...``; exit code 2 for a problem with the input
 (a bad preset value, a corrupt or missing file, a malformed result), 1 for anything else.
@@ -102,6 +102,7 @@ def _build_parser() -> argparse.ArgumentParser:
         ("fit", "stage 2: bandwidths and feature scaling"),
         ("train", "stage 3: train every model x env x seed"),
         ("evaluate", "stages 4-7: self-GDD, single-step, ablations, multi-step GDD"),
+        ("curve", "GDD over training: the checkpoints kept every train.eval_every steps"),
         ("downstream", "stage 8: MaskablePPO in each model's dream env vs the real env"),
         ("search", "hyperparameter grid search selected by mean validation GDD"),
     ):
@@ -314,6 +315,11 @@ def _run(args: argparse.Namespace) -> int:
         pipeline.stage_train(preset, run, progress)
     elif args.command == "evaluate":
         pipeline.stage_evaluate(preset, run, progress)  # trains what is not trained yet
+    elif args.command == "curve":
+        if not preset.train.eval_every:
+            print("graphwm: train.eval_every is 0: no checkpoints kept, no GDD curve",
+                  file=sys.stderr)  # fmt: skip
+        pipeline.stage_curve(preset, run, progress)  # trains what is not trained yet
     elif args.command == "downstream":
         pipeline.stage_downstream(preset, run, progress)  # trains what is not trained yet
     elif args.command == "search":

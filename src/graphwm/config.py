@@ -121,11 +121,21 @@ class TrainConfig:
     ensemble: int = setting(
         1, ge=1, help="most seeds of one configuration trained together as one ensemble"
     )
+    # the GDD curve (graphwm.stages.curve): 0 keeps and evaluates no intermediate checkpoint
+    eval_every: int = setting(
+        0, ge=0, help="steps between the checkpoints kept and evaluated for the GDD curve (0: off)"
+    )
 
     @classmethod
     def _check(cls, obj: TrainConfig, where: Where, key: str) -> None:
         if (obj.steps is None) == (obj.epochs is None):
             raise where.say(f"{where.loc(key)}: give exactly one of 'steps' and 'epochs'")
+        at = f"{key}.eval_every" if key else "eval_every"
+        if obj.eval_every and obj.steps is None:
+            raise where.fail(at, "needs the training length in 'steps' (not 'epochs')",
+                             obj.eval_every)  # fmt: skip
+        if obj.eval_every and obj.steps is not None and obj.eval_every > obj.steps:
+            raise where.fail(at, f"must be at most 'steps' = {obj.steps}", obj.eval_every)
 
 
 @dataclass(frozen=True)
@@ -141,6 +151,9 @@ class EvalConfig:
     max_episodes: int | None = setting(None, ge=1, help="test episodes used (None: all)")
     permutations: int = setting(0, ge=0, help="permutation-test relabelings (0: no column)")
     alpha: float = setting(0.05, gt=0.0, lt=1.0, help="level of the permutation test")
+    curve_episodes: int = setting(
+        2, ge=1, help="test episodes (the first ones) of the GDD curve's subset (train.eval_every)"
+    )
 
 
 @dataclass(frozen=True)
@@ -164,6 +177,20 @@ class SearchConfig:
 
     grid: dict[str, dict[str, list]] = setting(default_factory=dict)
     val_sizes: tuple[int, ...] | None = _sizes(default=None)
+
+
+def _check_curve(train: TrainConfig, evaluate: EvalConfig, collect: CollectConfig) -> None:
+    """The GDD curve's subset lies inside the final evaluation's episodes (when it is on)."""
+    if not train.eval_every:
+        return
+    evaluated = min(collect.test_episodes, evaluate.max_episodes or collect.test_episodes)
+    if evaluate.curve_episodes > evaluated:
+        raise PRESET.fail(
+            "evaluate.curve_episodes",
+            f"must be at most the {evaluated} test episodes the final evaluation uses "
+            "(collect.test_episodes, evaluate.max_episodes)",
+            evaluate.curve_episodes,
+        )
 
 
 # Optional preset sections owned by other modules: name -> "module:Class", where the class has
@@ -227,6 +254,7 @@ class Preset:
             raise PRESET.fail("device", "must be 'cpu', 'cuda', 'cuda:<index>' or 'mps'",
                               values["device"])  # fmt: skip
         values["sections"] = {n: _parse_section(n, raw[n]) for n in SECTIONS if n in raw}
+        _check_curve(values["train"], values["evaluate"], values["collect"])
         return cls(**values)
 
     # -- derived views -----------------------------------------------------------------------

@@ -13,6 +13,7 @@ checkpoint.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,6 +27,7 @@ from graphwm.config import (
     read_preset,
 )
 from graphwm.stages.collect import DataRef, collect
+from graphwm.stages.curve import curve_job, curve_jobs_of
 from graphwm.stages.ensemble import ensemble_groups, member_jobs, train_unit, training_units
 from graphwm.stages.evaluate import EvalJob, multi_step_job, self_gdd_job, single_step_job
 from graphwm.stages.fit import FitJob, run_fit
@@ -44,6 +46,7 @@ __all__ = [
     "Preset",
     "PresetError",
     "RunPaths",
+    "curve_jobs",
     "data_refs",
     "evaluation_jobs",
     "executor_args",
@@ -52,6 +55,7 @@ __all__ = [
     "reproduce",
     "reproduce_report",
     "stage_collect",
+    "stage_curve",
     "stage_downstream",
     "stage_evaluate",
     "stage_fit",
@@ -168,12 +172,15 @@ def training_jobs(preset: PresetLike) -> list[TrainJob]:
     = K > 1 the seeds are keyed as members of ensembles of <= K (preset order, chunked)."""
     p = _preset(preset)
     groups = ensemble_groups(p.seeds, p.train.ensemble)
+    keep = p.train.eval_every or None  # the GDD curve's checkpoints (keyed only when kept)
     return [
         member
         for env in p.envs
         for model in p.models_of(env)
         for group in groups
-        for member in member_jobs(train_job_for(p, env, model, group[0]), group)
+        for member in member_jobs(
+            dataclasses.replace(train_job_for(p, env, model, group[0]), keep_every=keep), group
+        )
     ]
 
 
@@ -243,6 +250,31 @@ def evaluation_jobs(preset: PresetLike) -> list[EvalJob]:
                     device=p.device,
                     threads=threads,
                 )
+            )
+    return jobs
+
+
+def curve_jobs(preset: PresetLike) -> list[EvalJob]:
+    """The GDD curve's jobs (:mod:`graphwm.stages.curve`): one per checkpoint kept by each
+    training job, on the env's smallest test size and the first ``evaluate.curve_episodes``
+    test episodes; none when ``train.eval_every`` is 0."""
+    p = _preset(preset)
+    if not p.train.eval_every:
+        return []
+    e = p.evaluate
+    jobs: list[EvalJob] = []
+    for train in training_jobs(p):
+        sizes = p.test_sizes(train.env)
+        if sizes:  # (RGC sizes all above collect.rgc_max_test_size: no evaluation at all)
+            jobs += curve_jobs_of(
+                train,
+                _test_ref(p, train.env, min(sizes)),
+                train.fit,
+                num_samples=e.num_samples,
+                reference_transitions=e.reference_transitions,
+                episodes=e.curve_episodes,
+                device=p.device,
+                threads=_threads(p),
             )
     return jobs
 
@@ -361,6 +393,35 @@ def _evaluate_trained(p: CheckedPreset, paths: RunPaths, progress: bool) -> list
     return records
 
 
+def stage_curve(preset: PresetLike, paths: RunPaths, progress: bool = True) -> list[Record]:
+    """The GDD curve (``train.eval_every``): single-step GDD of every checkpoint the training
+    jobs kept, stored in ``results/`` like every evaluation and listed in ``run.json``'s
+    ``curve`` (empty when the curve is off). Trains whatever is not trained yet first."""
+    p = _preset(preset)
+    with run_lock(paths):
+        if curve_jobs(p):
+            stage_train(p, paths, progress)
+        return _curve_trained(p, paths, progress)
+
+
+def _curve_trained(p: CheckedPreset, paths: RunPaths, progress: bool) -> list[Record]:
+    """:func:`stage_curve` once training is done (the caller holds the run lock)."""
+    jobs = curve_jobs(p)
+    records: list[Record] = []
+    if jobs:
+        records = run_jobs(
+            curve_job,
+            jobs,
+            ResultStore(paths.results),
+            paths,
+            desc="curve",
+            progress=progress,
+            **executor_args(p),
+        )
+    _update_run_record(paths, curve=sorted(f"results/{j.key}.json" for j in jobs))
+    return records
+
+
 def _downstream_section(p: Preset):
     """The ``[downstream]`` section checked against the preset's envs and models."""
     section = p.sections.get("downstream")
@@ -437,5 +498,6 @@ def reproduce_report(
         paths.check_logs()
         stage_train(p, paths, progress)
         _evaluate_trained(p, paths, progress)
+        _curve_trained(p, paths, progress)
         _downstream_trained(p, paths, progress)
         return build_report(paths.root)

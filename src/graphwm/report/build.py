@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from graphwm.report import curve as report_curve
 from graphwm.report import figures as report_figures
 from graphwm.report.tables import (
     SeedStats,
@@ -98,7 +99,9 @@ def result_files(run_dir: Path) -> list[Path]:
         ResultsFormatError: ``run.json`` is unreadable or lists a missing file.
         CorruptFileError: ``run.json`` lists a path outside the run directory.
     """
-    return listed_files(run_dir, "results", "result file", run_dir / "results")
+    files = listed_files(run_dir, "results", "result file", run_dir / "results")
+    # the GDD curve's records (graphwm.report.curve) share results/ but are not listed here
+    return [f for f in files if not f.name.startswith("curve-")]
 
 
 def load_results(run_dir: Path | str) -> list[dict]:
@@ -198,7 +201,14 @@ _TABLE_NAMES = (
     "multi_step",
     "gdd_components",
     "factor_metrics",
+    report_curve.CURVE_NAME,
 )
+
+
+_FIGURE_TITLES = {
+    **report_figures.FIGURE_TITLES,
+    report_curve.CURVE_NAME: report_curve.CURVE_TITLE,
+}
 
 
 def _write_if_changed(path: Path, text: str) -> None:
@@ -214,7 +224,7 @@ def _index(tables: list[Table], figures: dict[str, Path]) -> str:
         parts += ["## Figures", ""]
         for name, path in figures.items():
             parts += [
-                f"### {report_figures.FIGURE_TITLES[name]}",
+                f"### {_FIGURE_TITLES[name]}",
                 "",
                 f"![{name}]({path.name})",
                 "",
@@ -247,6 +257,11 @@ def build_report(run_dir: Path | str) -> ReportPaths:
     out.mkdir(parents=True, exist_ok=True)
 
     tables = build_tables(records)
+    # the GDD curve (train.eval_every): its table after the others, its figure after theirs
+    curve = report_curve.load_curve(run_dir)
+    curve_table = report_curve.curve_table(curve)
+    if curve_table is not None:
+        tables.append(curve_table)
     tables_md, tables_tex = {}, {}
     for table in tables:
         tables_md[table.name] = out / f"{table.name}.md"
@@ -255,6 +270,15 @@ def build_report(run_dir: Path | str) -> ReportPaths:
         _write_if_changed(tables_tex[table.name], to_latex(table))
 
     figures = report_figures.build_figures(records, logs, out)
+    curve_png = out / f"{report_curve.CURVE_NAME}.png"
+    styles = report_figures.model_styles(  # the colours of the other figures (same models)
+        [r["model"] for r in records if "model" in r]
+        + [log.model for log in logs]
+        + [r["model"] for r in curve]
+    )
+    selfs = [r for r in records if r["kind"] == "self_gdd"]
+    if report_curve.curve_figure(curve, selfs, curve_png, styles) is not None:
+        figures[report_curve.CURVE_NAME] = curve_png
     # downstream RL (docs/dream.md): its own table and figure, from RUN_DIR/downstream/
     from graphwm.stages.downstream import build_downstream_report
 
@@ -262,7 +286,7 @@ def build_report(run_dir: Path | str) -> ReportPaths:
 
     written = set(tables_md.values()) | set(tables_tex.values()) | set(figures.values())
     stale = [out / f"{n}.{ext}" for n in _TABLE_NAMES for ext in ("md", "tex")]
-    stale += [out / f"{n}.png" for n in report_figures.FIGURE_TITLES]
+    stale += [out / f"{n}.png" for n in _FIGURE_TITLES]
     for path in stale:
         if path not in written and path.exists():
             path.unlink()

@@ -33,6 +33,7 @@ from graphwm.stages.train import (
     TENSORBOARD_DIRNAME,
     TrainJob,
     job_reldir,
+    keep_option,
     train_job,
     train_record,
     trainer_options,
@@ -157,6 +158,7 @@ def train_ensemble_job(unit: EnsembleJob, run_dir: str) -> list[TrainRecord | Ba
         resume=True,
         progress=False,
         strategy=job.strategy,
+        **keep_option(job),
         **trainer_options(job),
     )
     out: list[TrainRecord | BaseException] = []

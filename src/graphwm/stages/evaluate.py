@@ -45,12 +45,14 @@ COMPONENTS = ("node", "graph", "edge", "joint")
 
 @dataclass(frozen=True)
 class EvalJob:
-    """One evaluation: ``kind`` ``self_gdd``, ``single_step``, ``multi_step`` or
-    ``validation`` (single-step on the validation split, for the search).
+    """One evaluation: ``kind`` ``self_gdd``, ``single_step``, ``multi_step``,
+    ``validation`` (single-step on the validation split, for the search) or ``curve``
+    (single-step of a checkpoint kept during training, :mod:`graphwm.stages.curve`).
 
     ``data`` is the reference file (test or validation split, ``size`` nodes); ``train`` the
-    training job of the evaluated model (None for self-GDD). ``permutations`` > 0 adds the
-    permutation test (single-step). ``threads`` does not change results (not keyed).
+    training job of the evaluated model (None for self-GDD); ``step`` the training step of the
+    checkpoint evaluated (None: the final one). ``permutations`` > 0 adds the permutation test
+    (single-step). ``threads`` does not change results (not keyed).
     """
 
     kind: str
@@ -67,6 +69,7 @@ class EvalJob:
     permutations: int = 0
     alpha: float = 0.05
     device: str = "cpu"
+    step: int | None = None
     threads: int = field(default=1, compare=False)
 
     @property
@@ -89,6 +92,8 @@ class EvalJob:
             "permutations": self.permutations,
             "alpha": self.alpha,
             "device": self.device,
+            # keyed only when set: a final evaluation's payload (and key) is unchanged
+            **({"step": self.step} if self.step is not None else {}),
         }
 
     @property
@@ -109,7 +114,9 @@ def _load_model(job: EvalJob, run_dir: Path):
 
     train = _train_job(job)
     torch.set_num_threads(max(1, job.threads))
-    return load_checkpoint(train.checkpoint(run_dir), model_name=train.model, device=job.device)
+    return load_checkpoint(
+        train.checkpoint(run_dir, job.step), model_name=train.model, device=job.device
+    )
 
 
 def eval_context(job: EvalJob, run_dir: Path) -> EvalContext:

@@ -68,6 +68,9 @@ class TrainJob:
     #: the seeds trained together with this one (``()``: a single run; see EnsembleJob)
     ensemble: tuple[int, ...] = ()
     strategy: str = "auto"  # gdm_models.train_ensemble's; keyed only in an ensemble
+    #: keep the model checkpoint of every k-th step (train.eval_every, for the GDD curve):
+    #: keyed only when set, since a job that keeps them has more outputs than one that does not
+    keep_every: int | None = None
     checkpoint_every: int = field(default=_TRAIN["checkpoint_every"], compare=False)
     log_every: int = field(default=_TRAIN["log_every"], compare=False)
     #: also write TensorBoard event files into the job folder's ``tensorboard/``
@@ -92,6 +95,8 @@ class TrainJob:
         }
         if self.ensemble:  # a single run's payload (and key) is unchanged
             out["ensemble"] = {"seeds": list(self.ensemble), "strategy": self.strategy}
+        if self.keep_every:  # likewise without kept checkpoints
+            out["keep_every"] = self.keep_every
         return out
 
     @property
@@ -105,9 +110,25 @@ class TrainJob:
     def dir(self, run_dir: Path) -> Path:
         return Path(run_dir) / self.reldir
 
-    def checkpoint(self, run_dir: Path) -> Path:
-        """The final checkpoint of this job."""
-        return self.dir(run_dir) / "ckpt" / "final"
+    def checkpoint(self, run_dir: Path, step: int | None = None) -> Path:
+        """The final checkpoint of this job, or the one it kept at ``step`` (one of
+        :meth:`kept_steps`; the last step is the final checkpoint)."""
+        folder = self.dir(run_dir) / "ckpt"
+        if step is None or step == self.steps:
+            return folder / "final"
+        if step not in self.kept_steps():
+            raise ValueError(
+                f"{self.reldir} keeps no checkpoint of step {step}; it keeps {self.kept_steps()}"
+            )
+        return folder / f"step_{step:06d}"  # gdm_models.checkpoint.kept_checkpoint_dir
+
+    def kept_steps(self) -> tuple[int, ...]:
+        """The steps whose checkpoints this job keeps: every ``keep_every``-th and the last
+        (its final checkpoint); ``()`` without ``keep_every`` (or a length in epochs)."""
+        if not self.keep_every or self.steps is None:
+            return ()
+        every = list(range(self.keep_every, self.steps + 1, self.keep_every))
+        return tuple(every if every and every[-1] == self.steps else [*every, self.steps])
 
 
 def make_train_job(
@@ -201,9 +222,15 @@ def train_job(job: TrainJob, run_dir: str) -> TrainRecord:
         checkpoint_every=job.checkpoint_every,
         resume=True,
         progress=False,
+        **keep_option(job),
         **trainer_options(job),
     )
     return train_record(job, result, run_dir_path)
+
+
+def keep_option(job: TrainJob) -> dict[str, Any]:
+    """``keep_every`` for the trainers where the job keeps checkpoints (else nothing)."""
+    return {"keep_every": job.keep_every} if job.keep_every else {}
 
 
 def train_record(job: TrainJob, result: Any, run_dir: Path) -> TrainRecord:
@@ -364,6 +391,13 @@ def verify_trained(run_dir: Path, record: TrainRecord, job: TrainJob | None = No
     problem = checkpoint_size_problem(path)
     if problem is not None:
         raise CorruptFileError(path, problem, quarantine=job.dir(run_dir) if job else None)
+    for step in job.kept_steps() if job is not None else ():
+        assert job is not None  # kept_steps() of a job only
+        kept = job.checkpoint(run_dir, step)
+        try:
+            checkpoint_digest(kept)
+        except CheckpointError as err:  # missing or damaged: the job trains again
+            raise CorruptFileError(kept, str(err), quarantine=job.dir(run_dir)) from None
     if job is not None:
         log = job.dir(run_dir) / "log.csv"
         try:

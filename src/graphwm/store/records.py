@@ -212,12 +212,36 @@ class MultiStepRecord(Record):
                 )
 
 
+@dataclass(frozen=True)
+class CurveRecord(Record):
+    """Single-step GDD of one checkpoint kept during training (``train.eval_every``), on the
+    GDD curve's fixed subset of test episodes: one point of the curve (``kind`` ``curve``)."""
+
+    kind: str
+    env: str
+    model: str
+    seed: int
+    size: int
+    step: int = field(metadata=spec(ge=1))  # field() itself: no default (as kind above)
+    gdd: float
+    components: dict[str, float]
+    gdd_episodes: list[float] | None = setting(None, allow_empty=True)
+    num_transitions: int | None = None
+
+    KIND: ClassVar[str] = "curve"
+
+    @classmethod
+    def _precheck(cls, raw: Mapping, where: Where, key: str) -> None:
+        _need_components(raw, "components", where)
+
+
 RECORD_TYPES: dict[str, type[Record]] = {
     "train": TrainRecord,
     "self_gdd": SelfGddRecord,
     "single_step": SingleStepRecord,
     "validation": SingleStepRecord,
     "multi_step": MultiStepRecord,
+    "curve": CurveRecord,
 }
 # The kinds the report tables read (results/*.json).
 RESULT_KINDS = ("single_step", "multi_step", "self_gdd")

@@ -41,6 +41,7 @@ __all__ = [
     "CheckpointError",
     "Checkpointable",
     "checkpoint_digest",
+    "kept_checkpoint_dir",
     "load_checkpoint",
     "read_manifest",
     "save_checkpoint",
@@ -51,6 +52,12 @@ __all__ = [
 FORMAT = "gdm-models-checkpoint/2"
 WEIGHTS_FILE = "weights.safetensors"
 MANIFEST_FILE = "checkpoint.json"
+
+
+def kept_checkpoint_dir(folder: str | Path, step: int) -> Path:
+    """Where the trainers' ``keep_every`` keeps the model checkpoint of ``step``:
+    ``folder/step_<step, 6 digits>`` (``folder``: the one holding the ``final/`` checkpoint)."""
+    return Path(folder) / f"step_{int(step):06d}"
 
 
 class CheckpointError(ValueError):

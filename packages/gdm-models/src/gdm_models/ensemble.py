@@ -22,6 +22,8 @@ Layout of ``out_dir``::
                                (model checkpoint + trainer_state.pt/.json, sealed)
     seed<s>/log.csv            the member's CSV log (the columns of train()'s)
     seed<s>/final/             the member's final model checkpoint (load_checkpoint)
+    seed<s>/step_000100/       with ``keep_every``: its model checkpoint of every k-th step
+                               (beside ``final/``, wherever ``member_finals`` puts that)
 
 (``member_logs`` / ``member_finals`` put the logs and final checkpoints elsewhere, e.g. one
 folder per seed in a pipeline.) Resuming (``resume=True`` and ``out_dir/latest`` present)
@@ -59,7 +61,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .capture import StaticShape
-from .checkpoint import CheckpointError, save_checkpoint
+from .checkpoint import CheckpointError, kept_checkpoint_dir, save_checkpoint
 from .data import EpisodeDataset, EpochSampler
 from .ensemble_engines import LoopEngine, VmapEngine
 from .ensemble_loss import member_loss_for
@@ -214,6 +216,7 @@ def train_ensemble(
     strategy: str = "auto",
     capture: bool | None = None,
     tensorboard_dir: str | Path | None = None,
+    keep_every: int | None = None,
 ) -> EnsembleResult:
     """Train one model configuration with K seeds together (see the module docstring).
 
@@ -248,13 +251,17 @@ def train_ensemble(
             to the padded noise (the noise is drawn at the static shape).
         tensorboard_dir: also write each member's logged rows as TensorBoard scalars into
             ``tensorboard_dir/seed<s>/`` (one TensorBoard run per member; see ``train``).
+        keep_every: as in :func:`~gdm_models.trainer.train`: every live member's model
+            checkpoint of each multiple of ``keep_every``, kept beside its final checkpoint
+            (``kept_checkpoint_dir(final.parent, step)``); needs ``out_dir`` or
+            ``member_finals``.
 
     Returns:
         :class:`EnsembleResult` with one :class:`MemberResult` per seed.
     """
     seeds = _check_seeds(seeds)
     K = len(seeds)
-    check_train_args(dataset, steps, epochs, precision, log_every, checkpoint_every)
+    check_train_args(dataset, steps, epochs, precision, log_every, checkpoint_every, keep_every)
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
     device = default_device() if device is None else torch.device(device)
@@ -372,7 +379,8 @@ def train_ensemble(
                 results[k].steps = step
             do_log = step % log_every == 0 or step == total
             do_ckpt = root is not None and (step % checkpoint_every == 0 or step == total)
-            if not (do_log or do_ckpt):
+            do_keep = finals is not None and keep_every is not None and step % keep_every == 0
+            if not (do_log or do_ckpt or do_keep):
                 bar.update(1)
                 continue
             rows = _host_rows(step, loss, gn, terms, nonfinite[idx])
@@ -402,6 +410,11 @@ def train_ensemble(
             if do_log and progress and alive:
                 bar.set_postfix(loss=f"{sum(r['loss'] for r, _ in rows) / len(rows):.4g}")
             bar.update(1)
+            if do_keep and finals is not None:  # before latest/: a resumed run has them all
+                for k in alive:
+                    save_checkpoint(
+                        engine.export(k)[0], kept_checkpoint_dir(finals[k].parent, step)
+                    )
             if do_ckpt and root is not None:
                 if csvs is not None:
                     for c in csvs:

@@ -108,6 +108,7 @@ def check_train_args(
     precision: str,
     log_every: int,
     checkpoint_every: int,
+    keep_every: int | None = None,
 ) -> None:
     """The argument checks :func:`train` and :func:`~gdm_models.ensemble.train_ensemble`
     share (a clear exception naming the bad argument)."""
@@ -121,3 +122,5 @@ def check_train_args(
         raise TypeError("dataset must be an EpisodeDataset")
     if checkpoint_every < 1:
         raise ValueError("checkpoint_every must be >= 1")
+    if keep_every is not None and keep_every < 1:
+        raise ValueError(f"keep_every must be >= 1 (or None: keep none), got {keep_every}")

@@ -12,6 +12,7 @@ Checkpoint layout (``checkpoint_dir``)::
                          with weights_only=True) + trainer_state.json (step, sampler state,
                          training arguments)
     final/             model checkpoint written at the end of training
+    step_000100/       with ``keep_every``: the model checkpoint of every k-th step, kept
 
 Resuming (``resume=True`` and ``latest/`` present) restores model, optimizer, data sampler and
 model-noise generator states and the step counter, so an interrupted run continues exactly as
@@ -32,7 +33,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .capture import StaticShape, StaticTrainStep, configure_adam, make_adam
-from .checkpoint import save_checkpoint
+from .checkpoint import kept_checkpoint_dir, save_checkpoint
 from .data import EpisodeDataset, EpochSampler
 from .tensorboard_log import tee
 from .train_state import (
@@ -177,6 +178,7 @@ def train(
     log_every: int = 1,
     capture: bool | None = None,
     tensorboard_dir: str | Path | None = None,
+    keep_every: int | None = None,
 ) -> TrainResult:
     """Train ``model`` on ``dataset`` with Adam.
 
@@ -212,8 +214,13 @@ def train(
         tensorboard_dir: also write each logged row as TensorBoard scalars (``train/loss``,
             ...) into this folder (:mod:`gdm_models.tensorboard_log`; needs the
             ``gdm-models[tensorboard]`` extra); the CSV stays the record.
+        keep_every: also keep the model checkpoint (weights only, as ``final/``) of every
+            step that is a multiple of ``keep_every`` in ``checkpoint_dir/step_<6 digits>``
+            (:func:`~gdm_models.checkpoint.kept_checkpoint_dir`), e.g. to evaluate it later.
+            It is written before that step's ``latest/``, so a resumed run holds every kept
+            step it passed. ``None``: keep none.
     """
-    check_train_args(dataset, steps, epochs, precision, log_every, checkpoint_every)
+    check_train_args(dataset, steps, epochs, precision, log_every, checkpoint_every, keep_every)
     if not dataset.schema.same_features(model.schema):
         raise ValueError("dataset schema does not match the model schema")
     device = default_device() if device is None else torch.device(device)
@@ -282,7 +289,8 @@ def train(
             result.steps = step
             do_log = step % log_every == 0 or step == total
             ck_here = ckdir if step % checkpoint_every == 0 or step == total else None
-            if do_log or ck_here is not None:
+            keep_here = ckdir is not None and keep_every is not None and step % keep_every == 0
+            if do_log or ck_here is not None or keep_here:
                 if bool(nonfinite):
                     raise FloatingPointError(
                         f"non-finite loss between steps {first_unchecked} and {step} "
@@ -299,6 +307,9 @@ def train(
                 if progress:
                     bar.set_postfix(loss=f"{row['loss']:.4g}")
             bar.update(1)
+            if keep_here:
+                assert ckdir is not None and keep_every is not None  # keep_here says so
+                save_checkpoint(model, kept_checkpoint_dir(ckdir, step))
             if ck_here is not None:
                 if log is not None:
                     log.flush()

@@ -1,0 +1,227 @@
+"""The GDD curve in the report: GDD and its components against training steps.
+
+Reads the ``curve`` records (:mod:`graphwm.stages.curve`; ``run.json``'s ``curve`` list, else
+every ``results/curve-*.json``) and writes, per env and model, mean and 95% band over seeds
+(:mod:`graphwm.report.seed_stats`):
+
+- the figure ``gdd_curve.png``: one column per env, rows GDD, node, graph, edge and joint
+  squared MMD against the training step, with the env's self-GDD (and its components) at the
+  curve's size as the floor;
+- the table ``gdd_curve``: each model's GDD at each evaluated step, with one sentence per
+  model under it (:func:`verdicts`) saying whether its last two evaluations differ by more
+  than their intervals.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from graphwm.report.figures import (
+    FLOOR_COLOR,
+    FLOOR_LABEL,
+    FLOOR_NOTE,
+    GDD_LABEL,
+    STEP_LABEL,
+    Style,
+    _grid,
+    _line_with_band,
+    _note_coinciding,
+    _Notes,
+    _save,
+)
+from graphwm.report.formatting import format_mean_ci
+from graphwm.report.seed_stats import SeedStats, mean_ci
+from graphwm.report.table import Cell, Row, Table
+from graphwm.report.tables import COMPONENTS, model_display, order_envs, order_models
+from graphwm.store.files import MAX_JSON_BYTES, regular_file
+from graphwm.store.paths import listed_files
+from graphwm.store.records import ResultsFormatError, check_digest, parse_record
+
+__all__ = [
+    "CURVE_NAME",
+    "CURVE_TITLE",
+    "curve_figure",
+    "curve_series",
+    "curve_table",
+    "load_curve",
+    "verdicts",
+]
+
+CURVE_NAME = "gdd_curve"
+CURVE_TITLE = "GDD and its components against training steps (kept checkpoints, test subset)"
+#: the rows of the figure: the GDD, then its squared-MMD components
+PANELS = ("gdd", *COMPONENTS)
+CURVE_NOTE = (
+    "Each point: the single-step GDD of the checkpoint kept at that step, on the curve's "
+    "fixed subset of test episodes (evaluate.curve_episodes) at the smallest test size; the "
+    "last point is the final checkpoint."
+)
+
+
+def load_curve(run_dir: Path | str) -> list[dict]:
+    """The curve records of a run as dicts (``run.json``'s ``curve`` list, else every
+    ``results/curve-*.json``), each read through its record type and checked for its digest.
+
+    Raises:
+        ResultsFormatError: a malformed file, or two records of one (env, model, seed, step).
+        CorruptFileError: a record edited after it was written.
+    """
+    run_dir = Path(run_dir)
+    files = listed_files(run_dir, "curve", "curve result file", run_dir / "results")
+    records: list[dict] = []
+    seen: dict[tuple, Path] = {}
+    for path in files:
+        if not path.name.startswith("curve-"):
+            continue  # the fallback lists every result; the curve's are named curve-<digest>
+        regular_file(path, MAX_JSON_BYTES)
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
+            raise ResultsFormatError(f"{path}: not valid JSON ({err})") from None
+        record = parse_record(raw, path, ("curve",)).to_dict()
+        check_digest(raw, path)
+        ident = (record["env"], record["model"], record["seed"], record["step"])
+        if ident in seen:
+            raise ResultsFormatError(
+                f"{path}: duplicates {seen[ident]} (same env, model, seed, step)"
+            )
+        seen[ident] = path
+        records.append(record)
+    return records
+
+
+def _value(record: dict, panel: str) -> float:
+    return float(record["gdd"] if panel == "gdd" else record["components"][panel])
+
+
+def curve_series(records: Sequence[dict], env: str, model: str, panel: str = "gdd"):
+    """``(steps, [SeedStats per step])`` of one env and model: mean and 95% interval over
+    seeds of the GDD (``panel="gdd"``) or one squared-MMD component at each evaluated step."""
+    values: dict[int, list[float]] = defaultdict(list)
+    for r in records:
+        if r["env"] == env and r["model"] == model:
+            values[int(r["step"])].append(_value(r, panel))
+    steps = sorted(values)
+    return steps, [mean_ci(values[s]) for s in steps]
+
+
+def _floor(selfs: Sequence[dict], env: str, size: int, panel: str) -> SeedStats | None:
+    """The env's self-GDD (or its component) at ``size``, over seeds; None if absent."""
+    values = [
+        _value(r, panel)
+        for r in selfs
+        if r["env"] == env
+        and r["size"] == size
+        and (panel == "gdd" or r.get("components") is not None)
+    ]
+    return mean_ci(values) if values else None
+
+
+def curve_figure(
+    records: list[dict], selfs: list[dict], path: Path, styles: dict[str, Style]
+) -> Path | None:
+    """One column per env, rows GDD and its four squared-MMD components against the training
+    step: a line per model (open markers, its own line style) with its 95% band over seeds,
+    and the self-GDD floor (``selfs``: ``self_gdd`` records) as a grey dashed line."""
+    if not records:
+        return None
+    envs = order_envs(r["env"] for r in records)
+    fig, axes = _grid(len(PANELS), len(envs))
+    notes = _Notes()
+    floor_drawn = False
+    for col, env in enumerate(envs):
+        mine = [r for r in records if r["env"] == env]
+        size = min(r["size"] for r in mine)
+        steps_all = sorted({int(r["step"]) for r in mine})
+        for row, panel in enumerate(PANELS):
+            ax = axes[row, col]
+            curves: dict[str, tuple[Sequence[float], np.ndarray]] = {}
+            for model in order_models(r["model"] for r in mine):
+                steps, series = curve_series(mine, env, model, panel)
+                notes.seeds(series)
+                label = model_display(model)
+                curves[label] = (steps, _line_with_band(ax, steps, series, label, styles[model]))
+            floor = _floor(selfs, env, size, panel)
+            if floor is not None and np.isfinite(floor.mean):
+                ax.axhline(floor.mean, color=FLOOR_COLOR, linestyle=(0, (2, 2)), linewidth=1.2,
+                           label=FLOOR_LABEL, zorder=1)  # fmt: skip
+                floor_drawn = True
+            _note_coinciding(notes, f"{env} {panel}", curves)
+            ax.set_xticks(steps_all)
+            ax.tick_params(axis="x", labelsize="small")
+            if row == len(PANELS) - 1:  # one step axis label per column, at the bottom
+                ax.set_xlabel(STEP_LABEL + " (optimiser steps)")
+            ax.set_ylabel(GDD_LABEL if panel == "gdd" else f"{panel} MMD$^2$ (unitless)")
+            if row == 0:
+                ax.set_title(f"{env} (N={size})")
+    if floor_drawn:
+        notes.add(FLOOR_NOTE)
+    return _save(fig, path, notes)
+
+
+def _differ(a: SeedStats, b: SeedStats) -> bool:
+    """The two means differ by more than the sum of their 95% half-widths."""
+    return abs(b.mean - a.mean) > a.ci + b.ci
+
+
+def verdicts(records: Sequence[dict]) -> list[str]:
+    """One sentence per env and model: do its last two evaluations differ by more than their
+    95% intervals (still improving, or getting worse) or not (no change the seeds resolve)?"""
+    out = []
+    for env in order_envs(r["env"] for r in records):
+        mine = [r for r in records if r["env"] == env]
+        for model in order_models(r["model"] for r in mine):
+            steps, series = curve_series(mine, env, model)
+            name = f"{env}, {model_display(model)}"
+            if len(steps) < 2:
+                out.append(f"{name}: one evaluated step ({steps[0]}), no trend to judge.")
+                continue
+            (s0, a), (s1, b) = zip(steps[-2:], series[-2:], strict=True)
+            change = f"GDD {format_mean_ci(a)} at step {s0} -> {format_mean_ci(b)} at step {s1}"
+            if min(a.n, b.n) < 2:
+                out.append(f"{name}: {change}; one seed, no interval: cannot tell.")
+            elif not _differ(a, b):
+                out.append(
+                    f"{name}: {change}; within their intervals: no change the seeds resolve."
+                )
+            elif b.mean < a.mean:
+                out.append(
+                    f"{name}: {change}; differs by more than the intervals: still improving."
+                )
+            else:
+                out.append(f"{name}: {change}; differs by more than the intervals: getting worse.")
+    return out
+
+
+def curve_table(records: list[dict]) -> Table | None:
+    """Each env and model's GDD (mean ± 95% interval over seeds) at each evaluated step; the
+    sentences of :func:`verdicts` are its notes."""
+    if not records:
+        return None
+    steps_all = sorted({int(r["step"]) for r in records})
+    table = Table(
+        CURVE_NAME,
+        "GDD at each evaluated training step (GDD curve: kept checkpoints, fixed test subset, "
+        "smallest test size)",
+        ["Env", "N", "Model"],
+        [f"step {s}" for s in steps_all],
+        bold_best=False,
+        notes=[CURVE_NOTE, *verdicts(records)],
+    )
+    for env in order_envs(r["env"] for r in records):
+        mine = [r for r in records if r["env"] == env]
+        size = min(r["size"] for r in mine)
+        for i, model in enumerate(order_models(r["model"] for r in mine)):
+            steps, series = curve_series(mine, env, model)
+            by_step = dict(zip(steps, series, strict=True))
+            cells: list[Cell | None] = [
+                Cell(by_step[s]) if s in by_step else None for s in steps_all
+            ]
+            labels = [env, str(size)] if i == 0 else ["", ""]
+            table.rows.append(Row([*labels, model_display(model)], cells, group_start=i == 0))
+    return table
