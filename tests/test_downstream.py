@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from graphwm.downstream.agents import evaluate_agent, train_agent
+from graphwm.downstream.agents import train_agent
 from graphwm.downstream.config import GREEDY, RANDOM, REAL
 from graphwm.downstream.gdd import attach_gdd, correlations, spearman
 from graphwm.downstream.record import DownstreamRecord
@@ -68,28 +68,34 @@ def test_budget_counts_the_steps_of_all_parallel_envs():
         real_vec_env("SAR", 8, 0)
 
 
-def test_evaluate_agent_uses_seeded_real_episodes_and_the_mask():
-    """A constant agent that always picks the first valid node: its return is recomputed
-    here by hand from the real env with the same seeds."""
+def test_trained_agents_are_evaluated_the_documented_way(monkeypatch):
+    """A dream or real agent's record is graphwm_envs.agents.evaluate_agent's deterministic
+    protocol on reset(eval_seed + e): a stand-in agent that takes the first valid node gets
+    the returns computed here by hand, and is never asked for a sample."""
+    import graphwm.downstream.runs as runs
 
     class FirstValid:
-        def predict(self, obs, action_masks, deterministic):
-            assert not deterministic  # the stochastic policy PPO optimised
-            np.testing.assert_array_equal(action_masks, obs["action_mask"].astype(bool))
-            return np.int64(np.flatnonzero(action_masks)[0]), None
+        asked: set[bool] = set()
 
-    mean, se = evaluate_agent(FirstValid(), "SAR", 8, episodes=3, seed=5)
+        def predict(self, obs, action_masks, deterministic):
+            FirstValid.asked.add(deterministic)
+            return np.array([np.flatnonzero(m)[0] for m in action_masks]), None
+
+    monkeypatch.setattr(runs, "train_agent", lambda *args, **kwargs: FirstValid())
+    monkeypatch.setattr(runs, "real_vec_env", lambda *args: None)
+    record = runs.real_record("SAR", 8, budget=16, episodes=3, seed=0, eval_seed=5)
+    assert FirstValid.asked == {True}
     returns = []
+    env = make_env("SAR", 8)
     for e in range(3):
-        env = make_env("SAR", 8)
         obs, _ = env.reset(seed=5 + e)
         total, done = 0.0, False
         while not done:
             obs, r, term, trunc, _ = env.step(int(np.flatnonzero(obs["action_mask"])[0]))
             total, done = total + r, term or trunc
         returns.append(total)
-    assert mean == pytest.approx(np.mean(returns))
-    assert se == pytest.approx(np.std(returns, ddof=1) / np.sqrt(3))
+    assert record.mean_return == pytest.approx(np.mean(returns))
+    assert record.se_return == pytest.approx(np.std(returns, ddof=1) / np.sqrt(3))
 
 
 def test_train_agent_rejects_a_zero_budget():
@@ -98,11 +104,11 @@ def test_train_agent_rejects_a_zero_budget():
 
 
 def test_yardsticks_match_graphwm_envs_policies():
-    from graphwm_envs.policies import evaluate_policy, random_action
+    from graphwm_envs.heuristics import evaluate_heuristic, random_action
 
     records = yardstick_records("SAR", 8, episodes=3, eval_seed=7)
     assert [r.agent for r in records] == [RANDOM, GREEDY]
-    expected = evaluate_policy("graphenv/SAR-v0", random_action, episodes=3, seed=7, num_nodes=8)
+    expected = evaluate_heuristic("graphenv/SAR-v0", random_action, episodes=3, seed=7, num_nodes=8)
     assert (records[0].mean_return, records[0].se_return) == pytest.approx(expected)
 
 

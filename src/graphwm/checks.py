@@ -180,12 +180,12 @@ def _check_grid(p: Preset) -> None:
 # ---------------------------------------------------------------------------------------------
 @functools.lru_cache(maxsize=16)
 def env_limits(env: str) -> tuple[int, int]:
-    """``(min N, max N)`` the env accepts (its class's ``max_nodes``)."""
+    """``(min N, max N)`` the env accepts (its class's ``max_nodes``; no env is built)."""
     from graphwm_envs.core.base import MIN_NODES
 
-    from graphwm.envs import make_env
+    from graphwm.envs import env_class
 
-    return int(MIN_NODES), int(type(make_env(env, MIN_NODES)).max_nodes)
+    return int(MIN_NODES), int(env_class(env).max_nodes)
 
 
 def _check_size(value: int, key: str, envs: Iterable[str], stored: bool = False) -> None:

@@ -112,27 +112,13 @@ def _silence(model) -> None:
 
 
 def evaluate(model, env_id: str, num_nodes: int, episodes: int) -> list[float]:
-    """Deterministic returns on ``reset(seed=e)``, e < episodes: every episode steps in
-    lockstep and the policy acts on all running ones in one batched call (same actions as one
-    ``predict`` per env: deterministic and per-observation)."""
-    import gymnasium as gym
+    """Deterministic returns on ``reset(seed=e)``, e < episodes: the documented protocol,
+    :func:`graphwm_envs.agents.agent_returns` (every episode steps in lockstep, one batched
+    ``predict`` for all running ones)."""
+    from graphwm_envs.agents import agent_returns
 
-    envs = [gym.make(env_id, **env_kwargs(env_id, num_nodes)).unwrapped for _ in range(episodes)]
-    obs = [env.reset(seed=e)[0] for e, env in enumerate(envs)]
-    returns = [0.0] * episodes
-    running = list(range(episodes))
-    while running:
-        batch = {k: np.stack([obs[i][k] for i in running]) for k in obs[running[0]]}
-        masks = np.stack([envs[i].action_masks() for i in running])
-        actions, _ = model.predict(batch, action_masks=masks, deterministic=True)
-        still = []
-        for i, action in zip(running, actions, strict=True):
-            obs[i], reward, terminated, truncated, _ = envs[i].step(action)
-            returns[i] += float(reward)
-            if not (terminated or truncated):
-                still.append(i)
-        running = still
-    return returns
+    kwargs = env_kwargs(env_id, num_nodes)
+    return agent_returns(model, env_id, episodes=episodes, seed=0, **kwargs).tolist()
 
 
 def env_settings(
@@ -266,7 +252,7 @@ def train_job(
 
 def random_job(env_id: str, num_nodes: int, episodes: int) -> dict:
     """The random policy's returns on the shared initial states."""
-    from graphwm_envs.policies import episode_returns, random_action
+    from graphwm_envs.heuristics import episode_returns, random_action
 
     returns = episode_returns(env_id, random_action, episodes=episodes, num_nodes=num_nodes)
     kind = {"kind": "random", "env": SHORT[env_id], "eval_nodes": num_nodes}

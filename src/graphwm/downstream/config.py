@@ -7,10 +7,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-import numpy as np
-
 from graphwm.config import MAX_SEED
-from graphwm.envs import make_env
+from graphwm.envs import env_class
 from graphwm.schema import Where, defaults, parse, setting
 
 #: agent names of the reference rows (dream-trained agents are ``"dream:<model>"``)
@@ -220,13 +218,8 @@ class DownstreamConfig:
 
 
 def has_greedy(env_name: str) -> bool:
-    """Whether ``graphwm_envs.policies`` has a greedy heuristic for the env."""
-    from graphwm_envs.policies import greedy_action
+    """Whether ``graphwm_envs.heuristics`` has a greedy heuristic for the env (read from the
+    env class; no env is built)."""
+    from graphwm_envs.heuristics import has_greedy_heuristic
 
-    env = make_env(env_name, 5)
-    env.reset(seed=0)
-    try:
-        greedy_action(env, np.random.default_rng(0))
-    except TypeError:
-        return False
-    return True
+    return has_greedy_heuristic(env_class(env_name))

@@ -18,7 +18,7 @@ class DownstreamRecord(Record):
         env: short env name (``"SAR"``).
         num_nodes: N of the training and evaluation episodes.
         agent: ``"dream:<model>"`` (trained in the model's dream env), ``"real"`` (trained in
-            the real env), ``"random"`` or ``"greedy"`` (graphwm_envs.policies yardsticks).
+            the real env), ``"random"`` or ``"greedy"`` (graphwm_envs.heuristics yardsticks).
         model: the world model (registry name) of a dream agent, else ``None``.
         seed: seed of the world model's training run (dream agents) / of the agent.
         budget: env steps of agent training (0 for the yardsticks).

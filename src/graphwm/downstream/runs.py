@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from graphwm.downstream.agents import dream_vec_env, evaluate_agent, real_vec_env, train_agent
+from graphwm.downstream.agents import dream_vec_env, real_vec_env, train_agent
 from graphwm.downstream.config import (
     DEFAULT_ENVS,
     GRAPH,
@@ -40,11 +40,15 @@ def _trained_record(
     ``net`` the graph policy's ``policy_hidden_dim`` / ``policy_num_layers``. The seconds count
     the env's construction too."""
     budget, episodes, seed, eval_seed, ppo_kwargs, policy, num_envs, net = training
+    from graphwm_envs.agents import evaluate_agent
+
     start = time.perf_counter()
     agent = train_agent(
         make_vec(), budget, seed, ppo_kwargs, policy, **net, tensorboard_dir=tensorboard_dir
     )
-    mean, se = evaluate_agent(agent, env_name, num_nodes, episodes=episodes, seed=eval_seed)
+    mean, se = evaluate_agent(
+        agent, env_id(env_name), episodes=int(episodes), seed=eval_seed, num_nodes=num_nodes
+    )
     return DownstreamRecord(
         env_name,
         num_nodes,
@@ -128,15 +132,15 @@ def real_record(
 def yardstick_record(
     env_name: str, num_nodes: int, name: str, *, episodes: int = 100, eval_seed: int = 1_000_000
 ) -> DownstreamRecord:
-    """The random policy or the greedy heuristic of ``graphwm_envs.policies`` on the evaluation
+    """The random policy or the greedy heuristic of ``graphwm_envs.heuristics`` on the evaluation
     episodes (``TypeError`` when the env has no greedy heuristic)."""
-    from graphwm_envs.policies import evaluate_policy, greedy_action, random_action
+    from graphwm_envs.heuristics import evaluate_heuristic, greedy_action, random_action
 
     policy = {RANDOM: random_action, GREEDY: greedy_action}.get(name)
     if policy is None:
         raise ValueError(f"unknown yardstick {name!r}; choose from {YARDSTICKS}")
     start = time.perf_counter()
-    mean, se = evaluate_policy(
+    mean, se = evaluate_heuristic(
         env_id(env_name), policy, episodes=int(episodes), seed=eval_seed, num_nodes=num_nodes
     )
     return DownstreamRecord(
