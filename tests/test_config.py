@@ -139,7 +139,7 @@ def test_every_default_is_a_dataclass_field():
 
     from graphwm.config import TrainConfig
     from graphwm.downstream.config import DEFAULT_PPO, PpoSettings
-    from graphwm.schema import defaults
+    from graphwm.settings import defaults
     from graphwm.stages.train import TrainJob
 
     assert DEFAULT_PPO == {k: v for k, v in defaults(PpoSettings).items() if v is not None}

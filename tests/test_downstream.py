@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from tiny_models import tiny_trained_model
 
 from graphwm.downstream.agents import train_agent
 from graphwm.downstream.config import GREEDY, RANDOM, REAL
@@ -14,7 +15,6 @@ from graphwm.downstream.gdd import attach_gdd, correlations, spearman
 from graphwm.downstream.record import DownstreamRecord
 from graphwm.downstream.report import downstream_figure, downstream_table
 from graphwm.downstream.runs import dream_record, yardstick_records
-from graphwm.dream.tiny import tiny_trained_model
 from graphwm.envs import make_env
 
 pytest.importorskip("sb3_contrib")

@@ -6,10 +6,10 @@ import json
 from types import SimpleNamespace
 
 import pytest
+from tiny_models import tiny_trained_model
 
 from graphwm.downstream.config import DownstreamConfig
 from graphwm.downstream.record import DownstreamRecord
-from graphwm.dream.tiny import tiny_trained_model
 from graphwm.stages.downstream import (
     build_downstream_report,
     downstream_jobs,

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from graphwm.config import PRESET, TRAINER_KEYS, Preset, PresetError, TrainerSettings
-from graphwm.schema import read_value, type_hints
+from graphwm.settings import read_value, type_hints
 
 #: largest N of a split whose observations are stored (train, validation): N^2 bytes a frame
 MAX_STORED_NODES = 500

@@ -1,7 +1,7 @@
 """Typed, validated presets: every default of the pipeline is a dataclass field here.
 
 A preset (TOML file or dict) is parsed by :meth:`Preset.parse` into frozen dataclasses before
-any work starts, by the one field-driven parser of :mod:`graphwm.schema` (type hints, defaults,
+any work starts, by the one field-driven parser of :mod:`graphwm.settings` (type hints, defaults,
 ``setting(ge=..., choices=...)`` metadata); a bad value raises :class:`PresetError` naming the
 preset key, e.g. ``preset key 'collect.train_episodes': must be an integer >= 1, got 0``.
 Unknown keys are refused too (a typo would otherwise be silently ignored). Checks that need the
@@ -19,7 +19,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from graphwm.schema import Where, read_fields, setting
+from graphwm.settings import Where, read_fields, setting
 
 PRESET_NAMES = ("smoke", "medium", "paper", "tiny")
 #: the largest preset file read (the shipped ones are a few kilobytes)

@@ -9,7 +9,7 @@ from typing import Any
 
 from graphwm.config import MAX_SEED
 from graphwm.envs import env_class
-from graphwm.schema import Where, defaults, parse, setting
+from graphwm.settings import Where, defaults, parse, setting
 
 #: agent names of the reference rows (dream-trained agents are ``"dream:<model>"``)
 REAL, RANDOM, GREEDY = "real", "random", "greedy"

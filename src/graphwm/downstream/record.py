@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
-from graphwm.schema import Where
+from graphwm.settings import Where
 from graphwm.store.records import Record, register_record
 
 

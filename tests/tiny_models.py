@@ -1,4 +1,5 @@
-"""Tiny world models trained in seconds on random-policy episodes (tests, docs, smoke checks).
+"""Tiny world models trained in seconds on random-policy episodes: a helper of the tests
+(``from tiny_models import ...``; ``tests/conftest.py`` puts this folder on ``sys.path``).
 
 Not for experiments: the pipeline's ``train`` stage trains the real models.
 """
