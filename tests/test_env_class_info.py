@@ -8,7 +8,7 @@ import pytest
 from graphwm_envs import GraphEnv
 
 from graphwm import checks
-from graphwm.downstream.config import has_greedy
+from graphwm.downstream.runs import has_greedy
 from graphwm.envs import ENV_IDS, env_schema
 
 

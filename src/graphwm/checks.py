@@ -228,7 +228,7 @@ def _check_limits(p: Preset) -> None:
         _check_size(p.multi_step.size, "multi_step.size", p.envs)
     if p.search is not None and p.search.val_sizes is not None:
         _check_sizes(p.search.val_sizes, "search.val_sizes", p.envs, True)
-    section = p.sections.get("downstream")
+    section = p.downstream
     if section is not None:
         envs = [e for e in (section.envs or p.envs) if e in p.envs]
         _check_size(section.num_nodes, "downstream.num_nodes", envs)
@@ -304,7 +304,7 @@ def _check_memory(p: Preset) -> None:
         m = p.multi_step
         need = sample_bytes(m.num_samples, m.size)
         _fits("multi_step.num_samples", m.num_samples, need, f"samples of N = {m.size}")
-    section = p.sections.get("downstream")
+    section = p.downstream
     if section is not None:
         width, depth = section.policy_hidden_dim, max(1, section.policy_num_layers)
         # weights, gradients and Adam's two moments, float32

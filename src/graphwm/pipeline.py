@@ -354,7 +354,7 @@ def stage_evaluate(preset: PresetLike, paths: RunPaths, progress: bool = True) -
 
 def _downstream_section(p: Preset):
     """The ``[downstream]`` section checked against the preset's envs and models."""
-    section = p.sections.get("downstream")
+    section = p.downstream
     if section is not None:
         try:
             section.check(p.envs, p.models_of)
@@ -370,7 +370,8 @@ def stage_downstream(preset: PresetLike, paths: RunPaths, progress: bool = True)
 
     Trains whatever is not trained yet first; a preset without the section records none.
     """
-    from graphwm.stages.downstream import STORE_DIR, downstream_jobs, execute_downstream_job
+    from graphwm.downstream.jobs import downstream_jobs, run_downstream_job
+    from graphwm.downstream.record import STORE_DIR
 
     p = _preset(preset)
     section = _downstream_section(p)
@@ -384,7 +385,7 @@ def stage_downstream(preset: PresetLike, paths: RunPaths, progress: bool = True)
             section, p.envs, training_jobs(p), device=p.device, tensorboard=p.train.tensorboard
         )
         records = run_jobs(
-            execute_downstream_job,
+            run_downstream_job,
             jobs,
             ResultStore(paths.root / STORE_DIR),
             paths,

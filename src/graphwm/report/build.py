@@ -256,7 +256,7 @@ def build_report(run_dir: Path | str) -> ReportPaths:
 
     figures = report_figures.build_figures(records, logs, out)
     # downstream RL (docs/dream.md): its own table and figure, from RUN_DIR/downstream/
-    from graphwm.stages.downstream import build_downstream_report
+    from graphwm.downstream.report import build_downstream_report
 
     downstream = build_downstream_report(run_dir, out, records)
 

@@ -75,19 +75,12 @@ def agent_returns(
     return np.asarray(returns, dtype=np.float64)
 
 
-def evaluate_agent(
-    model: Any,
-    env_id: str,
-    *,
-    episodes: int = 100,
-    seed: int = 0,
-    deterministic: bool = True,
-    **env_kwargs: Any,
-) -> tuple[float, float]:
+def evaluate_agent(model: Any, env_id: str, **options: Any) -> tuple[float, float]:
     """Mean undiscounted return of ``model`` and its **standard error** (``std(ddof=1) /
-    sqrt(episodes)``, ``nan`` for one episode) over the episodes of :func:`agent_returns`
-    (same arguments: ``reset(seed=seed + e)``, deterministic actions by default)."""
-    returns = agent_returns(
-        model, env_id, episodes=episodes, seed=seed, deterministic=deterministic, **env_kwargs
-    )
-    return mean_and_standard_error(returns)
+    sqrt(episodes)``, ``nan`` for one episode) over the episodes of :func:`agent_returns`.
+
+    ``options`` are :func:`agent_returns`'s keywords: ``episodes=100``, ``seed=0``
+    (episode e resets with ``seed + e``), ``deterministic=True`` (the documented protocol) and
+    the env's constructor arguments (e.g. ``num_nodes=50``).
+    """
+    return mean_and_standard_error(agent_returns(model, env_id, **options))
