@@ -99,7 +99,7 @@ def test_train_agent_rejects_a_zero_budget():
         train_agent(make_env("SAR", 8), 0, 0)
 
 
-def test_yardsticks_match_graphwm_envs_policies():
+def test_yardsticks_match_graphwm_envs_heuristics():
     from graphwm_envs.heuristics import evaluate_heuristic, random_action
 
     records = yardstick_records("SAR", 8, episodes=3, eval_seed=7)
