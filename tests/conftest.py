@@ -1,8 +1,10 @@
-"""Shared fixtures of the cross-package tests: a tiny collected-and-fitted data set."""
+"""Shared fixtures of the cross-package tests: a tiny collected-and-fitted data set; this
+folder on ``sys.path`` for the tests' helper module ``tiny_models`` (tiny trained world models)."""
 
 from __future__ import annotations
 
 import copy
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -10,6 +12,10 @@ import pytest
 import torch
 
 from graphwm.pipeline import RunPaths, load_preset, stage_collect, stage_fit
+
+# the tests' helper modules (``import tiny_models``): --import-mode=importlib adds no test
+# folder to sys.path by itself
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def tiny_preset(**overrides) -> dict:

@@ -100,7 +100,8 @@ ENV, N = "SAR", 8
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """The toy model trained a few steps by the package's trainer, through a checkpoint."""
-    from graphwm.dream.tiny import random_policy_episodes
+    from tiny_models import random_policy_episodes
+
     from graphwm.envs import env_schema
 
     eps = random_policy_episodes(ENV, N, 3)

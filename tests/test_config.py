@@ -137,9 +137,8 @@ def test_every_default_is_a_dataclass_field():
     settings read them from there (changing a field default changes all of them)."""
     from dataclasses import fields
 
-    from graphwm.config import TrainConfig
-    from graphwm.downstream.config import DEFAULT_PPO, PpoSettings
-    from graphwm.schema import defaults
+    from graphwm.config import DEFAULT_PPO, PpoSettings, TrainConfig
+    from graphwm.settings import defaults
     from graphwm.stages.train import TrainJob
 
     assert DEFAULT_PPO == {k: v for k, v in defaults(PpoSettings).items() if v is not None}

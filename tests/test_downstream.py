@@ -7,14 +7,13 @@ import math
 
 import numpy as np
 import pytest
+from tiny_models import tiny_trained_model
 
-from graphwm.downstream.agents import evaluate_agent, train_agent
-from graphwm.downstream.config import GREEDY, RANDOM, REAL
+from graphwm.downstream.agents import train_agent
 from graphwm.downstream.gdd import attach_gdd, correlations, spearman
-from graphwm.downstream.record import DownstreamRecord
+from graphwm.downstream.record import GREEDY, RANDOM, REAL, DownstreamRecord
 from graphwm.downstream.report import downstream_figure, downstream_table
-from graphwm.downstream.runs import dream_record, yardstick_records
-from graphwm.dream.tiny import tiny_trained_model
+from graphwm.downstream.runs import AgentSpec, dream_record, yardstick_records
 from graphwm.envs import make_env
 
 pytest.importorskip("sb3_contrib")
@@ -25,7 +24,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 def test_agent_trains_in_a_dream_env_and_is_evaluated_in_the_real_env():
     model = tiny_trained_model("gdm", "SAR")
-    record = dream_record(model, "gdm", "SAR", 8, budget=128, episodes=4, seed=0)
+    record = dream_record(model, "gdm", "SAR", 8, AgentSpec(budget=128, episodes=4, seed=0))
     assert record.agent == "dream:gdm" and record.model == "gdm" and record.budget == 128
     assert record.episodes == 4 and math.isfinite(record.mean_return)
     assert math.isfinite(record.se_return) and record.se_return >= 0
@@ -45,14 +44,15 @@ def test_same_seed_same_record():
     model = tiny_trained_model("gdm", "SAR")
     args = dict(budget=64, episodes=4, num_envs=4)
     for policy in ("graph", "mlp"):
-        first = dream_record(model, "gdm", "SAR", 8, seed=0, policy=policy, **args)
-        again = dream_record(model, "gdm", "SAR", 8, seed=0, policy=policy, **args)
+        spec = AgentSpec(seed=0, policy=policy, **args)
+        first = dream_record(model, "gdm", "SAR", 8, spec)
+        again = dream_record(model, "gdm", "SAR", 8, spec)
         assert plain(again) == plain(first) and first.policy == policy
         size = (first.policy_hidden_dim, first.policy_num_layers)
         assert size == ((64, 3) if policy == "graph" else (None, None))  # graph: the defaults
-    first = real_record("SAR", 8, seed=1, **args)
-    assert plain(real_record("SAR", 8, seed=1, **args)) == plain(first)
-    assert plain(real_record("SAR", 8, seed=2, **args)) != plain(first)
+    first = real_record("SAR", 8, AgentSpec(seed=1, **args))
+    assert plain(real_record("SAR", 8, AgentSpec(seed=1, **args))) == plain(first)
+    assert plain(real_record("SAR", 8, AgentSpec(seed=2, **args))) != plain(first)
 
 
 def test_budget_counts_the_steps_of_all_parallel_envs():
@@ -68,28 +68,30 @@ def test_budget_counts_the_steps_of_all_parallel_envs():
         real_vec_env("SAR", 8, 0)
 
 
-def test_evaluate_agent_uses_seeded_real_episodes_and_the_mask():
-    """A constant agent that always picks the first valid node: its return is recomputed
-    here by hand from the real env with the same seeds."""
+def test_trained_agents_are_evaluated_the_documented_way(monkeypatch):
+    """A dream or real agent's record is graphwm_envs.agents.evaluate_agent's deterministic
+    protocol on reset(eval_seed + e): a stand-in agent that takes the first valid node gets
+    the packaged protocol's returns, and is never asked for a sample."""
+    from graphwm_envs.agents import agent_returns
+
+    import graphwm.downstream.runs as runs
 
     class FirstValid:
-        def predict(self, obs, action_masks, deterministic):
-            assert not deterministic  # the stochastic policy PPO optimised
-            np.testing.assert_array_equal(action_masks, obs["action_mask"].astype(bool))
-            return np.int64(np.flatnonzero(action_masks)[0]), None
+        asked: set[bool] = set()
 
-    mean, se = evaluate_agent(FirstValid(), "SAR", 8, episodes=3, seed=5)
-    returns = []
-    for e in range(3):
-        env = make_env("SAR", 8)
-        obs, _ = env.reset(seed=5 + e)
-        total, done = 0.0, False
-        while not done:
-            obs, r, term, trunc, _ = env.step(int(np.flatnonzero(obs["action_mask"])[0]))
-            total, done = total + r, term or trunc
-        returns.append(total)
-    assert mean == pytest.approx(np.mean(returns))
-    assert se == pytest.approx(np.std(returns, ddof=1) / np.sqrt(3))
+        def predict(self, obs, action_masks, deterministic):
+            FirstValid.asked.add(deterministic)
+            return np.array([np.flatnonzero(m)[0] for m in action_masks]), None
+
+    monkeypatch.setattr(runs, "train_agent", lambda *args, **kwargs: FirstValid())
+    monkeypatch.setattr(runs, "real_vec_env", lambda *args: None)
+    record = runs.real_record("SAR", 8, AgentSpec(budget=16, episodes=3, seed=0, eval_seed=5))
+    assert FirstValid.asked == {True}
+    # the packaged protocol (its by-hand check: graph-envs' test_agent_evaluation.py)
+    returns = agent_returns(FirstValid(), "graphenv/SAR-v0", episodes=3, seed=5, num_nodes=8)
+    assert len(set(returns)) > 1  # three different episodes
+    assert record.mean_return == pytest.approx(np.mean(returns))
+    assert record.se_return == pytest.approx(np.std(returns, ddof=1) / np.sqrt(3))
 
 
 def test_train_agent_rejects_a_zero_budget():
@@ -97,12 +99,12 @@ def test_train_agent_rejects_a_zero_budget():
         train_agent(make_env("SAR", 8), 0, 0)
 
 
-def test_yardsticks_match_graphwm_envs_policies():
-    from graphwm_envs.policies import evaluate_policy, random_action
+def test_yardsticks_match_graphwm_envs_heuristics():
+    from graphwm_envs.heuristics import evaluate_heuristic, random_action
 
     records = yardstick_records("SAR", 8, episodes=3, eval_seed=7)
     assert [r.agent for r in records] == [RANDOM, GREEDY]
-    expected = evaluate_policy("graphenv/SAR-v0", random_action, episodes=3, seed=7, num_nodes=8)
+    expected = evaluate_heuristic("graphenv/SAR-v0", random_action, episodes=3, seed=7, num_nodes=8)
     assert (records[0].mean_return, records[0].se_return) == pytest.approx(expected)
 
 
@@ -150,32 +152,23 @@ def test_attach_gdd_table_and_figure(tmp_path):
 
 
 def test_downstream_job_for_each_agent_kind(tmp_path):
-    from graphwm.downstream.config import has_greedy
-    from graphwm.downstream.runs import run_agent_job
+    from graphwm.downstream.jobs import DownstreamJob, run_downstream_job
+    from graphwm.downstream.runs import has_greedy
 
     model = tiny_trained_model("vanilla-gwm", "OD")
     model.save(tmp_path / "ckpt")
-    base = {
-        "env": "OD",
-        "num_nodes": 8,
-        "seed": 0,
-        "budget": 64,
-        "episodes": 2,
-        "eval_seed": 3,
-        "threads": 1,
-    }
-    dream = run_agent_job(
-        {**base, "agent": "dream", "model": "vanilla-gwm", "checkpoint": str(tmp_path / "ckpt")}
-    )
-    rec = DownstreamRecord.from_dict(dream)
+    spec = AgentSpec(budget=64, seed=0, episodes=2, eval_seed=3)
+    dream = DownstreamJob("dream", spec, "OD", 8, model="vanilla-gwm", checkpoint="ckpt")
+    rec = run_downstream_job(dream, tmp_path)
     assert rec.agent == "dream:vanilla-gwm" and rec.kind == "downstream" and rec.budget == 64
     # OD: 50 steps, reward = change of the target fraction, so |return| <= 1
     assert -1.0 <= rec.mean_return <= 1.0
-    rand = DownstreamRecord.from_dict(run_agent_job({**base, "agent": RANDOM}))
+    assert DownstreamRecord.from_dict(rec.to_dict()) == rec
+    rand = run_downstream_job(DownstreamJob(RANDOM, spec, "OD", 8), tmp_path)
     assert rand.budget == 0 and rand.model is None
     assert has_greedy("OD") and has_greedy("SAR")
     with pytest.raises(ValueError, match="unknown yardstick"):
-        run_agent_job({**base, "agent": "oracle"})
+        run_downstream_job(DownstreamJob("oracle", spec, "OD", 8), tmp_path)
 
 
 def test_record_validation_and_gdd_maps():
@@ -204,20 +197,31 @@ def test_record_validation_and_gdd_maps():
     assert m == {("SAR", "gdm", 0): pytest.approx(0.2)}  # closest size, mean over horizon
 
 
+def _trained(model: str, seed: int = 0, env: str = "SAR"):
+    """A stand-in for a training job: what the downstream jobs read of one."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(env=env, model=model, seed=seed, key=f"train-{model}", reldir=model)
+
+
 def test_downstream_config_parse_and_jobs():
-    from graphwm.downstream.config import DownstreamConfig
+    from graphwm.config import DownstreamConfig
+    from graphwm.downstream.jobs import downstream_jobs
 
     cfg = DownstreamConfig.parse(
         {"budget": 256, "episodes": 5, "num_nodes": 8, "models": ["gdm"], "ppo": {"n_steps": 64}}
     )
     assert (cfg.budget, cfg.episodes, cfg.num_nodes, cfg.models) == (256, 5, 8, ("gdm",))
     assert (cfg.policy, cfg.dream_envs) == ("graph", 8)
-    jobs = cfg.job_configs("SAR", [("gdm", 0, "ck/gdm"), ("g-rssm", 0, "ck/g")], threads=1)
-    agents = [j["agent"] for j in jobs]
+    jobs = downstream_jobs(cfg, ["SAR"], [_trained("gdm"), _trained("g-rssm")])
+    agents = [j.agent for j in jobs]
     assert agents == ["dream", REAL, RANDOM, GREEDY]  # g-rssm is not selected
-    assert jobs[0]["checkpoint"] == "ck/gdm" and jobs[0]["ppo"] == {"n_steps": 64}
-    assert [(j["policy"], j["dream_envs"]) for j in jobs[:2]] == [("graph", 8)] * 2
-    assert "budget" not in jobs[2] and "policy" not in jobs[2]  # yardsticks do not train
+    assert jobs[0].checkpoint == "gdm/ckpt/final" and jobs[0].describe()["ppo"] == {"n_steps": 64}
+    assert jobs[0].spec.ppo_kwargs == {"n_steps": 64} and jobs[0].describe()["train"] == "train-gdm"
+    assert [(j.spec.policy, j.spec.num_envs) for j in jobs[:2]] == [("graph", 8)] * 2
+    described = jobs[2].describe()
+    assert "budget" not in described and "policy" not in described  # yardsticks do not train
+    assert {j.spec.episodes for j in jobs} == {5}
     for bad, match in (
         ({}, r"'downstream\.budget' is missing"),
         ({"budget": 0}, "downstream.budget"),
@@ -242,7 +246,8 @@ def test_graph_policy_size_keys_parse_refuse_and_reach_the_job_configs():
 
     from graphwm_envs.agents import MaskableGraphPolicy
 
-    from graphwm.downstream.config import GRAPH_NET_DEFAULTS, DownstreamConfig
+    from graphwm.config import GRAPH_NET_DEFAULTS, DownstreamConfig
+    from graphwm.downstream.jobs import downstream_jobs
 
     # the defaults are the policy's own, so a section without the keys builds today's agent
     own = inspect.signature(MaskableGraphPolicy.__init__).parameters
@@ -252,10 +257,14 @@ def test_graph_policy_size_keys_parse_refuse_and_reach_the_job_configs():
     }
     default = DownstreamConfig.parse({"budget": 8})
     assert (default.policy_hidden_dim, default.policy_num_layers) == (64, 3)
-    assert all("policy_hidden_dim" not in j for j in default.job_configs("SAR", []))
+    jobs = downstream_jobs(default, ["SAR"], [_trained("gdm")])
+    assert all("policy_hidden_dim" not in j.describe() for j in jobs)
     small = DownstreamConfig.parse({"budget": 8, "policy_hidden_dim": 16, "policy_num_layers": 0})
-    real = small.job_configs("SAR", [("gdm", 0, "ck/gdm")])[:2]
-    assert [(j["policy_hidden_dim"], j["policy_num_layers"]) for j in real] == [(16, 0)] * 2
+    trained = downstream_jobs(small, ["SAR"], [_trained("gdm")])[:2]
+    assert [
+        (j.describe()["policy_hidden_dim"], j.describe()["policy_num_layers"]) for j in trained
+    ] == [(16, 0)] * 2
+    assert [(j.spec.policy_hidden_dim, j.spec.policy_num_layers) for j in trained] == [(16, 0)] * 2
     assert DownstreamConfig.parse(small.to_dict()) == small
     # the MLP policy has no such network: non-default values are refused, defaults accepted
     mlp = DownstreamConfig.parse({"budget": 8, "policy": "mlp", "policy_num_layers": 3})
@@ -293,7 +302,7 @@ def test_train_agent_builds_the_graph_policy_of_the_given_size():
 
 
 def test_downstream_section_is_checked_against_the_preset():
-    from graphwm.downstream.config import DownstreamConfig
+    from graphwm.config import DownstreamConfig
 
     def models_of(env):
         return ["gdm", "gdm:no-h-plus"] if env == "SAR" else ["gdm"]
@@ -316,3 +325,31 @@ def test_train_agent_leaves_no_logger_folders(tmp_path, monkeypatch):
     agent = train_agent(make_env("SAR", 8), 16, 0)
     assert agent.num_timesteps >= 16
     assert list(tmp_path.glob("SB3-*")) == []
+
+
+def test_the_downstream_section_is_a_typed_field_of_the_preset():
+    """No section registry loaded by name: the preset's ``downstream`` field is the typed
+    section, read and written back like every other section."""
+    from pathlib import Path
+
+    import graphwm.config
+    from graphwm.config import DownstreamConfig, Preset, read_preset
+
+    preset = Preset.parse(read_preset("smoke"))
+    assert isinstance(preset.downstream, DownstreamConfig)
+    assert preset.downstream.envs == ("SAR", "OD") and preset.downstream.budget == 1024
+    assert Preset.parse(preset.to_dict()) == preset
+    assert preset.to_dict()["downstream"] == preset.downstream.to_dict()
+    without = {k: v for k, v in read_preset("smoke").items() if k != "downstream"}
+    assert Preset.parse(without).downstream is None
+    assert "importlib" not in Path(graphwm.config.__file__).read_text(encoding="utf-8")
+    with pytest.raises(ValueError, match=r"preset key 'downstream\.budget': must be an integer"):
+        Preset.parse({**read_preset("smoke"), "downstream": {"budget": "many"}})
+
+
+def test_agent_spec_is_the_one_set_of_training_settings():
+    spec = AgentSpec.with_ppo({"n_steps": 16, "gamma": 0.9}, budget=32, seed=3)
+    assert spec.ppo == (("gamma", 0.9), ("n_steps", 16)) and hash(spec)
+    assert spec.ppo_kwargs == {"n_steps": 16, "gamma": 0.9}
+    assert AgentSpec(budget=32).ppo_kwargs is None
+    assert spec.net == {"policy_hidden_dim": 64, "policy_num_layers": 3}

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from graphwm.downstream.report import load_downstream
 from graphwm.pipeline import PresetError, load_preset, reproduce
-from graphwm.stages.downstream import load_downstream
 
 pytest.importorskip("sb3_contrib")
 

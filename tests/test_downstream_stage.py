@@ -6,16 +6,12 @@ import json
 from types import SimpleNamespace
 
 import pytest
+from tiny_models import tiny_trained_model
 
-from graphwm.downstream.config import DownstreamConfig
+from graphwm.config import DownstreamConfig
+from graphwm.downstream.jobs import downstream_jobs, run_downstream_job
 from graphwm.downstream.record import DownstreamRecord
-from graphwm.dream.tiny import tiny_trained_model
-from graphwm.stages.downstream import (
-    build_downstream_report,
-    downstream_jobs,
-    execute_downstream_job,
-    load_downstream,
-)
+from graphwm.downstream.report import build_downstream_report, load_downstream
 from graphwm.store.executors import run_jobs
 from graphwm.store.records import seal
 from graphwm.store.results import ResultStore
@@ -29,7 +25,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 def run_stage_jobs(jobs, run):
     """The downstream jobs in this process, stored under ``run/downstream``."""
     return run_jobs(
-        execute_downstream_job,
+        run_downstream_job,
         jobs,
         ResultStore(run / "downstream"),
         run,
@@ -45,7 +41,7 @@ def test_stage_runs_stores_and_reports(tmp_path):
     trained = [SimpleNamespace(env="SAR", model="gdm", seed=0, key="train-abc", reldir=reldir)]
     section = DownstreamConfig.parse({"budget": 64, "episodes": 2, "num_nodes": 8})
     jobs = downstream_jobs(section, ["SAR"], trained)
-    assert [dict(j.config)["agent"] for j in jobs] == ["dream", "real", "random", "greedy"]
+    assert [j.agent for j in jobs] == ["dream", "real", "random", "greedy"]
     assert jobs[0].describe()["train"] == "train-abc" and "checkpoint" not in jobs[0].describe()
     # the key ignores where the run lives and the thread count, not the settings
     moved = downstream_jobs(
@@ -159,13 +155,14 @@ def test_graph_policy_size_reaches_the_agent_and_the_key_only_when_set(tmp_path,
     existed; a set size changes the key and the trained network (a stage ignoring the keys
     would train the default network under a new key)."""
     import graphwm.downstream.runs as runs
-    from graphwm.stages.downstream import DownstreamJob
+    from graphwm.downstream.jobs import DownstreamJob
     from graphwm.store.files import content_key
 
     trained = [SimpleNamespace(env="SAR", model="gdm", seed=0, key="train-abc", reldir="r")]
     base = {"budget": 16, "episodes": 1, "num_nodes": 8, "yardsticks": False}
     default = downstream_jobs(DownstreamConfig.parse(base), ["SAR"], trained)
-    # the payload of a default section's real agent, as hashed before the keys existed
+    # the payload of a default section's real agent: no size keys, as before they existed
+    # (the evaluation protocol is keyed since the deterministic one became the stage's)
     payload = {
         "agent": "real",
         "budget": 16,
@@ -173,6 +170,7 @@ def test_graph_policy_size_reaches_the_agent_and_the_key_only_when_set(tmp_path,
         "env": "SAR",
         "episodes": 1,
         "eval_seed": 1000000,
+        "evaluation": "deterministic",
         "kind": "downstream",
         "num_nodes": 8,
         "policy": "graph",
@@ -205,7 +203,7 @@ def test_graph_policy_size_reaches_the_agent_and_the_key_only_when_set(tmp_path,
     train_agent = runs.train_agent
     monkeypatch.setattr(runs, "train_agent", spy)
     real_job = small[1]
-    assert isinstance(real_job, DownstreamJob) and dict(real_job.config)["agent"] == "real"
+    assert isinstance(real_job, DownstreamJob) and real_job.agent == "real"
     (record,) = run_stage_jobs([real_job], tmp_path / "run")
     assert seen == [(16, 1)] and record.policy == "graph" and record.num_envs == 2
     # the record says which policy size it measured (the job key is not the only trace)

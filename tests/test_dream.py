@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 from gymnasium.utils.env_checker import check_env
+from tiny_models import random_policy_episodes, tiny_trained_model
 
 from graphwm.dream import DreamEnv, DreamVectorEnv, StartState, stored_starts
-from graphwm.dream.tiny import random_policy_episodes, tiny_trained_model
 from graphwm.dream.validity import ObservationFixer
 from graphwm.envs import make_env
 

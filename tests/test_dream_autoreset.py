@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode
 from gymnasium.wrappers.vector import RecordEpisodeStatistics
-
-from graphwm.dream import DreamVectorEnv
-from graphwm.dream.tiny import (
+from tiny_models import (
     short_start_states,
     tiny_ending_model,
 )
+
+from graphwm.dream import DreamVectorEnv
 from graphwm.envs import make_env
 
 N, B, HORIZON = 8, 6, 4

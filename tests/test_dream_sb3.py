@@ -19,14 +19,14 @@ from sb3_contrib.common.maskable.utils import get_action_masks, is_masking_suppo
 from stable_baselines3.common.env_checker import check_env as sb3_check_env  # noqa: E402
 from stable_baselines3.common.utils import check_for_correct_spaces  # noqa: E402
 from stable_baselines3.common.vec_env import VecCheckNan, VecEnv, VecMonitor  # noqa: E402
-
-from graphwm.dream import DreamEnv, DreamVectorEnv  # noqa: E402
-from graphwm.dream.sb3_vec_env import DreamSB3VecEnv  # noqa: E402
-from graphwm.dream.tiny import (  # noqa: E402
+from tiny_models import (  # noqa: E402
     short_start_states,
     tiny_ending_model,
     tiny_trained_model,
 )
+
+from graphwm.dream import DreamEnv, DreamVectorEnv  # noqa: E402
+from graphwm.dream.sb3_vec_env import DreamSB3VecEnv  # noqa: E402
 from graphwm.envs import make_env  # noqa: E402
 
 N, B, HORIZON = 8, 6, 4

@@ -14,8 +14,7 @@ from matplotlib.container import BarContainer
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from graphwm.downstream.config import GREEDY, RANDOM, REAL
-from graphwm.downstream.record import DownstreamRecord
+from graphwm.downstream.record import GREEDY, RANDOM, REAL, DownstreamRecord
 from graphwm.report import figures
 from graphwm.report.training_logs import TrainingLog
 

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from graphwm.cli import main
+from graphwm.downstream.report import load_downstream
 from graphwm.report.build import build_report, load_results
 from graphwm.report.training_logs import load_training_logs
 from graphwm.stages.collect import load_episodes
-from graphwm.stages.downstream import load_downstream
 from graphwm.stages.fit import load_fitted
 from graphwm.store.files import CorruptFileError
 from graphwm.store.records import ResultsFormatError, SingleStepRecord, seal

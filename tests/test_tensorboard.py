@@ -80,8 +80,8 @@ def test_the_cli_flag_sets_the_preset_field():
 
 
 def test_downstream_agents_write_their_training_scalars(tmp_path, one_torch_thread):
+    from graphwm.downstream.record import STORE_DIR
     from graphwm.pipeline import stage_downstream
-    from graphwm.stages.downstream import STORE_DIR
 
     preset = load_preset("tiny")
     preset.update(envs=["SAR"], models=["vanilla-gwm"], ablations=[])

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from graphwm.config import PRESET, TRAINER_KEYS, Preset, PresetError, TrainerSettings
-from graphwm.schema import read_value, type_hints
+from graphwm.settings import read_value, type_hints
 
 #: largest N of a split whose observations are stored (train, validation): N^2 bytes a frame
 MAX_STORED_NODES = 500
@@ -180,12 +180,12 @@ def _check_grid(p: Preset) -> None:
 # ---------------------------------------------------------------------------------------------
 @functools.lru_cache(maxsize=16)
 def env_limits(env: str) -> tuple[int, int]:
-    """``(min N, max N)`` the env accepts (its class's ``max_nodes``)."""
+    """``(min N, max N)`` the env accepts (its class's ``max_nodes``; no env is built)."""
     from graphwm_envs.core.base import MIN_NODES
 
-    from graphwm.envs import make_env
+    from graphwm.envs import env_class
 
-    return int(MIN_NODES), int(type(make_env(env, MIN_NODES)).max_nodes)
+    return int(MIN_NODES), int(env_class(env).max_nodes)
 
 
 def _check_size(value: int, key: str, envs: Iterable[str], stored: bool = False) -> None:
@@ -228,7 +228,7 @@ def _check_limits(p: Preset) -> None:
         _check_size(p.multi_step.size, "multi_step.size", p.envs)
     if p.search is not None and p.search.val_sizes is not None:
         _check_sizes(p.search.val_sizes, "search.val_sizes", p.envs, True)
-    section = p.sections.get("downstream")
+    section = p.downstream
     if section is not None:
         envs = [e for e in (section.envs or p.envs) if e in p.envs]
         _check_size(section.num_nodes, "downstream.num_nodes", envs)
@@ -304,7 +304,7 @@ def _check_memory(p: Preset) -> None:
         m = p.multi_step
         need = sample_bytes(m.num_samples, m.size)
         _fits("multi_step.num_samples", m.num_samples, need, f"samples of N = {m.size}")
-    section = p.sections.get("downstream")
+    section = p.downstream
     if section is not None:
         width, depth = section.policy_hidden_dim, max(1, section.policy_num_layers)
         # weights, gradients and Adam's two moments, float32

@@ -1,7 +1,7 @@
 """Typed, validated presets: every default of the pipeline is a dataclass field here.
 
 A preset (TOML file or dict) is parsed by :meth:`Preset.parse` into frozen dataclasses before
-any work starts, by the one field-driven parser of :mod:`graphwm.schema` (type hints, defaults,
+any work starts, by the one field-driven parser of :mod:`graphwm.settings` (type hints, defaults,
 ``setting(ge=..., choices=...)`` metadata); a bad value raises :class:`PresetError` naming the
 preset key, e.g. ``preset key 'collect.train_episodes': must be an integer >= 1, got 0``.
 Unknown keys are refused too (a typo would otherwise be silently ignored). Checks that need the
@@ -13,15 +13,16 @@ from __future__ import annotations
 import copy
 import re
 import tomllib
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
-from importlib import resources
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from graphwm.schema import Where, read_fields, setting
+from graphwm.settings import Where, defaults, parse, read_fields, setting
 
 PRESET_NAMES = ("smoke", "medium", "paper", "tiny")
+#: the shipped presets (package data beside this module)
+PRESETS_DIR = Path(__file__).resolve().parent / "presets"
 #: the largest preset file read (the shipped ones are a few kilobytes)
 MAX_PRESET_BYTES = 2**20
 ENV_NAMES = ("RGC", "OD", "SAR", "CF")
@@ -193,17 +194,159 @@ def _check_curve(train: TrainConfig, evaluate: EvalConfig, collect: CollectConfi
         )
 
 
-# Optional preset sections owned by other modules: name -> "module:Class", where the class has
-# ``parse(raw, key)`` (raising PresetError) like the configs above. Parsed sections land in
-# ``Preset.sections[name]``; a stage of that module reads them from there.
-SECTIONS: dict[str, str] = {"downstream": "graphwm.downstream.config:DownstreamConfig"}
+# ---------------------------------------------------------------------------------------------
+# [downstream]: RL agents trained in each model's dream env (docs/dream.md; the stage and its
+# records: graphwm.downstream)
+# ---------------------------------------------------------------------------------------------
+#: agent policies: graphwm_envs.agents' MaskableGraphPolicy (any N, message passing) or SB3's
+#: MultiInputPolicy (an MLP on the flattened observation, tied to one N)
+GRAPH, MLP = "graph", "mlp"
+POLICIES = (GRAPH, MLP)
+#: parallel envs per trained agent unless the preset says otherwise
+DEFAULT_ENVS = 8
+#: the graph policy's width and depth unless the preset says otherwise: the defaults of
+#: graphwm_envs.agents.MaskableGraphPolicy (``hidden_dim``, ``num_layers``)
+GRAPH_HIDDEN_DIM, GRAPH_NUM_LAYERS = 64, 3
+#: the graph policy's largest width and depth a preset may ask for (a width of 65536 is
+#: already 4 G weights a layer)
+MAX_POLICY_WIDTH, MAX_POLICY_DEPTH = 65536, 1024
+#: ``{[downstream] key: its default}`` of the graph policy's network settings
+GRAPH_NET_DEFAULTS = {"policy_hidden_dim": GRAPH_HIDDEN_DIM, "policy_num_layers": GRAPH_NUM_LAYERS}
 
 
-def _parse_section(name: str, raw: Any) -> Any:
-    import importlib
+@dataclass(frozen=True)
+class PpoSettings:
+    """``[downstream.ppo]``: MaskablePPO settings; a field left at ``None`` keeps
+    stable-baselines3's default, the others are the defaults of every downstream agent."""
 
-    module, cls = SECTIONS[name].split(":")
-    return getattr(importlib.import_module(module), cls).parse(raw, name)
+    n_steps: int = setting(256, ge=1, le=2**20, help="rollout length per env")
+    # SB3 normalizes advantages over a minibatch: one sample has no spread
+    batch_size: int = setting(64, ge=2, le=2**20, help="minibatch size")
+    n_epochs: int = setting(4, ge=1, le=10_000, help="passes over each rollout")
+    learning_rate: float = setting(3e-4, gt=0.0, le=1.0)
+    gamma: float | None = setting(None, gt=0.0, le=1.0)
+    gae_lambda: float | None = setting(None, ge=0.0, le=1.0)
+    ent_coef: float | None = setting(None, ge=0.0, le=10.0)
+    clip_range: float | None = setting(None, gt=0.0, le=10.0)
+
+
+#: MaskablePPO settings of every downstream agent unless the preset overrides them
+DEFAULT_PPO = {k: v for k, v in defaults(PpoSettings).items() if v is not None}
+PPO_KEYS = tuple(f.name for f in fields(PpoSettings))
+
+
+@dataclass(frozen=True)
+class DownstreamConfig:
+    """The ``[downstream]`` preset section (see docs/dream.md).
+
+    Attributes:
+        budget: env steps of MaskablePPO training per agent, summed over its parallel envs
+            (dream and real alike; rounded up to whole rollouts).
+        policy: the agents' policy, ``"graph"`` (``graphwm_envs.agents.MaskableGraphPolicy``)
+            or ``"mlp"`` (SB3's ``MultiInputPolicy``); dream and real agents alike.
+        policy_hidden_dim: the graph policy's node embedding width (its ``hidden_dim``).
+        policy_num_layers: the graph policy's message-passing layers (its ``num_layers``;
+            0 switches message passing off). Both are refused with ``policy = "mlp"`` unless
+            left at their defaults.
+        dream_envs: parallel envs per agent: a dream agent steps this many imagined episodes
+            with one world-model forward pass (``DreamSB3VecEnv``), the real-env agent as
+            many real envs (SB3's ``DummyVecEnv``).
+        episodes: real-env evaluation episodes per agent.
+        num_nodes: N of the dream and real episodes.
+        envs: envs to run (``None``: every env of the preset).
+        models: world models to train agents in (``None``: every model and ablation the
+            preset trains on that env).
+        real_agent: also train the agent in the real env with the same budget.
+        yardsticks: also evaluate the random policy and the greedy heuristic.
+        eval_seed: first evaluation seed (episode e resets with ``eval_seed + e``).
+        ppo: MaskablePPO overrides (keys in ``PPO_KEYS``, see :class:`PpoSettings`).
+    """
+
+    budget: int = setting(ge=1, help="agent training env steps")
+    policy: str = setting(GRAPH, choices=POLICIES, help="agent policy")
+    policy_hidden_dim: int = setting(
+        GRAPH_HIDDEN_DIM, ge=1, le=MAX_POLICY_WIDTH, help="graph policy width"
+    )
+    policy_num_layers: int = setting(
+        GRAPH_NUM_LAYERS, ge=0, le=MAX_POLICY_DEPTH, help="graph policy depth"
+    )
+    dream_envs: int = setting(DEFAULT_ENVS, ge=1, le=4096, help="parallel envs per agent")
+    episodes: int = setting(100, ge=1, le=10**6)
+    num_nodes: int = setting(20, ge=5)
+    envs: tuple[str, ...] | None = setting(None, unique=True)
+    models: tuple[str, ...] | None = setting(None, unique=True)
+    real_agent: bool = True
+    yardsticks: bool = True
+    eval_seed: int = setting(1_000_000, ge=0, le=MAX_SEED)
+    ppo: Mapping[str, Any] | None = setting(None, table=PpoSettings)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The TOML/dict form that :meth:`parse` reads back (unset keys left out)."""
+        out = {k: v for k, v in asdict(self).items() if v is not None}
+        for k in ("envs", "models"):
+            if k in out:
+                out[k] = list(out[k])
+        return out
+
+    @classmethod
+    def parse(cls, raw: Any, key: str = "downstream") -> DownstreamConfig:
+        """Validate the section; ``PresetError`` (a ``ValueError``) naming the offending key."""
+        return parse(cls, raw, PRESET, key)
+
+    @classmethod
+    def _check(cls, obj: DownstreamConfig, where: Where, key: str) -> None:
+        """The graph policy's network settings mean nothing to the MLP policy: refused; the
+        evaluation seeds ``eval_seed + e`` must stay seeds, and a rollout must hold more than
+        one sample (SB3 normalizes advantages over it)."""
+        last = obj.eval_seed + obj.episodes - 1
+        if last > MAX_SEED:
+            raise where.fail(
+                f"{key}.eval_seed" if key else "eval_seed",
+                f"plus episodes - 1 ({obj.episodes - 1}) must be <= {MAX_SEED} (episode e "
+                "resets with eval_seed + e, and seeds stop there)",
+                obj.eval_seed,
+            )
+        ppo = {**DEFAULT_PPO, **(obj.ppo or {})}
+        if ppo["n_steps"] * obj.dream_envs < 2:
+            raise where.fail(
+                f"{key}.ppo.n_steps" if key else "ppo.n_steps",
+                f"times dream_envs ({obj.dream_envs}) must be >= 2 (a rollout of one sample "
+                "gives PPO no advantage spread)",
+                ppo["n_steps"],
+            )
+        if obj.policy == GRAPH:
+            return
+        for name, default in GRAPH_NET_DEFAULTS.items():
+            value = getattr(obj, name)
+            if value != default:
+                raise where.fail(
+                    f"{key}.{name}" if key else name,
+                    f"sets the graph policy's network, but policy is {obj.policy!r} (leave it "
+                    f"at {default} or use policy = {GRAPH!r})",
+                    value,
+                )
+
+    def graph_net(self) -> dict[str, int]:
+        """The graph policy's network settings that differ from the defaults (``{}`` when
+        none does, so a default section's job configs, and keys, stay as they were)."""
+        return {k: getattr(self, k) for k, v in GRAPH_NET_DEFAULTS.items() if getattr(self, k) != v}
+
+    def check(self, envs: Sequence[str], models_of: Callable[[str], Sequence[str]]) -> None:
+        """``ValueError`` when the section names an env the preset does not run or a model it
+        does not train (``models_of(env)``: the preset's models and ablations of ``env``)."""
+        for i, env in enumerate(self.envs or ()):
+            if env not in envs:
+                raise ValueError(
+                    f"preset key 'downstream.envs[{i}]' ({env!r}) is not one of the preset's "
+                    f"envs {list(envs)}"
+                )
+        trained = {m for env in (self.envs or envs) for m in models_of(env)}
+        for i, model in enumerate(self.models or ()):
+            if model not in trained:
+                raise ValueError(
+                    f"preset key 'downstream.models[{i}]' ({model!r}) is not trained by the "
+                    f"preset on its downstream envs (trained: {sorted(trained)})"
+                )
 
 
 @dataclass(frozen=True)
@@ -225,7 +368,7 @@ class Preset:
     workers: int = setting(0, ge=0, help="local worker processes (0: one per core)")
     multi_step: MultiStepConfig | None = setting(None)
     search: SearchConfig | None = setting(None)
-    sections: dict[str, Any] = field(default_factory=dict)
+    downstream: DownstreamConfig | None = setting(None)
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any] | Preset) -> Preset:
@@ -240,20 +383,19 @@ class Preset:
             return raw
         if not isinstance(raw, Mapping):
             raise PRESET.fail("the preset", "must be a table", raw)
-        known = [f.name for f in fields(cls) if f.name != "sections"] + list(SECTIONS)
+        known = [f.name for f in fields(cls)]
         unknown = sorted(str(k) for k in set(raw) - set(known))
         if unknown:
             raise PresetError(
                 f"preset key {unknown[0]!r} is unknown; known keys here: {sorted(known)}"
             )
-        plain = {k: v for k, v in raw.items() if k not in SECTIONS}
+        plain = dict(raw)
         if not plain.get("multi_step", True):
             plain.pop("multi_step")  # an empty [multi_step] table: no multi-step stage
         values = read_fields(cls, plain, PRESET)
         if not DEVICE_PATTERN.fullmatch(values.get("device", "cpu")):
             raise PRESET.fail("device", "must be 'cpu', 'cuda', 'cuda:<index>' or 'mps'",
                               values["device"])  # fmt: skip
-        values["sections"] = {n: _parse_section(n, raw[n]) for n in SECTIONS if n in raw}
         _check_curve(values["train"], values["evaluate"], values["collect"])
         return cls(**values)
 
@@ -282,11 +424,7 @@ class Preset:
                 return [clean(v) for v in value]
             return value
 
-        out = clean(asdict(self))
-        out.pop("sections")
-        for name, section in self.sections.items():
-            out[name] = section.to_dict() if hasattr(section, "to_dict") else asdict(section)
-        return out
+        return clean(asdict(self))
 
 
 def read_preset(name_or_path: str | Path) -> dict[str, Any]:
@@ -300,7 +438,7 @@ def read_preset(name_or_path: str | Path) -> dict[str, Any]:
     if not text.strip():
         raise PresetError(f"the preset is empty: give one of {PRESET_NAMES} or a .toml file")
     if text in PRESET_NAMES:
-        source = resources.files("graphwm.presets").joinpath(f"{text}.toml").read_text()
+        source = (PRESETS_DIR / f"{text}.toml").read_text(encoding="utf-8")
         return tomllib.loads(source)
     path = Path(name_or_path)
     if path.suffix != ".toml" and len(path.parts) <= 1 and not path.exists():

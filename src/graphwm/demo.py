@@ -13,7 +13,7 @@ import graphwm_envs
 import gymnasium as gym
 import numpy as np
 from graphwm_envs.animation import save_gif
-from graphwm_envs.policies import random_action
+from graphwm_envs.heuristics import random_action
 
 
 @dataclass(frozen=True)

@@ -49,7 +49,14 @@ def graph_env(env: gym.Env) -> GraphEnv:
     return real
 
 
+def env_class(name: str) -> type[GraphEnv]:
+    """The env class of a short env name, not built: its feature schema
+    (``feature_schema(params)``) and size limit (``max_nodes``) are class-level."""
+    from graphwm_envs import env_class as registered_class
+
+    return registered_class(env_id(name))
+
+
 def env_schema(name: str) -> dict:
-    """The plain schema dict of an env."""
-    env = make_env(name, 5)
-    return env.schema.to_dict()
+    """The plain schema dict of an env with its default parameters (read from the class)."""
+    return env_class(name).feature_schema().to_dict()

@@ -1,8 +1,8 @@
 """Random-policy episodes as episode dicts, and the seed scheme of the collected files.
 
-The collect stage (:mod:`graphwm.stages.collect`) stores these episodes; the tiny models of
-:mod:`graphwm.dream.tiny` and the cost estimate record them directly. Each split and size owns
-:data:`SEEDS_PER_SIZE` disjoint seeds (docs/architecture.md, contract 7).
+The collect stage (:mod:`graphwm.stages.collect`) stores these episodes; the cost estimate
+(and the tests' tiny models, ``tests/tiny_models.py``) record them directly. Each split and
+size owns :data:`SEEDS_PER_SIZE` disjoint seeds (docs/architecture.md, contract 7).
 """
 
 from __future__ import annotations

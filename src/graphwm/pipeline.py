@@ -424,7 +424,7 @@ def _curve_trained(p: CheckedPreset, paths: RunPaths, progress: bool) -> list[Re
 
 def _downstream_section(p: Preset):
     """The ``[downstream]`` section checked against the preset's envs and models."""
-    section = p.sections.get("downstream")
+    section = p.downstream
     if section is not None:
         try:
             section.check(p.envs, p.models_of)
@@ -449,7 +449,8 @@ def stage_downstream(preset: PresetLike, paths: RunPaths, progress: bool = True)
 
 def _downstream_trained(p: CheckedPreset, paths: RunPaths, progress: bool) -> list[Record]:
     """:func:`stage_downstream` once training is done (the caller holds the run lock)."""
-    from graphwm.stages.downstream import STORE_DIR, downstream_jobs, execute_downstream_job
+    from graphwm.downstream.jobs import downstream_jobs, run_downstream_job
+    from graphwm.downstream.record import STORE_DIR
 
     section = _downstream_section(p)
     if section is None:
@@ -460,7 +461,7 @@ def _downstream_trained(p: CheckedPreset, paths: RunPaths, progress: bool) -> li
         section, p.envs, training_jobs(p), device=p.device, tensorboard=p.train.tensorboard
     )
     records = run_jobs(
-        execute_downstream_job,
+        run_downstream_job,
         jobs,
         ResultStore(paths.root / STORE_DIR),
         paths,

@@ -63,38 +63,23 @@ LAYERS = {"RGC": 3, "OD": 3, "SAR": 5, "CF": 3}
 # about 0.007 each) the four score alike, so they stay (docs/agents.md; --gamma and
 # --reward-scaling override them per run).
 REWARD_SCALING = {"RGC": True, "OD": False, "SAR": True, "CF": True}
-# Published yardsticks (docs/envs.md, same initial states): the greedy heuristic.
-GREEDY = {
-    ("RGC", 20): 0.487,
-    ("RGC", 50): 0.506,
-    ("OD", 20): 0.721,
-    ("OD", 50): 0.792,
-    ("SAR", 20): 13.430,
-    ("SAR", 50): -28.950,
-    ("CF", 20): -0.732,
-    ("CF", 50): -0.782,
+# Published yardsticks (docs/envs.md, same initial states), per (env, N): the greedy heuristic's
+# mean return and its standard error (RGC at N = 50 over 20 episodes, the others over 100), and
+# the MLP MaskablePPO's mean return (20,000 steps).
+PUBLISHED = {
+    # (env, N): (greedy, greedy s.e., MLP MaskablePPO)
+    ("RGC", 20): (0.487, 0.015, 0.116),
+    ("RGC", 50): (0.506, 0.036, 0.129),
+    ("OD", 20): (0.721, 0.016, 0.194),
+    ("OD", 50): (0.792, 0.007, 0.217),
+    ("SAR", 20): (13.430, 3.086, -93.390),
+    ("SAR", 50): (-28.950, 2.940, -420.610),
+    ("CF", 20): (-0.732, 0.015, -0.876),
+    ("CF", 50): (-0.782, 0.010, -1.020),
 }
-# Their standard errors (docs/envs.md; RGC at N = 50 over 20 episodes, the others over 100).
-GREEDY_SE = {
-    ("RGC", 20): 0.015,
-    ("RGC", 50): 0.036,
-    ("OD", 20): 0.016,
-    ("OD", 50): 0.007,
-    ("SAR", 20): 3.086,
-    ("SAR", 50): 2.940,
-    ("CF", 20): 0.015,
-    ("CF", 50): 0.010,
-}
-MLP_MASKABLE = {
-    ("RGC", 20): 0.116,
-    ("RGC", 50): 0.129,
-    ("OD", 20): 0.194,
-    ("OD", 50): 0.217,
-    ("SAR", 20): -93.390,
-    ("SAR", 50): -420.610,
-    ("CF", 20): -0.876,
-    ("CF", 50): -1.020,
-}
+GREEDY = {cell: greedy for cell, (greedy, _, _) in PUBLISHED.items()}
+GREEDY_SE = {cell: se for cell, (_, se, _) in PUBLISHED.items()}
+MLP_MASKABLE = {cell: mlp for cell, (_, _, mlp) in PUBLISHED.items()}
 
 
 def env_kwargs(env_id: str, num_nodes: int) -> dict:
@@ -112,27 +97,13 @@ def _silence(model) -> None:
 
 
 def evaluate(model, env_id: str, num_nodes: int, episodes: int) -> list[float]:
-    """Deterministic returns on ``reset(seed=e)``, e < episodes: every episode steps in
-    lockstep and the policy acts on all running ones in one batched call (same actions as one
-    ``predict`` per env: deterministic and per-observation)."""
-    import gymnasium as gym
+    """Deterministic returns on ``reset(seed=e)``, e < episodes: the documented protocol,
+    :func:`graphwm_envs.agents.agent_returns` (every episode steps in lockstep, one batched
+    ``predict`` for all running ones)."""
+    from graphwm_envs.agents import agent_returns
 
-    envs = [gym.make(env_id, **env_kwargs(env_id, num_nodes)).unwrapped for _ in range(episodes)]
-    obs = [env.reset(seed=e)[0] for e, env in enumerate(envs)]
-    returns = [0.0] * episodes
-    running = list(range(episodes))
-    while running:
-        batch = {k: np.stack([obs[i][k] for i in running]) for k in obs[running[0]]}
-        masks = np.stack([envs[i].action_masks() for i in running])
-        actions, _ = model.predict(batch, action_masks=masks, deterministic=True)
-        still = []
-        for i, action in zip(running, actions, strict=True):
-            obs[i], reward, terminated, truncated, _ = envs[i].step(action)
-            returns[i] += float(reward)
-            if not (terminated or truncated):
-                still.append(i)
-        running = still
-    return returns
+    kwargs = env_kwargs(env_id, num_nodes)
+    return agent_returns(model, env_id, episodes=episodes, seed=0, **kwargs).tolist()
 
 
 def env_settings(
@@ -266,7 +237,7 @@ def train_job(
 
 def random_job(env_id: str, num_nodes: int, episodes: int) -> dict:
     """The random policy's returns on the shared initial states."""
-    from graphwm_envs.policies import episode_returns, random_action
+    from graphwm_envs.heuristics import episode_returns, random_action
 
     returns = episode_returns(env_id, random_action, episodes=episodes, num_nodes=num_nodes)
     kind = {"kind": "random", "env": SHORT[env_id], "eval_nodes": num_nodes}

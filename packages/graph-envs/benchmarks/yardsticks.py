@@ -8,8 +8,8 @@ For each env and N in ``--sizes`` (default 20 and 50) it evaluates, over ``--epi
 (default 100) episodes with initial states ``reset(seed=e)``, e = 0 .. episodes - 1 (the same
 states for every policy):
 
-* ``random``: :func:`graphwm_envs.policies.random_action`, a uniformly random valid action;
-* ``greedy``: :func:`graphwm_envs.policies.greedy_action`, the env's greedy heuristic;
+* ``random``: :func:`graphwm_envs.heuristics.random_action`, a uniformly random valid action;
+* ``greedy``: :func:`graphwm_envs.heuristics.greedy_action`, the env's greedy heuristic;
 * ``PPO`` and ``MaskablePPO`` (stable-baselines3 / sb3-contrib, ``MultiInputPolicy``, library
   defaults, seed 0) trained for ``--ppo-steps`` env steps (default 20,000) on the unwrapped env
   of the same N, then run deterministically (MaskablePPO with the env's action masks). RGC
@@ -99,7 +99,7 @@ def run_cell(cell: Cell, ppo_steps: int) -> dict:
     """The returns of one cell (a PPO cell trains first; its training time is reported)."""
     import graphwm_envs  # noqa: F401
     import gymnasium as gym
-    from graphwm_envs.policies import episode_returns, greedy_action, random_action
+    from graphwm_envs.heuristics import episode_returns, greedy_action, random_action
 
     t0 = time.perf_counter()
     if cell.policy in ("random", "greedy"):
@@ -255,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _preload(env_ids: Iterable[str], policies: Iterable[str]) -> None:
     """Import everything the workers use before they fork (they then share one code state)."""
-    import graphwm_envs.policies  # noqa: F401
+    import graphwm_envs.heuristics  # noqa: F401
     import gymnasium as gym
 
     for env_id in env_ids:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from graphwm_envs.animation import animate_episode, record_episode, save_gif
 from graphwm_envs.core import render
-from graphwm_envs.policies import greedy_action, random_action
+from graphwm_envs.heuristics import greedy_action, random_action
 from graphwm_envs.sar import viewer as sar_viewer
 from graphwm_envs.sar.dynamics import visible_nodes
 from matplotlib.colors import to_rgb

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from graphwm_envs.policies import evaluate_policy, greedy_action, random_action
+from graphwm_envs.heuristics import evaluate_heuristic, greedy_action, random_action
 
 SCRIPT = Path(__file__).parents[1] / "benchmarks" / "yardsticks.py"
 
@@ -37,7 +37,7 @@ def test_table_cells_are_the_evaluated_returns(tmp_path, capsys):
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[:2] == ["CF", "8"]
     for cell, policy in zip(cells[2:4], (random_action, greedy_action), strict=True):
-        mean, sem = evaluate_policy("graphenv/CF-v0", policy, episodes=3, seed=0, num_nodes=8)
+        mean, sem = evaluate_heuristic("graphenv/CF-v0", policy, episodes=3, seed=0, num_nodes=8)
         assert cell == f"{mean:.3f} ± {sem:.3f}"
     mean, sem = (float(x) for x in re.fullmatch(r"(\S+) ± (\S+)", cells[4]).groups())
     assert math.isfinite(mean) and sem >= 0

@@ -1,8 +1,8 @@
-"""Agent training (sb3-contrib's MaskablePPO with the graph or the MLP policy, on parallel
-dream envs or real envs) and real-env evaluation: mean undiscounted return +- its standard
-error over seeded episodes (episode e resets with ``seed + e``, the convention of
-``graphwm_envs.policies.evaluate_policy``, so every agent and yardstick meets the same initial
-states)."""
+"""Agent training: sb3-contrib's MaskablePPO with the graph or the MLP policy, on parallel
+dream envs or real envs. A trained agent is evaluated in the real env the documented way,
+:func:`graphwm_envs.agents.evaluate_agent` (deterministic actions; episode e resets with
+``seed + e``, the convention of ``graphwm_envs.heuristics.evaluate_heuristic``, so every agent
+and yardstick meets the same initial states; mean return and its standard error)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from graphwm.downstream.config import (
+from graphwm.config import (
     DEFAULT_PPO,
     GRAPH,
     GRAPH_HIDDEN_DIM,
@@ -116,46 +114,3 @@ def train_agent(
             agent.set_logger(configure(str(tensorboard_dir), ["tensorboard"]))
         agent.learn(total_timesteps=int(budget))
     return agent
-
-
-def evaluate_agent(
-    agent,
-    env_name: str,
-    num_nodes: int,
-    *,
-    episodes: int = 100,
-    seed: int = 0,
-    deterministic: bool = False,
-) -> tuple[float, float]:
-    """Mean real-env return of a MaskablePPO agent (either policy) and its standard error.
-
-    Episode e starts from ``reset(seed=seed + e)``. Actions are sampled from the masked policy
-    (the stochastic policy PPO optimises; torch's generator is seeded with ``seed``, so the
-    evaluation is reproducible); ``deterministic=True`` takes its most probable valid action
-    instead, which can be far worse where repeating one choice is poor (e.g. OD).
-    """
-    import torch
-
-    if int(episodes) < 1:
-        raise ValueError(f"episodes must be >= 1, got {episodes}")
-    env = make_env(env_name, num_nodes)
-    returns = np.empty(int(episodes))
-    torch.manual_seed(seed)
-    for e in range(int(episodes)):
-        obs, _ = env.reset(seed=seed + e)
-        total, done = 0.0, False
-        while not done:
-            action, _ = agent.predict(
-                obs, action_masks=env.action_masks(), deterministic=deterministic
-            )
-            obs, reward, terminated, truncated, _ = env.step(np.asarray(action, dtype=np.int64))
-            total += float(reward)
-            done = terminated or truncated
-        returns[e] = total
-    return _mean_se(returns)
-
-
-def _mean_se(returns: np.ndarray) -> tuple[float, float]:
-    n = len(returns)
-    se = float(returns.std(ddof=1) / math.sqrt(n)) if n > 1 else math.nan
-    return float(returns.mean()), se

@@ -1,4 +1,4 @@
-"""The downstream record: one agent evaluated in the real env."""
+"""The downstream record (one agent evaluated in the real env) and the agent names."""
 
 from __future__ import annotations
 
@@ -6,8 +6,15 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
-from graphwm.schema import Where
+from graphwm.settings import Where
 from graphwm.store.records import Record, register_record
+
+#: the agent of a job: trained in a world model's dream env (its record's agent is
+#: ``"dream:<model>"``) or in the real env, or a yardstick (random policy, greedy heuristic)
+DREAM, REAL, RANDOM, GREEDY = "dream", "real", "random", "greedy"
+YARDSTICKS = (RANDOM, GREEDY)
+#: the run directory's folder of downstream records (and the agents' TensorBoard files)
+STORE_DIR = "downstream"
 
 
 @dataclass(frozen=True)
@@ -18,7 +25,7 @@ class DownstreamRecord(Record):
         env: short env name (``"SAR"``).
         num_nodes: N of the training and evaluation episodes.
         agent: ``"dream:<model>"`` (trained in the model's dream env), ``"real"`` (trained in
-            the real env), ``"random"`` or ``"greedy"`` (graphwm_envs.policies yardsticks).
+            the real env), ``"random"`` or ``"greedy"`` (``graphwm_envs.heuristics`` yardsticks).
         model: the world model (registry name) of a dream agent, else ``None``.
         seed: seed of the world model's training run (dream agents) / of the agent.
         budget: env steps of agent training (0 for the yardsticks).

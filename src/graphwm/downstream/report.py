@@ -1,15 +1,21 @@
-"""The downstream table (Markdown) and figure (return against GDD per env) of the report."""
+"""The downstream table (Markdown) and figure (return against GDD per env) of the report, and
+the stored records they are built from (``RUN_DIR/downstream/*.json``)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from graphwm.downstream.config import GREEDY, RANDOM, REAL
-from graphwm.downstream.gdd import correlations, nan_if_none
-from graphwm.downstream.record import DownstreamRecord
+from graphwm.downstream.gdd import attach_gdd, correlations, gdd_maps, nan_if_none
+from graphwm.downstream.record import GREEDY, RANDOM, REAL, STORE_DIR, DownstreamRecord
+from graphwm.store.files import read_json
+from graphwm.store.paths import listed_files
+from graphwm.store.records import check_digest
+
+TABLE_NAME = "downstream"
+FIGURE_NAME = "downstream"
 
 
 def _fmt(v: float | None, digits: int = 3) -> str:
@@ -174,3 +180,66 @@ def downstream_figure(records: Iterable[DownstreamRecord], path: str | Path) -> 
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     return path
+
+
+# --------------------------------------------------------------------------- the stored records
+def downstream_files(run_dir: Path) -> list[Path]:
+    """The downstream records of a run: those ``run.json`` lists under ``downstream``
+    (the last preset run), else every ``downstream/*.json``."""
+    run_dir = Path(run_dir)
+    return listed_files(run_dir, "downstream", "downstream record", run_dir / STORE_DIR)
+
+
+def load_downstream(run_dir: Path) -> list[DownstreamRecord]:
+    """Read and validate the downstream records of a run (each against its digest)."""
+    out = []
+    for path in downstream_files(run_dir):
+        raw = read_json(path)
+        out.append(DownstreamRecord.from_dict(raw, path))
+        check_digest(raw, path)
+    return out
+
+
+def _agents_line(records: Sequence[DownstreamRecord]) -> str:
+    """What the trained agents were: policy and parallel envs (``unknown`` in older records)."""
+    trained = [r for r in records if r.budget > 0]
+    if not trained:
+        return ""
+    policies = sorted({r.policy or "unknown" for r in trained})
+    counts = sorted({str(r.num_envs) if r.num_envs else "unknown" for r in trained})
+    return (
+        f"MaskablePPO agents: {', '.join(policies)} policy, {', '.join(counts)} parallel env(s) "
+        "per agent; budget = env steps over all of them.\n\n"
+    )
+
+
+def build_downstream_report(
+    run_dir: Path, out_dir: Path, results: Sequence[Mapping[str, Any]]
+) -> dict[str, Path]:
+    """Write ``downstream.md`` and ``downstream.png`` into ``out_dir`` from the stored
+    downstream records, with each model's GDD taken from ``results`` (the report's result
+    dicts: ``kind``, ``env``, ``model``, ``seed``, ``size``, ``gdd``). Returns the written
+    files (``{}`` and stale files removed when the run has no downstream records)."""
+    out_dir = Path(out_dir)
+    table_path, figure_path = out_dir / f"{TABLE_NAME}.md", out_dir / f"{FIGURE_NAME}.png"
+    records = load_downstream(run_dir)
+    if not records:
+        for path in (table_path, figure_path):
+            path.unlink(missing_ok=True)
+        return {}
+    single = [r for r in results if r.get("kind") == "single_step"]
+    multi = [r for r in results if r.get("kind") == "multi_step"]
+    with_gdd: list[DownstreamRecord] = []
+    for n in sorted({r.num_nodes for r in records}):
+        s, m = gdd_maps(single, multi, n)
+        with_gdd += attach_gdd([r for r in records if r.num_nodes == n], s, m)
+    text = (
+        "### Downstream RL: real-env return of agents trained in each model's dream env\n\n"
+        + _agents_line(records)
+        + downstream_table(with_gdd)
+    )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if not table_path.exists() or table_path.read_text(encoding="utf-8") != text:
+        table_path.write_text(text, encoding="utf-8")
+    downstream_figure(with_gdd, figure_path)
+    return {"table": table_path, "figure": figure_path}

@@ -280,7 +280,7 @@ def build_report(run_dir: Path | str) -> ReportPaths:
     if report_curve.curve_figure(curve, selfs, curve_png, styles) is not None:
         figures[report_curve.CURVE_NAME] = curve_png
     # downstream RL (docs/dream.md): its own table and figure, from RUN_DIR/downstream/
-    from graphwm.stages.downstream import build_downstream_report
+    from graphwm.downstream.report import build_downstream_report
 
     downstream = build_downstream_report(run_dir, out, records)
 

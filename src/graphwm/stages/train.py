@@ -21,7 +21,7 @@ from typing import Any
 
 from graphwm.config import TrainConfig
 from graphwm.envs import env_schema
-from graphwm.schema import defaults
+from graphwm.settings import defaults
 from graphwm.stages.fit import FitJob, load_fitted, training_episodes
 from graphwm.store.checkpoints import recover_latest
 from graphwm.store.files import CorruptFileError, content_key, inside, sha256_file

@@ -11,10 +11,17 @@ or, without an explicit import, ``gym.make("graphwm_envs:graphenv/SAR-v0")``.
 """
 
 from graphwm_envs.core import EnvSnapshot, FeatureSchema, GraphEnv
-from graphwm_envs.registration import ENV_IDS, register_envs
+from graphwm_envs.registration import ENV_IDS, env_class, register_envs
 
 register_envs()
 
 __version__ = "0.1.0"
 
-__all__ = ["ENV_IDS", "EnvSnapshot", "FeatureSchema", "GraphEnv", "register_envs"]
+__all__ = [
+    "ENV_IDS",
+    "EnvSnapshot",
+    "FeatureSchema",
+    "GraphEnv",
+    "env_class",
+    "register_envs",
+]

@@ -5,7 +5,7 @@ Like Jumanji's ``animate``, with matplotlib's Pillow writer (no extra dependency
     import gymnasium as gym
     import graphwm_envs
     from graphwm_envs.animation import animate_episode
-    from graphwm_envs.policies import greedy_action
+    from graphwm_envs.heuristics import greedy_action
 
     env = gym.make("graphenv/SAR-v0", num_nodes=20, render_mode="rgb_array")
     frames = animate_episode(env, greedy_action, "sar.gif", seed=0)
@@ -37,7 +37,7 @@ def record_episode(
     Args:
         env: a graph env made with ``render_mode="rgb_array"`` (wrapped or not).
         policy: ``policy(env, rng) -> action`` on the unwrapped env (see
-            :mod:`graphwm_envs.policies`).
+            :mod:`graphwm_envs.heuristics`).
         seed: the ``reset`` seed.
         rng: the policy's generator (default ``numpy.random.default_rng(seed)``).
         max_steps: stop after this many steps even if the episode has not ended.

@@ -111,7 +111,9 @@ class CFEnv(GraphEnv):
         self._generator = CFGenerator(self.params, shk)
 
     # ------------------------------------------------------------------ hooks
-    def _make_schema(self) -> FeatureSchema:
+    @classmethod
+    def feature_schema(cls, params: CFParams | None = None) -> FeatureSchema:
+        """The feature schema (the same for every ``params``; no env is built)."""
         return FeatureSchema.build(
             node_continuous=["load", "capacity"],
             graph_continuous=["k"],

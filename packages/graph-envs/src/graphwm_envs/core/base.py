@@ -1,6 +1,6 @@
 """Base class of every graph env: the step loop, action checks, masks and clone/restore.
 
-Subclasses implement a small set of hooks (``_make_schema``, ``_make_action_space``,
+Subclasses implement a small set of hooks (``feature_schema``, ``_make_action_space``,
 ``_initial_state``, ``_transition``, ``_node_features``, ``_graph_features``, ``_mask``,
 ``action_to_nodes``) on a mutable state object (a dataclass of numpy arrays). Everything the
 GDD protocol and RL agents need is provided here once:
@@ -124,7 +124,7 @@ class GraphEnv(gym.Env[dict[str, np.ndarray], Any], ABC):
         self.num_nodes = int(num_nodes)
         self.invalid_action = invalid_action
         self.render_mode = render_mode
-        self.schema: FeatureSchema = self._make_schema()
+        self.schema: FeatureSchema = self.feature_schema(getattr(self, "params", None))
         # gymnasium types a Dict space as Space[dict[str, Space]] (its samples are dicts of arrays)
         self.observation_space = build_observation_space(self.schema, self.num_nodes)  # type: ignore[assignment]
         self.action_space = self._make_action_space()
@@ -135,9 +135,13 @@ class GraphEnv(gym.Env[dict[str, np.ndarray], Any], ABC):
         self._render_trace: Any = None  # core.render.EpisodeTrace when rendering
 
     # ------------------------------------------------------------------ hooks
+    @classmethod
     @abstractmethod
-    def _make_schema(self) -> FeatureSchema:
-        """The env's feature schema."""
+    def feature_schema(cls, params: Any = None) -> FeatureSchema:
+        """The feature schema of this env class with ``params`` (the subclass's parameter
+        dataclass; ``None``: its defaults), read without building an env: every instance's
+        :attr:`schema` is ``feature_schema(instance.params)``. The size limits are class
+        attributes too (:data:`MIN_NODES`, :attr:`max_nodes`)."""
 
     @abstractmethod
     def _make_action_space(self) -> spaces.Space:

@@ -105,8 +105,11 @@ class ODEnv(GraphEnv):
         self._generator = ODGenerator(self.params)
 
     # ------------------------------------------------------------------ hooks
-    def _make_schema(self) -> FeatureSchema:
-        p = self.params
+    @classmethod
+    def feature_schema(cls, params: ODParams | None = None) -> FeatureSchema:
+        """The feature schema of an env with ``params`` (default ``ODParams()``): the number
+        of opinions and the k fractions come from them; no env is built."""
+        p = params or ODParams()
         return FeatureSchema.build(
             node_continuous=["vibe"],
             node_categorical={"opinion": p.num_opinions},

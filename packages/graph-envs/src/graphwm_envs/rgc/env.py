@@ -158,8 +158,11 @@ class RGCEnv(GraphEnv):
         self.robustness_samples = robustness_samples
         self.horizon = num_pairs(self.num_nodes)  # H = N(N-1)/2
 
-    def _make_schema(self) -> FeatureSchema:
-        top = tau_max(self.params.budget_fraction, self.max_nodes)
+    @classmethod
+    def feature_schema(cls, params: RGCParams | None = None) -> FeatureSchema:
+        """The feature schema of an env with ``params`` (default ``RGCParams()``): tau's
+        range comes from the budget fraction and :attr:`max_nodes`; no env is built."""
+        top = tau_max((params or RGCParams()).budget_fraction, cls.max_nodes)
         return FeatureSchema.build(
             graph_continuous=["tau", "k"],
             ranges={"tau": (0.0, top), "k": (2.0, 2.0)},

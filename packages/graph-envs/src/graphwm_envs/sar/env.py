@@ -111,7 +111,9 @@ class SAREnv(GraphEnv):
         super().__init__(num_nodes, invalid_action=invalid_action, render_mode=render_mode)
         self._generator = SARGenerator(self.params)
 
-    def _make_schema(self) -> FeatureSchema:
+    @classmethod
+    def feature_schema(cls, params: SARParams | None = None) -> FeatureSchema:
+        """The feature schema (the same for every ``params``; no env is built)."""
         return FeatureSchema.build(
             node_continuous=["stability"],
             node_categorical={"survivor_present": 2, "exit_node": 2, "current_location": 2},

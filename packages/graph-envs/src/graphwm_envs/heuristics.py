@@ -1,4 +1,6 @@
-"""Reference policies and their evaluation: the yardsticks of every graph env.
+"""Heuristic reference policies and their evaluation: the yardsticks of every graph env.
+
+(The SB3 policies of the trained graph agents are another thing: :mod:`graphwm_envs.agents`.)
 
 A policy is any callable ``policy(env, rng) -> action`` on the *unwrapped* env (a
 :class:`~graphwm_envs.core.base.GraphEnv`) and a seeded ``numpy.random.Generator``; every random
@@ -9,7 +11,11 @@ choice (ties included) flows from ``rng``, so a policy is deterministic for a se
   parameters for a margin between a greedy and a random policy, appendix "Environment
   Descriptions"; it does not spell the heuristics out, so ours are documented per env below
   and in ``docs/envs.md``, section "Yardsticks").
-* :func:`evaluate_policy`: mean return and its standard error over seeded episodes.
+* :func:`evaluate_heuristic`: mean return and its **standard error** (not a standard
+  deviation) over seeded episodes; :func:`episode_returns`: the returns themselves.
+  (SB3's ``evaluate_heuristic`` is another function: it evaluates a trained model and returns a
+  standard deviation; :func:`graphwm_envs.agents.evaluate_agent` is this module's counterpart
+  for trained agents.)
 """
 
 from __future__ import annotations
@@ -24,11 +30,19 @@ from gymnasium import spaces
 from scipy.sparse import csr_array
 from scipy.sparse.csgraph import shortest_path
 
-import graphwm_envs  # noqa: F401  (registers the ids for evaluate_policy)
+import graphwm_envs  # noqa: F401  (registers the ids for evaluate_heuristic)
 
 Policy = Callable[[Any, np.random.Generator], Any]
 
-__all__ = ["Policy", "evaluate_policy", "greedy_action", "random_action"]
+__all__ = [
+    "Policy",
+    "episode_returns",
+    "evaluate_heuristic",
+    "greedy_action",
+    "has_greedy_heuristic",
+    "mean_and_standard_error",
+    "random_action",
+]
 
 
 # --------------------------------------------------------------------------- random policy
@@ -92,6 +106,13 @@ def greedy_action(env: Any, rng: np.random.Generator) -> Any:
     if heuristic is None:
         raise TypeError(f"no greedy heuristic for {name}; known: {sorted(_GREEDY)}")
     return heuristic(env, rng)
+
+
+def has_greedy_heuristic(env: Any) -> bool:
+    """Whether :func:`greedy_action` has a heuristic for ``env``: an env, a wrapped env or an
+    env class (no env is built or stepped)."""
+    cls = env if isinstance(env, type) else type(_unwrapped(env))
+    return cls.__name__ in _GREEDY
 
 
 def _argmax_ties(scores: np.ndarray, rng: np.random.Generator, atol: float = 0.0) -> int:
@@ -182,7 +203,7 @@ _GREEDY: dict[str, Callable[[Any, np.random.Generator], Any]] = {
 
 
 # --------------------------------------------------------------------------- evaluation
-def evaluate_policy(
+def evaluate_heuristic(
     env_id: str,
     policy: Policy,
     *,
@@ -190,7 +211,8 @@ def evaluate_policy(
     seed: int = 0,
     **env_kwargs: Any,
 ) -> tuple[float, float]:
-    """Mean undiscounted return of ``policy`` and its standard error over ``episodes`` episodes.
+    """Mean undiscounted return of ``policy`` and its **standard error** (of the mean, not the
+    standard deviation of the returns) over ``episodes`` episodes.
 
     Episode ``e`` starts from ``reset(seed=seed + e)``; the policy's generator is
     ``numpy.random.default_rng(seed)``, shared by the episodes in order. The same ``seed``
@@ -203,11 +225,22 @@ def evaluate_policy(
         episodes: number of episodes (>= 1).
         seed: seed of the first episode and of the policy's generator.
         **env_kwargs: passed to ``gymnasium.make`` (e.g. ``num_nodes=50``).
+
+    Returns:
+        ``(mean, standard error)`` of the episode returns.
     """
     returns = episode_returns(env_id, policy, episodes=episodes, seed=seed, **env_kwargs)
-    mean = float(returns.mean())
-    sem = float(returns.std(ddof=1) / math.sqrt(episodes)) if episodes > 1 else math.nan
-    return mean, sem
+    return mean_and_standard_error(returns)
+
+
+def mean_and_standard_error(returns: Any) -> tuple[float, float]:
+    """``(mean, std(ddof=1) / sqrt(n))`` of ``n`` episode returns (``nan`` error for n = 1)."""
+    values = np.asarray(returns, dtype=np.float64)
+    n = values.size
+    if n == 0:
+        raise ValueError("no returns to average")
+    sem = float(values.std(ddof=1) / math.sqrt(n)) if n > 1 else math.nan
+    return float(values.mean()), sem
 
 
 def episode_returns(
@@ -218,7 +251,7 @@ def episode_returns(
     seed: int = 0,
     **env_kwargs: Any,
 ) -> np.ndarray:
-    """The (episodes,) undiscounted returns behind :func:`evaluate_policy` (same seeding)."""
+    """The (episodes,) undiscounted returns behind :func:`evaluate_heuristic` (same seeding)."""
     if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
         raise ValueError(f"episodes must be a positive int, got {episodes!r}")
     if not callable(policy):

@@ -8,7 +8,12 @@ import graphwm_envs  # noqa: F401
 import gymnasium as gym
 import numpy as np
 import pytest
-from graphwm_envs.policies import episode_returns, evaluate_policy, greedy_action, random_action
+from graphwm_envs.heuristics import (
+    episode_returns,
+    evaluate_heuristic,
+    greedy_action,
+    random_action,
+)
 
 ENV_IDS = ("graphenv/RGC-v0", "graphenv/OD-v0", "graphenv/SAR-v0", "graphenv/CF-v0")
 
@@ -168,23 +173,25 @@ def test_greedy_cf_cuts_a_node_of_highest_degree():
     assert degree[greedy_action(env, np.random.default_rng(0))] == degree.max()
 
 
-def test_evaluate_policy_mean_and_standard_error():
+def test_evaluate_heuristic_mean_and_standard_error():
     returns = episode_returns("graphenv/CF-v0", random_action, episodes=5, seed=7, num_nodes=10)
-    mean, sem = evaluate_policy("graphenv/CF-v0", random_action, episodes=5, seed=7, num_nodes=10)
+    mean, sem = evaluate_heuristic(
+        "graphenv/CF-v0", random_action, episodes=5, seed=7, num_nodes=10
+    )
     assert mean == pytest.approx(returns.mean())
     assert sem == pytest.approx(returns.std(ddof=1) / math.sqrt(5))
     assert sem > 0  # the episodes differ
     again = episode_returns("graphenv/CF-v0", random_action, episodes=5, seed=7, num_nodes=10)
     np.testing.assert_array_equal(returns, again)  # deterministic in the seed
-    single = evaluate_policy("graphenv/OD-v0", random_action, episodes=1, num_nodes=10)
+    single = evaluate_heuristic("graphenv/OD-v0", random_action, episodes=1, num_nodes=10)
     assert math.isnan(single[1])
 
 
-def test_evaluate_policy_rejects_bad_arguments():
+def test_evaluate_heuristic_rejects_bad_arguments():
     with pytest.raises(ValueError, match="episodes"):
-        evaluate_policy("graphenv/OD-v0", random_action, episodes=0)
+        evaluate_heuristic("graphenv/OD-v0", random_action, episodes=0)
     with pytest.raises(TypeError, match="callable"):
-        evaluate_policy("graphenv/OD-v0", "greedy", episodes=1)
+        evaluate_heuristic("graphenv/OD-v0", "greedy", episodes=1)
     with pytest.raises(TypeError, match="no greedy heuristic"):
         greedy_action(gym.make("CartPole-v1"), np.random.default_rng(0))
 

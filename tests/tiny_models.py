@@ -1,4 +1,5 @@
-"""Tiny world models trained in seconds on random-policy episodes (tests, docs, smoke checks).
+"""Tiny world models trained in seconds on random-policy episodes: a helper of the tests
+(``from tiny_models import ...``; ``tests/conftest.py`` puts this folder on ``sys.path``).
 
 Not for experiments: the pipeline's ``train`` stage trains the real models.
 """
@@ -7,14 +8,9 @@ from __future__ import annotations
 
 #: model sizes small enough to train in a second on a CPU
 TINY_OVERRIDES = {
-    "gdm": dict(
-        embed_dim=8,
-        hidden_dim=8,
-        node_latent_groups=2,
-        node_latent_classes=4,
-        graph_latent_groups=2,
-        graph_latent_classes=2,
-    ),
+    # the GDM's node and graph latents: (groups, classes) each
+    "gdm": dict(embed_dim=8, hidden_dim=8, node_latent_groups=2, node_latent_classes=4)
+    | dict(graph_latent_groups=2, graph_latent_classes=2),
     "vanilla-gwm": dict(hidden_dim=8),
     "ea-gwm": dict(hidden_dim=8),
     "g-rssm": dict(embed_dim=8, hidden_dim=8, latent_groups=2, latent_classes=4),
