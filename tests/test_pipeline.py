@@ -36,17 +36,22 @@ def test_tiny_preset_end_to_end(tmp_path, capsys, monkeypatch):
     import graphwm.pipeline
     import graphwm.report.build
 
+    from graphwm.stages.ensemble import train_unit
+
     calls = {"train": 0, "report": 0}
 
-    def counted(name, fn):
+    def counted(name, fn, when=lambda *args: True):
         def wrapper(*args, **kwargs):
-            calls[name] += 1
+            calls[name] += when(*args)
             return fn(*args, **kwargs)
 
         return wrapper
 
+    # the training stage is the executor's run of train_unit jobs
     monkeypatch.setattr(
-        graphwm.pipeline, "run_training_jobs", counted("train", graphwm.pipeline.run_training_jobs)
+        graphwm.pipeline,
+        "run_jobs",
+        counted("train", graphwm.pipeline.run_jobs, lambda fn, *rest: fn is train_unit),
     )
     monkeypatch.setattr(
         graphwm.report.build, "build_report", counted("report", graphwm.report.build.build_report)

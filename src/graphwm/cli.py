@@ -294,10 +294,8 @@ def _run(args: argparse.Namespace) -> int:
 
     from graphwm import pipeline
 
-    preset = _preset(args)  # validated here, once, before any work
-    from graphwm.checks import check_machine
-
-    check_machine(preset)
+    preset = _preset(args)  # validated here, once, before any work (the pipeline's entry
+    # point checks the machine's device and passes the checked preset down as it is)
     run = pipeline.RunPaths(args.out, redo_corrupt=args.redo_corrupt)
     progress = not args.quiet
     if args.command == "reproduce":

@@ -16,17 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from graphwm.checks import check_machine, parse_checked
-from graphwm.config import TRAINER_KEYS, Preset
-from graphwm.pipeline import (
-    RunPaths,
-    _threads,
-    executor_args,
-    run_training_jobs,
-    stage_collect,
-    stage_fit,
-    train_job_for,
-)
+from graphwm.checks import CheckedPreset, check_machine, parse_checked
+from graphwm.config import TRAINER_KEYS
+from graphwm.jobs import executor_args, threads, train_job_for
+from graphwm.pipeline import RunPaths, run_training_jobs, stage_collect, stage_fit
 from graphwm.stages.collect import DataRef
 from graphwm.stages.evaluate import EvalJob, single_step_job
 from graphwm.store.executors import run_jobs
@@ -60,7 +53,7 @@ def run_search(preset, paths: RunPaths, progress: bool = True) -> dict[str, Any]
         return _search(p, grids, paths, progress)
 
 
-def _search(p: Preset, grids: dict, paths: RunPaths, progress: bool) -> dict[str, Any]:
+def _search(p: CheckedPreset, grids: dict, paths: RunPaths, progress: bool) -> dict[str, Any]:
     stage_collect(p, paths, progress)
     stage_fit(p, paths)
     val_sizes = (p.search.val_sizes if p.search else None) or p.collect.val_sizes
@@ -93,7 +86,7 @@ def _search(p: Preset, grids: dict, paths: RunPaths, progress: bool) -> dict[str
                     e.max_episodes,
                     train=job,
                     device=p.device,
-                    threads=_threads(p),
+                    threads=threads(p),
                 )
             )
             eval_owner.append((env, model, tag, point, record.seed))

@@ -1,0 +1,214 @@
+"""The jobs of a checked preset: pure functions of a :class:`~graphwm.checks.CheckedPreset`
+(no work, no I/O, no validation: the preset was checked once, at its entry point, by
+:mod:`graphwm.pipeline` or the CLI, and is passed down as it is).
+
+Each job is content-keyed (:mod:`graphwm.stages`): its key hashes everything that determines
+it, the keys of its inputs included (collected file -> fit -> training job -> evaluation).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from graphwm.checks import CheckedPreset
+from graphwm.stages.collect import DataRef
+from graphwm.stages.curve import curve_jobs_of
+from graphwm.stages.ensemble import ensemble_groups, member_jobs
+from graphwm.stages.evaluate import EvalJob
+from graphwm.stages.fit import FitJob
+from graphwm.stages.train import TrainJob, make_train_job
+from graphwm.store.executors import default_workers
+
+__all__ = [
+    "curve_jobs",
+    "data_refs",
+    "evaluation_jobs",
+    "executor_args",
+    "fit_job",
+    "threads",
+    "train_job_for",
+    "training_jobs",
+    "workers",
+]
+
+
+def workers(preset: CheckedPreset) -> int:
+    """Worker processes of the preset's local executor (0: one per core)."""
+    return preset.workers or default_workers()
+
+
+def threads(preset: CheckedPreset) -> int:
+    """Torch threads per job: one when jobs run side by side, else two."""
+    return 1 if workers(preset) > 1 else 2
+
+
+def executor_args(preset: CheckedPreset, gpu: bool = False) -> dict:
+    """Executor keyword arguments of :func:`graphwm.store.executors.run_jobs` for a preset."""
+    return {
+        "executor": preset.executor,
+        "max_workers": workers(preset),
+        # any CUDA device string ("cuda", "cuda:1", ...) asks Ray for a GPU per job
+        "num_gpus_per_job": 1.0 if gpu and preset.device.split(":")[0] == "cuda" else 0.0,
+    }
+
+
+def data_refs(preset: CheckedPreset, env: str) -> dict[str, list[DataRef]]:
+    """Every collected file of an env, per split (test: test sizes + the multi-step size)."""
+    c = preset.collect
+    test = set(preset.test_sizes(env)) | ({preset.multi_step.size} if preset.multi_step else set())
+    return {
+        "train": [DataRef(env, "train", n, c.train_episodes, True) for n in c.train_sizes],
+        "val": [DataRef(env, "val", n, c.val_episodes, True) for n in c.val_sizes],
+        "test": [DataRef(env, "test", n, c.test_episodes, False) for n in sorted(test)],
+    }
+
+
+def fit_job(preset: CheckedPreset, env: str) -> FitJob:
+    """The bandwidth/scaler fit of an env."""
+    return FitJob(
+        env=env,
+        train_data=tuple(data_refs(preset, env)["train"]),
+        transitions_per_episode=preset.fit.transitions_per_episode,
+        seed=preset.fit.seed,
+    )
+
+
+def train_job_for(
+    preset: CheckedPreset,
+    env: str,
+    model: str,
+    seed: int,
+    model_overrides: Mapping[str, Any] | None = None,
+    train_overrides: Mapping[str, Any] | None = None,
+) -> TrainJob:
+    """The training job of (env, model, seed); extra overrides on top of the preset's."""
+    t = preset.train
+    base = model.split(":", 1)[0]
+    return make_train_job(
+        env,
+        model,
+        seed,
+        fit_job(preset, env),
+        steps=t.steps,
+        epochs=t.epochs,
+        model_overrides={**t.model_overrides.get(base, {}), **(model_overrides or {})},
+        train_overrides={**t.train_overrides, **(train_overrides or {})},
+        device=preset.device,
+        precision=t.precision,
+        compile=t.compile,
+        checkpoint_every=t.checkpoint_every,
+        log_every=t.log_every,
+        tensorboard=t.tensorboard,
+        threads=threads(preset),
+    )
+
+
+def training_jobs(preset: CheckedPreset) -> list[TrainJob]:
+    """Every (env, model, seed) training job, ablations included; with ``train.ensemble``
+    = K > 1 the seeds are keyed as members of ensembles of <= K (preset order, chunked)."""
+    groups = ensemble_groups(preset.seeds, preset.train.ensemble)
+    keep = preset.train.eval_every or None  # the GDD curve's checkpoints (keyed only when kept)
+    return [
+        member
+        for env in preset.envs
+        for model in preset.models_of(env)
+        for group in groups
+        for member in member_jobs(
+            dataclasses.replace(train_job_for(preset, env, model, group[0]), keep_every=keep), group
+        )
+    ]
+
+
+def _test_ref(preset: CheckedPreset, env: str, size: int) -> DataRef:
+    return DataRef(env, "test", size, preset.collect.test_episodes, False)
+
+
+def evaluation_jobs(preset: CheckedPreset) -> list[EvalJob]:
+    """Self-GDD, single-step (models and ablations) and multi-step jobs of a preset."""
+    e, n_threads = preset.evaluate, threads(preset)
+    jobs: list[EvalJob] = []
+    for env in preset.envs:
+        fit = fit_job(preset, env)
+        for size in preset.test_sizes(env):
+            for seed in preset.seeds:
+                jobs.append(
+                    EvalJob(
+                        "self_gdd",
+                        env,
+                        size,
+                        seed,
+                        _test_ref(preset, env, size),
+                        fit,
+                        e.num_samples,
+                        e.reference_transitions,
+                        e.max_episodes,
+                        threads=n_threads,
+                    )
+                )
+    for train in training_jobs(preset):
+        fit = train.fit
+        for size in preset.test_sizes(train.env):
+            jobs.append(
+                EvalJob(
+                    "single_step",
+                    train.env,
+                    size,
+                    train.seed,
+                    _test_ref(preset, train.env, size),
+                    fit,
+                    e.num_samples,
+                    e.reference_transitions,
+                    e.max_episodes,
+                    train=train,
+                    permutations=e.permutations,
+                    alpha=e.alpha,
+                    device=preset.device,
+                    threads=n_threads,
+                )
+            )
+        m = preset.multi_step
+        if m is not None and train.model in preset.models:
+            jobs.append(
+                EvalJob(
+                    "multi_step",
+                    train.env,
+                    m.size,
+                    train.seed,
+                    _test_ref(preset, train.env, m.size),
+                    fit,
+                    m.num_samples,
+                    m.reference_transitions,
+                    m.max_episodes,
+                    horizon=m.horizon,
+                    train=train,
+                    device=preset.device,
+                    threads=n_threads,
+                )
+            )
+    return jobs
+
+
+def curve_jobs(preset: CheckedPreset) -> list[EvalJob]:
+    """The GDD curve's jobs (:mod:`graphwm.stages.curve`): one per checkpoint kept by each
+    training job, on the env's smallest test size and the first ``evaluate.curve_episodes``
+    test episodes; none when ``train.eval_every`` is 0."""
+    if not preset.train.eval_every:
+        return []
+    e = preset.evaluate
+    jobs: list[EvalJob] = []
+    for train in training_jobs(preset):
+        sizes = preset.test_sizes(train.env)
+        if sizes:  # (RGC sizes all above collect.rgc_max_test_size: no evaluation at all)
+            jobs += curve_jobs_of(
+                train,
+                _test_ref(preset, train.env, min(sizes)),
+                train.fit,
+                num_samples=e.num_samples,
+                reference_transitions=e.reference_transitions,
+                episodes=e.curve_episodes,
+                device=preset.device,
+                threads=threads(preset),
+            )
+    return jobs
