@@ -16,13 +16,14 @@ from pathlib import Path
 
 import pytest
 
+from graphwm.checks import parse_checked
+from graphwm.jobs import train_job_for
 from graphwm.pipeline import (
     RunPaths,
     load_preset,
     stage_collect,
     stage_fit,
     stage_train,
-    train_job_for,
     training_jobs,
 )
 from graphwm.stages.ensemble import EnsembleJob, ensemble_groups, training_units
@@ -82,7 +83,7 @@ def test_k1_keys_are_todays_keys():
         assert [j.seed for j in jobs] == [0, 1, 2]
         # train_job_for builds the single job exactly as the pipeline always has
         assert [j.key for j in jobs] == [
-            train_job_for(preset, "SAR", "gdm", s).key for s in (0, 1, 2)
+            train_job_for(parse_checked(preset), "SAR", "gdm", s).key for s in (0, 1, 2)
         ]
         assert all("ensemble" not in j.describe() for j in jobs)
         assert all(not isinstance(u, EnsembleJob) for u in training_units(jobs))

@@ -35,7 +35,6 @@ def _finite_numbers_in(text: str) -> list[float]:
 def test_tiny_preset_end_to_end(tmp_path, capsys, monkeypatch):
     import graphwm.pipeline
     import graphwm.report.build
-
     from graphwm.stages.ensemble import train_unit
 
     calls = {"train": 0, "report": 0}

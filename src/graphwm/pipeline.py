@@ -110,18 +110,6 @@ def fit_job(preset: PresetLike, env: str) -> FitJob:
     return jobs.fit_job(_preset(preset), env)
 
 
-def train_job_for(
-    preset: PresetLike,
-    env: str,
-    model: str,
-    seed: int,
-    model_overrides: Mapping[str, Any] | None = None,
-    train_overrides: Mapping[str, Any] | None = None,
-) -> TrainJob:
-    """The training job of (env, model, seed); extra overrides on top of the preset's."""
-    return jobs.train_job_for(_preset(preset), env, model, seed, model_overrides, train_overrides)
-
-
 def training_jobs(preset: PresetLike) -> list[TrainJob]:
     """Every (env, model, seed) training job, ablations included; with ``train.ensemble``
     = K > 1 the seeds are keyed as members of ensembles of <= K (preset order, chunked)."""

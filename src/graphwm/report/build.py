@@ -9,7 +9,6 @@ rebuilding from the same results gives the same files (see docs/reporting.md, "R
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,15 +26,14 @@ from graphwm.report.tables import (
     to_markdown,
 )
 from graphwm.report.training_logs import TrainingLog, load_training_logs
-from graphwm.store.files import MAX_JSON_BYTES, refuse_links, regular_file
+from graphwm.store.files import refuse_links
 from graphwm.store.paths import listed_files
 from graphwm.store.records import (
     RECORD_TYPES,
     RESULT_KINDS,
     Record,
     ResultsFormatError,
-    check_digest,
-    parse_record,
+    read_record,
 )
 
 __all__ = [
@@ -125,13 +123,7 @@ def load_results(run_dir: Path | str) -> list[dict]:
     records: list[dict] = []
     seen: dict[tuple, Path] = {}
     for path in result_files(run_dir):
-        regular_file(path, MAX_JSON_BYTES)  # a FIFO would block the read forever
-        try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
-            raise ResultsFormatError(f"{path}: not valid JSON ({err})") from None
-        record = _report_view(parse_record(raw, path, KINDS))
-        check_digest(raw, path)
+        record = _report_view(read_record(path, KINDS))
         ident = _identity(record)
         if ident in seen:
             raise ResultsFormatError(

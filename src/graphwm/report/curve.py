@@ -14,7 +14,6 @@ every ``results/curve-*.json``) and writes, per env and model, mean and 95% band
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -38,9 +37,8 @@ from graphwm.report.formatting import format_mean_ci
 from graphwm.report.seed_stats import SeedStats, mean_ci
 from graphwm.report.table import Cell, Row, Table
 from graphwm.report.tables import COMPONENTS, model_display, order_envs, order_models
-from graphwm.store.files import MAX_JSON_BYTES, regular_file
 from graphwm.store.paths import listed_files
-from graphwm.store.records import ResultsFormatError, check_digest, parse_record
+from graphwm.store.records import ResultsFormatError, read_record
 
 __all__ = [
     "CURVE_NAME",
@@ -78,13 +76,7 @@ def load_curve(run_dir: Path | str) -> list[dict]:
     for path in files:
         if not path.name.startswith("curve-"):
             continue  # the fallback lists every result; the curve's are named curve-<digest>
-        regular_file(path, MAX_JSON_BYTES)
-        try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
-            raise ResultsFormatError(f"{path}: not valid JSON ({err})") from None
-        record = parse_record(raw, path, ("curve",)).to_dict()
-        check_digest(raw, path)
+        record = read_record(path, ("curve",)).to_dict()
         ident = (record["env"], record["model"], record["seed"], record["step"])
         if ident in seen:
             raise ResultsFormatError(

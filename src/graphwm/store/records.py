@@ -10,6 +10,7 @@ of :mod:`graphwm.settings` (the one that reads presets; a bad value raises
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
@@ -293,3 +294,25 @@ def check_digest(stored: object, path: Path) -> None:
         raise CorruptFileError(path, "the record carries no digest of its content")
     if stored[DIGEST_KEY] != record_digest(stored):
         raise CorruptFileError(path, "its content differs from its digest (edited?)")
+
+
+def read_record(path: Path, kinds: tuple[str, ...] | None = None) -> Record:
+    """One stored record file, read through its record type (:func:`parse_record`) with its
+    digest checked (:func:`check_digest`); a regular file of bounded size only (a FIFO would
+    block the read forever).
+
+    Raises:
+        ResultsFormatError: not valid JSON, or not a record of ``kinds`` (the message names
+            ``path``).
+        CorruptFileError: not a regular file, too large, or edited after it was written.
+    """
+    from graphwm.store.files import MAX_JSON_BYTES, regular_file
+
+    regular_file(path, MAX_JSON_BYTES)
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
+        raise ResultsFormatError(f"{path}: not valid JSON ({err})") from None
+    record = parse_record(raw, path, kinds)
+    check_digest(raw, path)
+    return record
