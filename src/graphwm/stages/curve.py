@@ -17,6 +17,7 @@ rerun recomputes nothing stored.
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 
 from graphwm.stages.collect import DataRef
@@ -69,15 +70,6 @@ def curve_job(job: EvalJob, run_dir: str | Path) -> CurveRecord:
             f"step {job.step!r}"
         )
     scored = single_step_job(job, run_dir)
-    return CurveRecord(
-        kind="curve",
-        env=scored.env,
-        model=scored.model,
-        seed=scored.seed,
-        size=scored.size,
-        step=job.step,
-        gdd=scored.gdd,
-        components=scored.components,
-        gdd_episodes=scored.gdd_episodes,
-        num_transitions=scored.num_transitions,
-    )
+    # the single-step record's fields that a curve point keeps, plus its step
+    kept = {f.name: getattr(scored, f.name) for f in fields(CurveRecord) if hasattr(scored, f.name)}
+    return CurveRecord(**{**kept, "kind": "curve", "step": job.step})
