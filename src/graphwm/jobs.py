@@ -15,7 +15,7 @@ from typing import Any
 from graphwm.checks import CheckedPreset
 from graphwm.stages.collect import DataRef
 from graphwm.stages.curve import curve_jobs_of
-from graphwm.stages.ensemble import ensemble_groups, member_jobs
+from graphwm.stages.ensemble import EnsembleJob, ensemble_groups, member_jobs, unit_members
 from graphwm.stages.evaluate import EvalJob
 from graphwm.stages.fit import FitJob
 from graphwm.stages.train import TrainJob, make_train_job
@@ -30,6 +30,7 @@ __all__ = [
     "threads",
     "train_job_for",
     "training_jobs",
+    "training_units",
     "workers",
 ]
 
@@ -105,20 +106,28 @@ def train_job_for(
     )
 
 
-def training_jobs(preset: CheckedPreset) -> list[TrainJob]:
-    """Every (env, model, seed) training job, ablations included; with ``train.ensemble``
-    = K > 1 the seeds are keyed as members of ensembles of <= K (preset order, chunked)."""
+def training_units(preset: CheckedPreset) -> list[TrainJob | EnsembleJob]:
+    """The units of training work in one pass from the preset: per (env, model or ablation),
+    the seeds in preset order in groups of at most ``train.ensemble`` = K
+    (:func:`~graphwm.stages.ensemble.ensemble_groups`); a group of one seed is its single
+    :class:`TrainJob`, a larger one an :class:`EnsembleJob` of its members (each keyed as a
+    member of that ensemble)."""
     groups = ensemble_groups(preset.seeds, preset.train.ensemble)
     keep = preset.train.eval_every or None  # the GDD curve's checkpoints (keyed only when kept)
-    return [
-        member
-        for env in preset.envs
-        for model in preset.models_of(env)
-        for group in groups
-        for member in member_jobs(
-            dataclasses.replace(train_job_for(preset, env, model, group[0]), keep_every=keep), group
-        )
-    ]
+    units: list[TrainJob | EnsembleJob] = []
+    for env in preset.envs:
+        for model in preset.models_of(env):
+            for group in groups:
+                job = train_job_for(preset, env, model, group[0])
+                members = member_jobs(dataclasses.replace(job, keep_every=keep), group)
+                units.append(members[0] if len(members) == 1 else EnsembleJob(tuple(members)))
+    return units
+
+
+def training_jobs(preset: CheckedPreset) -> list[TrainJob]:
+    """Every (env, model, seed) training job, ablations included, in the order of
+    :func:`training_units` (an ensemble's members in its seeds' order)."""
+    return [job for unit in training_units(preset) for job in unit_members(unit)]
 
 
 def _test_ref(preset: CheckedPreset, env: str, size: int) -> DataRef:

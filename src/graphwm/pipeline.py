@@ -29,7 +29,7 @@ from graphwm.config import (
 )
 from graphwm.stages.collect import DataRef, collect
 from graphwm.stages.curve import curve_job
-from graphwm.stages.ensemble import train_unit, training_units
+from graphwm.stages.ensemble import EnsembleJob, train_unit, training_units, unit_members
 from graphwm.stages.evaluate import EvalJob, multi_step_job, self_gdd_job, single_step_job
 from graphwm.stages.fit import FitJob, run_fit
 from graphwm.stages.train import TrainJob, verify_trained
@@ -227,11 +227,15 @@ def _fit(p: CheckedPreset, paths: RunPaths) -> dict[str, Path]:
     return {env: run_fit(paths, jobs.fit_job(p, env)) for env in p.envs}
 
 
-def _run_training(
-    p: CheckedPreset, paths: RunPaths, train: list[TrainJob], desc: str, progress: bool
+def _run_units(
+    p: CheckedPreset,
+    paths: RunPaths,
+    units: list[TrainJob | EnsembleJob],
+    desc: str,
+    progress: bool,
 ) -> list[TrainRecord]:
-    units = training_units(train)
-    records = run_jobs(
+    """The records of ``units``' parts (an ensemble's members), in their order."""
+    return run_jobs(
         train_unit,
         units,
         ResultStore(paths.jobs),
@@ -241,6 +245,14 @@ def _run_training(
         verify=lambda record, job: verify_trained(paths.root, record, job),
         **jobs.executor_args(p, gpu=True),
     )
+
+
+def _run_training(
+    p: CheckedPreset, paths: RunPaths, train: list[TrainJob], desc: str, progress: bool
+) -> list[TrainRecord]:
+    # jobs made elsewhere (the search): regrouped into units, records back in their order
+    units = training_units(train)
+    records = _run_units(p, paths, units, desc, progress)
     parts = [part for unit in units for part in parts_of(unit)]
     by_key = dict(zip([part.key for part in parts], records, strict=True))
     return [by_key[job.key] for job in train]
@@ -248,10 +260,11 @@ def _run_training(
 
 def _train(p: CheckedPreset, paths: RunPaths, progress: bool) -> list[TrainRecord]:
     """Collect, fit and train (each reuses what is stored)."""
-    train = jobs.training_jobs(p)
+    units = jobs.training_units(p)  # the preset's seeds in one pass
+    train = [job for unit in units for job in unit_members(unit)]
     _collect(p, paths, progress)
     _fit(p, paths)
-    records = _run_training(p, paths, train, "train", progress)
+    records = _run_units(p, paths, units, "train", progress)
     _update_run_record(
         paths,
         preset=p.name,

@@ -43,7 +43,14 @@ from graphwm.store.checkpoints import recover_latest
 from graphwm.store.files import content_key
 from graphwm.store.records import TrainRecord
 
-__all__ = ["EnsembleJob", "ensemble_groups", "train_ensemble_job", "train_unit", "training_units"]
+__all__ = [
+    "EnsembleJob",
+    "ensemble_groups",
+    "train_ensemble_job",
+    "train_unit",
+    "training_units",
+    "unit_members",
+]
 
 
 def ensemble_groups(seeds: Sequence[int], k: int) -> list[tuple[int, ...]]:
@@ -107,6 +114,11 @@ class EnsembleJob:
 
     def dir(self, run_dir: Path) -> Path:
         return Path(run_dir) / self.reldir
+
+
+def unit_members(unit: TrainJob | EnsembleJob) -> tuple[TrainJob, ...]:
+    """The training jobs of a unit: an ensemble's members, or the single job itself."""
+    return unit.members if isinstance(unit, EnsembleJob) else (unit,)
 
 
 def training_units(jobs: Iterable[TrainJob]) -> list[TrainJob | EnsembleJob]:
