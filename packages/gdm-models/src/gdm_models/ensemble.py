@@ -61,7 +61,7 @@ from tqdm.auto import tqdm
 from .capture import StaticShape
 from .checkpoint import CheckpointError, save_checkpoint
 from .data import EpisodeDataset, EpochSampler
-from .ensemble_engines import LoopEngine, VmapEngine
+from .ensemble_engines import LoopEngine, MemberEngine, VmapEngine
 from .ensemble_loss import member_loss_for
 from .registry import make_model
 from .scaling import FeatureScaler
@@ -87,7 +87,7 @@ __all__ = [
 
 #: ``strategy`` values: "auto" = "vmap" on CUDA (where it pays) in fp32 when the model has a
 #: member loss (:func:`gdm_models.ensemble_loss.member_loss_for`), else "loop"
-STRATEGIES = ("auto", "vmap", "loop")
+STRATEGIES = ("auto", "members", "vmap", "loop")
 ENSEMBLE_FORMAT = "gdm-models-ensemble/1"
 ENSEMBLE_FILE = "ensemble.json"
 
@@ -308,10 +308,14 @@ def train_ensemble(
     )
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
     clip = float("inf") if grad_clip is None else float(grad_clip)
-    if strategy == "vmap":
+    if strategy == "members":
+        engine: MemberEngine | VmapEngine | LoopEngine = MemberEngine(
+            models, lr=lr, clip=clip, autocast=autocast
+        )
+    elif strategy == "vmap":
         assert loss_fn is not None
         static = (device.type == "cuda" and not compile) if capture is None else bool(capture)
-        engine: VmapEngine | LoopEngine = VmapEngine(
+        engine = VmapEngine(
             models, loss_fn, lr=lr, clip=clip, autocast=autocast, compile=compile,
             static_shape=StaticShape.for_dataset(dataset, batch_size, seq_len) if static else None,
         )  # fmt: skip
@@ -457,7 +461,7 @@ def _save_state(
     seeds: list[int],
     alive: list[int],
     failed: Mapping[int, Mapping[str, Any]],
-    engine: VmapEngine | LoopEngine,
+    engine: MemberEngine | VmapEngine | LoopEngine,
     samplers: list[EpochSampler],
     gens: list[torch.Generator],
     member_args: list[dict[str, Any]],

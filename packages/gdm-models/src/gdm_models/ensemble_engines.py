@@ -1,5 +1,14 @@
-"""The two ways :func:`gdm_models.ensemble.train_ensemble` steps K members.
+"""The ways :func:`gdm_models.ensemble.train_ensemble` steps K members.
 
+* :class:`MemberEngine` (the default wherever the model supports it,
+  :attr:`~gdm_models.world_model.WorldModel.supports_members`) - one *member model*
+  (:func:`~gdm_models.member_layers.stack_members`: every layer holds the K members'
+  parameters on a leading axis) runs the K members' batches folded into one batch,
+  member-major; its :meth:`~gdm_models.world_model.WorldModel.member_loss` returns the K
+  losses, and one backward of their sum gives each member its own gradients. Per-member
+  gradient-norm clipping (:func:`clip_grad_norms_`) and one ``torch.optim.Adam`` over the
+  stacked parameters (elementwise, so K Adams) finish the step: about the aten ops of one
+  single step at any K.
 * :class:`VmapEngine` - the members' parameters stacked ([K, ...], ``torch.func``'s
   ``stack_module_state``); one call of ``vmap(grad_and_value(loss))`` computes the K losses
   and gradients (each member's noise drawn eagerly from its own generator at its own batch
@@ -28,10 +37,11 @@ from .capture import GraphRunner, StaticBuffers, StaticShape, configure_adam, ma
 from .compiling import compile_or_eager, default_compile_mode
 from .data import Batch
 from .ensemble_loss import MemberLoss, stack_batches, stack_noise
+from .member_layers import member_state, stack_members
 from .train_step import batch_to_device, enable_model_compile, train_step
 from .world_model import WorldModel
 
-__all__ = ["VmapEngine", "LoopEngine", "clip_grad_norms_"]
+__all__ = ["MemberEngine", "VmapEngine", "LoopEngine", "clip_grad_norms_", "concat_batches"]
 
 Terms = dict[str, torch.Tensor]
 OptState = dict[str, Any]
@@ -46,6 +56,8 @@ def clip_grad_norms_(grads: Sequence[torch.Tensor], max_norm: float) -> torch.Te
     1e-6))``. Returns the K norms before clipping. A member's non-finite norm touches only its
     own gradients (as in ``clip_grad_norm_``, they become non-finite).
     """
+    if not grads:
+        raise ValueError("clip_grad_norms_ needs at least one gradient")
     k = grads[0].shape[0]
     per_param = torch.stack([torch.linalg.vector_norm(g.reshape(k, -1), 2, dim=1) for g in grads])
     norms = torch.linalg.vector_norm(per_param, 2, dim=0)
@@ -53,6 +65,14 @@ def clip_grad_norms_(grads: Sequence[torch.Tensor], max_norm: float) -> torch.Te
     for g in grads:
         g.mul_(coef.reshape(k, *([1] * (g.dim() - 1))))
     return norms
+
+
+def concat_batches(batches: Sequence[Batch], n: int) -> Batch:
+    """Member batches padded to ``n`` nodes and concatenated on the batch axis, member-major
+    (the folded batch of a member model)."""
+    padded = [b.pad_nodes(n) for b in batches]
+    names = Batch.__dataclass_fields__
+    return Batch(**{k: torch.cat([getattr(b, k) for b in padded]) for k in names})
 
 
 def member_opt_state(stacked: Mapping[str, Any], i: int) -> OptState:
@@ -315,6 +335,94 @@ class VmapEngine:
         if self._runner is None:
             return generator
         return self._runner.current(generator)
+
+
+class MemberEngine:
+    """K members as one member model (see the module docstring).
+
+    ``models``: the K member models (same class and config, on one device); they are the
+    members' "shells": :meth:`build` stacks their weights, :meth:`export` writes member k's
+    weights back into ``models[k]``. ``autocast`` wraps the loss as in the single run.
+    """
+
+    name = "members"
+
+    def __init__(
+        self, models: Sequence[WorldModel], *, lr: float, clip: float, autocast: torch.autocast
+    ) -> None:
+        self.models = list(models)
+        if not self.models[0].supports_members:
+            raise TypeError(
+                f"model {self.models[0].model_name!r} ({type(self.models[0]).__name__}) does "
+                "not train as a member model (supports_members is False)"
+            )
+        self.lr, self.clip, self.autocast = lr, clip, autocast
+        self.members: list[int] = []
+        self.model: WorldModel | None = None
+
+    def build(self, members: Sequence[int], opt_states: Mapping[int, OptState] | None) -> None:
+        """Stack the weights of ``members`` (read from their models) into a member model and
+        a fresh Adam over its parameters, loaded with ``opt_states`` (one single-Adam state
+        dict per member, in the single run's parameter order) if given."""
+        self.members = list(members)
+        self.model = None
+        if not self.members:
+            return
+        model = stack_members([self.models[k] for k in self.members])
+        assert isinstance(model, WorldModel)  # a copy of a member
+        self.model = model
+        every = list(model.parameters())  # the single run's Adam spans every parameter
+        self.params = [p for p in every if p.requires_grad]  # clipped
+        self.opt = torch.optim.Adam(every, lr=self.lr)
+        if opt_states is not None:
+            self.opt.load_state_dict(stack_opt_states([opt_states[k] for k in self.members]))
+
+    def export(self, k: int) -> tuple[WorldModel, OptState]:
+        """Member ``k``'s model (its weights written back) and its single-Adam state dict."""
+        assert self.model is not None
+        i = self.members.index(k)
+        model = self.models[k]
+        model.load_state_dict(member_state(self.model, i))
+        return model, member_opt_state(self.opt.state_dict(), i)
+
+    def drop(self, ks: Sequence[int]) -> None:
+        """Stop training members ``ks``: the member model is rebuilt from the others (their
+        numbers continue unchanged)."""
+        keep = [k for k in self.members if k not in ks]
+        states = {k: self.export(k)[1] for k in keep}
+        self.build(keep, states)
+
+    def current_generator(self, generator: torch.Generator) -> torch.Generator:
+        """``generator`` itself (nothing is captured here)."""
+        return generator
+
+    def step(
+        self, batches: Sequence[Batch], gens: Sequence[torch.Generator]
+    ) -> tuple[torch.Tensor, torch.Tensor, Terms]:
+        """One step of every member; ``batches`` (on the CPU) and ``gens`` in member order.
+        Returns the members' losses, gradient norms before clipping and terms, each [K]."""
+        model = self.model
+        assert model is not None and len(batches) == len(self.members)
+        n = max(b.num_nodes for b in batches)
+        batch = batch_to_device(concat_batches(batches, n), model.device)
+        # each member draws its own uniforms from its own generator at its own shape, as its
+        # single run does; then padded and folded member-major like the batch
+        noises = [
+            model.pad_member_noise(model.member_noise(b, g), n)
+            for b, g in zip(batches, gens, strict=True)
+        ]
+        noise = tuple(
+            None if parts[0] is None else torch.cat(list(parts))
+            for parts in zip(*noises, strict=True)
+        )
+        with self.autocast:
+            loss, terms = model.member_loss(batch, noise, len(self.members))
+        self.opt.zero_grad(set_to_none=True)
+        loss.sum().backward()  # member k's parameters get the gradient of loss[k] alone
+        grads = [p.grad for p in self.params if p.grad is not None]
+        norms = clip_grad_norms_(grads, self.clip)
+        self.opt.step()
+        return loss.detach(), norms, terms
 
 
 class LoopEngine:

@@ -296,6 +296,39 @@ class WorldModel(nn.Module, abc.ABC):
         every ``log_every`` steps). ``generator`` drives the model's noise (``None``: seed 0
         for the stochastic models). Compiled after :meth:`enable_compile`."""
 
+    # ------------------------------------------------------------------ ensembles
+    #: whether :meth:`member_loss` is implemented: K seeds of the model then train as one
+    #: member model (:func:`gdm_models.member_layers.stack_members`, the ensemble's default
+    #: engine); a model without it trains its ensembles member by member
+    supports_members: bool = False
+
+    def member_noise(
+        self, batch: Batch, generator: torch.Generator
+    ) -> tuple[torch.Tensor | None, ...]:
+        """The uniforms one training step draws for ``batch`` (the member's own batch, its own
+        node count; only its shapes are read), in the order and shapes of the single run, so
+        that member k draws the single run's numbers. Each tensor has the batch axis first
+        (the ensemble concatenates the members' noise on it). Default: no noise."""
+        return ()
+
+    def pad_member_noise(
+        self, noise: tuple[torch.Tensor | None, ...], num_nodes: int
+    ) -> tuple[torch.Tensor | None, ...]:
+        """``noise`` (:meth:`member_noise`) with its node axes padded to ``num_nodes`` (padded
+        nodes are masked out of every loss term). Default: ``noise``."""
+        return noise
+
+    def member_loss(
+        self, batch: Batch, noise: tuple[torch.Tensor | None, ...], members: int
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """For a member model (:func:`gdm_models.member_layers.stack_members`) of ``members``
+        = K members: the K losses (K,) and the logged terms, each (K,), on ``batch``, the
+        members' batches padded to one node count and concatenated member-major, with
+        ``noise`` the members' :meth:`member_noise` padded and concatenated likewise. Member
+        k's loss is its single run's :meth:`training_loss` (up to float rounding), so the
+        gradient of the sum is each member's own."""
+        raise NotImplementedError(f"{type(self).__name__} does not train as a member model")
+
     # ------------------------------------------------------------------ derived API
     def loss(
         self, batch: Batch, generator: torch.Generator | None = None

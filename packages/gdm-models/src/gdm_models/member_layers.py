@@ -1,0 +1,275 @@
+"""Member-dimension layers: K models with the same architecture as one module (issue 27).
+
+An ensemble of K seeds of one configuration trains as one *member model*
+(:func:`stack_members`): a deep copy of member 0 whose parameterised leaf modules are replaced
+by member versions holding the K members' parameters stacked on a new leading axis ([K, ...]).
+Every tensor of the model's forward pass keeps the members folded into its leading (batch)
+axis, member-major: rows ``[k * B, (k + 1) * B)`` belong to member k. A member layer views its
+input as [K, rows, ...] and applies member k's parameters to member k's rows in one batched
+kernel:
+
+* :class:`MemberLinear` - ``x W_k^T + b_k`` by one ``torch.baddbmm`` (weight [K, out, in]);
+* :class:`MemberLayerNorm` - LayerNorm without affine, then one ``torch.addcmul`` with the
+  per-member gain and bias;
+* :class:`MemberEmbedding` - one lookup in the members' tables laid end to end;
+* :class:`MemberGRUCell` - the GRU cell as explicit products
+  (:func:`~gdm_models.layers.gru_from_gates`) with per-member weights.
+
+The parameter names equal those of the replaced ``torch.nn`` modules, so member k's slice of
+every parameter and buffer (:func:`member_state`) is an ordinary state dict of the single model,
+and a member model's ``parameters()`` lists the parameters in the single model's order (an
+Adam state dict of the member model slices into single-model Adam state dicts). Parameters a
+model holds directly (not in a leaf module above) are stacked as they are; a model that
+supports members (:attr:`~gdm_models.world_model.WorldModel.supports_members`) reads them
+through :func:`member_apply` / :func:`member_matmul`, which leave a single model's computation
+untouched (the same ops on the same tensors, so a single run stays bit-identical).
+
+A tensor reaching a member layer must have the member-major folded batch leading
+(``shape[0] % K == 0`` is checked; a time-major tensor would pass that check with the wrong
+rows, which the ensemble-equals-single-runs tests catch).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .layers import ExplicitGRUCell, gru_from_gates
+
+__all__ = [
+    "MemberLinear",
+    "MemberLayerNorm",
+    "MemberEmbedding",
+    "MemberGRUCell",
+    "stack_members",
+    "member_state",
+    "member_count",
+    "fold_rows",
+    "member_apply",
+    "member_matmul",
+    "member_reduce",
+    "MemberStackError",
+]
+
+
+class MemberStackError(TypeError):
+    """Raised when models cannot be stacked into one member model (the reason is the message)."""
+
+
+def fold_rows(x: torch.Tensor, k: int) -> torch.Tensor:
+    """``x`` (K*R, ...) viewed as (K, R, ...): member k's rows on index k."""
+    if x.shape[0] % k:
+        raise ValueError(
+            f"a member layer of K={k} members got a tensor of shape {tuple(x.shape)}: its "
+            "leading (folded batch) axis is not a multiple of K"
+        )
+    return x.reshape(k, x.shape[0] // k, *x.shape[1:])
+
+
+def _stack(params: Sequence[torch.Tensor]) -> nn.Parameter:
+    return nn.Parameter(torch.stack([p.detach() for p in params]).contiguous())
+
+
+class MemberLinear(nn.Module):
+    """K :class:`torch.nn.Linear` maps: weight [K, out, in], bias [K, out] (or none); input
+    (K*R, ..., in), member-major."""
+
+    def __init__(self, layers: Sequence[nn.Linear]) -> None:
+        super().__init__()
+        self.in_features, self.out_features = layers[0].in_features, layers[0].out_features
+        self.weight = _stack([m.weight for m in layers])
+        self.bias = _stack([m.bias for m in layers]) if layers[0].bias is not None else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        k = self.weight.shape[0]
+        x3 = fold_rows(x, k).reshape(k, -1, self.in_features)
+        w = self.weight.transpose(1, 2)
+        y = torch.bmm(x3, w) if self.bias is None else torch.baddbmm(self.bias[:, None], x3, w)
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+
+class MemberLayerNorm(nn.Module):
+    """K :class:`torch.nn.LayerNorm` over the last axis: the normalisation without affine,
+    then ``bias_k + x * weight_k`` as one ``addcmul``."""
+
+    def __init__(self, layers: Sequence[nn.LayerNorm]) -> None:
+        super().__init__()
+        first = layers[0]
+        if len(first.normalized_shape) != 1 or not first.elementwise_affine:
+            raise MemberStackError("member LayerNorm: one normalised axis with an affine map only")
+        self.normalized_shape = tuple(first.normalized_shape)
+        self.eps = first.eps
+        self.weight = _stack([m.weight for m in layers])
+        self.bias = _stack([m.bias for m in layers])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        k, d = self.weight.shape
+        y = fold_rows(F.layer_norm(x, self.normalized_shape, eps=self.eps), k)
+        y = torch.addcmul(self.bias[:, None], y.reshape(k, -1, d), self.weight[:, None])
+        return y.reshape(x.shape)
+
+
+class MemberEmbedding(nn.Module):
+    """K :class:`torch.nn.Embedding` tables: weight [K, num, dim]; indices (K*R, ...)."""
+
+    def __init__(self, layers: Sequence[nn.Embedding]) -> None:
+        super().__init__()
+        first = layers[0]
+        if first.padding_idx is not None or first.max_norm is not None:
+            raise MemberStackError("member Embedding: no padding_idx or max_norm")
+        self.num_embeddings, self.embedding_dim = first.num_embeddings, first.embedding_dim
+        self.weight = _stack([m.weight for m in layers])
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        k = self.weight.shape[0]
+        offset = torch.arange(k, device=idx.device) * self.num_embeddings
+        flat = fold_rows(idx, k) + offset.view(k, *([1] * idx.dim()))
+        return F.embedding(flat, self.weight.reshape(-1, self.embedding_dim)).reshape(
+            *idx.shape, self.embedding_dim
+        )
+
+
+class MemberGRUCell(nn.Module):
+    """K :class:`torch.nn.GRUCell` as explicit products (:func:`gru_from_gates`): weights
+    [K, 3H, in] and [K, 3H, H], biases [K, 3H]; the same numbers as each member's cell up to
+    float rounding (the fused kernel sums in another order)."""
+
+    def __init__(self, cells: Sequence[nn.GRUCell]) -> None:
+        super().__init__()
+        first = cells[0]
+        if first.bias_ih is None:
+            raise MemberStackError("member GRU cell: a cell with biases only")
+        self.input_size, self.hidden_size = first.input_size, first.hidden_size
+        self.weight_ih = _stack([c.weight_ih for c in cells])
+        self.weight_hh = _stack([c.weight_hh for c in cells])
+        self.bias_ih = _stack([c.bias_ih for c in cells])  # type: ignore[misc]
+        self.bias_hh = _stack([c.bias_hh for c in cells])  # type: ignore[misc]
+
+    def gates(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        """``x W_k^T + b_k`` of member k's rows of ``x`` (K*R, D) -> (K*R, 3H)."""
+        k = weight.shape[0]
+        y = torch.baddbmm(bias[:, None], fold_rows(x, k), weight.transpose(1, 2))
+        return y.reshape(x.shape[0], -1)
+
+    def forward(self, input: torch.Tensor, hx: torch.Tensor | None = None) -> torch.Tensor:
+        if hx is None:
+            hx = input.new_zeros(input.shape[0], self.hidden_size)
+        gi = self.gates(input, self.weight_ih, self.bias_ih)
+        return gru_from_gates(gi, hx, self.gates(hx, self.weight_hh, self.bias_hh))
+
+
+#: leaf module type -> its member version (exact types: a subclass may compute otherwise)
+MEMBER_LAYERS: dict[type[nn.Module], Callable[[Sequence[nn.Module]], nn.Module]] = {
+    nn.Linear: MemberLinear,  # type: ignore[dict-item]
+    nn.LayerNorm: MemberLayerNorm,  # type: ignore[dict-item]
+    nn.Embedding: MemberEmbedding,  # type: ignore[dict-item]
+    nn.GRUCell: MemberGRUCell,  # type: ignore[dict-item]
+    ExplicitGRUCell: MemberGRUCell,  # type: ignore[dict-item]
+}
+
+
+def stack_members(models: Sequence[nn.Module]) -> nn.Module:
+    """One member model of ``models`` (same class and architecture): a deep copy of
+    ``models[0]`` whose leaf modules of :data:`MEMBER_LAYERS` hold the K members' parameters
+    stacked ([K, ...]) and whose other parameters and buffers are stacked likewise. The
+    models are not changed. Its attribute ``member_count`` is K.
+
+    Raises:
+        MemberStackError: when the models differ in structure or a module cannot be stacked.
+    """
+    if not models:
+        raise ValueError("stack_members needs at least one model")
+    names = [n for n, _ in models[0].named_modules()]
+    for m in models[1:]:
+        if [n for n, _ in m.named_modules()] != names or type(m) is not type(models[0]):
+            raise MemberStackError("the members differ in their module structure")
+    out = copy.deepcopy(models[0])
+    out.requires_grad_(False)  # the copies of member 0's tensors are replaced below
+    for name, module in list(out.named_modules()):
+        maker = MEMBER_LAYERS.get(type(module))
+        if maker is not None:
+            layer = maker([m.get_submodule(name) for m in models])
+            parent, _, attr = name.rpartition(".")
+            setattr(out.get_submodule(parent) if parent else out, attr, layer)
+    replaced = {n for n, m in out.named_modules() if type(m) in MEMBER_LAYERS.values()}
+    for name, module in out.named_modules():
+        if name in replaced:
+            continue
+        sources = [m.get_submodule(name) for m in models]
+        for pname, p in list(module.named_parameters(recurse=False)):
+            stacked = _stack([getattr(s, pname) for s in sources])
+            stacked.requires_grad_(p is not None and getattr(sources[0], pname).requires_grad)
+            setattr(module, pname, stacked)
+        for bname, b in list(module.named_buffers(recurse=False)):
+            if b is not None:
+                module.register_buffer(
+                    bname,
+                    torch.stack([getattr(s, bname) for s in sources]).clone(),
+                    persistent=bname not in module._non_persistent_buffers_set,
+                )
+    out.member_count = len(models)  # type: ignore[assignment]
+    return out
+
+
+def member_count(module: nn.Module) -> int:
+    """K of a member model (:func:`stack_members`); 0 for an ordinary model."""
+    return int(getattr(module, "member_count", 0))
+
+
+def member_state(member_model: nn.Module, i: int) -> dict[str, torch.Tensor]:
+    """Member ``i``'s slice of every parameter and buffer: a state dict of the single model."""
+    return {n: v[i].detach().clone() for n, v in member_model.state_dict().items()}
+
+
+def member_apply(
+    op: Callable[..., torch.Tensor], x: torch.Tensor, *params: torch.Tensor, ndim: int
+) -> torch.Tensor:
+    """``op(x, *params)`` for parameters of ``ndim`` axes that broadcast against the trailing
+    axes of ``x``. An ordinary model's parameters (``ndim`` axes) go to ``op`` as they are;
+    member-stacked ones ([K, ...], ``ndim + 1`` axes) meet member k's rows of ``x`` (folded
+    batch leading, member-major). E.g. ``member_apply(lambda x, w, b: x * w + b, x, w, b,
+    ndim=2)``."""
+    if params[0].dim() == ndim:
+        return op(x, *params)
+    k = params[0].shape[0]
+    pad = x.dim() - ndim  # the axes of x before the parameters' (the fold adds one more)
+    xs = fold_rows(x, k)
+    ps = [p.reshape(k, *([1] * pad), *p.shape[1:]) for p in params]
+    y = op(xs, *ps)
+    return y.reshape(-1, *y.shape[2:])
+
+
+def member_matmul(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """``x @ w`` for a matrix parameter ``w`` (in, out): member-stacked ([K, in, out]) it
+    multiplies member k's rows of ``x`` (K*R, ..., in) by ``w[k]`` (one ``bmm``)."""
+    if w.dim() == 2:
+        return x @ w
+    k = w.shape[0]
+    y = torch.bmm(fold_rows(x, k).reshape(k, -1, x.shape[-1]), w)
+    return y.reshape(*x.shape[:-1], w.shape[-1])
+
+
+def member_reduce(x: torch.Tensor, members: int) -> torch.Tensor:
+    """Per-member view of a tensor whose last axis holds the folded items of ``members``
+    members (member-major): (..., K*M) -> (..., K, M); with ``members == 0`` (an ordinary
+    model) ``x`` itself."""
+    if members == 0:
+        return x
+    if x.shape[-1] % members:
+        raise ValueError(f"cannot split an axis of {x.shape[-1]} items into {members} members")
+    return x.reshape(*x.shape[:-1], members, x.shape[-1] // members)
+
+
+def load_members(
+    member_model: nn.Module, states: Mapping[int, Mapping[str, torch.Tensor]], order: Sequence[int]
+) -> None:
+    """Write the single-model ``states`` of the members ``order`` into ``member_model``'s
+    stacked tensors (in that order)."""
+    own = member_model.state_dict()
+    with torch.no_grad():
+        for name, v in own.items():
+            v.copy_(torch.stack([states[k][name] for k in order]))
