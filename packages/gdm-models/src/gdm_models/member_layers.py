@@ -20,9 +20,10 @@ every parameter and buffer (:func:`member_state`) is an ordinary state dict of t
 and a member model's ``parameters()`` lists the parameters in the single model's order (an
 Adam state dict of the member model slices into single-model Adam state dicts). Parameters a
 model holds directly (not in a leaf module above) are stacked as they are; a model that
-supports members (:attr:`~gdm_models.world_model.WorldModel.supports_members`) reads them
-through :func:`member_apply` / :func:`member_matmul`, which leave a single model's computation
-untouched (the same ops on the same tensors, so a single run stays bit-identical).
+supports members (:attr:`~gdm_models.world_model.WorldModel.supports_members`) reads them,
+and any weight it uses outside its module, through :mod:`gdm_models.member_ops`, whose
+functions leave a single model's computation untouched (the same ops on the same tensors, so a
+single run stays bit-identical).
 
 A tensor reaching a member layer must have the member-major folded batch leading
 (``shape[0] % K == 0`` is checked; a time-major tensor would pass that check with the wrong
@@ -32,42 +33,29 @@ rows, which the ensemble-equals-single-runs tests catch).
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from .layers import ExplicitGRUCell, gru_from_gates
+from .member_ops import fold_rows, member_linear
 
 __all__ = [
     "MemberLinear",
     "MemberLayerNorm",
     "MemberEmbedding",
     "MemberGRUCell",
+    "MEMBER_LAYERS",
     "stack_members",
     "member_state",
-    "member_count",
-    "fold_rows",
-    "member_apply",
-    "member_matmul",
-    "member_reduce",
     "MemberStackError",
 ]
 
 
 class MemberStackError(TypeError):
     """Raised when models cannot be stacked into one member model (the reason is the message)."""
-
-
-def fold_rows(x: torch.Tensor, k: int) -> torch.Tensor:
-    """``x`` (K*R, ...) viewed as (K, R, ...): member k's rows on index k."""
-    if x.shape[0] % k:
-        raise ValueError(
-            f"a member layer of K={k} members got a tensor of shape {tuple(x.shape)}: its "
-            "leading (folded batch) axis is not a multiple of K"
-        )
-    return x.reshape(k, x.shape[0] // k, *x.shape[1:])
 
 
 def _stack(params: Sequence[torch.Tensor]) -> nn.Parameter:
@@ -85,11 +73,7 @@ class MemberLinear(nn.Module):
         self.bias = _stack([m.bias for m in layers]) if layers[0].bias is not None else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        k = self.weight.shape[0]
-        x3 = fold_rows(x, k).reshape(k, -1, self.in_features)
-        w = self.weight.transpose(1, 2)
-        y = torch.bmm(x3, w) if self.bias is None else torch.baddbmm(self.bias[:, None], x3, w)
-        return y.reshape(*x.shape[:-1], self.out_features)
+        return member_linear(x, self.weight, self.bias)
 
 
 class MemberLayerNorm(nn.Module):
@@ -215,61 +199,6 @@ def stack_members(models: Sequence[nn.Module]) -> nn.Module:
     return out
 
 
-def member_count(module: nn.Module) -> int:
-    """K of a member model (:func:`stack_members`); 0 for an ordinary model."""
-    return int(getattr(module, "member_count", 0))
-
-
 def member_state(member_model: nn.Module, i: int) -> dict[str, torch.Tensor]:
     """Member ``i``'s slice of every parameter and buffer: a state dict of the single model."""
     return {n: v[i].detach().clone() for n, v in member_model.state_dict().items()}
-
-
-def member_apply(
-    op: Callable[..., torch.Tensor], x: torch.Tensor, *params: torch.Tensor, ndim: int
-) -> torch.Tensor:
-    """``op(x, *params)`` for parameters of ``ndim`` axes that broadcast against the trailing
-    axes of ``x``. An ordinary model's parameters (``ndim`` axes) go to ``op`` as they are;
-    member-stacked ones ([K, ...], ``ndim + 1`` axes) meet member k's rows of ``x`` (folded
-    batch leading, member-major). E.g. ``member_apply(lambda x, w, b: x * w + b, x, w, b,
-    ndim=2)``."""
-    if params[0].dim() == ndim:
-        return op(x, *params)
-    k = params[0].shape[0]
-    pad = x.dim() - ndim  # the axes of x before the parameters' (the fold adds one more)
-    xs = fold_rows(x, k)
-    ps = [p.reshape(k, *([1] * pad), *p.shape[1:]) for p in params]
-    y = op(xs, *ps)
-    return y.reshape(-1, *y.shape[2:])
-
-
-def member_matmul(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """``x @ w`` for a matrix parameter ``w`` (in, out): member-stacked ([K, in, out]) it
-    multiplies member k's rows of ``x`` (K*R, ..., in) by ``w[k]`` (one ``bmm``)."""
-    if w.dim() == 2:
-        return x @ w
-    k = w.shape[0]
-    y = torch.bmm(fold_rows(x, k).reshape(k, -1, x.shape[-1]), w)
-    return y.reshape(*x.shape[:-1], w.shape[-1])
-
-
-def member_reduce(x: torch.Tensor, members: int) -> torch.Tensor:
-    """Per-member view of a tensor whose last axis holds the folded items of ``members``
-    members (member-major): (..., K*M) -> (..., K, M); with ``members == 0`` (an ordinary
-    model) ``x`` itself."""
-    if members == 0:
-        return x
-    if x.shape[-1] % members:
-        raise ValueError(f"cannot split an axis of {x.shape[-1]} items into {members} members")
-    return x.reshape(*x.shape[:-1], members, x.shape[-1] // members)
-
-
-def load_members(
-    member_model: nn.Module, states: Mapping[int, Mapping[str, torch.Tensor]], order: Sequence[int]
-) -> None:
-    """Write the single-model ``states`` of the members ``order`` into ``member_model``'s
-    stacked tensors (in that order)."""
-    own = member_model.state_dict()
-    with torch.no_grad():
-        for name, v in own.items():
-            v.copy_(torch.stack([states[k][name] for k in order]))

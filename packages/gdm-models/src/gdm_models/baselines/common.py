@@ -25,7 +25,7 @@ from torch import nn
 
 from ..layers import one_hot
 from ..losses import NodeMasks, Prediction, masked_mean, pair_mask_of
-from ..member_layers import member_apply
+from ..member_ops import expand_like, member_apply
 from ..scaling import FeatureScaler
 from ..schema import Schema
 
@@ -122,11 +122,6 @@ def masked_node_mean(x: torch.Tensor, node_mask: torch.Tensor) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------- encoders / heads
-def _expand_like(x: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
-    """``e`` (..., dim) expanded to ``x``'s leading axes."""
-    return e.expand(*x.shape[:-1], e.shape[-1])
-
-
 class FeatureSetEncoder(nn.Module):
     """Mean of feature-specific linear embeddings.
 
@@ -159,7 +154,7 @@ class FeatureSetEncoder(nn.Module):
     ) -> torch.Tensor:
         """cont (...,Fc), cat list of (...,K_f), binary (...,Fb) -> (...,dim)."""
         if self.count == 0:  # (member-stacked parameters meet their members' rows)
-            return member_apply(_expand_like, cont, self.empty, ndim=1)
+            return member_apply(expand_like, cont, self.empty, ndim=1)
         scal = cont if binary is None else torch.cat([cont, binary.to(cont.dtype)], dim=-1)
         if scal.shape[-1] != self.num_cont + self.num_binary:
             raise ValueError(

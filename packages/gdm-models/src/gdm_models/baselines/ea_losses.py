@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from ..losses import masked_mean
-from ..member_layers import member_reduce
+from ..member_ops import member_reduce
 
 __all__ = [
     "power_iteration",

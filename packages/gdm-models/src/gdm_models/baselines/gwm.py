@@ -65,7 +65,7 @@ from ..losses import (
     masked_mean,
     prediction_loss,
 )
-from ..member_layers import member_apply, member_matmul, member_reduce
+from ..member_ops import member_apply, member_matmul, member_reduce
 from ..scaling import FeatureScaler
 from ..schema import Schema
 from ..world_model import NP_DTYPES, StepResult, StepState, WorldModel
