@@ -2,17 +2,18 @@
 
 The paper's tables are means and 95% intervals over 10 training seeds. One seed's training
 step leaves a GPU idle (tens of thousands of small kernels), so :func:`train_ensemble` trains
-the K members together (:mod:`gdm_models.ensemble_engines`: ``torch.func.vmap`` over stacked
-parameters, or a per-member loop).
+the K members together (:mod:`gdm_models.ensemble_engines`: one member model whose layers
+hold the K members' parameters on a leading axis, running the members' batches folded into one
+batch; or a per-member loop).
 
 Member k *is* the single run ``train(model_k, dataset, seed=seeds[k], ...)`` of a model built
 as ``torch.manual_seed(seeds[k]); make_model(...)`` (the convention of graphwm's training
 stage): its own initialisation, data sampler stream and model-noise generator (both seeded
 from ``seeds[k]`` as :func:`~gdm_models.trainer.train` seeds them), its own gradient-norm
-clipping and Adam state. With the per-member loop it is the same computation; with vmap the
-same up to float rounding (batched kernels, and batches padded to the ensemble's largest node
-count - padded nodes are masked out of every loss term; each member's noise is drawn at its
-own node count, then padded).
+clipping and Adam state. With the per-member loop it is the same computation; with the member
+engine the same up to float rounding (batched kernels, and batches padded to the ensemble's
+largest node count - padded nodes are masked out of every loss term; each member's noise is
+drawn at its own node count, then padded).
 
 Layout of ``out_dir``::
 
@@ -61,8 +62,7 @@ from tqdm.auto import tqdm
 from .capture import StaticShape
 from .checkpoint import CheckpointError, save_checkpoint
 from .data import EpisodeDataset, EpochSampler
-from .ensemble_engines import LoopEngine, MemberEngine, VmapEngine
-from .ensemble_loss import member_loss_for
+from .ensemble_engines import LoopEngine, MemberEngine
 from .registry import make_model
 from .scaling import FeatureScaler
 from .tensorboard_log import tee_members
@@ -85,9 +85,10 @@ __all__ = [
     "ENSEMBLE_FORMAT",
 ]
 
-#: ``strategy`` values: "auto" = "vmap" on CUDA (where it pays) in fp32 when the model has a
-#: member loss (:func:`gdm_models.ensemble_loss.member_loss_for`), else "loop"
-STRATEGIES = ("auto", "members", "vmap", "loop")
+#: ``strategy`` values: "auto" = "members" for a model that supports it
+#: (:attr:`~gdm_models.world_model.WorldModel.supports_members`) unless ``compile`` is asked
+#: for, else "loop"
+STRATEGIES = ("auto", "members", "loop")
 ENSEMBLE_FORMAT = "gdm-models-ensemble/1"
 ENSEMBLE_FILE = "ensemble.json"
 
@@ -235,17 +236,16 @@ def train_ensemble(
             and ``seed<s>/final/``; ``None`` writes nothing.
         member_logs, member_finals: per-seed CSV log paths / final checkpoint directories.
         resume: continue from ``out_dir/latest`` if present.
-        compile: vmap: the vmapped loss and gradient through ``torch.compile`` (mode
-            "reduce-overhead" = CUDA graphs on CUDA; batches padded to a multiple of the
-            model's ``compile_pad_multiple`` nodes; the numbers stay those of the eager single
-            run). loop: each member's ``enable_compile`` (as ``train(compile=True)``).
-        strategy: "vmap", "loop" or "auto" (:data:`STRATEGIES`: vmap on CUDA for the
-            built-in models in fp32, else the loop). vmap trains in fp32 only.
-        capture: vmap only: batches padded to one static shape, fused Adam, and on CUDA the
-            whole step captured as one CUDA graph (:mod:`gdm_models.capture`). ``None``
-            (default): on CUDA unless ``compile``; ``True`` on a CPU runs the static step
-            eagerly. Member k then equals ``train(..., capture=True)`` of its seed only up
-            to the padded noise (the noise is drawn at the static shape).
+        compile: the loop strategy only: each member's ``enable_compile`` (as
+            ``train(compile=True)``); "auto" then picks the loop.
+        strategy: "members", "loop" or "auto" (:data:`STRATEGIES`): "members" trains the K
+            members as one member model (:class:`~gdm_models.ensemble_engines.MemberEngine`,
+            about the ops of one single step), "loop" one single step per member.
+        capture: members only: batches padded to one static shape, fused Adam, and on CUDA
+            the whole step captured as one CUDA graph (:mod:`gdm_models.capture`). ``None``
+            (default): on CUDA; ``True`` on a CPU runs the static step eagerly. Member k then
+            equals ``train(..., capture=True)`` of its seed (the noise drawn at the static
+            shape, as there), up to float rounding.
         tensorboard_dir: also write each member's logged rows as TensorBoard scalars into
             ``tensorboard_dir/seed<s>/`` (one TensorBoard run per member; see ``train``).
 
@@ -255,6 +255,12 @@ def train_ensemble(
     seeds = _check_seeds(seeds)
     K = len(seeds)
     check_train_args(dataset, steps, epochs, precision, log_every, checkpoint_every)
+    if strategy == "vmap":
+        raise ValueError(
+            "strategy 'vmap' was replaced by 'members' (issue 27: the K members as one model "
+            "with member-dimension layers, the same numbers at a fraction of the ops); use "
+            "strategy='members' or 'auto'"
+        )
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
     device = default_device() if device is None else torch.device(device)
@@ -262,18 +268,19 @@ def train_ensemble(
     for m in models:
         m.to(device)
         m.train()
-    loss_fn = member_loss_for(models[0])
+    stackable = models[0].supports_members
     if strategy == "auto":
-        use_vmap = device.type == "cuda" and loss_fn is not None and precision == "fp32"
-        strategy = "vmap" if use_vmap else "loop"
-    if strategy == "vmap" and precision != "fp32":
-        # bf16 autocast inside vmap(grad) fails in the backward pass (mixed-dtype batching)
-        raise ValueError("strategy 'vmap' trains in fp32 only; use strategy='loop' for bf16")
-    if strategy == "vmap" and loss_fn is None:
+        strategy = "members" if stackable and not compile else "loop"
+    if strategy == "members" and not stackable:
         raise ValueError(
-            f"strategy 'vmap': model {models[0].model_name!r} ({type(models[0]).__name__}) has "
-            "no member loss for torch.func.vmap; use strategy='loop'"
+            f"strategy 'members': model {models[0].model_name!r} ({type(models[0]).__name__}) "
+            "does not train as a member model (supports_members is False); use "
+            "strategy='loop' or 'auto'"
         )
+    if strategy == "members" and compile:
+        raise ValueError("compile is for strategy 'loop'; 'members' runs eager or captured")
+    if strategy == "loop" and capture:
+        raise ValueError("capture is for strategy 'members'")
 
     samplers, gens = [], []
     for s in seeds:
@@ -309,16 +316,11 @@ def train_ensemble(
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
     clip = float("inf") if grad_clip is None else float(grad_clip)
     if strategy == "members":
-        engine: MemberEngine | VmapEngine | LoopEngine = MemberEngine(
-            models, lr=lr, clip=clip, autocast=autocast
+        static = device.type == "cuda" if capture is None else bool(capture)
+        shape = StaticShape.for_dataset(dataset, batch_size, seq_len) if static else None
+        engine: MemberEngine | LoopEngine = MemberEngine(
+            models, lr=lr, clip=clip, autocast=autocast, static_shape=shape
         )
-    elif strategy == "vmap":
-        assert loss_fn is not None
-        static = (device.type == "cuda" and not compile) if capture is None else bool(capture)
-        engine = VmapEngine(
-            models, loss_fn, lr=lr, clip=clip, autocast=autocast, compile=compile,
-            static_shape=StaticShape.for_dataset(dataset, batch_size, seq_len) if static else None,
-        )  # fmt: skip
     else:
         engine = LoopEngine(models, lr=lr, clip=clip, autocast=autocast, compile=compile)
 
@@ -461,7 +463,7 @@ def _save_state(
     seeds: list[int],
     alive: list[int],
     failed: Mapping[int, Mapping[str, Any]],
-    engine: MemberEngine | VmapEngine | LoopEngine,
+    engine: MemberEngine | LoopEngine,
     samplers: list[EpochSampler],
     gens: list[torch.Generator],
     member_args: list[dict[str, Any]],

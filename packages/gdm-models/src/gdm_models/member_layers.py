@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .layers import ExplicitGRUCell, gru_from_gates
+from .layers import gru_from_gates
 from .member_ops import fold_rows, member_linear
 
 __all__ = [
@@ -152,7 +152,6 @@ MEMBER_LAYERS: dict[type[nn.Module], Callable[[Sequence[nn.Module]], nn.Module]]
     nn.LayerNorm: MemberLayerNorm,  # type: ignore[dict-item]
     nn.Embedding: MemberEmbedding,  # type: ignore[dict-item]
     nn.GRUCell: MemberGRUCell,  # type: ignore[dict-item]
-    ExplicitGRUCell: MemberGRUCell,  # type: ignore[dict-item]
 }
 
 

@@ -243,18 +243,11 @@ class AllPairsAttention(nn.Module):
     All heads in one fused ``scaled_dot_product_attention`` call. Queries are split into blocks
     only when the scores of all N queries exceed the memory budget: ``chunk`` query rows if
     ``chunk > 0``, else as many rows as fit in :data:`ATTENTION_BUDGET_BYTES` of the device.
-
-    ``fused = False`` computes the same attention as explicit products,
-    ``softmax(q k^T / sqrt(d) + key_bias) v``: ensemble training sets it on the module it runs
-    under ``torch.func.vmap`` (:class:`gdm_models.ensemble_loss.GRSSMLoss`), because the fused
-    kernels' backward (CUDA) and the CPU kernel have no vmap batching rule, so vmap would run
-    them once per member; the explicit products batch on every device.
     """
 
     def __init__(self, dim: int, heads: int, chunk: int = 0) -> None:
         super().__init__()
         self.heads, self.chunk = heads, chunk
-        self.fused = True
         self.qkv = nn.Linear(dim, 3 * dim)
         self.out = nn.Linear(dim, dim)
 
@@ -277,22 +270,13 @@ class AllPairsAttention(nn.Module):
         H = self.heads
         q, k, v = self.qkv(x).view(B, N, 3, H, D // H).permute(2, 0, 3, 1, 4)
         rows = self.query_block(B, N, x.dtype, x.device)
-        attend = F.scaled_dot_product_attention if self.fused else _explicit_attention
+        attend = F.scaled_dot_product_attention
         if rows >= N:
             o = attend(q, k, v, attn_mask=key_bias)
         else:
             blocks = [q[:, :, s : s + rows] for s in range(0, N, rows)]
             o = torch.cat([attend(b, k, v, attn_mask=key_bias) for b in blocks], dim=2)
         return self.out(o.transpose(1, 2).reshape(B, N, D))
-
-
-def _explicit_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor
-) -> torch.Tensor:
-    """``scaled_dot_product_attention(q, k, v, attn_mask)`` (additive mask, default scale
-    1 / sqrt(head dim)) as explicit products, which ``torch.func.vmap`` batches everywhere."""
-    scores = torch.matmul(q, k.transpose(-2, -1)) * q.shape[-1] ** -0.5 + attn_mask
-    return torch.matmul(torch.softmax(scores, dim=-1), v)
 
 
 def attention_key_bias(node_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
