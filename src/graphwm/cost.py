@@ -163,7 +163,7 @@ def _time_ensemble_ratio(
         eng.build(list(range(n)), None)
         samplers = [EpochSampler(ds, bs, seq_len, seed=s) for s in range(n)]
         gens = [torch.Generator(device=device).manual_seed(s) for s in range(n)]
-        return lambda: eng.step([sm.next_batch() for sm in samplers], gens)
+        return lambda: eng.step(samplers, gens)
 
     single, ensemble = engine(1), engine(k)
     for _ in range(4):  # warm-up, then capture (on CUDA)

@@ -207,16 +207,17 @@ def test_failed_capture_falls_back_with_a_warning(scaler, dataset):
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))
-def test_static_vmap_members_equal_static_single_runs(name, scaler, dataset):
-    """The static ensemble step (vmap, padded batches, noise drawn at the static shape, fused
-    Adam) trains member k exactly as ``train(capture=True)`` trains seed k, up to rounding."""
+def test_static_member_ensemble_equals_static_single_runs(name, scaler, dataset):
+    """The static ensemble step (the member engine, padded batches, noise drawn at the static
+    shape, fused Adam) trains member k as ``train(capture=True)`` trains seed k, up to
+    rounding."""
     from gdm_models import train_ensemble
 
     from .test_ensemble import KW, SEEDS, _assert_close_weights
 
     kw = {**KW, "batch_size": 3}  # 7 episodes: the last batch of an epoch has 1 row (padded)
     res = train_ensemble(
-        name, SEEDS, dataset, scaler=scaler, model_config=CONFIGS[name], strategy="vmap",
+        name, SEEDS, dataset, scaler=scaler, model_config=CONFIGS[name], strategy="members",
         keep_history=True, capture=True, **kw,
     )  # fmt: skip
     for k, seed in enumerate(SEEDS):

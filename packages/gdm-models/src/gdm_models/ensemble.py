@@ -367,8 +367,7 @@ def train_ensemble(
         for step in range(start + 1, total + 1):
             if not alive:
                 break
-            batches = [samplers[k].next_batch() for k in alive]
-            loss, gn, terms = engine.step(batches, [gens[k] for k in alive])
+            loss, gn, terms = engine.step([samplers[k] for k in alive], [gens[k] for k in alive])
             for k in alive:  # a failed capture hands fresh generators in the same state
                 gens[k] = engine.current_generator(gens[k])
             if idx is None:  # the live members' positions, rebuilt when one fails

@@ -26,10 +26,11 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from .capture import GraphRunner, StaticBuffers, StaticShape, configure_adam, make_adam, pad_batch
-from .data import Batch
+from .data import Batch, EpochSampler
 from .member_layers import member_state, stack_members
 from .train_step import batch_to_device, enable_model_compile, train_step
 from .world_model import WorldModel
@@ -68,11 +69,35 @@ def clip_grad_norms_(grads: Sequence[torch.Tensor], max_norm: float) -> torch.Te
 
 
 def concat_batches(batches: Sequence[Batch], n: int) -> Batch:
-    """Member batches padded to ``n`` nodes and concatenated on the batch axis, member-major
-    (the folded batch of a member model)."""
-    padded = [b.pad_nodes(n) for b in batches]
-    names = Batch.__dataclass_fields__
-    return Batch(**{k: torch.cat([getattr(b, k) for b in padded]) for k in names})
+    """Member batches (on the CPU) zero-padded to ``n`` nodes and concatenated on the batch
+    axis, member-major (the folded batch of a member model; padded nodes are masked out as in
+    :meth:`~gdm_models.data.Batch.pad_nodes`). Assembled in numpy: no torch op per member."""
+    out = {}
+    for name in Batch.__dataclass_fields__:
+        parts = [getattr(b, name).numpy() for b in batches]
+        shape = [sum(p.shape[0] for p in parts)]
+        shape += [
+            n if ax in _NODE_AXES[name] else parts[0].shape[ax] for ax in range(1, parts[0].ndim)
+        ]
+        arr = np.zeros(shape, dtype=parts[0].dtype)
+        row = 0
+        for p in parts:
+            arr[(slice(row, row + p.shape[0]), *(slice(0, d) for d in p.shape[1:]))] = p
+            row += p.shape[0]
+        out[name] = torch.from_numpy(arr)
+    return Batch(**out)
+
+
+#: the node axes of each :class:`~gdm_models.data.Batch` field
+_NODE_AXES: dict[str, tuple[int, ...]] = {
+    "adjacency": (2, 3),
+    "node_continuous": (2,),
+    "node_categorical": (2,),
+    "action_mask": (2,),
+    "action_nodes": (2,),
+    "node_mask": (1,),
+}
+_NODE_AXES.update({k: () for k in Batch.__dataclass_fields__ if k not in _NODE_AXES})
 
 
 def member_opt_state(stacked: Mapping[str, Any], i: int) -> OptState:
@@ -201,21 +226,32 @@ class MemberEngine:
 
     # ------------------------------------------------------------------ step
     def step(
-        self, batches: Sequence[Batch], gens: Sequence[torch.Generator]
+        self, samplers: Sequence[EpochSampler], gens: Sequence[torch.Generator]
     ) -> tuple[torch.Tensor, torch.Tensor, Terms]:
-        """One step of every member; ``batches`` (on the CPU) and ``gens`` in member order.
-        Returns the members' losses, gradient norms before clipping and terms, each [K]."""
+        """One step of every member: each draws its next batch from its own sampler (of one
+        dataset) and its noise from its own generator, in member order. Returns the members'
+        losses, gradient norms before clipping and terms, each [K]."""
         model = self.model
-        assert model is not None and len(batches) == len(self.members)
+        assert model is not None and len(samplers) == len(self.members)
+        windows = [s.next_windows() for s in samplers]
+        if len({len(w) for w in windows}) > 1:
+            raise ValueError("the members' batches differ in size (different batch sizes?)")
+        data, seq_len = samplers[0].dataset, samplers[0].seq_len
         if self.static_shape is not None:
-            return self._static_step(batches, gens)
-        n = max(b.num_nodes for b in batches)
-        batch = batch_to_device(concat_batches(batches, n), model.device)
+            return self._static_step([data.make_batch(w, seq_len) for w in windows], gens)
+        # the folded batch: every member's windows in one batch, member-major, padded to the
+        # largest graph (padded nodes are masked out of every loss term)
+        folded = data.make_batch([w for ws in windows for w in ws], seq_len)
+        batch = batch_to_device(folded, self.device)
         # each member draws its own uniforms from its own generator at its own shape, as its
         # single run does; then padded and folded member-major like the batch
+        n = batch.num_nodes
         noises = [
-            model.pad_member_noise(model.member_noise(b, g), n)
-            for b, g in zip(batches, gens, strict=True)
+            model.pad_member_noise(
+                model.member_noise((len(ws), seq_len, max(data.node_counts[e] for e, _ in ws)), g),
+                n,
+            )
+            for ws, g in zip(windows, gens, strict=True)
         ]
         self.opt.zero_grad(set_to_none=True)
         return self._update(batch, noises)
@@ -269,10 +305,9 @@ class MemberEngine:
         assert self.model is not None and self.static_shape is not None
         assert self._runner is not None  # the body runs inside it
         batch = self._static.batch
-        b = self.static_shape.batch_size
-        # every member's batch has the static shape: member 0's rows give the noise shapes
-        first = Batch(**{k: getattr(batch, k)[:b] for k in Batch.__dataclass_fields__})
-        noises = [self.model.member_noise(first, g) for g in self._runner.generators]
+        b = self.static_shape.batch_size  # every member's batch has the static shape
+        shape = (b, self.static_shape.seq_len, self.static_shape.num_nodes)
+        noises = [self.model.member_noise(shape, g) for g in self._runner.generators]
         return self._update(batch, noises)
 
 
@@ -319,13 +354,14 @@ class LoopEngine:
         return generator
 
     def step(
-        self, batches: Sequence[Batch], gens: Sequence[torch.Generator]
+        self, samplers: Sequence[EpochSampler], gens: Sequence[torch.Generator]
     ) -> tuple[torch.Tensor, torch.Tensor, Terms]:
-        """One :func:`~gdm_models.train_step.train_step` per member; results stacked [K]."""
+        """One :func:`~gdm_models.train_step.train_step` per member on its sampler's next
+        batch; results stacked [K]."""
         out = []
-        for k, b, g in zip(self.members, batches, gens, strict=True):
+        for k, s, g in zip(self.members, samplers, gens, strict=True):
             m = self.models[k]
-            batch = batch_to_device(b, m.device)
+            batch = batch_to_device(s.next_batch(), m.device)
             out.append(
                 train_step(m, self.opts[k], self.params[k], batch, g, self.clip, self.autocast)
             )

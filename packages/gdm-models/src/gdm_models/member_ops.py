@@ -30,14 +30,20 @@ __all__ = [
 ]
 
 
-def fold_rows(x: torch.Tensor, k: int) -> torch.Tensor:
-    """``x`` (K*R, ...) viewed as (K, R, ...): member k's rows on index k."""
+def fold_rows(x: torch.Tensor, k: int, *rest: int) -> torch.Tensor:
+    """``x`` (K*R, ...) viewed as (K, R, ...) (or as (K, *rest) when ``rest`` is given):
+    member k's rows on index k. A view when ``x`` is contiguous (one op)."""
     if x.shape[0] % k:
         raise ValueError(
             f"a member layer of K={k} members got a tensor of shape {tuple(x.shape)}: its "
             "leading (folded batch) axis is not a multiple of K"
         )
-    return x.reshape(k, x.shape[0] // k, *x.shape[1:])
+    shape = (k, *rest) if rest else (k, x.shape[0] // k, *x.shape[1:])
+    return x.view(shape) if x.is_contiguous() else x.reshape(shape)
+
+
+def _flat(y: torch.Tensor, *shape: int) -> torch.Tensor:
+    return y.view(shape) if y.is_contiguous() else y.reshape(shape)
 
 
 def member_count(module: nn.Module) -> int:
@@ -80,10 +86,10 @@ def member_linear(
     if weight.dim() == 2:
         return F.linear(x, weight, bias)
     k, out, d = weight.shape
-    x3 = fold_rows(x, k).reshape(k, -1, d)
+    x3 = fold_rows(x, k, -1, d)
     w = weight.transpose(1, 2)
-    y = torch.bmm(x3, w) if bias is None else torch.baddbmm(bias[:, None], x3, w)
-    return y.reshape(*x.shape[:-1], out)
+    y = torch.bmm(x3, w) if bias is None else torch.baddbmm(bias.unsqueeze(1), x3, w)
+    return _flat(y, *x.shape[:-1], out)
 
 
 def member_mm(
@@ -94,10 +100,10 @@ def member_mm(
     rows by ``weight_t[k]`` (one ``bmm`` / ``baddbmm``)."""
     if weight_t.dim() == 2:
         return torch.mm(x, weight_t) if bias is None else torch.addmm(bias, x, weight_t)
-    k = weight_t.shape[0]
-    x3 = fold_rows(x, k)
-    y = torch.bmm(x3, weight_t) if bias is None else torch.baddbmm(bias[:, None], x3, weight_t)
-    return y.reshape(x.shape[0], -1)
+    k, d, out = weight_t.shape
+    x3 = fold_rows(x, k, -1, d)
+    y = torch.bmm(x3, weight_t) if bias is None else torch.baddbmm(bias.unsqueeze(1), x3, weight_t)
+    return _flat(y, x.shape[0], out)
 
 
 def member_addmm(rows: torch.Tensor, x: torch.Tensor, weight_t: torch.Tensor) -> torch.Tensor:
@@ -105,9 +111,9 @@ def member_addmm(rows: torch.Tensor, x: torch.Tensor, weight_t: torch.Tensor) ->
     folded batch; member-stacked ``weight_t`` [K, in, out]: one ``baddbmm``."""
     if weight_t.dim() == 2:
         return torch.addmm(rows, x, weight_t)
-    k = weight_t.shape[0]
-    y = torch.baddbmm(fold_rows(rows, k), fold_rows(x, k), weight_t)
-    return y.reshape(rows.shape)
+    k, d, out = weight_t.shape
+    y = torch.baddbmm(fold_rows(rows, k, -1, out), fold_rows(x, k, -1, d), weight_t)
+    return _flat(y, *rows.shape)
 
 
 def expand_rows(bias: torch.Tensor, rows: int) -> torch.Tensor:
@@ -116,7 +122,7 @@ def expand_rows(bias: torch.Tensor, rows: int) -> torch.Tensor:
     if bias.dim() == 1:
         return bias.expand(rows, bias.shape[0])
     k, out = bias.shape
-    return bias[:, None].expand(k, rows // k, out).reshape(rows, out)
+    return bias.unsqueeze(1).expand(k, rows // k, out).reshape(rows, out)
 
 
 def member_matmul(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -125,8 +131,8 @@ def member_matmul(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     if w.dim() == 2:
         return x @ w
     k = w.shape[0]
-    y = torch.bmm(fold_rows(x, k).reshape(k, -1, x.shape[-1]), w)
-    return y.reshape(*x.shape[:-1], w.shape[-1])
+    y = torch.bmm(fold_rows(x, k, -1, x.shape[-1]), w)
+    return _flat(y, *x.shape[:-1], w.shape[-1])
 
 
 def member_reduce(x: torch.Tensor, members: int) -> torch.Tensor:

@@ -303,12 +303,13 @@ class WorldModel(nn.Module, abc.ABC):
     supports_members: bool = False
 
     def member_noise(
-        self, batch: Batch, generator: torch.Generator
+        self, shape: tuple[int, int, int], generator: torch.Generator
     ) -> tuple[torch.Tensor | None, ...]:
-        """The uniforms one training step draws for ``batch`` (the member's own batch, its own
-        node count; only its shapes are read), in the order and shapes of the single run, so
-        that member k draws the single run's numbers. Each tensor has the batch axis first
-        (the ensemble concatenates the members' noise on it). Default: no noise."""
+        """The uniforms one training step draws for a batch of ``shape`` = (B, L, N) (the
+        member's own batch and node count), in the order and shapes of the single run, so that
+        member k draws the single run's numbers (on the generator's device). Each tensor has
+        the batch axis first (the ensemble concatenates the members' noise on it). Default: no
+        noise."""
         return ()
 
     def pad_member_noise(

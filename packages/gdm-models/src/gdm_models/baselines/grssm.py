@@ -591,15 +591,15 @@ class GRSSM(WorldModel):
     supports_members = True
 
     def member_noise(
-        self, batch: Batch, generator: torch.Generator
+        self, shape: tuple[int, int, int], generator: torch.Generator
     ) -> tuple[torch.Tensor | None, ...]:
-        """The posterior uniforms of all steps as :meth:`training_loss` draws them,
-        (L+1, B, N, groups, classes), returned batch first (B, L+1, ...)."""
+        """The posterior uniforms of all steps as :meth:`training_loss` draws them for a
+        (B, L, N) batch, (L+1, B, N, groups, classes), returned batch first (B, L+1, ...)."""
         c = self.config
-        shape = (batch.seq_len + 1, batch.batch_size, batch.num_nodes)
-        shape += (c.latent_groups, c.latent_classes)
-        dev, dt = generator.device, batch.node_continuous.dtype
-        return (torch.rand(shape, generator=generator, device=dev, dtype=dt).transpose(0, 1),)
+        b, seq_len, n = shape
+        size = (seq_len + 1, b, n, c.latent_groups, c.latent_classes)
+        u = torch.rand(size, generator=generator, device=generator.device, dtype=torch.float32)
+        return (u.transpose(0, 1),)
 
     def pad_member_noise(
         self, noise: tuple[torch.Tensor | None, ...], num_nodes: int

@@ -101,12 +101,11 @@ class GDM(GDMCell):
     supports_members = True
 
     def member_noise(
-        self, batch: Batch, generator: torch.Generator
+        self, shape: tuple[int, int, int], generator: torch.Generator
     ) -> tuple[torch.Tensor | None, ...]:
         """The window's uniforms (:data:`SEQUENCE_NOISE` order) as :meth:`training_loss`
-        draws them for ``batch`` from ``generator``."""
-        noise = Noise(generator, generator.device)
-        u = draw_sequence_noise(self, noise, batch.batch_size, batch.seq_len, batch.num_nodes)
+        draws them for a (B, L, N) batch from ``generator``."""
+        u = draw_sequence_noise(self, Noise(generator, generator.device), *shape)
         return tuple(u[k] for k in SEQUENCE_NOISE)
 
     def pad_member_noise(
