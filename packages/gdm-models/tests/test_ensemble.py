@@ -74,9 +74,10 @@ def test_member_engine_members_equal_single_runs(name, scaler, dataset):
     assert res.strategy == "members" and [m.seed for m in res] == SEEDS
     for k, seed in enumerate(SEEDS):
         single, sres = _single(name, seed, scaler, dataset)
-        got = [r["loss"] for r in res[k].history]
-        want = [r["loss"] for r in sres.history]
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        for col in ("loss", "grad_norm"):  # the losses and the gradients (their norms)
+            got = [r[col] for r in res[k].history]
+            want = [r[col] for r in sres.history]
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=col)
         assert set(res[k].history[0]) == set(sres.history[0])  # the same logged columns
         _assert_close_weights(name, res.models[k], single)
     # the members are different experiments (own initialisation, data and noise)
@@ -199,6 +200,48 @@ def test_member_state_is_a_single_run_checkpoint(scaler, dataset, tmp_path):
     assert r.resumed_from == 2
     single, _ = _single("gdm", 5, scaler, dataset, steps=4)
     assert all(torch.equal(v, m.state_dict()[k]) for k, v in single.state_dict().items())
+
+
+def test_member_checkpoints_are_single_model_checkpoints(scaler, dataset, tmp_path):
+    """The member engine's outputs are ordinary single-model files: a member's final
+    checkpoint loads on its own as a model with the member's weights, and its latest/seed<s>
+    resumes a single train() run, which ends where the single run ends (up to rounding)."""
+    args = dict(scaler=scaler, model_config=TINY, checkpoint_every=2, **{**KW, "steps": 2})
+    res = train_ensemble("gdm", SEEDS, dataset, out_dir=tmp_path / "ens", **args)
+    assert res.strategy == "members"
+    for k in range(len(SEEDS)):
+        final = load_checkpoint(res[k].final_checkpoint)
+        assert type(final) is type(res.models[k])
+        for key, v in res.models[k].state_dict().items():
+            assert torch.equal(v, final.state_dict()[key]), key
+    (tmp_path / "one").mkdir()
+    shutil.copytree(tmp_path / "ens" / "latest" / "seed5", tmp_path / "one" / "latest")
+    torch.manual_seed(123)
+    m = make_model("gdm", SYNTHETIC_SCHEMA, scaler, **TINY)
+    r = train(m, dataset, seed=5, checkpoint_dir=tmp_path / "one", **{**KW, "steps": 4})
+    assert r.resumed_from == 2
+    single, _ = _single("gdm", 5, scaler, dataset, steps=4)
+    _assert_close_weights("gdm", m, single, atol=1e-5)
+
+
+def test_a_loop_state_resumes_with_the_member_engine(scaler, dataset, tmp_path):
+    """latest/ written per member as before (the loop engine writes today's format) resumes
+    with the member engine, and the other way round: the members end as the uninterrupted
+    runs do (up to rounding)."""
+    args = dict(scaler=scaler, model_config=TINY, checkpoint_every=2, keep_history=True,
+                **{**KW, "steps": 4})  # fmt: skip
+    ref = train_ensemble("gdm", SEEDS, dataset, strategy="loop", out_dir=tmp_path / "ref", **args)
+    for first, then in (("loop", "members"), ("members", "loop")):
+        run = tmp_path / first
+        train_ensemble("gdm", SEEDS, dataset, strategy=first, out_dir=run, **{**args, "steps": 2})
+        res = train_ensemble("gdm", SEEDS, dataset, strategy=then, out_dir=run, **args)
+        assert res.resumed_from == 2 and res.strategy == then
+        for a, b in zip(ref, res, strict=True):
+            np.testing.assert_allclose(
+                [r["loss"] for r in a.history[2:]], [r["loss"] for r in b.history], rtol=1e-5
+            )
+        for a, b in zip(ref.models, res.models, strict=True):
+            _assert_close_weights("gdm", a, b, atol=1e-5)
 
 
 def test_per_member_clipping_is_clip_grad_norm(scaler):
