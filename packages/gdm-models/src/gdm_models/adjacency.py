@@ -205,15 +205,14 @@ class EdgeUpdateMLP(nn.Module):
         per_graph = max(1, n * n * self.hidden)
         budget = block_elems if block_elems > 0 else _budget(DENSE_BLOCK_BYTES, h.device)
         k = max(1, budget // per_graph)
-        if k >= b:
+        # a member model (K members folded into b, member-major): a block takes the same k
+        # graphs of every member (K times the bytes, the single run's number of blocks), so it
+        # stays member-major ([K, k] graphs folded)
+        members = self.b1.shape[0] if self.b1.dim() == 2 else 0
+        per_member = b // members if members else b
+        if k >= per_member:
             return self._dense_block(h, g, a_prev)
         ckpt = torch.is_grad_enabled() and b * per_graph > _budget(DENSE_CHECKPOINT_BYTES, h.device)
-        # a member model (K members folded into b, member-major): each block takes the same
-        # graphs of every member, so it stays member-major ([K, graphs] folded)
-        members = self.b1.shape[0] if self.b1.dim() == 2 else 0
-        if members:
-            k = max(1, k // members)
-        per_member = b // members if members else b
         parts = []
         for s in range(0, per_member, k):
             if members:

@@ -130,8 +130,8 @@ class MemberGRUCell(nn.Module):
         self.input_size, self.hidden_size = first.input_size, first.hidden_size
         self.weight_ih = _stack([c.weight_ih for c in cells])
         self.weight_hh = _stack([c.weight_hh for c in cells])
-        self.bias_ih = _stack([c.bias_ih for c in cells])  # type: ignore[misc]
-        self.bias_hh = _stack([c.bias_hh for c in cells])  # type: ignore[misc]
+        self.bias_ih = _stack([c.bias_ih for c in cells])
+        self.bias_hh = _stack([c.bias_hh for c in cells])
 
     def gates(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
         """``x W_k^T + b_k`` of member k's rows of ``x`` (K*R, D) -> (K*R, 3H)."""

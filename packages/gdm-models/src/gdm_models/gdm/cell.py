@@ -238,14 +238,14 @@ def _gate_parts(cell: nn.GRUCell) -> list[tuple[torch.Tensor, torch.Tensor | Non
     return [(w[0], b[0]), (w[1], b[1])]
 
 
-def _first_layer(mlp: MLP, sizes: list[int]) -> tuple[tuple[torch.Tensor, ...], nn.Module]:
+def _first_layer(mlp: MLP, sizes: list[int]) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
     """The first linear map of a one-hidden-layer MLP on a concatenated input: its weight's
-    column blocks of the parts ``sizes`` (views of the parameter) and the layer itself."""
+    column blocks of the parts ``sizes`` (views of the parameter) and its bias."""
     first = mlp.net[0]
     assert len(mlp.net) == 4  # Linear, LayerNorm, SiLU, Linear (or their member versions)
-    weight = first.weight
-    assert isinstance(weight, torch.Tensor)
-    return weight.split(sizes, -1), first
+    weight, bias = first.weight, first.bias
+    assert isinstance(weight, torch.Tensor) and isinstance(bias, torch.Tensor)
+    return weight.split(sizes, -1), bias
 
 
 def _last_t(mlp: MLP) -> tuple[torch.Tensor, torch.Tensor]:
@@ -792,8 +792,8 @@ class GDMCell(WorldModel):
         g_zn = _steps(gumbel_from_uniform(u_zn), 2)
         ar_n = torch.arange(cn, device=dev)
         uniforms: dict[tuple[torch.dtype, int], torch.Tensor] = {}  # 1/C for the unimix
-        qn_w, qn_first = _first_layer(self.post_n.mlp, [H, self.zg_dim, E])
-        pre_qn = _steps(member_linear(e_v, qn_w[2], qn_first.bias), 1)
+        qn_w, qn_b = _first_layer(self.post_n.mlp, [H, self.zg_dim, E])
+        pre_qn = _steps(member_linear(e_v, qn_w[2], qn_b), 1)
         qn_m, qn_last = qn_w[0].transpose(-1, -2), _last_t(self.post_n.mlp)
         mp_w = self._mp_weights(H)
         # each state is multiplied once by the stacked weights of every map that reads it
@@ -804,8 +804,8 @@ class GDMCell(WorldModel):
             hn_parts.append((mp_w[0][0], mp_w[0][3]))  # [W | W_root]^T, [0 | b_root]
         hn_parts += _gate_parts(gru_n)  # (r, z) and n blocks, no split in the loop
         if c.h_plus:
-            hn_w, hn_first = _first_layer(self.post_h_n, [H, E, E])
-            pre = member_linear(e_v, hn_w[1], hn_first.bias)
+            hn_w, hn_b = _first_layer(self.post_h_n, [H, E, E])
+            pre = member_linear(e_v, hn_w[1], hn_b)
             pre = pre + member_linear(e_g, hn_w[2])[:, :, None]
             pre_hn = _steps(pre, 1)
             hn_h, hn_last = hn_w[0].transpose(-1, -2), _last_t(self.post_h_n)
@@ -817,8 +817,8 @@ class GDMCell(WorldModel):
             assert u_zg is not None  # drawn whenever there is a graph state
             g_zg = _steps(gumbel_from_uniform(u_zg), 2)
             ar_g = torch.arange(cg, device=dev)
-            qg_w, qg_first = _first_layer(self.post_g.mlp, [H, H, E])
-            pre_qg = _steps(member_linear(e_g, qg_w[2], qg_first.bias), 1)
+            qg_w, qg_b = _first_layer(self.post_g.mlp, [H, H, E])
+            pre_qg = _steps(member_linear(e_g, qg_w[2], qg_b), 1)
             qg_last = _last_t(self.post_g.mlp)
             hn_parts.append((qg_w[1].transpose(-1, -2), None))
             # h_g^+ -> [q_g | message-passing layer 0 | GRU_g's hidden gates of the next step]
@@ -826,13 +826,14 @@ class GDMCell(WorldModel):
             hg_parts += [(mp_w[0][1], None)] if mp_w else []
             hg_prod = _stacked([*hg_parts, *_gate_parts(gru_g)])
             # z_g^+ -> [message-passing layer 0 | q_n | GRU_g's input gates of the next step]
-            zg_parts = [(mp_w[0][2], None)] if mp_w else []
+            zg_parts: list[tuple[torch.Tensor, torch.Tensor | None]] = []
+            zg_parts += [(mp_w[0][2], None)] if mp_w else []
             zg_parts += [(qn_w[1].transpose(-1, -2), None), (w_ih_g[0].transpose(-1, -2), None)]
             zg_prod = _stacked(zg_parts)
             if c.h_plus:
-                hg_w, hg_first = _first_layer(self.post_h_g, [H, E, E])
+                hg_w, hg_b = _first_layer(self.post_h_g, [H, E, E])
                 e_v_pool = masked_mean(e_v, nmf[:, None, :, None], 2)
-                pre = member_linear(e_g, hg_w[1], hg_first.bias)
+                pre = member_linear(e_g, hg_w[1], hg_b)
                 pre = pre + member_linear(e_v_pool, hg_w[2])
                 pre_hg = _steps(pre, 1)
                 hg_h, hg_last = hg_w[0].transpose(-1, -2), _last_t(self.post_h_g)
