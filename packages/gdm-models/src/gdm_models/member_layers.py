@@ -94,7 +94,7 @@ class MemberLayerNorm(nn.Module):
         y = fold_rows(F.layer_norm(x, self.normalized_shape, eps=self.eps), k, -1, d)
         # a product and a sum (fewer ops in the backward pass than one addcmul)
         y = y * self.weight.unsqueeze(1) + self.bias.unsqueeze(1)
-        return y.view(x.shape)
+        return y if y.shape == x.shape else y.view(x.shape)
 
 
 class MemberEmbedding(nn.Module):

@@ -38,12 +38,21 @@ def fold_rows(x: torch.Tensor, k: int, *rest: int) -> torch.Tensor:
             f"a member layer of K={k} members got a tensor of shape {tuple(x.shape)}: its "
             "leading (folded batch) axis is not a multiple of K"
         )
+    if rest and x.dim() == len(rest) + 1 and x.shape[0] == k and x.shape[-1] == rest[-1]:
+        return x  # already (K, rows, ...) (a member loop's 3-d state): no view
     shape = (k, *rest) if rest else (k, x.shape[0] // k, *x.shape[1:])
     return x.view(shape) if x.is_contiguous() else x.reshape(shape)
 
 
 def _flat(y: torch.Tensor, *shape: int) -> torch.Tensor:
+    if tuple(y.shape) == shape:
+        return y
     return y.view(shape) if y.is_contiguous() else y.reshape(shape)
+
+
+def _bias3(bias: torch.Tensor) -> torch.Tensor:
+    """A member bias [K, out] as [K, 1, out] (given so, e.g. once before a loop: as it is)."""
+    return bias if bias.dim() == 3 else bias.unsqueeze(1)
 
 
 def member_count(module: nn.Module) -> int:
@@ -88,7 +97,7 @@ def member_linear(
     k, out, d = weight.shape
     x3 = fold_rows(x, k, -1, d)
     w = weight.transpose(1, 2)
-    y = torch.bmm(x3, w) if bias is None else torch.baddbmm(bias.unsqueeze(1), x3, w)
+    y = torch.bmm(x3, w) if bias is None else torch.baddbmm(_bias3(bias), x3, w)
     return _flat(y, *x.shape[:-1], out)
 
 
@@ -96,19 +105,21 @@ def member_mm(
     x: torch.Tensor, weight_t: torch.Tensor, bias: torch.Tensor | None = None
 ) -> torch.Tensor:
     """``x @ weight_t (+ bias)`` for 2-d ``x`` (rows, in) and a transposed weight (in, out):
-    ``torch.mm`` / ``torch.addmm``; member-stacked ([K, in, out], bias [K, out]) member k's
-    rows by ``weight_t[k]`` (one ``bmm`` / ``baddbmm``)."""
+    ``torch.mm`` / ``torch.addmm``; member-stacked ([K, in, out], bias [K, out] or [K, 1, out])
+    member k's rows by ``weight_t[k]`` (one ``bmm`` / ``baddbmm``; ``x`` may also be given as
+    (K, rows, in), then so is the result)."""
     if weight_t.dim() == 2:
         return torch.mm(x, weight_t) if bias is None else torch.addmm(bias, x, weight_t)
     k, d, out = weight_t.shape
     x3 = fold_rows(x, k, -1, d)
-    y = torch.bmm(x3, weight_t) if bias is None else torch.baddbmm(bias.unsqueeze(1), x3, weight_t)
-    return _flat(y, x.shape[0], out)
+    y = torch.bmm(x3, weight_t) if bias is None else torch.baddbmm(_bias3(bias), x3, weight_t)
+    return _flat(y, *x.shape[:-1], out)
 
 
 def member_addmm(rows: torch.Tensor, x: torch.Tensor, weight_t: torch.Tensor) -> torch.Tensor:
     """``rows + x @ weight_t`` (``torch.addmm``) with ``rows`` a (rows, out) tensor of the
-    folded batch; member-stacked ``weight_t`` [K, in, out]: one ``baddbmm``."""
+    folded batch; member-stacked ``weight_t`` [K, in, out]: one ``baddbmm`` (``rows`` and
+    ``x`` may also be given as (K, rows, ...), then so is the result)."""
     if weight_t.dim() == 2:
         return torch.addmm(rows, x, weight_t)
     k, d, out = weight_t.shape
@@ -116,13 +127,17 @@ def member_addmm(rows: torch.Tensor, x: torch.Tensor, weight_t: torch.Tensor) ->
     return _flat(y, *rows.shape)
 
 
-def expand_rows(bias: torch.Tensor, rows: int) -> torch.Tensor:
-    """A bias (out,) expanded to (rows, out); member-stacked ([K, out]) each member's bias to
-    its rows of the folded batch."""
+def expand_rows(bias: torch.Tensor, rows: int | tuple[int, ...]) -> torch.Tensor:
+    """A bias (out,) expanded to (rows, out) (``rows`` an int or a 1-tuple); member-stacked
+    ([K, out]) each member's bias to its rows of the folded batch, (K*R, out) for an int, or
+    (K, R, out) without a copy for ``rows`` = (K, R)."""
+    lead = (rows,) if isinstance(rows, int) else tuple(rows)
     if bias.dim() == 1:
-        return bias.expand(rows, bias.shape[0])
+        return bias.expand(*lead, bias.shape[0])
     k, out = bias.shape
-    return bias.unsqueeze(1).expand(k, rows // k, out).reshape(rows, out)
+    if len(lead) == 2:
+        return bias.unsqueeze(1).expand(k, lead[1], out)
+    return bias.unsqueeze(1).expand(k, lead[0] // k, out).reshape(lead[0], out)
 
 
 def member_matmul(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
