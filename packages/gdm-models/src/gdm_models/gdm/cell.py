@@ -930,9 +930,7 @@ class GDMCell(WorldModel):
             x = member_addmm(pre_qn[t], m, qn_m)
             if c.graph_state:
                 x = _block_addmm(x, bcast_mat, zg_y[-2])
-            q_n = _unimix(
-                _mlp_tail(qn_norm, x, qn_last).view(*rows_n, gn, cn), c.unimix, uniforms
-            )
+            q_n = _unimix(_mlp_tail(qn_norm, x, qn_last).view(*rows_n, gn, cn), c.unimix, uniforms)
             z_n_p = _onehot_st(q_n, g_zn[t], ar_n).view(*rows_n, self.zn_dim)
             h_n, h_g = h_n_p, h_g_p
             if t + 1 < T:
