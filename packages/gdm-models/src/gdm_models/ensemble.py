@@ -57,7 +57,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from .capture import StaticShape
 from .checkpoint import CheckpointError, save_checkpoint
@@ -72,8 +71,9 @@ from .train_state import (
     verify_trainer_state,
     write_trainer_state,
 )
-from .train_step import check_train_args, default_device, host_row, run_seeds
-from .trainer import CsvLog, TrainResult
+from .train_step import check_train_args, default_device, run_seeds
+from .trainer import CsvLog
+from .training_loop import TrainResult, run_loop
 from .world_model import WorldModel
 
 __all__ = [
@@ -241,11 +241,12 @@ def train_ensemble(
         strategy: "members", "loop" or "auto" (:data:`STRATEGIES`): "members" trains the K
             members as one member model (:class:`~gdm_models.ensemble_engines.MemberEngine`,
             about the ops of one single step), "loop" one single step per member.
-        capture: members only: batches padded to one static shape, fused Adam, and on CUDA
-            the whole step captured as one CUDA graph (:mod:`gdm_models.capture`). ``None``
-            (default): on CUDA; ``True`` on a CPU runs the static step eagerly. Member k then
-            equals ``train(..., capture=True)`` of its seed (the noise drawn at the static
-            shape, as there), up to float rounding.
+        capture: batches padded to one static shape, fused Adam, and on CUDA the whole
+            step captured as one CUDA graph (:mod:`gdm_models.capture`). ``None`` (default):
+            on CUDA unless ``compile``; ``True`` on a CPU runs the static step eagerly. Member
+            k then equals ``train(..., capture=True)`` of its seed (the noise drawn at the
+            static shape, as there): bit for bit with the loop, up to float rounding with the
+            member engine.
         tensorboard_dir: also write each member's logged rows as TensorBoard scalars into
             ``tensorboard_dir/seed<s>/`` (one TensorBoard run per member; see ``train``).
 
@@ -279,8 +280,6 @@ def train_ensemble(
         )
     if strategy == "members" and compile:
         raise ValueError("compile is for strategy 'loop'; 'members' runs eager or captured")
-    if strategy == "loop" and capture:
-        raise ValueError("capture is for strategy 'members'")
 
     samplers, gens = [], []
     for s in seeds:
@@ -315,14 +314,18 @@ def train_ensemble(
     )
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
     clip = float("inf") if grad_clip is None else float(grad_clip)
+    # the static (captured) step: on CUDA unless compile, as train()'s
+    static = (device.type == "cuda" and not compile) if capture is None else bool(capture)
+    shape = StaticShape.for_dataset(dataset, batch_size, seq_len) if static else None
     if strategy == "members":
-        static = device.type == "cuda" if capture is None else bool(capture)
-        shape = StaticShape.for_dataset(dataset, batch_size, seq_len) if static else None
         engine: MemberEngine | LoopEngine = MemberEngine(
             models, lr=lr, clip=clip, autocast=autocast, static_shape=shape
         )
     else:
-        engine = LoopEngine(models, lr=lr, clip=clip, autocast=autocast, compile=compile)
+        engine = LoopEngine(
+            models, lr=lr, clip=clip, autocast=autocast, compile=compile, static_shape=shape,
+            static_dtype=torch.bfloat16 if precision == "bf16" else None,
+        )  # fmt: skip
 
     # ---- resume
     start = 0
@@ -357,66 +360,24 @@ def train_ensemble(
         [f"seed{s}" for s in seeds],
         start,
     )
-    bar = tqdm(
-        total=total, initial=start, disable=not progress, desc=f"train x{K}", dynamic_ncols=True
-    )
-    nonfinite = torch.zeros(K, dtype=torch.bool, device=device)
-    first_unchecked = start + 1
-    idx: torch.Tensor | None = None
-    try:
-        for step in range(start + 1, total + 1):
-            if not alive:
-                break
-            loss, gn, terms = engine.step([samplers[k] for k in alive], [gens[k] for k in alive])
-            for k in alive:  # a failed capture hands fresh generators in the same state
-                gens[k] = engine.current_generator(gens[k])
-            if idx is None:  # the live members' positions, rebuilt when one fails
-                idx = torch.tensor(alive, device=device)
-            nonfinite[idx] |= ~torch.isfinite(loss)
-            for k in alive:
-                results[k].steps = step
-            do_log = step % log_every == 0 or step == total
-            do_ckpt = root is not None and (step % checkpoint_every == 0 or step == total)
-            if not (do_log or do_ckpt):
-                bar.update(1)
-                continue
-            rows = _host_rows(step, loss, gn, terms, nonfinite[idx])
-            newly_failed = []
-            for k, (row, bad) in zip(alive, rows, strict=True):
-                if bad:
-                    msg = (
-                        f"seed {seeds[k]}: non-finite loss between steps {first_unchecked} "
-                        f"and {step} (last loss {row['loss']}, terms {row})"
-                    )
-                    failed[k] = {"step": step, "error": msg}
-                    results[k].error = FloatingPointError(msg)
-                    results[k].failed_step = step
-                    newly_failed.append(k)
-                    continue
-                if do_log:
-                    results[k].last_terms = row
-                    if keep_history:
-                        results[k].history.append(row)
-                    if csvs is not None:
-                        csvs[k].write(row)
-            first_unchecked = step + 1
-            if newly_failed:
-                engine.drop(newly_failed)
-                alive = [k for k in alive if k not in newly_failed]
-                idx = None
-            if do_log and progress and alive:
-                bar.set_postfix(loss=f"{sum(r['loss'] for r, _ in rows) / len(rows):.4g}")
-            bar.update(1)
-            if do_ckpt and root is not None:
-                if csvs is not None:
-                    for c in csvs:
-                        c.flush()
-                _save_state(root, step, seeds, alive, failed, engine, samplers, gens, member_args)
-    finally:
-        bar.close()
-        if csvs is not None:
-            for c in csvs:
-                c.close()
+
+    def on_failure(k: int, step: int, msg: str) -> None:
+        failed[k] = {"step": step, "error": msg}
+        results[k].error = FloatingPointError(msg)
+        results[k].failed_step = step
+
+    def save(step: int, alive: list[int]) -> None:
+        assert root is not None
+        _save_state(root, step, seeds, alive, failed, engine, samplers, gens, member_args)
+
+    alive = run_loop(
+        engine, samplers, gens, results, alive,
+        start=start, total=total, log_every=log_every,
+        checkpoint_every=checkpoint_every if root is not None else None,
+        save=save if root is not None else None, logs=csvs, keep_history=keep_history,
+        progress=progress, desc=f"train x{K}", on_failure=on_failure,
+        labels=[f"seed {s}: " for s in seeds], device=device,
+    )  # fmt: skip
     if finals is not None:
         for k in alive:
             model_k, _ = engine.export(k)
@@ -433,27 +394,6 @@ def train_ensemble(
         strategy=strategy,
         models=models,
     )
-
-
-def _host_rows(
-    step: int,
-    loss: torch.Tensor,
-    gn: torch.Tensor,
-    terms: Mapping[str, torch.Tensor],
-    bad: torch.Tensor,
-) -> list[tuple[dict[str, float], bool]]:
-    """Per-member log rows (train()'s columns) and non-finite flags, one device transfer."""
-    keys = list(terms)
-    stacked = torch.stack(
-        [loss.detach().float(), gn.detach().float(), bad.float()]
-        + [terms[k].detach().float() for k in keys]
-    ).cpu()
-    out = []
-    for i in range(stacked.shape[1]):
-        col = stacked[:, i]
-        row = host_row(step, col[0], col[1], dict(zip(keys, col[3:], strict=True)))
-        out.append((row, bool(col[2])))
-    return out
 
 
 def _save_state(

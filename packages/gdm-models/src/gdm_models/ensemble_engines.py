@@ -29,7 +29,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from .capture import GraphRunner, StaticBuffers, StaticShape, configure_adam, make_adam, pad_batch
+from .capture import (
+    GraphRunner,
+    StaticBuffers,
+    StaticShape,
+    StaticTrainStep,
+    configure_adam,
+    make_adam,
+    pad_batch,
+)
 from .data import Batch, EpochSampler
 from .member_layers import member_state, stack_members
 from .train_step import batch_to_device, enable_model_compile, train_step
@@ -312,7 +320,13 @@ class MemberEngine:
 
 
 class LoopEngine:
-    """K ordinary models and K Adams, stepped one after the other (the single run's step)."""
+    """K ordinary models and K Adams, stepped one after the other: the single run's step
+    (:func:`~gdm_models.train_step.train_step`; a single run is this engine with K = 1).
+
+    ``static_shape``: each member's step is a :class:`~gdm_models.capture.StaticTrainStep`
+    (batches padded to that shape, fused Adam, one CUDA graph on CUDA), with bf16 autocast when
+    ``static_dtype`` is ``torch.bfloat16``. ``compile``: each model's ``enable_compile``.
+    """
 
     name = "loop"
 
@@ -324,12 +338,24 @@ class LoopEngine:
         clip: float,
         autocast: torch.autocast,
         compile: bool = False,
+        static_shape: StaticShape | None = None,
+        static_dtype: torch.dtype | None = None,
     ) -> None:
+        if static_shape is not None and compile:
+            raise ValueError("capture and compile are alternatives: ask for one of them")
         self.models = list(models)
         self.clip, self.autocast = clip, autocast
-        self.opts = [torch.optim.Adam(m.parameters(), lr=lr) for m in self.models]
+        self.static_shape, self.static_dtype = static_shape, static_dtype
+        self.device = self.models[0].device
+        # Adam over every parameter, as the single run's: its state dict indexes them all
+        every = [list(m.parameters()) for m in self.models]
+        self.opts = [
+            make_adam(e, lr, self.device) if static_shape else torch.optim.Adam(e, lr=lr)
+            for e in every
+        ]
         self.params = [[p for p in m.parameters() if p.requires_grad] for m in self.models]
         self.members: list[int] = []
+        self._static: dict[int, StaticTrainStep] = {}
         if compile:
             for m in self.models:
                 enable_model_compile(m)
@@ -337,9 +363,13 @@ class LoopEngine:
     def build(self, members: Sequence[int], opt_states: Mapping[int, OptState] | None) -> None:
         """Train ``members`` (their weights are their models'); load ``opt_states`` if given."""
         self.members = list(members)
+        static = self.static_shape is not None
         for k in self.members:
             if opt_states is not None:
                 self.opts[k].load_state_dict(opt_states[k])
+                # the saved state may come from the other step implementation
+                cuda = self.device.type == "cuda"
+                configure_adam(self.opts[k], fused=static, capturable=static and cuda)
 
     def export(self, k: int) -> tuple[WorldModel, OptState]:
         """Member ``k``'s model and its Adam state dict."""
@@ -350,17 +380,36 @@ class LoopEngine:
         self.members = [k for k in self.members if k not in ks]
 
     def current_generator(self, generator: torch.Generator) -> torch.Generator:
-        """``generator`` itself (nothing is captured here)."""
+        """The generator that now stands for ``generator`` (after a failed capture a fresh one
+        in the same state; else ``generator`` itself)."""
+        for st in self._static.values():
+            current = st.runner.current(generator)
+            if current is not generator:
+                return current
         return generator
+
+    def _static_step(self, k: int, generator: torch.Generator) -> StaticTrainStep:
+        """Member ``k``'s static step, made at its first call with its generator."""
+        assert self.static_shape is not None
+        st = self._static.get(k)
+        if st is None or st.generator is not generator:
+            st = self._static[k] = StaticTrainStep(
+                self.models[k], self.opts[k], self.params[k], generator, self.clip,
+                self.static_shape, autocast_dtype=self.static_dtype,
+            )  # fmt: skip
+        return st
 
     def step(
         self, samplers: Sequence[EpochSampler], gens: Sequence[torch.Generator]
     ) -> tuple[torch.Tensor, torch.Tensor, Terms]:
-        """One :func:`~gdm_models.train_step.train_step` per member on its sampler's next
-        batch; results stacked [K]."""
+        """One :func:`~gdm_models.train_step.train_step` (or static step) per member on its
+        sampler's next batch; results stacked [K]."""
         out = []
         for k, s, g in zip(self.members, samplers, gens, strict=True):
             m = self.models[k]
+            if self.static_shape is not None:
+                out.append(self._static_step(k, g)(s.next_batch()))
+                continue
             batch = batch_to_device(s.next_batch(), m.device)
             out.append(
                 train_step(m, self.opts[k], self.params[k], batch, g, self.clip, self.autocast)

@@ -202,7 +202,8 @@ def _loop_norm(norm: nn.Module) -> Any:
     assert isinstance(weight, torch.Tensor) and isinstance(bias, torch.Tensor)
     if weight.dim() == 1:
         return norm
-    shape, eps, w3, b3 = (weight.shape[-1],), norm.eps, weight.unsqueeze(1), bias.unsqueeze(1)
+    shape, eps = (weight.shape[-1],), float(getattr(norm, "eps", 1e-5))
+    w3, b3 = weight.unsqueeze(1), bias.unsqueeze(1)
     return lambda x: F.layer_norm(x, shape, eps=eps) * w3 + b3
 
 
@@ -873,7 +874,7 @@ class GDMCell(WorldModel):
         hn_prod = _loop_bias(_stacked(hn_parts))
         # per layer (W_h, b, W_hg, W_zg, its LayerNorm) for the loop
         mp_loop = [
-            (*_loop_bias((w[0], w[3], w[1], w[2])), _loop_norm(layer.norm))
+            (*_loop_bias((w[0], w[3], w[1], w[2])), _loop_norm(layer.get_submodule("norm")))
             for w, layer in zip(mp_w, self.mp.layers, strict=True)
         ]
         norm_n = _loop_norm(self.gru_n.norm)
@@ -894,7 +895,7 @@ class GDMCell(WorldModel):
         for t in range(T):
             # 1. h^- = LN(GRU([z, a] | h)): the gates' action parts were computed above
             h_n_m = norm_n(gru_from_split_gates(gi_nz, h_n, *gh_n))
-            if c.graph_state:
+            if norm_g is not None:
                 h_g_m = norm_g(gru_from_split_gates(gi_gz, h_g, *gh_g))
             # 2. h^+ = h^- + sigmoid(g) * dh, [dh || g] = MLP+(h^-, e_v, e_g)
             h_n_p, h_g_p = h_n_m, h_g_m
