@@ -104,11 +104,12 @@ def test_loop_members_are_bit_identical_to_single_runs(scaler, dataset, tmp_path
             assert list(csv.DictReader(f)) == list(csv.DictReader(g))
 
 
-def _poisoned(scaler, bad_seed, poison):
-    """Factory: the tiny GDM; the member built under ``bad_seed`` gets ``poison`` applied."""
+def _poisoned(scaler, bad_seed, poison, name="gdm"):
+    """Factory: the tiny model ``name``; the member built under ``bad_seed`` gets ``poison``
+    applied."""
 
     def factory():
-        m = make_model("gdm", SYNTHETIC_SCHEMA, scaler, **TINY)
+        m = make_model(name, SYNTHETIC_SCHEMA, scaler, **CONFIGS[name])
         if torch.initial_seed() == bad_seed:
             with torch.no_grad():
                 poison(m)
@@ -117,11 +118,12 @@ def _poisoned(scaler, bad_seed, poison):
     return factory
 
 
-def test_nan_member_fails_alone(scaler, dataset, tmp_path):
+@pytest.mark.parametrize("name", ["gdm", "vanilla-gwm", "g-rssm"])
+def test_nan_member_fails_alone(name, scaler, dataset, tmp_path):
     def nan(m):
         m.node_heads.cont.weight[0, 0] = float("nan")
 
-    factory = _poisoned(scaler, 5, nan)
+    factory = _poisoned(scaler, 5, nan, name)
     res = train_ensemble(factory, SEEDS, dataset, strategy="members", keep_history=True,
                          out_dir=tmp_path, checkpoint_every=1, **KW)  # fmt: skip
     bad = res[1]
@@ -134,11 +136,11 @@ def test_nan_member_fails_alone(scaler, dataset, tmp_path):
         train(factory(), dataset, seed=5, **KW)
     for k in (0, 2):
         assert res[k].ok
-        single, sres = _single("gdm", SEEDS[k], scaler, dataset)
+        single, sres = _single(name, SEEDS[k], scaler, dataset)
         np.testing.assert_allclose(
             [r["loss"] for r in res[k].history], [r["loss"] for r in sres.history], rtol=1e-5
         )
-        _assert_close_weights("gdm", res.models[k], single)
+        _assert_close_weights(name, res.models[k], single)
     assert len(res.failed) == 1
 
 
@@ -416,3 +418,32 @@ def test_member_paths_for_a_pipeline(scaler, dataset, tmp_path):
         assert all(torch.equal(v, res.models[k].state_dict()[n]) for n, v in m.state_dict().items())
     assert (tmp_path / "ens" / "latest" / "ensemble.json").is_file()
     assert not (tmp_path / "ens" / f"seed{SEEDS[0]}").exists()
+
+
+def test_a_model_without_member_support_trains_with_the_loop(scaler, dataset):
+    """The ensemble code asks the model (``supports_members``), not its type: a model that
+    does not support member models trains member by member under "auto", and "members" is
+    refused naming why."""
+
+    def factory():
+        m = make_model("vanilla-gwm", SYNTHETIC_SCHEMA, scaler, **CONFIGS["vanilla-gwm"])
+        m.supports_members = False  # as a model registered by another package
+        return m
+
+    res = train_ensemble(factory, SEEDS[:2], dataset, keep_history=True, **KW)
+    assert res.strategy == "loop" and all(m.ok for m in res)
+    with pytest.raises(ValueError, match="supports_members"):
+        train_ensemble(factory, SEEDS[:2], dataset, strategy="members", **KW)
+
+
+def test_captured_loop_members_are_bit_identical_to_captured_single_runs(scaler, dataset):
+    """One loop: the loop engine's static step for K members is train(capture=True) of each
+    seed, bit for bit (on the CPU the static step runs eagerly)."""
+    kw = {**KW, "batch_size": 3}
+    res = train_ensemble("gdm", SEEDS, dataset, scaler=scaler, model_config=TINY,
+                         strategy="loop", capture=True, keep_history=True, **kw)  # fmt: skip
+    for k, seed in enumerate(SEEDS):
+        single, sres = _single("gdm", seed, scaler, dataset, capture=True, batch_size=3)
+        assert res[k].history == sres.history
+        for key, v in single.state_dict().items():
+            assert torch.equal(v, res.models[k].state_dict()[key]), key
