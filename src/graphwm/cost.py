@@ -9,7 +9,8 @@ O(N^2) cost of the pairwise terms. It multiplies these by the preset's job count
 With ``train.ensemble = K`` > 1 the seeds of a configuration train in ensembles of <= K
 (:func:`graphwm.stages.ensemble.ensemble_groups`); the estimate then also measures one ensemble
 step of each group size k on the device, as ``gdm_models.train_ensemble`` runs it ("auto":
-vmap on CUDA in fp32, else the per-member loop), as a ratio r(k) to the single step, and
+the member engine, captured on CUDA, for models that support it, else the per-member loop),
+as a ratio r(k) to the single step, and
 training costs ``s/step x steps x sum over groups of r(k)``.
 """
 

@@ -328,6 +328,9 @@ def bench(
     single_counts: dict[str, int] = {}
     for kind in kinds:
         for k in ks:
+            if kind == "loop+compile" and k > 2:  # K compilations of minutes each
+                print(f"[{name}] {kind:>12} K={k:2d}: skipped (compiles each member)", flush=True)
+                continue
             members = _models(name, k, scaler, dev)
             if kind.startswith("members"):
                 static = StaticShape.for_dataset(ds, B, L) if kind.endswith("capture") else None
