@@ -31,7 +31,12 @@ Subclass :class:`WorldModel` and
 
 * draw all randomness from the ``generator`` argument (a ``torch.Generator`` on the model's
   device; :meth:`WorldModel.make_generator` turns ``None``/an int seed into one);
-* never assume a GPU: use ``self.device`` for new tensors.
+* never assume a GPU: use ``self.device`` for new tensors;
+* optionally, for ensembles trained as one member model (K seeds with member-dimension
+  layers, :mod:`gdm_models.member_layers`): set ``supports_members = True`` and implement
+  :meth:`WorldModel.member_noise`, :meth:`WorldModel.pad_member_noise` and
+  :meth:`WorldModel.member_loss` (per-member means; weights used outside their module read
+  through :mod:`gdm_models.member_ops`). Without them ensembles train member by member.
 
 Batched stepping (what DreamerV3's ``obs_step`` / ``img_step`` are to its RSSM)
 ------------------------------------------------------------------------------
