@@ -58,7 +58,9 @@ class MemberStackError(TypeError):
 
 
 def _stack(params: Sequence[torch.Tensor]) -> nn.Parameter:
-    return nn.Parameter(torch.stack([p.detach() for p in params]).contiguous())
+    """The members' parameters stacked on a new leading axis (trainable as the first one)."""
+    stacked = torch.stack([p.detach() for p in params]).contiguous()
+    return nn.Parameter(stacked, requires_grad=params[0].requires_grad)
 
 
 class MemberLinear(nn.Module):
@@ -169,7 +171,6 @@ def stack_members(models: Sequence[nn.Module]) -> nn.Module:
         if [n for n, _ in m.named_modules()] != names or type(m) is not type(models[0]):
             raise MemberStackError("the members differ in their module structure")
     out = copy.deepcopy(models[0])
-    out.requires_grad_(False)  # the copies of member 0's tensors are replaced below
     for name, module in list(out.named_modules()):
         maker = MEMBER_LAYERS.get(type(module))
         if maker is not None:
@@ -181,10 +182,8 @@ def stack_members(models: Sequence[nn.Module]) -> nn.Module:
         if name in replaced:
             continue
         sources = [m.get_submodule(name) for m in models]
-        for pname, p in list(module.named_parameters(recurse=False)):
-            stacked = _stack([getattr(s, pname) for s in sources])
-            stacked.requires_grad_(p is not None and getattr(sources[0], pname).requires_grad)
-            setattr(module, pname, stacked)
+        for pname, _ in list(module.named_parameters(recurse=False)):
+            setattr(module, pname, _stack([getattr(s, pname) for s in sources]))
         for bname, b in list(module.named_buffers(recurse=False)):
             if b is not None:
                 module.register_buffer(
