@@ -46,8 +46,8 @@ core)
     # 1. every model: the eager single step against the captured one (one CUDA graph: forward,
     #    backward, clipping, fused Adam), warm-up + capture time; the floor of an ensemble
     #    step (one model on K x B windows against B, eager and captured); then r(3), r(10):
-    #    the captured vmap ensemble step against the captured single step, and the eager vmap
-    #    one against the eager single step; aten ops and CUDA kernels per step;
+    #    the captured member-engine ensemble step against the captured single step, and the
+    #    eager one against the eager single step; aten ops and CUDA kernels per step;
     # 2. train() end to end with its default (captured) step: ms/step, determinism, exact
     #    resume; and the fixed CUDA start-up of a fresh process (a job's per-process cost).
     # Nothing here compiles (the `compile` stage does, alone).
@@ -68,7 +68,7 @@ core)
     part 60 job_overhead.txt "$py" benchmarks/job_overhead.py "${job_args[@]}"
     ;;
 compile)
-    # torch.compile of the GDM: the single step and the K = 10 vmap step (each compile took
+    # torch.compile of the GDM: the single step and the K = 10 loop of compiled members (each compile took
     # minutes on the 16-core host; run this stage alone, after every other number)
     gdm_args=(--device "$device" --skip-imagine --compile)
     if [[ -n "$quick" ]]; then
@@ -100,7 +100,7 @@ bench)
 ensemble)
     # one step of K = 3 (the medium preset) and K = 10 (the paper's seeds) members against the
     # single step: first one model on K x B windows (the least any ensemble step can cost),
-    # then vmap eager for every model, then the GDM with vmap + torch.compile
+    # then the member engine eager for every model, then the GDM's loop of compiled members
     ens_args=(--device "$device" --ks 3 10)
     if [[ -n "$quick" ]]; then
         ens_args+=(--quick --models vanilla-gwm)

@@ -9,7 +9,8 @@ O(N^2) cost of the pairwise terms. It multiplies these by the preset's job count
 With ``train.ensemble = K`` > 1 the seeds of a configuration train in ensembles of <= K
 (:func:`graphwm.stages.ensemble.ensemble_groups`); the estimate then also measures one ensemble
 step of each group size k on the device, as ``gdm_models.train_ensemble`` runs it ("auto":
-vmap on CUDA in fp32, else the per-member loop), as a ratio r(k) to the single step, and
+the member engine, captured on CUDA, for models that support it, else the per-member loop),
+as a ratio r(k) to the single step, and
 training costs ``s/step x steps x sum over groups of r(k)``.
 """
 
@@ -132,12 +133,12 @@ def _time_ensemble_ratio(
     env: str, name: str, k: int, episodes, preset, steps: int, device: str
 ) -> float:
     """One k-member ensemble step / one single step, timed alternately on ``device``, both as
-    ``train_ensemble`` runs them: on CUDA the static vmap step captured as one CUDA graph."""
+    ``train_ensemble`` runs them: the member engine (on CUDA its static step captured as one
+    CUDA graph) for a model that supports it, else the per-member loop."""
     import torch
     from gdm_models import EpisodeDataset, EpochSampler, FeatureScaler, make_model
     from gdm_models.capture import StaticShape
-    from gdm_models.ensemble_engines import LoopEngine, VmapEngine
-    from gdm_models.ensemble_loss import member_loss_for
+    from gdm_models.ensemble_engines import LoopEngine, MemberEngine
 
     schema = env_schema(env)
     t = preset["train"]
@@ -151,20 +152,19 @@ def _time_ensemble_ratio(
         for s in range(n):
             torch.manual_seed(s)
             members.append(make_model(name, schema, scaler, **preset["model"]).to(device).train())
-        loss = member_loss_for(members[0])
-        # train_ensemble's "auto": vmap on CUDA (fp32) for models with a member loss
-        eng: VmapEngine | LoopEngine
-        if torch.device(device).type == "cuda" and loss is not None:
-            eng = VmapEngine(
-                members, loss, lr=lr, clip=100.0, autocast=autocast, compile=False,
-                static_shape=StaticShape.for_dataset(ds, bs, seq_len),
-            )  # fmt: skip
+        # train_ensemble's "auto": the member engine for models that support it (static and
+        # captured on CUDA), else the loop
+        eng: MemberEngine | LoopEngine
+        if members[0].supports_members:
+            cuda = torch.device(device).type == "cuda"
+            static = StaticShape.for_dataset(ds, bs, seq_len) if cuda else None
+            eng = MemberEngine(members, lr=lr, clip=100.0, autocast=autocast, static_shape=static)
         else:
             eng = LoopEngine(members, lr=lr, clip=100.0, autocast=autocast, compile=False)
         eng.build(list(range(n)), None)
         samplers = [EpochSampler(ds, bs, seq_len, seed=s) for s in range(n)]
         gens = [torch.Generator(device=device).manual_seed(s) for s in range(n)]
-        return lambda: eng.step([sm.next_batch() for sm in samplers], gens)
+        return lambda: eng.step(samplers, gens)
 
     single, ensemble = engine(1), engine(k)
     for _ in range(4):  # warm-up, then capture (on CUDA)

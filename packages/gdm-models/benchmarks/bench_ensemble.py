@@ -6,10 +6,11 @@ windows of L = 20 transitions on 15-25-node graphs with mean degree ~4, as
 
 * ``single``: one step of the existing trainer (``gdm_models.train_step.train_step``: loss,
   backward, ``clip_grad_norm_``, Adam) of one model;
-* ``vmap K`` / ``loop K``: one step of a K-member ensemble (``gdm_models.ensemble_engines``;
-  vmap: stacked parameters through ``torch.func.vmap``, loop: the single step per member);
-  with ``--compile`` also ``vmap+compile K`` (the vmapped loss and gradient through
-  ``torch.compile``, mode "reduce-overhead" = CUDA graphs on CUDA).
+* ``members K`` / ``loop K``: one step of a K-member ensemble (``gdm_models.ensemble_engines``;
+  members: one member model whose layers hold the K members' parameters, the members'
+  batches folded into one; loop: the single step per member); with ``--capture`` also
+  ``members+capture K`` (the static member step, one CUDA graph on CUDA) and with
+  ``--compile`` ``loop+compile K`` (each member's ``enable_compile``).
 
 Printed: ms per step (median), the ratio to the single step (target: CPU K=4 <= 2x, GPU
 K=10 <= 1.5x) and ms per member-step. The single step and the ensemble step are timed in
@@ -27,11 +28,10 @@ CPU: GDM 431 ms at 1 thread, 303 ms at 2 (r = 1.42, bound 2.8x at K = 4), Vanill
 34 ms (r = 1.82, bound 3.6x), and K = 4 costs ~4x.
 
 ``--count-ops`` also prints the aten ops (and, on CUDA, the GPU kernels) of one single step
-and of each ensemble step. Where a step is per-op overhead, its time follows these counts: with
-vmap they barely grow with K (measured on the CPU, OD, paper sizes: GDM 34,283 aten ops single,
-53,280 at K = 1, 53,838 at K = 10; vmap turns a linear layer into ``bmm`` plus a bias add and a
-layer norm into a norm plus an affine step), so an eager vmap step on a launch-bound GPU is
-expected near 1.55x the single step at any K, and within 1.5x only when compiled.
+and of each ensemble step (batch assembly included). Where a step is per-op overhead, its time
+follows these counts: with the member engine they barely grow with K (a linear layer becomes
+one ``baddbmm``, a layer norm a norm plus a per-member affine step; only the members' own noise
+draws grow with K). Measured on the CPU (OD, paper sizes), see docs/models.md ("Ensembles").
 
 ``--batch-scaling`` (any device) times one model's step on K x B windows against its step on
 B, alternately: the least a K-member step can cost whatever the implementation, since K
@@ -63,8 +63,7 @@ import torch
 from gdm_models import EpisodeDataset, EpochSampler, FeatureScaler, get_preset, make_model
 from gdm_models.capture import CaptureFallbackWarning, StaticShape, StaticTrainStep, make_adam
 from gdm_models.compiling import CompileFallbackWarning
-from gdm_models.ensemble_engines import LoopEngine, VmapEngine
-from gdm_models.ensemble_loss import member_loss_for
+from gdm_models.ensemble_engines import LoopEngine, MemberEngine
 from gdm_models.synthetic import schema_episode
 from gdm_models.train_step import batch_to_device, train_step
 from torch.profiler import ProfilerActivity, profile
@@ -319,31 +318,35 @@ def bench(
             batch_scaling(name, lambda b: make_captured(name, dev, b), dev, steps, ks)
     if not ensembles:
         return
-    kinds = ["vmap", "loop"] if dev.type == "cpu" else ["vmap"]
-    if compile_:
-        kinds.append("vmap+compile")
+    kinds = ["members", "loop"] if dev.type == "cpu" else ["members"]
     if capture:
-        kinds.insert(0, "vmap+capture")
-    if member_loss_for(model) is None:
-        kinds = ["loop"]
+        kinds.insert(0, "members+capture")
+    if compile_:
+        kinds.append("loop+compile")
+    if not model.supports_members:
+        kinds = [k for k in kinds if k.startswith("loop")]
     single_counts: dict[str, int] = {}
     for kind in kinds:
         for k in ks:
+            if kind == "loop+compile" and k > 2:  # K compilations of minutes each
+                print(f"[{name}] {kind:>12} K={k:2d}: skipped (compiles each member)", flush=True)
+                continue
             members = _models(name, k, scaler, dev)
-            if kind.startswith("vmap"):
+            if kind.startswith("members"):
                 static = StaticShape.for_dataset(ds, B, L) if kind.endswith("capture") else None
-                engine: VmapEngine | LoopEngine = VmapEngine(
-                    members, member_loss_for(members[0]), lr=lr, clip=100.0,  # type: ignore[arg-type]
-                    autocast=autocast, compile=kind.endswith("compile"), static_shape=static,
-                )  # fmt: skip
+                engine: MemberEngine | LoopEngine = MemberEngine(
+                    members, lr=lr, clip=100.0, autocast=autocast, static_shape=static
+                )
             else:
-                engine = LoopEngine(members, lr=lr, clip=100.0, autocast=autocast)
+                engine = LoopEngine(
+                    members, lr=lr, clip=100.0, autocast=autocast, compile=kind.endswith("compile")
+                )
             engine.build(list(range(k)), None)
             samplers = [EpochSampler(ds, B, L, seed=s) for s in range(k)]
             gens = [torch.Generator(device=dev).manual_seed(s) for s in range(k)]
 
             def ens(engine=engine, samplers=samplers, gens=gens) -> None:
-                engine.step([s.next_batch() for s in samplers], gens)
+                engine.step(samplers, gens)
 
             # a captured ensemble against the captured single step, the others against eager
             base = captured if kind.endswith("capture") and captured is not None else single
@@ -381,7 +384,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--ks", nargs="+", type=int, default=[1, 4, 10])
     ap.add_argument("--steps", type=int, default=5, help="timed steps per measurement")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    ap.add_argument("--compile", action="store_true", help="also time vmap+torch.compile")
+    ap.add_argument(
+        "--compile", action="store_true", help="also time the loop with each member compiled"
+    )
     ap.add_argument("--quick", action="store_true", help="K in {1, 4}, 2 timed steps")
     ap.add_argument(
         "--thread-scaling",

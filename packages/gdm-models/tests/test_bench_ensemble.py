@@ -148,7 +148,7 @@ def test_a_compile_fallback_is_named_in_its_row(bench, monkeypatch, capsys):
 
     def fake_time(fns, dev, steps, threads=None):
         calls.append(len(calls))
-        if len(calls) == 3:  # rows in order: vmap, loop, vmap+compile
+        if len(calls) == 3:  # rows in order: members, loop, loop+compile
             msg = "torch.compile unavailable for X (boom); running eager"
             warnings.warn(msg, CompileFallbackWarning, stacklevel=2)
         return [10.0, 20.0]
@@ -156,6 +156,6 @@ def test_a_compile_fallback_is_named_in_its_row(bench, monkeypatch, capsys):
     monkeypatch.setattr(bench, "_time", fake_time)
     bench.bench("vanilla-gwm", torch.device("cpu"), [1], 1, True)
     rows = [line for line in capsys.readouterr().out.splitlines() if "K= 1" in line]
-    assert len(rows) == 3 and "vmap+compile" in rows[2]
+    assert len(rows) == 3 and "loop+compile" in rows[2] and "members" in rows[0]
     assert "FELL BACK TO EAGER: torch.compile unavailable for X (boom)" in rows[2]
     assert not any("FELL BACK" in r for r in rows[:2])

@@ -207,16 +207,17 @@ def test_failed_capture_falls_back_with_a_warning(scaler, dataset):
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))
-def test_static_vmap_members_equal_static_single_runs(name, scaler, dataset):
-    """The static ensemble step (vmap, padded batches, noise drawn at the static shape, fused
-    Adam) trains member k exactly as ``train(capture=True)`` trains seed k, up to rounding."""
+def test_static_member_ensemble_equals_static_single_runs(name, scaler, dataset):
+    """The static ensemble step (the member engine, padded batches, noise drawn at the static
+    shape, fused Adam) trains member k as ``train(capture=True)`` trains seed k, up to
+    rounding."""
     from gdm_models import train_ensemble
 
     from .test_ensemble import KW, SEEDS, _assert_close_weights
 
     kw = {**KW, "batch_size": 3}  # 7 episodes: the last batch of an epoch has 1 row (padded)
     res = train_ensemble(
-        name, SEEDS, dataset, scaler=scaler, model_config=CONFIGS[name], strategy="vmap",
+        name, SEEDS, dataset, scaler=scaler, model_config=CONFIGS[name], strategy="members",
         keep_history=True, capture=True, **kw,
     )  # fmt: skip
     for k, seed in enumerate(SEEDS):
@@ -298,3 +299,24 @@ def test_scaler_device_copies_are_made_once_and_never_inside_a_transform(scaler)
     assert all(a is b for a, b in zip(again, cached, strict=True))
     with forbid_host_sync():  # the cached copies: no host data on a later call
         fresh.scale_node(x)
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_static_member_step_has_no_host_sync(name, scaler, dataset):
+    """The member engine's captured body (each member's noise, the member model's losses,
+    backward, per-member clipping, fused Adam) stays on the device: it can be one CUDA graph."""
+    from gdm_models.ensemble_engines import MemberEngine
+
+    models = [_model(name, scaler, seed=s) for s in (1, 2, 3)]
+    engine = MemberEngine(
+        models, lr=1e-3, clip=1.0, autocast=torch.autocast("cpu", enabled=False),
+        static_shape=StaticShape.for_dataset(dataset, 2, 3),
+    )  # fmt: skip
+    engine.build([0, 1, 2], None)
+    samplers = [EpochSampler(dataset, 2, 3, seed=s) for s in (1, 2, 3)]
+    gens = [torch.Generator().manual_seed(s) for s in (1, 2, 3)]
+    engine.step(samplers, gens)  # allocates the static buffers and Adam's state
+    with forbid_host_sync():
+        engine.opt.zero_grad(set_to_none=True)
+        loss, gn, terms = engine._static_body()
+    assert loss.shape == gn.shape == (3,) and torch.isfinite(loss).all() and terms

@@ -26,7 +26,7 @@ CONFIGS = {
 }
 
 
-#: the fused GRU cell's ops: no functorch batching rule (vmap would loop over the members)
+#: the fused GRU cell's ops (a single model's nn.GRUCell; a member model has none)
 FUSED_GRU_OPS = {"aten::gru_cell", "aten::_thnn_fused_gru_cell"}
 
 
@@ -56,26 +56,28 @@ def _assert_close_weights(name, a, b, atol=2e-6):
         torch.testing.assert_close(va, vb, atol=atol, rtol=1e-5, msg=f"{name}: {key}")
 
 
-# functorch warns when an op has no batching rule and it loops over the members instead
+# functorch's warning of a per-member loop can never come back: no torch.func transform is used
 @pytest.mark.filterwarnings("error:There is a performance drop:UserWarning")
 @pytest.mark.parametrize("name", list(CONFIGS))
-def test_vmap_members_equal_single_runs(name, scaler, dataset):
+def test_member_engine_members_equal_single_runs(name, scaler, dataset):
     from torch.profiler import ProfilerActivity, profile
 
-    # the fused GRU (aten::_thnn_fused_gru_cell on CUDA) has no batching rule either; on the
-    # CPU aten::gru_cell decomposes without the warning, so the op itself must not run
+    # the default strategy: the K members as one member model, whose GRU cells are explicit
+    # products with per-member weights (no fused GRU op runs)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         res = train_ensemble(
-            name, SEEDS, dataset, scaler=scaler, model_config=CONFIGS[name], strategy="vmap",
-            keep_history=True, **KW,
+            name, SEEDS, dataset, scaler=scaler, model_config=CONFIGS[name], keep_history=True,
+            **KW,
         )  # fmt: skip
-    assert not {e.name for e in prof.events()} & FUSED_GRU_OPS
-    assert res.strategy == "vmap" and [m.seed for m in res] == SEEDS
+    names = {e.name for e in prof.events()}
+    assert not names & FUSED_GRU_OPS and "aten::baddbmm" in names
+    assert res.strategy == "members" and [m.seed for m in res] == SEEDS
     for k, seed in enumerate(SEEDS):
         single, sres = _single(name, seed, scaler, dataset)
-        got = [r["loss"] for r in res[k].history]
-        want = [r["loss"] for r in sres.history]
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        for col in ("loss", "grad_norm"):  # the losses and the gradients (their norms)
+            got = [r[col] for r in res[k].history]
+            want = [r[col] for r in sres.history]
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=col)
         assert set(res[k].history[0]) == set(sres.history[0])  # the same logged columns
         _assert_close_weights(name, res.models[k], single)
     # the members are different experiments (own initialisation, data and noise)
@@ -102,11 +104,12 @@ def test_loop_members_are_bit_identical_to_single_runs(scaler, dataset, tmp_path
             assert list(csv.DictReader(f)) == list(csv.DictReader(g))
 
 
-def _poisoned(scaler, bad_seed, poison):
-    """Factory: the tiny GDM; the member built under ``bad_seed`` gets ``poison`` applied."""
+def _poisoned(scaler, bad_seed, poison, name="gdm"):
+    """Factory: the tiny model ``name``; the member built under ``bad_seed`` gets ``poison``
+    applied."""
 
     def factory():
-        m = make_model("gdm", SYNTHETIC_SCHEMA, scaler, **TINY)
+        m = make_model(name, SYNTHETIC_SCHEMA, scaler, **CONFIGS[name])
         if torch.initial_seed() == bad_seed:
             with torch.no_grad():
                 poison(m)
@@ -115,12 +118,13 @@ def _poisoned(scaler, bad_seed, poison):
     return factory
 
 
-def test_nan_member_fails_alone(scaler, dataset, tmp_path):
+@pytest.mark.parametrize("name", ["gdm", "vanilla-gwm", "g-rssm"])
+def test_nan_member_fails_alone(name, scaler, dataset, tmp_path):
     def nan(m):
         m.node_heads.cont.weight[0, 0] = float("nan")
 
-    factory = _poisoned(scaler, 5, nan)
-    res = train_ensemble(factory, SEEDS, dataset, strategy="vmap", keep_history=True,
+    factory = _poisoned(scaler, 5, nan, name)
+    res = train_ensemble(factory, SEEDS, dataset, strategy="members", keep_history=True,
                          out_dir=tmp_path, checkpoint_every=1, **KW)  # fmt: skip
     bad = res[1]
     assert isinstance(bad.error, FloatingPointError) and bad.failed_step == 1
@@ -132,11 +136,11 @@ def test_nan_member_fails_alone(scaler, dataset, tmp_path):
         train(factory(), dataset, seed=5, **KW)
     for k in (0, 2):
         assert res[k].ok
-        single, sres = _single("gdm", SEEDS[k], scaler, dataset)
+        single, sres = _single(name, SEEDS[k], scaler, dataset)
         np.testing.assert_allclose(
             [r["loss"] for r in res[k].history], [r["loss"] for r in sres.history], rtol=1e-5
         )
-        _assert_close_weights("gdm", res.models[k], single)
+        _assert_close_weights(name, res.models[k], single)
     assert len(res.failed) == 1
 
 
@@ -144,7 +148,7 @@ def test_huge_gradient_changes_no_other_member(scaler, dataset):
     def huge(m):
         m.graph_heads.reward.weight.mul_(1e6)  # finite, enormous loss and gradients
 
-    res = train_ensemble(_poisoned(scaler, 5, huge), SEEDS, dataset, strategy="vmap",
+    res = train_ensemble(_poisoned(scaler, 5, huge), SEEDS, dataset, strategy="members",
                          keep_history=True, **KW)  # fmt: skip
     assert all(m.ok for m in res)
     assert res[1].history[0]["grad_norm"] > 1e6  # clipped, per member
@@ -158,7 +162,7 @@ def test_huge_gradient_changes_no_other_member(scaler, dataset):
         _assert_close_weights("gdm", res.models[k], single)
 
 
-@pytest.mark.parametrize("strategy", ["vmap", "loop"])
+@pytest.mark.parametrize("strategy", ["members", "loop"])
 def test_resume_after_interruption_is_exact(scaler, dataset, tmp_path, strategy):
     args = dict(scaler=scaler, model_config=TINY, strategy=strategy, checkpoint_every=2,
                 **{**KW, "steps": 4})  # fmt: skip
@@ -198,6 +202,48 @@ def test_member_state_is_a_single_run_checkpoint(scaler, dataset, tmp_path):
     assert r.resumed_from == 2
     single, _ = _single("gdm", 5, scaler, dataset, steps=4)
     assert all(torch.equal(v, m.state_dict()[k]) for k, v in single.state_dict().items())
+
+
+def test_member_checkpoints_are_single_model_checkpoints(scaler, dataset, tmp_path):
+    """The member engine's outputs are ordinary single-model files: a member's final
+    checkpoint loads on its own as a model with the member's weights, and its latest/seed<s>
+    resumes a single train() run, which ends where the single run ends (up to rounding)."""
+    args = dict(scaler=scaler, model_config=TINY, checkpoint_every=2, **{**KW, "steps": 2})
+    res = train_ensemble("gdm", SEEDS, dataset, out_dir=tmp_path / "ens", **args)
+    assert res.strategy == "members"
+    for k in range(len(SEEDS)):
+        final = load_checkpoint(res[k].final_checkpoint)
+        assert type(final) is type(res.models[k])
+        for key, v in res.models[k].state_dict().items():
+            assert torch.equal(v, final.state_dict()[key]), key
+    (tmp_path / "one").mkdir()
+    shutil.copytree(tmp_path / "ens" / "latest" / "seed5", tmp_path / "one" / "latest")
+    torch.manual_seed(123)
+    m = make_model("gdm", SYNTHETIC_SCHEMA, scaler, **TINY)
+    r = train(m, dataset, seed=5, checkpoint_dir=tmp_path / "one", **{**KW, "steps": 4})
+    assert r.resumed_from == 2
+    single, _ = _single("gdm", 5, scaler, dataset, steps=4)
+    _assert_close_weights("gdm", m, single, atol=1e-5)
+
+
+def test_a_loop_state_resumes_with_the_member_engine(scaler, dataset, tmp_path):
+    """latest/ written per member as before (the loop engine writes today's format) resumes
+    with the member engine, and the other way round: the members end as the uninterrupted
+    runs do (up to rounding)."""
+    args = dict(scaler=scaler, model_config=TINY, checkpoint_every=2, keep_history=True,
+                **{**KW, "steps": 4})  # fmt: skip
+    ref = train_ensemble("gdm", SEEDS, dataset, strategy="loop", out_dir=tmp_path / "ref", **args)
+    for first, then in (("loop", "members"), ("members", "loop")):
+        run = tmp_path / first
+        train_ensemble("gdm", SEEDS, dataset, strategy=first, out_dir=run, **{**args, "steps": 2})
+        res = train_ensemble("gdm", SEEDS, dataset, strategy=then, out_dir=run, **args)
+        assert res.resumed_from == 2 and res.strategy == then
+        for a, b in zip(ref, res, strict=True):
+            np.testing.assert_allclose(
+                [r["loss"] for r in a.history[2:]], [r["loss"] for r in b.history], rtol=1e-5
+            )
+        for a, b in zip(ref.models, res.models, strict=True):
+            _assert_close_weights("gdm", a, b, atol=1e-5)
 
 
 def test_per_member_clipping_is_clip_grad_norm(scaler):
@@ -255,9 +301,12 @@ def test_argument_errors(scaler, dataset):
                        strategy="threads", **KW)  # fmt: skip
     with pytest.raises(ValueError, match="model_config"):
         train_ensemble(lambda: None, [1], dataset, model_config=TINY, **KW)
-    with pytest.raises(ValueError, match="fp32 only"):
+    with pytest.raises(ValueError, match="replaced by 'members'"):
         train_ensemble("gdm", [1], dataset, scaler=scaler, model_config=TINY,
-                       strategy="vmap", precision="bf16", **KW)  # fmt: skip
+                       strategy="vmap", **KW)  # fmt: skip
+    with pytest.raises(ValueError, match="compile is for strategy 'loop'"):
+        train_ensemble("gdm", [1], dataset, scaler=scaler, model_config=TINY,
+                       strategy="members", compile=True, **KW)  # fmt: skip
     with pytest.raises(ValueError, match="one path per seed"):
         train_ensemble("gdm", [1, 2], dataset, scaler=scaler, model_config=TINY,
                        member_logs=["a.csv"], **KW)  # fmt: skip
@@ -268,7 +317,7 @@ def test_failed_member_stays_failed_on_resume(scaler, dataset, tmp_path):
         m.node_heads.cont.weight[0, 0] = float("nan")
 
     factory = _poisoned(scaler, 5, nan)
-    kw = dict(strategy="vmap", out_dir=tmp_path, checkpoint_every=1, **{**KW, "steps": 2})
+    kw = dict(strategy="members", out_dir=tmp_path, checkpoint_every=1, **{**KW, "steps": 2})
     train_ensemble(factory, SEEDS, dataset, **kw)
     # a save cut short between its two renames leaves only .latest_old
     (tmp_path / "latest").rename(tmp_path / ".latest_old")
@@ -371,116 +420,30 @@ def test_member_paths_for_a_pipeline(scaler, dataset, tmp_path):
     assert not (tmp_path / "ens" / f"seed{SEEDS[0]}").exists()
 
 
-@pytest.mark.slow
-# g-rssm: its unfused copy; gdm: its encoder's own scaler reference (was a silent fallback)
-@pytest.mark.parametrize("name", ["vanilla-gwm", "g-rssm", "gdm"])
-def test_compiled_vmap_gives_the_eager_numbers(name, scaler, dataset):
-    """compile=True (the vmapped loss and gradient through torch.compile; minutes of
-    compilation on a CPU) trains the same members as the eager vmap path."""
-    import warnings
+def test_a_model_without_member_support_trains_with_the_loop(scaler, dataset):
+    """The ensemble code asks the model (``supports_members``), not its type: a model that
+    does not support member models trains member by member under "auto", and "members" is
+    refused naming why."""
 
-    from gdm_models.compiling import CompileFallbackWarning
+    def factory():
+        m = make_model("vanilla-gwm", SYNTHETIC_SCHEMA, scaler, **CONFIGS["vanilla-gwm"])
+        m.supports_members = False  # as a model registered by another package
+        return m
 
-    args = dict(scaler=scaler, model_config=CONFIGS[name], strategy="vmap",
-                keep_history=True, **KW)  # fmt: skip
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", CompileFallbackWarning)  # a fallback fails the test
-        res = train_ensemble(name, SEEDS[:2], dataset, compile=True, **args)
-    ref = train_ensemble(name, SEEDS[:2], dataset, **args)
-    for a, b in zip(res, ref, strict=True):
-        np.testing.assert_allclose(
-            [r["loss"] for r in a.history], [r["loss"] for r in b.history], rtol=1e-5
-        )
+    res = train_ensemble(factory, SEEDS[:2], dataset, keep_history=True, **KW)
+    assert res.strategy == "loop" and all(m.ok for m in res)
+    with pytest.raises(ValueError, match="supports_members"):
+        train_ensemble(factory, SEEDS[:2], dataset, strategy="members", **KW)
 
 
-def _aten_ops_per_step(engine_cls, name, k, scaler, dataset) -> int:
-    """aten ops (torch.profiler, nested calls included) of one step of a K-member ensemble
-    engine of tiny models: on a launch-bound GPU the step's cost follows this count."""
-    from gdm_models import EpochSampler
-    from gdm_models.ensemble_engines import LoopEngine, VmapEngine
-    from gdm_models.ensemble_loss import member_loss_for
-    from torch.profiler import ProfilerActivity, profile
-
-    members = []
-    for s in range(k):
-        torch.manual_seed(s)
-        members.append(make_model(name, SYNTHETIC_SCHEMA, scaler, **CONFIGS[name]).train())
-    ac = torch.autocast("cpu", enabled=False)
-    if engine_cls is VmapEngine:
-        engine = VmapEngine(members, member_loss_for(members[0]), lr=1e-3, clip=1.0, autocast=ac)
-    else:
-        assert engine_cls is LoopEngine
-        engine = LoopEngine(members, lr=1e-3, clip=1.0, autocast=ac)
-    engine.build(list(range(k)), None)
-    samplers = [EpochSampler(dataset, 2, 3, seed=s) for s in range(k)]
-    gens = [torch.Generator().manual_seed(s) for s in range(k)]
-
-    def step():
-        engine.step([s.next_batch() for s in samplers], gens)
-
-    step()  # warm-up (lazy state, first-call paths)
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        step()
-    return sum(1 for e in prof.events() if e.name.startswith("aten::"))
-
-
-@pytest.mark.parametrize("name", ["gdm", "vanilla-gwm", "ea-gwm", "g-rssm"])
-def test_vmap_batches_the_members_into_the_same_ops(name, scaler, dataset):
-    """vmap runs K members through (nearly) the ops of one: what makes an ensemble step cheap
-    where a step is per-op overhead (a launch-bound GPU). Only the members' own noise draws
-    and batch stacking grow with K; the loop engine, for contrast, grows K-fold."""
-    from gdm_models.ensemble_engines import LoopEngine, VmapEngine
-
-    one, four = (_aten_ops_per_step(VmapEngine, name, k, scaler, dataset) for k in (1, 4))
-    assert four <= 1.1 * one, (name, one, four)
-    loop_one, loop_four = (_aten_ops_per_step(LoopEngine, name, k, scaler, dataset) for k in (1, 4))
-    assert loop_four >= 3.5 * loop_one, (name, loop_one, loop_four)
-
-
-def test_grssm_batched_model_is_an_unfused_copy(scaler):
-    """The module G-RSSM ensembles run under vmap: a copy with the explicit attention; the
-    member model itself keeps the fused kernel (evaluation and imagination are unchanged)."""
-    from gdm_models.baselines.grssm import AllPairsAttention
-    from gdm_models.ensemble_loss import member_loss_for
-    from gdm_models.layers import ExplicitGRUCell
-    from torch.profiler import ProfilerActivity, profile
-
-    model = make_model("g-rssm", SYNTHETIC_SCHEMA, scaler, **CONFIGS["g-rssm"])
-    bound = member_loss_for(model).batched_model(model)
-    attn = [m for m in bound.modules() if isinstance(m, AllPairsAttention)]
-    assert attn and not any(m.fused for m in attn)
-    assert all(m.fused for m in model.modules() if isinstance(m, AllPairsAttention))
-    # its GRU runs as explicit products (no fused kernel under vmap), with the same parameters
-    assert type(bound.gru) is ExplicitGRUCell and type(model.gru) is torch.nn.GRUCell
-    assert bound.state_dict().keys() == model.state_dict().keys()
-    x, h = torch.randn(5, 16), torch.randn(5, 16)
-    torch.testing.assert_close(bound.gru(x, h), model.gru(x, h))
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        model.gru(x, h)
-    assert {e.name for e in prof.events()} & FUSED_GRU_OPS  # the check above is live
-    gdm = make_model("gdm", SYNTHETIC_SCHEMA, scaler, **TINY)
-    # the GDM's training loss already runs its GRUs as explicit products
-    assert member_loss_for(gdm).batched_model(gdm) is gdm
-
-
-def test_tensor_scaler_reaches_every_module_holding_the_scaler(scaler):
-    """The compiled vmap path's model copy: every reference to the scaler (the GDM's encoder
-    keeps its own) holds tensors, and the member model keeps its numpy scaler."""
-    from gdm_models.ensemble_engines import VmapEngine
-    from gdm_models.ensemble_loss import member_loss_for
-
-    model = make_model("gdm", SYNTHETIC_SCHEMA, scaler, **TINY)
-    ac = torch.autocast("cpu", enabled=False)
-    engine = VmapEngine(
-        [model], member_loss_for(model), lr=1e-3, clip=1.0, autocast=ac, compile=True
-    )
-    engine.build([0], None)
-    view = engine._bound.model
-    holders = [m for m in view.modules() if hasattr(m, "scaler")]
-    assert len(holders) >= 2  # the model and its encoder
-    for m in holders:
-        assert torch.is_tensor(m.scaler.node_std) and m.scaler is view.scaler
-        np.testing.assert_array_equal(m.scaler.node_std.numpy(), scaler.node_std)
-    assert all(
-        isinstance(m.scaler.node_std, np.ndarray) for m in model.modules() if hasattr(m, "scaler")
-    )
+def test_captured_loop_members_are_bit_identical_to_captured_single_runs(scaler, dataset):
+    """One loop: the loop engine's static step for K members is train(capture=True) of each
+    seed, bit for bit (on the CPU the static step runs eagerly)."""
+    kw = {**KW, "batch_size": 3}
+    res = train_ensemble("gdm", SEEDS, dataset, scaler=scaler, model_config=TINY,
+                         strategy="loop", capture=True, keep_history=True, **kw)  # fmt: skip
+    for k, seed in enumerate(SEEDS):
+        single, sres = _single("gdm", seed, scaler, dataset, capture=True, batch_size=3)
+        assert res[k].history == sres.history
+        for key, v in single.state_dict().items():
+            assert torch.equal(v, res.models[k].state_dict()[key]), key

@@ -26,6 +26,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from .member_ops import expand_like, member_apply
+
 __all__ = [
     "HC_BETA",
     "HC_GAMMA",
@@ -176,8 +178,8 @@ class EdgeUpdateMLP(nn.Module):
     # ---------------------------------------------------------------- shared parts
     def _graph_term(self, g: torch.Tensor, batch: int, ref: torch.Tensor) -> torch.Tensor:
         if self.w_g is None:
-            return self.b1.expand(batch, self.hidden)
-        return self.w_g(g) + self.b1
+            return member_apply(expand_like, g, self.b1, ndim=1)
+        return member_apply(torch.add, self.w_g(g), self.b1, ndim=1)
 
     @staticmethod
     def symmetrise(f: torch.Tensor) -> torch.Tensor:
@@ -203,22 +205,34 @@ class EdgeUpdateMLP(nn.Module):
         per_graph = max(1, n * n * self.hidden)
         budget = block_elems if block_elems > 0 else _budget(DENSE_BLOCK_BYTES, h.device)
         k = max(1, budget // per_graph)
-        if k >= b:
+        # a member model (K members folded into b, member-major): a block takes the same k
+        # graphs of every member (K times the bytes, the single run's number of blocks), so it
+        # stays member-major ([K, k] graphs folded)
+        members = self.b1.shape[0] if self.b1.dim() == 2 else 0
+        per_member = b // members if members else b
+        if k >= per_member:
             return self._dense_block(h, g, a_prev)
         ckpt = torch.is_grad_enabled() and b * per_graph > _budget(DENSE_CHECKPOINT_BYTES, h.device)
         parts = []
-        for s in range(0, b, k):
-            args = (h[s : s + k], g[s : s + k], a_prev[s : s + k])
-            if ckpt:
-                parts.append(checkpoint(self._dense_block, *args, use_reentrant=False))
+        for s in range(0, per_member, k):
+            if members:
+                args = tuple(
+                    x.view(members, per_member, *x.shape[1:])[:, s : s + k].flatten(0, 1)
+                    for x in (h, g, a_prev)
+                )
             else:
-                parts.append(self._dense_block(*args))
-        return torch.cat(parts)
+                args = (h[s : s + k], g[s : s + k], a_prev[s : s + k])
+            if ckpt:
+                part = checkpoint(self._dense_block, *args, use_reentrant=False)
+            else:
+                part = self._dense_block(*args)
+            parts.append(part.view(members, -1, n, n) if members else part)
+        return torch.cat(parts, 1).view(b, n, n) if members else torch.cat(parts)
 
     def _dense_block(self, h: torch.Tensor, g: torch.Tensor, a_prev: torch.Tensor) -> torch.Tensor:
         pc = self.w_i(h) + self._graph_term(g, h.shape[0], h)[:, None, :]
         pre = pc[:, :, None, :] + self.w_j(h)[:, None, :, :]
-        pre = torch.addcmul(pre, a_prev[..., None], self.w_a)  # + w_A A_ij
+        pre = member_apply(torch.addcmul, (pre, a_prev[..., None]), self.w_a, ndim=1)  # + w_A A_ij
         f = self.out(F.silu(pre)).squeeze(-1)
         return self.symmetrise(f)
 

@@ -460,13 +460,17 @@ class EpochSampler:
 
     def next_batch(self) -> Batch:
         """Return the next batch, starting a new shuffled epoch when needed."""
+        return self.dataset.make_batch(self.next_windows(), self.seq_len)
+
+    def next_windows(self) -> list[tuple[int, int]]:
+        """The ``(episode_index, start_step)`` windows of the next batch (what
+        :meth:`next_batch` builds its batch from; the sampler advances the same way)."""
         if self._pos >= len(self._order):
             self._order = [int(i) for i in self.rng.permutation(len(self.dataset))]
             self._pos = 0
         eps = self._order[self._pos : self._pos + self.batch_size]
         self._pos += len(eps)
-        windows = [(e, self.dataset.random_start(e, self.seq_len, self.rng)) for e in eps]
-        return self.dataset.make_batch(windows, self.seq_len)
+        return [(e, self.dataset.random_start(e, self.seq_len, self.rng)) for e in eps]
 
     def state_dict(self) -> dict[str, Any]:
         """JSON-able sampler state."""

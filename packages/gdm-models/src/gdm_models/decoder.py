@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from .layers import MLP
+from .member_ops import member_apply
 from .schema import Schema
 
 __all__ = ["InnovationDecoder", "NodeHeads", "GraphHeads", "PairDotAdjacencyHead"]
@@ -86,4 +87,6 @@ class PairDotAdjacencyHead(nn.Module):
     def forward(self, d: torch.Tensor) -> torch.Tensor:
         x = self.proj(d)
         logits = torch.matmul(x, x.transpose(-1, -2))
-        return logits + self.bias if self.bias is not None else logits
+        if self.bias is None:
+            return logits
+        return member_apply(torch.add, logits, self.bias, ndim=0)

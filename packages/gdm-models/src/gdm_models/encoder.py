@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .member_ops import member_apply
 from .scaling import FeatureScaler
 from .schema import Schema
 
@@ -38,7 +39,13 @@ class _FeatureSetEmbedding(nn.Module):
             return cont.new_zeros(*lead, self.dim)
         total = cont.new_zeros(*lead, self.dim)
         if self.num_cont:
-            total = total + (cont[..., :, None] * self.cont_weight + self.cont_bias).sum(-2)
+            total = total + member_apply(
+                lambda x, w, b: (x * w + b).sum(-2),
+                cont[..., :, None],
+                self.cont_weight,
+                self.cont_bias,
+                ndim=2,
+            )
         for i, emb in enumerate(self.cat):
             total = total + emb(cat[..., i])
         return total / self.count

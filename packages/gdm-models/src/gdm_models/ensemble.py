@@ -2,17 +2,18 @@
 
 The paper's tables are means and 95% intervals over 10 training seeds. One seed's training
 step leaves a GPU idle (tens of thousands of small kernels), so :func:`train_ensemble` trains
-the K members together (:mod:`gdm_models.ensemble_engines`: ``torch.func.vmap`` over stacked
-parameters, or a per-member loop).
+the K members together (:mod:`gdm_models.ensemble_engines`: one member model whose layers
+hold the K members' parameters on a leading axis, running the members' batches folded into one
+batch; or a per-member loop).
 
 Member k *is* the single run ``train(model_k, dataset, seed=seeds[k], ...)`` of a model built
 as ``torch.manual_seed(seeds[k]); make_model(...)`` (the convention of graphwm's training
 stage): its own initialisation, data sampler stream and model-noise generator (both seeded
 from ``seeds[k]`` as :func:`~gdm_models.trainer.train` seeds them), its own gradient-norm
-clipping and Adam state. With the per-member loop it is the same computation; with vmap the
-same up to float rounding (batched kernels, and batches padded to the ensemble's largest node
-count - padded nodes are masked out of every loss term; each member's noise is drawn at its
-own node count, then padded).
+clipping and Adam state. With the per-member loop it is the same computation; with the member
+engine the same up to float rounding (batched kernels, and batches padded to the ensemble's
+largest node count - padded nodes are masked out of every loss term; each member's noise is
+drawn at its own node count, then padded).
 
 Layout of ``out_dir``::
 
@@ -58,13 +59,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from .capture import StaticShape
 from .checkpoint import CheckpointError, kept_checkpoint_dir, save_checkpoint
 from .data import EpisodeDataset, EpochSampler
-from .ensemble_engines import LoopEngine, VmapEngine
-from .ensemble_loss import member_loss_for
+from .ensemble_engines import LoopEngine, MemberEngine
 from .registry import make_model
 from .scaling import FeatureScaler
 from .tensorboard_log import tee_members
@@ -74,8 +73,9 @@ from .train_state import (
     verify_trainer_state,
     write_trainer_state,
 )
-from .train_step import check_train_args, default_device, host_row, run_seeds
-from .trainer import CsvLog, TrainResult
+from .train_step import check_train_args, default_device, run_seeds
+from .trainer import CsvLog
+from .training_loop import TrainResult, run_loop
 from .world_model import WorldModel
 
 __all__ = [
@@ -87,9 +87,10 @@ __all__ = [
     "ENSEMBLE_FORMAT",
 ]
 
-#: ``strategy`` values: "auto" = "vmap" on CUDA (where it pays) in fp32 when the model has a
-#: member loss (:func:`gdm_models.ensemble_loss.member_loss_for`), else "loop"
-STRATEGIES = ("auto", "vmap", "loop")
+#: ``strategy`` values: "auto" = "members" for a model that supports it
+#: (:attr:`~gdm_models.world_model.WorldModel.supports_members`) unless ``compile`` is asked
+#: for, else "loop"
+STRATEGIES = ("auto", "members", "loop")
 ENSEMBLE_FORMAT = "gdm-models-ensemble/1"
 ENSEMBLE_FILE = "ensemble.json"
 
@@ -238,17 +239,17 @@ def train_ensemble(
             and ``seed<s>/final/``; ``None`` writes nothing.
         member_logs, member_finals: per-seed CSV log paths / final checkpoint directories.
         resume: continue from ``out_dir/latest`` if present.
-        compile: vmap: the vmapped loss and gradient through ``torch.compile`` (mode
-            "reduce-overhead" = CUDA graphs on CUDA; batches padded to a multiple of the
-            model's ``compile_pad_multiple`` nodes; the numbers stay those of the eager single
-            run). loop: each member's ``enable_compile`` (as ``train(compile=True)``).
-        strategy: "vmap", "loop" or "auto" (:data:`STRATEGIES`: vmap on CUDA for the
-            built-in models in fp32, else the loop). vmap trains in fp32 only.
-        capture: vmap only: batches padded to one static shape, fused Adam, and on CUDA the
-            whole step captured as one CUDA graph (:mod:`gdm_models.capture`). ``None``
-            (default): on CUDA unless ``compile``; ``True`` on a CPU runs the static step
-            eagerly. Member k then equals ``train(..., capture=True)`` of its seed only up
-            to the padded noise (the noise is drawn at the static shape).
+        compile: the loop strategy only: each member's ``enable_compile`` (as
+            ``train(compile=True)``); "auto" then picks the loop.
+        strategy: "members", "loop" or "auto" (:data:`STRATEGIES`): "members" trains the K
+            members as one member model (:class:`~gdm_models.ensemble_engines.MemberEngine`,
+            about the ops of one single step), "loop" one single step per member.
+        capture: batches padded to one static shape, fused Adam, and on CUDA the whole
+            step captured as one CUDA graph (:mod:`gdm_models.capture`). ``None`` (default):
+            on CUDA unless ``compile``; ``True`` on a CPU runs the static step eagerly. Member
+            k then equals ``train(..., capture=True)`` of its seed (the noise drawn at the
+            static shape, as there): bit for bit with the loop, up to float rounding with the
+            member engine.
         tensorboard_dir: also write each member's logged rows as TensorBoard scalars into
             ``tensorboard_dir/seed<s>/`` (one TensorBoard run per member; see ``train``).
         keep_every: as in :func:`~gdm_models.trainer.train`: every live member's model
@@ -262,6 +263,12 @@ def train_ensemble(
     seeds = _check_seeds(seeds)
     K = len(seeds)
     check_train_args(dataset, steps, epochs, precision, log_every, checkpoint_every, keep_every)
+    if strategy == "vmap":
+        raise ValueError(
+            "strategy 'vmap' was replaced by 'members' (issue 27: the K members as one model "
+            "with member-dimension layers, the same numbers at a fraction of the ops); use "
+            "strategy='members' or 'auto'"
+        )
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
     device = default_device() if device is None else torch.device(device)
@@ -269,18 +276,17 @@ def train_ensemble(
     for m in models:
         m.to(device)
         m.train()
-    loss_fn = member_loss_for(models[0])
+    stackable = models[0].supports_members
     if strategy == "auto":
-        use_vmap = device.type == "cuda" and loss_fn is not None and precision == "fp32"
-        strategy = "vmap" if use_vmap else "loop"
-    if strategy == "vmap" and precision != "fp32":
-        # bf16 autocast inside vmap(grad) fails in the backward pass (mixed-dtype batching)
-        raise ValueError("strategy 'vmap' trains in fp32 only; use strategy='loop' for bf16")
-    if strategy == "vmap" and loss_fn is None:
+        strategy = "members" if stackable and not compile else "loop"
+    if strategy == "members" and not stackable:
         raise ValueError(
-            f"strategy 'vmap': model {models[0].model_name!r} ({type(models[0]).__name__}) has "
-            "no member loss for torch.func.vmap; use strategy='loop'"
+            f"strategy 'members': model {models[0].model_name!r} ({type(models[0]).__name__}) "
+            "does not train as a member model (supports_members is False); use "
+            "strategy='loop' or 'auto'"
         )
+    if strategy == "members" and compile:
+        raise ValueError("compile is for strategy 'loop'; 'members' runs eager or captured")
 
     samplers, gens = [], []
     for s in seeds:
@@ -315,15 +321,18 @@ def train_ensemble(
     )
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
     clip = float("inf") if grad_clip is None else float(grad_clip)
-    if strategy == "vmap":
-        assert loss_fn is not None
-        static = (device.type == "cuda" and not compile) if capture is None else bool(capture)
-        engine: VmapEngine | LoopEngine = VmapEngine(
-            models, loss_fn, lr=lr, clip=clip, autocast=autocast, compile=compile,
-            static_shape=StaticShape.for_dataset(dataset, batch_size, seq_len) if static else None,
-        )  # fmt: skip
+    # the static (captured) step: on CUDA unless compile, as train()'s
+    static = (device.type == "cuda" and not compile) if capture is None else bool(capture)
+    shape = StaticShape.for_dataset(dataset, batch_size, seq_len) if static else None
+    if strategy == "members":
+        engine: MemberEngine | LoopEngine = MemberEngine(
+            models, lr=lr, clip=clip, autocast=autocast, static_shape=shape
+        )
     else:
-        engine = LoopEngine(models, lr=lr, clip=clip, autocast=autocast, compile=compile)
+        engine = LoopEngine(
+            models, lr=lr, clip=clip, autocast=autocast, compile=compile, static_shape=shape,
+            static_dtype=torch.bfloat16 if precision == "bf16" else None,
+        )  # fmt: skip
 
     # ---- resume
     start = 0
@@ -358,73 +367,30 @@ def train_ensemble(
         [f"seed{s}" for s in seeds],
         start,
     )
-    bar = tqdm(
-        total=total, initial=start, disable=not progress, desc=f"train x{K}", dynamic_ncols=True
-    )
-    nonfinite = torch.zeros(K, dtype=torch.bool, device=device)
-    first_unchecked = start + 1
-    idx: torch.Tensor | None = None
-    try:
-        for step in range(start + 1, total + 1):
-            if not alive:
-                break
-            batches = [samplers[k].next_batch() for k in alive]
-            loss, gn, terms = engine.step(batches, [gens[k] for k in alive])
-            for k in alive:  # a failed capture hands fresh generators in the same state
-                gens[k] = engine.current_generator(gens[k])
-            if idx is None:  # the live members' positions, rebuilt when one fails
-                idx = torch.tensor(alive, device=device)
-            nonfinite[idx] |= ~torch.isfinite(loss)
-            for k in alive:
-                results[k].steps = step
-            do_log = step % log_every == 0 or step == total
-            do_ckpt = root is not None and (step % checkpoint_every == 0 or step == total)
-            do_keep = finals is not None and keep_every is not None and step % keep_every == 0
-            if not (do_log or do_ckpt or do_keep):
-                bar.update(1)
-                continue
-            rows = _host_rows(step, loss, gn, terms, nonfinite[idx])
-            newly_failed = []
-            for k, (row, bad) in zip(alive, rows, strict=True):
-                if bad:
-                    msg = (
-                        f"seed {seeds[k]}: non-finite loss between steps {first_unchecked} "
-                        f"and {step} (last loss {row['loss']}, terms {row})"
-                    )
-                    failed[k] = {"step": step, "error": msg}
-                    results[k].error = FloatingPointError(msg)
-                    results[k].failed_step = step
-                    newly_failed.append(k)
-                    continue
-                if do_log:
-                    results[k].last_terms = row
-                    if keep_history:
-                        results[k].history.append(row)
-                    if csvs is not None:
-                        csvs[k].write(row)
-            first_unchecked = step + 1
-            if newly_failed:
-                engine.drop(newly_failed)
-                alive = [k for k in alive if k not in newly_failed]
-                idx = None
-            if do_log and progress and alive:
-                bar.set_postfix(loss=f"{sum(r['loss'] for r, _ in rows) / len(rows):.4g}")
-            bar.update(1)
-            if do_keep and finals is not None:  # before latest/: a resumed run has them all
-                for k in alive:
-                    save_checkpoint(
-                        engine.export(k)[0], kept_checkpoint_dir(finals[k].parent, step)
-                    )
-            if do_ckpt and root is not None:
-                if csvs is not None:
-                    for c in csvs:
-                        c.flush()
-                _save_state(root, step, seeds, alive, failed, engine, samplers, gens, member_args)
-    finally:
-        bar.close()
-        if csvs is not None:
-            for c in csvs:
-                c.close()
+
+    def on_failure(k: int, step: int, msg: str) -> None:
+        failed[k] = {"step": step, "error": msg}
+        results[k].error = FloatingPointError(msg)
+        results[k].failed_step = step
+
+    def save(step: int, alive: list[int]) -> None:
+        assert root is not None
+        _save_state(root, step, seeds, alive, failed, engine, samplers, gens, member_args)
+
+    def keep(step: int, alive: list[int]) -> None:
+        assert finals is not None
+        for k in alive:
+            save_checkpoint(engine.export(k)[0], kept_checkpoint_dir(finals[k].parent, step))
+
+    alive = run_loop(
+        engine, samplers, gens, results, alive,
+        start=start, total=total, log_every=log_every,
+        checkpoint_every=checkpoint_every if root is not None else None,
+        save=save if root is not None else None, logs=csvs, keep_history=keep_history,
+        keep_every=keep_every if finals is not None else None, keep=keep,
+        progress=progress, desc=f"train x{K}", on_failure=on_failure,
+        labels=[f"seed {s}: " for s in seeds], device=device,
+    )  # fmt: skip
     if finals is not None:
         for k in alive:
             model_k, _ = engine.export(k)
@@ -443,34 +409,13 @@ def train_ensemble(
     )
 
 
-def _host_rows(
-    step: int,
-    loss: torch.Tensor,
-    gn: torch.Tensor,
-    terms: Mapping[str, torch.Tensor],
-    bad: torch.Tensor,
-) -> list[tuple[dict[str, float], bool]]:
-    """Per-member log rows (train()'s columns) and non-finite flags, one device transfer."""
-    keys = list(terms)
-    stacked = torch.stack(
-        [loss.detach().float(), gn.detach().float(), bad.float()]
-        + [terms[k].detach().float() for k in keys]
-    ).cpu()
-    out = []
-    for i in range(stacked.shape[1]):
-        col = stacked[:, i]
-        row = host_row(step, col[0], col[1], dict(zip(keys, col[3:], strict=True)))
-        out.append((row, bool(col[2])))
-    return out
-
-
 def _save_state(
     root: Path,
     step: int,
     seeds: list[int],
     alive: list[int],
     failed: Mapping[int, Mapping[str, Any]],
-    engine: VmapEngine | LoopEngine,
+    engine: MemberEngine | LoopEngine,
     samplers: list[EpochSampler],
     gens: list[torch.Generator],
     member_args: list[dict[str, Any]],

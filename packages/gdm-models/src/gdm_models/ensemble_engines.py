@@ -1,12 +1,18 @@
-"""The two ways :func:`gdm_models.ensemble.train_ensemble` steps K members.
+"""The ways :func:`gdm_models.ensemble.train_ensemble` steps K members.
 
-* :class:`VmapEngine` - the members' parameters stacked ([K, ...], ``torch.func``'s
-  ``stack_module_state``); one call of ``vmap(grad_and_value(loss))`` computes the K losses
-  and gradients (each member's noise drawn eagerly from its own generator at its own batch
-  shape, then padded: :mod:`gdm_models.ensemble_loss`), per-member gradient-norm clipping
-  (:func:`clip_grad_norms_`) and one ``torch.optim.Adam`` over the stacked parameters, which
-  is elementwise the same as K Adams (the step count is shared: all members step together).
-* :class:`LoopEngine` - K ordinary models and K Adams, one
+* :class:`MemberEngine` (strategy ``"members"``, the default for every model that supports it,
+  :attr:`~gdm_models.world_model.WorldModel.supports_members`) - one *member model*
+  (:func:`~gdm_models.member_layers.stack_members`: every layer holds the K members'
+  parameters on a leading axis) runs the K members' batches folded into one batch,
+  member-major; its :meth:`~gdm_models.world_model.WorldModel.member_loss` returns the K
+  losses, and one backward of their sum gives each member exactly its own gradients (no
+  parameter of member k touches another member's rows). Per-member gradient-norm clipping
+  (:func:`clip_grad_norms_`) and one ``torch.optim.Adam`` over the stacked parameters
+  (elementwise, so K Adams; the step count is shared: all members step together) finish the
+  step: about the aten ops of one single step, at any K. With a static shape the whole step
+  (each member's noise, the loss, backward, clipping, Adam) is one CUDA graph on CUDA
+  (:class:`~gdm_models.capture.GraphRunner`).
+* :class:`LoopEngine` (strategy ``"loop"``) - K ordinary models and K Adams, one
   :func:`gdm_models.train_step.train_step` per member: the single run's step itself.
 
 Both expose each member as an ordinary model plus a ``torch.optim.Adam`` state dict of the
@@ -17,21 +23,34 @@ single run's format (:meth:`export`), so the ensemble's checkpoints are per-memb
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import torch
-from torch import nn
-from torch.func import functional_call, grad_and_value, stack_module_state, vmap
 
-from .capture import GraphRunner, StaticBuffers, StaticShape, configure_adam, make_adam, pad_batch
-from .compiling import compile_or_eager, default_compile_mode
-from .data import Batch
-from .ensemble_loss import MemberLoss, stack_batches, stack_noise
+from .capture import (
+    GraphRunner,
+    StaticBuffers,
+    StaticShape,
+    StaticTrainStep,
+    configure_adam,
+    make_adam,
+    pad_batch,
+)
+from .data import Batch, EpochSampler
+from .member_layers import member_state, stack_members
 from .train_step import batch_to_device, enable_model_compile, train_step
 from .world_model import WorldModel
 
-__all__ = ["VmapEngine", "LoopEngine", "clip_grad_norms_"]
+__all__ = [
+    "MemberEngine",
+    "LoopEngine",
+    "clip_grad_norms_",
+    "concat_batches",
+    "member_opt_state",
+    "stack_opt_states",
+]
 
 Terms = dict[str, torch.Tensor]
 OptState = dict[str, Any]
@@ -46,6 +65,8 @@ def clip_grad_norms_(grads: Sequence[torch.Tensor], max_norm: float) -> torch.Te
     1e-6))``. Returns the K norms before clipping. A member's non-finite norm touches only its
     own gradients (as in ``clip_grad_norm_``, they become non-finite).
     """
+    if not grads:
+        raise ValueError("clip_grad_norms_ needs at least one gradient")
     k = grads[0].shape[0]
     per_param = torch.stack([torch.linalg.vector_norm(g.reshape(k, -1), 2, dim=1) for g in grads])
     norms = torch.linalg.vector_norm(per_param, 2, dim=0)
@@ -53,6 +74,38 @@ def clip_grad_norms_(grads: Sequence[torch.Tensor], max_norm: float) -> torch.Te
     for g in grads:
         g.mul_(coef.reshape(k, *([1] * (g.dim() - 1))))
     return norms
+
+
+def concat_batches(batches: Sequence[Batch], n: int) -> Batch:
+    """Member batches (on the CPU) zero-padded to ``n`` nodes and concatenated on the batch
+    axis, member-major (the folded batch of a member model; padded nodes are masked out as in
+    :meth:`~gdm_models.data.Batch.pad_nodes`). Assembled in numpy: no torch op per member."""
+    out = {}
+    for name in Batch.__dataclass_fields__:
+        parts = [getattr(b, name).numpy() for b in batches]
+        shape = [sum(p.shape[0] for p in parts)]
+        shape += [
+            n if ax in _NODE_AXES[name] else parts[0].shape[ax] for ax in range(1, parts[0].ndim)
+        ]
+        arr = np.zeros(shape, dtype=parts[0].dtype)
+        row = 0
+        for p in parts:
+            arr[(slice(row, row + p.shape[0]), *(slice(0, d) for d in p.shape[1:]))] = p
+            row += p.shape[0]
+        out[name] = torch.from_numpy(arr)
+    return Batch(**out)
+
+
+#: the node axes of each :class:`~gdm_models.data.Batch` field
+_NODE_AXES: dict[str, tuple[int, ...]] = {
+    "adjacency": (2, 3),
+    "node_continuous": (2,),
+    "node_categorical": (2,),
+    "action_mask": (2,),
+    "action_nodes": (2,),
+    "node_mask": (1,),
+}
+_NODE_AXES.update({k: () for k in Batch.__dataclass_fields__ if k not in _NODE_AXES})
 
 
 def member_opt_state(stacked: Mapping[str, Any], i: int) -> OptState:
@@ -90,194 +143,153 @@ def stack_opt_states(states: Sequence[Mapping[str, Any]]) -> OptState:
     return {"state": out, "param_groups": copy.deepcopy(states[0]["param_groups"])}
 
 
-def _use_tensor_scaler(model: WorldModel) -> None:
-    """Give ``model`` (the engine's own copy, never a member's model) a scaler that holds its
-    statistics as float64 tensors instead of numpy arrays: the same numbers, and torch.compile
-    of vmap(grad) does not trip over guards on numpy constants (a dynamo bug). Every module
-    that holds the model's scaler gets it (the GDM's feature encoder keeps its own reference)."""
-    old = model.scaler
-    sc = copy.copy(old)
-    for name in ("node_mean", "node_std", "graph_mean", "graph_std"):
-        # on the model's device: no host tensor inside a CUDA graph
-        setattr(sc, name, torch.from_numpy(getattr(sc, name)).to(model.device))
-    for module in model.modules():
-        if getattr(module, "scaler", None) is old:
-            # a plain attribute (mypy types module attributes as Tensor | Module)
-            module.scaler = sc  # type: ignore[assignment]
+class MemberEngine:
+    """K members as one member model (see the module docstring).
 
+    ``models``: the K member models (same class and config, on one device); they are the
+    members' "shells": :meth:`build` stacks their weights, :meth:`export` writes member k's
+    weights back into ``models[k]``. ``autocast`` wraps the loss as in the single run.
+    ``static_shape``: batches padded to it, fused Adam, each member's noise drawn at that shape
+    inside the step, and on CUDA the whole step captured as one CUDA graph (member k then
+    equals ``train(..., capture=True)`` of its seed, up to float rounding).
 
-class _Bound(nn.Module):
-    """``forward`` = the member loss of ``model`` (for ``functional_call``)."""
-
-    def __init__(self, model: WorldModel, loss: MemberLoss) -> None:
-        super().__init__()
-        self.model = model
-        self._loss = loss
-
-    def forward(self, batch: Batch, noise: tuple) -> tuple[torch.Tensor, Terms]:
-        return self._loss.loss(self.model, batch, noise)
-
-
-class VmapEngine:
-    """K members through ``torch.func.vmap`` (see the module docstring).
-
-    ``models``: the K member models (same class and config, on ``device``); they are the
-    members' "shells": the engine trains stacked copies and writes member weights back into
-    them on :meth:`export`.
+    Raises:
+        TypeError: for a model that does not train as a member model.
     """
 
-    name = "vmap"
+    name = "members"
 
     def __init__(
         self,
         models: Sequence[WorldModel],
-        loss: MemberLoss,
         *,
         lr: float,
         clip: float,
         autocast: torch.autocast,
-        compile: bool = False,
         static_shape: StaticShape | None = None,
     ) -> None:
         self.models = list(models)
-        self.loss, self.lr, self.clip, self.autocast = loss, lr, clip, autocast
-        self.compile = compile
+        if not self.models[0].supports_members:
+            raise TypeError(
+                f"model {self.models[0].model_name!r} ({type(self.models[0]).__name__}) does "
+                "not train as a member model (its supports_members is False)"
+            )
+        self.lr, self.clip, self.autocast = lr, clip, autocast
         self.device = self.models[0].device
-        self.members: list[int] = []
-        self._fn: Callable[..., Any] | None = None
-        self._bound: _Bound | None = None
-        #: with a static shape: batches padded to it, fused Adam, and on CUDA the whole step
-        #: (noise, vmapped loss and gradients, clipping, Adam) captured as one CUDA graph
         self.static_shape = static_shape
-        if static_shape is not None and compile:
-            raise ValueError("a static (captured) step and compile are alternatives")
+        self.members: list[int] = []
+        self.model: WorldModel | None = None
         self._runner: GraphRunner[tuple[torch.Tensor, torch.Tensor, Terms]] | None = None
         self._static: StaticBuffers | None = None
         self._capture_failed = False
 
     # ------------------------------------------------------------------ state
     def build(self, members: Sequence[int], opt_states: Mapping[int, OptState] | None) -> None:
-        """Stack the weights of ``members`` (read from their models) and a fresh Adam over
-        them, loaded with ``opt_states`` (one single-Adam state dict per member) if given."""
+        """Stack the weights of ``members`` (read from their models) into a member model and
+        a fresh Adam over its parameters, loaded with ``opt_states`` (one single-Adam state
+        dict per member, in the single run's parameter order) if given."""
         self.members = list(members)
-        self._fn = None
+        self.model = None
+        self._runner = None  # new stacked tensors: capture again
         if not self.members:
             return
-        shells = [self.models[k] for k in self.members]
-        params, buffers = stack_module_state(shells)
-        self.names = list(params)
-        self.params = {f"model.{k}": v for k, v in params.items()}
-        self.buffers = {f"model.{k}": v for k, v in buffers.items()}
-        plist = list(self.params.values())
+        model = stack_members([self.models[k] for k in self.members])
+        assert isinstance(model, WorldModel)  # a copy of a member
+        self.model = model
+        every = list(model.parameters())  # the single run's Adam spans every parameter
+        self.params = [p for p in every if p.requires_grad]  # clipped and updated
         static = self.static_shape is not None
         self.opt = (
-            make_adam(plist, self.lr, self.device)
+            make_adam(every, self.lr, self.device)
             if static
-            else torch.optim.Adam(plist, lr=self.lr)
+            else torch.optim.Adam(every, lr=self.lr)
         )
         if opt_states is not None:
             self.opt.load_state_dict(stack_opt_states([opt_states[k] for k in self.members]))
+            # the saved states may come from the other step implementation
             configure_adam(self.opt, fused=static, capturable=static and self.device.type == "cuda")
-        self._runner, self._static = None, None  # new stacked tensors: capture again
-        bound = self.loss.batched_model(shells[0])
-        if self.compile:
-            # a copy of its own (the members' models keep their numpy scaler); its parameter
-            # values do not matter: functional_call replaces them by the members'
-            bound = copy.deepcopy(bound) if bound is shells[0] else bound
-            _use_tensor_scaler(bound)
-        self._bound = _Bound(bound, self.loss)
 
     def export(self, k: int) -> tuple[WorldModel, OptState]:
-        """Member ``k``'s model (its weights written back) and its single-Adam state dict."""
+        """Member ``k``'s model (its weights written back) and its single-Adam state dict:
+        an ordinary single-model training state."""
+        assert self.model is not None
         i = self.members.index(k)
-        state = {n: v[i].detach() for n, v in self.params.items()}
-        state.update({n: v[i] for n, v in self.buffers.items()})
         model = self.models[k]
-        model.load_state_dict({n.removeprefix("model."): v for n, v in state.items()})
+        model.load_state_dict(member_state(self.model, i))
         return model, member_opt_state(self.opt.state_dict(), i)
 
     def drop(self, ks: Sequence[int]) -> None:
-        """Stop training members ``ks`` (the others continue unchanged)."""
+        """Stop training members ``ks``: the member model is rebuilt from the others (their
+        numbers continue unchanged)."""
         keep = [k for k in self.members if k not in ks]
         states = {k: self.export(k)[1] for k in keep}
         self.build(keep, states)
 
+    def current_generator(self, generator: torch.Generator) -> torch.Generator:
+        """The generator that now stands for a member's ``generator`` (after a failed capture
+        a fresh one in the same state: the registered one cannot draw eagerly any more)."""
+        if self._runner is None:
+            return generator
+        return self._runner.current(generator)
+
     # ------------------------------------------------------------------ step
-    def _member(
-        self,
-        params: dict[str, torch.Tensor],
-        buffers: dict[str, torch.Tensor],
-        fields: tuple[torch.Tensor, ...],
-        noise: tuple,
-    ) -> tuple[torch.Tensor, Terms]:
-        batch = Batch(**dict(zip(Batch.__dataclass_fields__, fields, strict=True)))
-        with self.autocast:
-            assert self._bound is not None  # set by __init__ whenever members are trained
-            total, terms = functional_call(self._bound, (params, buffers), (batch, noise))
-        return total, terms
-
-    def _vmapped(self, in_noise: tuple) -> Callable[..., Any]:
-        if self._fn is None:
-            vmapped = vmap(grad_and_value(self._member, has_aux=True), in_dims=(0, 0, 0, in_noise))
-
-            def fn(params: Any, buffers: Any, fields: Any, noise: Any) -> Any:
-                return vmapped(params, buffers, fields, noise)  # dynamo traces the transforms
-
-            if self.compile:
-                name = f"the vmapped {self.models[0].model_name} ensemble loss"
-                mode = default_compile_mode(self.device)
-                self._fn = compile_or_eager(fn, name, mode=mode, dynamic=False)
-            else:
-                self._fn = fn
-        return self._fn
-
     def step(
-        self, batches: Sequence[Batch], gens: Sequence[torch.Generator]
+        self, samplers: Sequence[EpochSampler], gens: Sequence[torch.Generator]
     ) -> tuple[torch.Tensor, torch.Tensor, Terms]:
-        """One step of every member; ``batches`` (on the CPU) and ``gens`` in member order.
-        Returns the members' losses, gradient norms before clipping and terms, each [K]."""
+        """One step of every member: each draws its next batch from its own sampler (of one
+        dataset) and its noise from its own generator, in member order. Returns the members'
+        losses, gradient norms before clipping and terms, each [K]."""
+        model = self.model
+        assert model is not None and len(samplers) == len(self.members)
+        windows = [s.next_windows() for s in samplers]
+        if len({len(w) for w in windows}) > 1:
+            raise ValueError("the members' batches differ in size (different batch sizes?)")
+        data, seq_len = samplers[0].dataset, samplers[0].seq_len
         if self.static_shape is not None:
-            return self._static_step(batches, gens)
-        base = self.models[self.members[0]]
-        n = max(b.num_nodes for b in batches)
-        if self.compile:  # static shapes: a few node counts cover every batch
-            mult = base.compile_pad_multiple
-            n = -(-n // mult) * mult
-        batch = batch_to_device(stack_batches(list(batches), n), self.device)
+            return self._static_step([data.make_batch(w, seq_len) for w in windows], gens)
+        # the folded batch: every member's windows in one batch, member-major, padded to the
+        # largest graph (padded nodes are masked out of every loss term)
+        folded = data.make_batch([w for ws in windows for w in ws], seq_len)
+        batch = batch_to_device(folded, self.device)
+        # each member draws its own uniforms from its own generator at its own shape, as its
+        # single run does; then padded and folded member-major like the batch
+        n = batch.num_nodes
         noises = [
-            self.loss.pad_noise(self.loss.draw_noise(base, b, g), n)
-            for b, g in zip(batches, gens, strict=True)
+            model.pad_member_noise(
+                model.member_noise((len(ws), seq_len, max(data.node_counts[e] for e, _ in ws)), g),
+                n,
+            )
+            for ws, g in zip(windows, gens, strict=True)
         ]
-        noise, in_noise = stack_noise(noises)
-        fields = tuple(getattr(batch, k) for k in Batch.__dataclass_fields__)
-        return self._update(fields, noise, in_noise)
+        self.opt.zero_grad(set_to_none=True)
+        return self._update(batch, noises)
 
     def _update(
-        self, fields: tuple[torch.Tensor, ...], noise: tuple, in_noise: tuple
+        self, batch: Batch, noises: Sequence[tuple[torch.Tensor | None, ...]]
     ) -> tuple[torch.Tensor, torch.Tensor, Terms]:
-        """The vmapped losses and gradients, per-member clipping and one Adam step."""
-        fn = self._vmapped(in_noise)
-        grads, (loss, terms) = fn(self.params, self.buffers, fields, noise)
-        plist = list(self.params.values())
-        # functorch's gradients may come transposed (a weight used as W.T); Adam's fused kernel
-        # needs each gradient laid out as its parameter (AccumulateGrad does this in the
-        # single run), or it reads the wrong elements on a CPU and refuses on CUDA
-        glist = [grads[k].detach().contiguous() for k in self.params]
-        norms = clip_grad_norms_(glist, self.clip)
-        for p, g in zip(plist, glist, strict=True):
-            p.grad = g
+        """The K losses, one backward, per-member clipping and one Adam step."""
+        model = self.model
+        assert model is not None
+        noise = tuple(
+            None if parts[0] is None else torch.cat(list(parts))
+            for parts in zip(*noises, strict=True)
+        )
+        with self.autocast:
+            loss, terms = model.member_loss(batch, noise, len(self.members))
+        loss.sum().backward()  # member k's parameters get the gradient of loss[k] alone
+        grads = [p.grad for p in self.params if p.grad is not None]
+        norms = clip_grad_norms_(grads, self.clip)
         self.opt.step()
-        self.opt.zero_grad(set_to_none=True)
-        return loss, norms, terms
+        return loss.detach(), norms, terms
 
     def _static_step(
         self, batches: Sequence[Batch], gens: Sequence[torch.Generator]
     ) -> tuple[torch.Tensor, torch.Tensor, Terms]:
-        """:meth:`step` on batches padded to the static shape, its noise drawn at that shape
+        """:meth:`step` on batches padded to the static shape, the noise drawn at that shape
         inside the step (so a CUDA graph replays it: :class:`~gdm_models.capture.GraphRunner`)."""
         assert self.static_shape is not None
         n = self.static_shape.num_nodes
-        host = stack_batches([pad_batch(b, self.static_shape) for b in batches], n)
+        host = concat_batches([pad_batch(b, self.static_shape) for b in batches], n)
         if self._static is None:
             self._static = StaticBuffers(self.device)
         self._static.load(host)
@@ -298,27 +310,23 @@ class VmapEngine:
 
     def _static_body(self) -> tuple[torch.Tensor, torch.Tensor, Terms]:
         assert self._static is not None and self._static.batch is not None
-        stacked = self._static.batch
-        base = self.models[self.members[0]]
-        names = list(Batch.__dataclass_fields__)
+        assert self.model is not None and self.static_shape is not None
         assert self._runner is not None  # the body runs inside it
-        noises = [
-            self.loss.draw_noise(base, Batch(**{k: getattr(stacked, k)[i] for k in names}), g)
-            for i, g in enumerate(self._runner.generators)
-        ]
-        noise, in_noise = stack_noise(noises)
-        return self._update(tuple(getattr(stacked, k) for k in names), noise, in_noise)
-
-    def current_generator(self, generator: torch.Generator) -> torch.Generator:
-        """The generator that now stands for a member's ``generator`` (after a failed capture
-        a fresh one in the same state: the registered one cannot draw eagerly any more)."""
-        if self._runner is None:
-            return generator
-        return self._runner.current(generator)
+        batch = self._static.batch
+        b = self.static_shape.batch_size  # every member's batch has the static shape
+        shape = (b, self.static_shape.seq_len, self.static_shape.num_nodes)
+        noises = [self.model.member_noise(shape, g) for g in self._runner.generators]
+        return self._update(batch, noises)
 
 
 class LoopEngine:
-    """K ordinary models and K Adams, stepped one after the other (the single run's step)."""
+    """K ordinary models and K Adams, stepped one after the other: the single run's step
+    (:func:`~gdm_models.train_step.train_step`; a single run is this engine with K = 1).
+
+    ``static_shape``: each member's step is a :class:`~gdm_models.capture.StaticTrainStep`
+    (batches padded to that shape, fused Adam, one CUDA graph on CUDA), with bf16 autocast when
+    ``static_dtype`` is ``torch.bfloat16``. ``compile``: each model's ``enable_compile``.
+    """
 
     name = "loop"
 
@@ -330,12 +338,24 @@ class LoopEngine:
         clip: float,
         autocast: torch.autocast,
         compile: bool = False,
+        static_shape: StaticShape | None = None,
+        static_dtype: torch.dtype | None = None,
     ) -> None:
+        if static_shape is not None and compile:
+            raise ValueError("capture and compile are alternatives: ask for one of them")
         self.models = list(models)
         self.clip, self.autocast = clip, autocast
-        self.opts = [torch.optim.Adam(m.parameters(), lr=lr) for m in self.models]
+        self.static_shape, self.static_dtype = static_shape, static_dtype
+        self.device = self.models[0].device
+        # Adam over every parameter, as the single run's: its state dict indexes them all
+        every = [list(m.parameters()) for m in self.models]
+        self.opts = [
+            make_adam(e, lr, self.device) if static_shape else torch.optim.Adam(e, lr=lr)
+            for e in every
+        ]
         self.params = [[p for p in m.parameters() if p.requires_grad] for m in self.models]
         self.members: list[int] = []
+        self._static: dict[int, StaticTrainStep] = {}
         if compile:
             for m in self.models:
                 enable_model_compile(m)
@@ -343,9 +363,13 @@ class LoopEngine:
     def build(self, members: Sequence[int], opt_states: Mapping[int, OptState] | None) -> None:
         """Train ``members`` (their weights are their models'); load ``opt_states`` if given."""
         self.members = list(members)
+        static = self.static_shape is not None
         for k in self.members:
             if opt_states is not None:
                 self.opts[k].load_state_dict(opt_states[k])
+                # the saved state may come from the other step implementation
+                cuda = self.device.type == "cuda"
+                configure_adam(self.opts[k], fused=static, capturable=static and cuda)
 
     def export(self, k: int) -> tuple[WorldModel, OptState]:
         """Member ``k``'s model and its Adam state dict."""
@@ -356,17 +380,37 @@ class LoopEngine:
         self.members = [k for k in self.members if k not in ks]
 
     def current_generator(self, generator: torch.Generator) -> torch.Generator:
-        """``generator`` itself (nothing is captured here)."""
+        """The generator that now stands for ``generator`` (after a failed capture a fresh one
+        in the same state; else ``generator`` itself)."""
+        for st in self._static.values():
+            current = st.runner.current(generator)
+            if current is not generator:
+                return current
         return generator
 
+    def _static_step(self, k: int, generator: torch.Generator) -> StaticTrainStep:
+        """Member ``k``'s static step, made at its first call with its generator."""
+        assert self.static_shape is not None
+        st = self._static.get(k)
+        if st is None or st.generator is not generator:
+            st = self._static[k] = StaticTrainStep(
+                self.models[k], self.opts[k], self.params[k], generator, self.clip,
+                self.static_shape, autocast_dtype=self.static_dtype,
+            )  # fmt: skip
+        return st
+
     def step(
-        self, batches: Sequence[Batch], gens: Sequence[torch.Generator]
+        self, samplers: Sequence[EpochSampler], gens: Sequence[torch.Generator]
     ) -> tuple[torch.Tensor, torch.Tensor, Terms]:
-        """One :func:`~gdm_models.train_step.train_step` per member; results stacked [K]."""
+        """One :func:`~gdm_models.train_step.train_step` (or static step) per member on its
+        sampler's next batch; results stacked [K]."""
         out = []
-        for k, b, g in zip(self.members, batches, gens, strict=True):
+        for k, s, g in zip(self.members, samplers, gens, strict=True):
             m = self.models[k]
-            batch = batch_to_device(b, m.device)
+            if self.static_shape is not None:
+                out.append(self._static_step(k, g)(s.next_batch()))
+                continue
+            batch = batch_to_device(s.next_batch(), m.device)
             out.append(
                 train_step(m, self.opts[k], self.params[k], batch, g, self.clip, self.autocast)
             )

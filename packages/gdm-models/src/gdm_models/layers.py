@@ -17,11 +17,8 @@ from torch import nn
 __all__ = [
     "MLP",
     "LayerNormGRU",
-    "ExplicitGRUCell",
-    "gru_explicit",
     "gru_from_gates",
     "gru_from_split_gates",
-    "use_explicit_gru",
     "CategoricalHead",
     "unimix_probs",
     "gumbel_from_uniform",
@@ -59,8 +56,8 @@ def gru_from_gates(gi: torch.Tensor, h: torch.Tensor, gh: torch.Tensor) -> torch
     r = sigmoid(gi_r + gh_r), z = sigmoid(gi_z + gh_z), n = tanh(gi_n + r * gh_n),
     h' = (1 - z) * n + z * h  (computed as n + (h - n) z, as the fused kernel does).
 
-    Every op here has a ``torch.func.vmap`` batching rule (the fused GRU kernels have none),
-    and the input gates may be computed for all time steps before a recurrence."""
+    The input gates may be computed for all time steps before a recurrence, and the maps may
+    hold per-member weights (:class:`~gdm_models.member_layers.MemberGRUCell`)."""
     hid = h.shape[-1]
     gh_rz, gh_n = gh.split([2 * hid, hid], -1)
     return gru_from_split_gates(gi, h, gh_rz, gh_n)
@@ -77,73 +74,25 @@ def gru_from_split_gates(
     return n + (h - n) * z
 
 
-def gru_explicit(
-    x: torch.Tensor,
-    h: torch.Tensor,
-    weight_ih: torch.Tensor,
-    weight_hh: torch.Tensor,
-    bias_ih: torch.Tensor | None,
-    bias_hh: torch.Tensor | None,
-) -> torch.Tensor:
-    """:class:`torch.nn.GRUCell`'s math as two linear maps and elementwise ops
-    (:func:`gru_from_gates`), the same parameters; ``x`` (..., D), ``h`` (..., H)."""
-    return gru_from_gates(F.linear(x, weight_ih, bias_ih), h, F.linear(h, weight_hh, bias_hh))
-
-
-class ExplicitGRUCell(nn.GRUCell):
-    """A :class:`torch.nn.GRUCell` (same parameters and state-dict keys) computed by
-    :func:`gru_explicit`: no fused GRU kernel, so ``torch.func.vmap`` batches it."""
-
-    def forward(self, input: torch.Tensor, hx: torch.Tensor | None = None) -> torch.Tensor:
-        if hx is None:
-            hx = input.new_zeros(*input.shape[:-1], self.hidden_size)
-        return gru_explicit(input, hx, self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh)
-
-
 class LayerNormGRU(nn.Module):
-    """h_t = LayerNorm(GRU(x_t | h_{t-1})) over arbitrary leading axes.
-
-    ``explicit`` (default False): compute the GRU as explicit products (:func:`gru_explicit`,
-    the same math and parameters) instead of the fused ``torch.nn.GRUCell`` kernel, which has
-    no ``torch.func.vmap`` batching rule (set for the vmap ensemble, see
-    :func:`use_explicit_gru`). :meth:`input_gates` and :meth:`step` split the cell so that the
-    input's part can be computed for all time steps before a recurrence."""
+    """h_t = LayerNorm(GRU(x_t | h_{t-1})) over arbitrary leading axes. :meth:`step` computes
+    it from precomputed input gates, so that the input's part can be computed for all time
+    steps before a recurrence."""
 
     def __init__(self, in_dim: int, hidden: int) -> None:
         super().__init__()
         self.cell = nn.GRUCell(in_dim, hidden)
         self.norm = nn.LayerNorm(hidden)
-        self.explicit = False
 
     def forward(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         lead = h.shape[:-1]
         x2, h2 = x.reshape(-1, x.shape[-1]), h.reshape(-1, h.shape[-1])
-        if self.explicit:
-            c = self.cell
-            out = gru_explicit(x2, h2, c.weight_ih, c.weight_hh, c.bias_ih, c.bias_hh)
-        else:
-            out = self.cell(x2, h2)
-        return self.norm(out).reshape(*lead, -1)
+        return self.norm(self.cell(x2, h2)).reshape(*lead, -1)
 
     def step(self, gi: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         """LayerNorm(GRU) from precomputed input gates ``gi = x W_ih^T + b_ih`` (..., 3H)."""
         c = self.cell
         return self.norm(gru_from_gates(gi, h, F.linear(h, c.weight_hh, c.bias_hh)))
-
-
-def use_explicit_gru(module: nn.Module) -> None:
-    """Switch every GRU in ``module`` to explicit products, in place, keeping its parameters:
-    :class:`LayerNormGRU` gets ``explicit = True`` and each plain :class:`torch.nn.GRUCell`
-    becomes an :class:`ExplicitGRUCell` (the same parameter objects and state-dict keys)."""
-    for sub in list(module.modules()):
-        if isinstance(sub, LayerNormGRU):
-            sub.explicit = True
-            continue
-        for name, child in list(sub.named_children()):
-            if type(child) is nn.GRUCell:
-                new = ExplicitGRUCell.__new__(ExplicitGRUCell)
-                new.__dict__.update(child.__dict__)  # the same parameters and buffers
-                setattr(sub, name, new)
 
 
 def unimix_probs(logits: torch.Tensor, unimix: float) -> torch.Tensor:

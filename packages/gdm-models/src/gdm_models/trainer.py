@@ -4,6 +4,9 @@ Adam, gradient-norm clipping, batches of B windows of L transitions drawn epoch-
 :class:`~gdm_models.data.EpisodeDataset` (see :class:`~gdm_models.data.EpochSampler`),
 deterministic under a seed, tqdm progress bar, one CSV row of loss terms per step, periodic
 checkpoints and exact resume. The trainer only calls ``model.training_loss(batch, generator)``.
+A single run is the one training loop of :mod:`gdm_models.training_loop` with K = 1 member
+(the loop engine, :class:`~gdm_models.ensemble_engines.LoopEngine`), the loop that
+:func:`~gdm_models.ensemble.train_ensemble` runs for K members.
 
 Checkpoint layout (``checkpoint_dir``)::
 
@@ -25,16 +28,14 @@ from __future__ import annotations
 import csv
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
-from .capture import StaticShape, StaticTrainStep, configure_adam, make_adam
+from .capture import StaticShape
 from .checkpoint import kept_checkpoint_dir, save_checkpoint
 from .data import EpisodeDataset, EpochSampler
+from .ensemble_engines import LoopEngine
 from .tensorboard_log import tee
 from .train_state import (
     read_trainer_state,
@@ -42,16 +43,8 @@ from .train_state import (
     verify_trainer_state,
     write_trainer_state,
 )
-from .train_step import (
-    PRECISIONS,
-    batch_to_device,
-    check_train_args,
-    default_device,
-    enable_model_compile,
-    host_row,
-    run_seeds,
-    train_step,
-)
+from .train_step import PRECISIONS, check_train_args, default_device, run_seeds
+from .training_loop import TrainResult, run_loop
 from .world_model import WorldModel
 
 __all__ = [
@@ -62,47 +55,6 @@ __all__ = [
     "default_device",
     "verify_trainer_state",
 ]
-
-
-@dataclass
-class TrainResult:
-    """Outcome of :func:`train`."""
-
-    steps: int
-    resumed_from: int
-    last_terms: dict[str, float] = field(default_factory=dict)
-    history: list[dict[str, float]] = field(default_factory=list)
-
-
-def _save_trainer_state(
-    ckdir: Path,
-    model: WorldModel,
-    opt: torch.optim.Optimizer,
-    sampler: EpochSampler,
-    gen: torch.Generator,
-    step: int,
-    args: Mapping[str, Any],
-) -> None:
-    with replacing_dir(ckdir / "latest") as tmp:
-        write_trainer_state(
-            tmp, model, opt.state_dict(), gen.get_state(), sampler.state_dict(), step, args
-        )
-
-
-def _load_trainer_state(
-    latest: Path,
-    model: WorldModel,
-    opt: torch.optim.Optimizer,
-    sampler: EpochSampler,
-    gen: torch.Generator,
-    args: Mapping[str, Any],
-) -> int:
-    st = read_trainer_state(latest, model, args)
-    model.load_state_dict(st.weights, strict=True)
-    opt.load_state_dict(st.optimizer)
-    gen.set_state(st.generator)
-    sampler.load_state_dict(st.sampler)
-    return st.step
 
 
 class CsvLog:
@@ -239,85 +191,58 @@ def train(
     static = (device.type == "cuda" and not compile) if capture is None else bool(capture)
     if static and compile:
         raise ValueError("capture and compile are alternatives: ask for one of them")
-    params = [p for p in model.parameters() if p.requires_grad]  # clipped and updated
-    # Adam over every parameter, as before: its state dict indexes them all (checkpoints)
-    every = list(model.parameters())
-    opt = make_adam(every, lr, device) if static else torch.optim.Adam(every, lr=lr)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+    # the single run is the one training loop with K = 1 member: the loop engine
+    engine = LoopEngine(
+        [model], lr=lr, clip=math.inf if grad_clip is None else grad_clip, autocast=autocast,
+        compile=compile,
+        static_shape=StaticShape.for_dataset(dataset, batch_size, seq_len) if static else None,
+        static_dtype=torch.bfloat16 if precision == "bf16" else None,
+    )  # fmt: skip
     args = {"batch_size": batch_size, "seq_len": seq_len, "seed": seed, "lr": lr}
 
     start = 0
+    opt_states = None
     ckdir = Path(checkpoint_dir) if checkpoint_dir is not None else None
     if ckdir is not None:
         ckdir.mkdir(parents=True, exist_ok=True)
         if resume and (ckdir / "latest" / "trainer_state.json").is_file():
-            start = _load_trainer_state(ckdir / "latest", model, opt, sampler, gen, args)
-            # the saved state may come from the other step implementation
-            configure_adam(opt, fused=static, capturable=static and device.type == "cuda")
+            st = read_trainer_state(ckdir / "latest", model, args)
+            model.load_state_dict(st.weights, strict=True)
+            opt_states = {0: st.optimizer}
+            gen.set_state(st.generator)
+            sampler.load_state_dict(st.sampler)
+            start = st.step
+    engine.build([0], opt_states)
+    gens = [gen]
+
+    def save(step: int, alive: list[int]) -> None:
+        assert ckdir is not None
+        _, opt_state = engine.export(0)
+        state = (gens[0].get_state(), sampler.state_dict())
+        with replacing_dir(ckdir / "latest") as tmp:
+            write_trainer_state(tmp, model, opt_state, *state, step, args)
+
+    def keep(step: int, alive: list[int]) -> None:
+        assert ckdir is not None
+        save_checkpoint(model, kept_checkpoint_dir(ckdir, step))
 
     log = tee(
         CsvLog(log_csv, start, log_every) if log_csv is not None else None, tensorboard_dir, start
     )
-    if compile:
-        enable_model_compile(model)
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
-    clip = math.inf if grad_clip is None else grad_clip
-    static_step = (
-        StaticTrainStep(
-            model, opt, params, gen, clip,
-            StaticShape.for_dataset(dataset, batch_size, seq_len),
-            autocast_dtype=torch.bfloat16 if precision == "bf16" else None,
-        )
-        if static
-        else None
-    )  # fmt: skip
-
     result = TrainResult(steps=start, resumed_from=start)
     model.train()
-    bar = tqdm(total=total, initial=start, disable=not progress, desc="train", dynamic_ncols=True)
-    nonfinite = torch.zeros((), dtype=torch.bool, device=device)  # on the device: no sync
-    first_unchecked = start + 1
-    try:
-        for step in range(start + 1, total + 1):
-            if static_step is not None:
-                loss, gn, terms = static_step(sampler.next_batch())
-                nonfinite = static_step.nonfinite
-                gen = static_step.generator  # a fresh one after a failed capture
-            else:
-                batch = batch_to_device(sampler.next_batch(), device)
-                loss, gn, terms = train_step(model, opt, params, batch, gen, clip, autocast)
-                nonfinite |= ~torch.isfinite(loss.detach())
-            result.steps = step
-            do_log = step % log_every == 0 or step == total
-            ck_here = ckdir if step % checkpoint_every == 0 or step == total else None
-            keep_here = ckdir is not None and keep_every is not None and step % keep_every == 0
-            if do_log or ck_here is not None or keep_here:
-                if bool(nonfinite):
-                    raise FloatingPointError(
-                        f"non-finite loss between steps {first_unchecked} and {step} "
-                        f"(last loss {loss.item()}, terms {host_row(step, loss, gn, terms)})"
-                    )
-                first_unchecked = step + 1
-            if do_log:
-                row = host_row(step, loss, gn, terms)
-                result.last_terms = row
-                if keep_history:
-                    result.history.append(row)
-                if log is not None:
-                    log.write(row)
-                if progress:
-                    bar.set_postfix(loss=f"{row['loss']:.4g}")
-            bar.update(1)
-            if keep_here:
-                assert ckdir is not None and keep_every is not None  # keep_here says so
-                save_checkpoint(model, kept_checkpoint_dir(ckdir, step))
-            if ck_here is not None:
-                if log is not None:
-                    log.flush()
-                _save_trainer_state(ck_here, model, opt, sampler, gen, step, args)
-    finally:
-        bar.close()
-        if log is not None:
-            log.close()
+    run_loop(
+        engine, [sampler], gens, [result], [0],
+        start=start, total=total, log_every=log_every,
+        checkpoint_every=checkpoint_every if ckdir is not None else None,
+        save=save if ckdir is not None else None,
+        keep_every=keep_every if ckdir is not None else None,
+        keep=keep,
+        logs=[log] if log is not None else None,
+        keep_history=keep_history, progress=progress, desc="train", fail_fast=True,
+        device=device,
+    )  # fmt: skip
     if ckdir is not None:
         save_checkpoint(model, ckdir / "final")
     return result

@@ -25,6 +25,7 @@ from torch import nn
 
 from ..layers import one_hot
 from ..losses import NodeMasks, Prediction, masked_mean, pair_mask_of
+from ..member_ops import expand_like, member_apply
 from ..scaling import FeatureScaler
 from ..schema import Schema
 
@@ -152,16 +153,21 @@ class FeatureSetEncoder(nn.Module):
         binary: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """cont (...,Fc), cat list of (...,K_f), binary (...,Fb) -> (...,dim)."""
-        lead = cont.shape[:-1]
-        if self.count == 0:
-            return self.empty.expand(*lead, self.dim)
+        if self.count == 0:  # (member-stacked parameters meet their members' rows)
+            return member_apply(expand_like, cont, self.empty, ndim=1)
         scal = cont if binary is None else torch.cat([cont, binary.to(cont.dtype)], dim=-1)
         if scal.shape[-1] != self.num_cont + self.num_binary:
             raise ValueError(
                 f"encoder expects {self.num_cont} continuous and {self.num_binary} binary inputs, "
                 f"got {scal.shape[-1]} columns"
             )
-        total = (scal[..., :, None] * self.scalar_weight + self.scalar_bias).sum(-2)
+        total = member_apply(
+            lambda x, w, b: (x * w + b).sum(-2),
+            scal[..., :, None],
+            self.scalar_weight,
+            self.scalar_bias,
+            ndim=2,
+        )
         for lin, p in zip(self.cat, cat, strict=True):
             total = total + lin(p)
         return total / self.count

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from ..losses import masked_mean
+from ..member_ops import member_reduce
 
 __all__ = [
     "power_iteration",
@@ -63,15 +64,26 @@ def spectral_loss(
     """R_spectral = sum_l (sigma_max(W_l) - target)^2 and the updated power-iteration vectors.
 
     Weights of one shape (the GNN layers) run their power iterations together, batched over
-    the layers (the same per-layer iteration as :func:`power_iteration`, in a few kernels)."""
+    the layers (the same per-layer iteration as :func:`power_iteration`, in a few kernels).
+    Member-stacked weights ([K, out, in], vectors [K, in]) give the K members' losses (K,)."""
     if len(weights) != len(us):
         raise ValueError("need one power-iteration vector per weight matrix")
     if not weights:
         return torch.zeros(()), []
     if len({tuple(w.shape) for w in weights}) > 1:
+        if weights[0].dim() > 2:
+            raise ValueError("member-stacked spectral losses need weights of one shape")
         return spectral_loss_per_layer(weights, us, num_iterations, target)
-    sigma, u_new = _batched_power_iteration(torch.stack(weights), torch.stack(us), num_iterations)
-    return ((sigma - target) ** 2).sum(), list(u_new.unbind(0))
+    if weights[0].dim() == 2:
+        w, u = torch.stack(weights), torch.stack(us)
+        sigma, u_new = _batched_power_iteration(w, u, num_iterations)
+        return ((sigma - target) ** 2).sum(), list(u_new.unbind(0))
+    # member-stacked: the L * K matrices (layer-major) in one batched power iteration
+    n_layers, k = len(weights), weights[0].shape[0]
+    w = torch.stack(weights).flatten(0, 1)
+    sigma, u_new = _batched_power_iteration(w, torch.stack(us).flatten(0, 1), num_iterations)
+    loss = ((sigma - target) ** 2).view(n_layers, k).sum(0)
+    return loss, list(u_new.view(n_layers, k, -1).unbind(0))
 
 
 def spectral_loss_per_layer(
@@ -168,6 +180,7 @@ def rollout_consistency_loss(
     step: Callable[[Any, int], Any],
     advance: Callable[[Any, Any], Any],
     step_loss: Callable[[Any, int], tuple[torch.Tensor, torch.Tensor]],
+    members: int = 0,
 ) -> torch.Tensor:
     """k-step teacher-free rollout loss: mean over valid (item, j), j = 1..k, of the loss of the
     j-th rolled-out prediction against the observed state j steps ahead.
@@ -179,7 +192,9 @@ def rollout_consistency_loss(
         advance: ``advance(state, prediction) -> next state`` (differentiable, i.e. built from
             predicted values and probabilities; never from observations).
         step_loss: ``step_loss(prediction, j) -> (loss (M,), valid (M,) bool)``.
-    Returns a scalar (0 when nothing is valid).
+        members: > 0 when the M items are the folded items of that many members (member-major):
+            the mean is then per member.
+    Returns a scalar (0 when nothing is valid), or (K,) per member.
     """
     if num_steps < 1:
         raise ValueError(f"rollout length k must be >= 1, got {num_steps}")
@@ -190,7 +205,10 @@ def rollout_consistency_loss(
         pred = step(state, j)
         loss, valid = step_loss(pred, j)
         v = valid.to(loss.dtype)
-        s, c = (loss * v).sum(), v.sum()
+        if members:
+            s, c = member_reduce(loss * v, members).sum(-1), member_reduce(v, members).sum(-1)
+        else:
+            s, c = (loss * v).sum(), v.sum()
         total = s if total is None else total + s
         count = c if count is None else count + c
         if j < num_steps:

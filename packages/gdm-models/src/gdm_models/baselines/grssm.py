@@ -75,6 +75,13 @@ from ..losses import (
     masked_mean,
     prediction_loss,
 )
+from ..member_ops import (
+    member_addmm,
+    member_apply,
+    member_count,
+    member_linear,
+    member_reduce,
+)
 from ..scaling import FeatureScaler
 from ..schema import Schema
 from ..world_model import StepResult, StepState, WorldModel
@@ -236,18 +243,11 @@ class AllPairsAttention(nn.Module):
     All heads in one fused ``scaled_dot_product_attention`` call. Queries are split into blocks
     only when the scores of all N queries exceed the memory budget: ``chunk`` query rows if
     ``chunk > 0``, else as many rows as fit in :data:`ATTENTION_BUDGET_BYTES` of the device.
-
-    ``fused = False`` computes the same attention as explicit products,
-    ``softmax(q k^T / sqrt(d) + key_bias) v``: ensemble training sets it on the module it runs
-    under ``torch.func.vmap`` (:class:`gdm_models.ensemble_loss.GRSSMLoss`), because the fused
-    kernels' backward (CUDA) and the CPU kernel have no vmap batching rule, so vmap would run
-    them once per member; the explicit products batch on every device.
     """
 
     def __init__(self, dim: int, heads: int, chunk: int = 0) -> None:
         super().__init__()
         self.heads, self.chunk = heads, chunk
-        self.fused = True
         self.qkv = nn.Linear(dim, 3 * dim)
         self.out = nn.Linear(dim, dim)
 
@@ -270,22 +270,13 @@ class AllPairsAttention(nn.Module):
         H = self.heads
         q, k, v = self.qkv(x).view(B, N, 3, H, D // H).permute(2, 0, 3, 1, 4)
         rows = self.query_block(B, N, x.dtype, x.device)
-        attend = F.scaled_dot_product_attention if self.fused else _explicit_attention
+        attend = F.scaled_dot_product_attention
         if rows >= N:
             o = attend(q, k, v, attn_mask=key_bias)
         else:
             blocks = [q[:, :, s : s + rows] for s in range(0, N, rows)]
             o = torch.cat([attend(b, k, v, attn_mask=key_bias) for b in blocks], dim=2)
         return self.out(o.transpose(1, 2).reshape(B, N, D))
-
-
-def _explicit_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor
-) -> torch.Tensor:
-    """``scaled_dot_product_attention(q, k, v, attn_mask)`` (additive mask, default scale
-    1 / sqrt(head dim)) as explicit products, which ``torch.func.vmap`` batches everywhere."""
-    scores = torch.matmul(q, k.transpose(-2, -1)) * q.shape[-1] ** -0.5 + attn_mask
-    return torch.matmul(torch.softmax(scores, dim=-1), v)
 
 
 def attention_key_bias(node_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -399,9 +390,15 @@ class GRSSM(WorldModel):
     def _input_parts(self, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Split W_in [h, z, a] + b into ``(W_hz, a w_a + b)``: the action column and the bias
         do not depend on the recurrence, so they are applied to all steps at once."""
-        w = self.rec_in.weight
-        a_term = action[..., None].to(w.dtype) * w[:, -1] + self.rec_in.bias
-        return w[:, :-1], a_term
+        w = self.rec_in.weight  # ([K,] H, in): member-stacked in a member model
+        a_term = member_apply(
+            lambda a, w_a, b: a * w_a + b,
+            action[..., None].to(w.dtype),
+            w[..., -1],
+            self.rec_in.bias,
+            ndim=1,
+        )
+        return w[..., :-1], a_term
 
     def _cell(
         self,
@@ -414,8 +411,9 @@ class GRSSM(WorldModel):
     ) -> torch.Tensor:
         """The recurrent update of :meth:`transition` given its precomputed parts."""
         lead = h.shape[:-1]
-        hz = torch.cat([h, z], dim=-1).reshape(-1, w_hz.shape[1])
-        x = F.silu(torch.addmm(a_term.reshape(-1, w_hz.shape[0]), hz, w_hz.T)).reshape(*lead, -1)
+        hz = torch.cat([h, z], dim=-1).reshape(-1, w_hz.shape[-1])
+        rows = a_term.reshape(-1, w_hz.shape[-2])
+        x = F.silu(member_addmm(rows, hz, w_hz.transpose(-1, -2))).reshape(*lead, -1)
         for attn, norm in zip(self.attention, self.attention_norm, strict=True):
             assert isinstance(attn, AllPairsAttention)
             x = norm(x + attn.attend(x, key_bias))
@@ -439,7 +437,7 @@ class GRSSM(WorldModel):
         posterior q(z_t | h_t, e_t) and its straight-through sample. Returns (h_t, z_t, q_t)."""
         B, N, H = h.shape
         h = self._cell(h, z, w_hz, a_term, key_bias, m)
-        x = torch.addmm(e_term.reshape(-1, H), h.reshape(-1, H), w_ph.T)
+        x = member_addmm(e_term.reshape(-1, H), h.reshape(-1, H), w_ph.transpose(-1, -2))
         for layer in list(self.posterior_net)[1:]:
             x = layer(x)
         post = self._probs(x.reshape(B, N, -1))
@@ -472,7 +470,7 @@ class GRSSM(WorldModel):
         w = self.W_adj(emb)
         adj_logit = w @ w.transpose(-1, -2)  # (W emb(u))^T (W emb(v))
         if self.config.adj_bias:
-            adj_logit = adj_logit + self.adj_bias
+            adj_logit = member_apply(torch.add, adj_logit, self.adj_bias, ndim=0)
         node_cont, node_cat = self.node_heads(emb)
         g = self.graph_mlp(masked_node_mean(emb, node_mask))
         graph_cont, graph_cat = self.graph_heads(g)
@@ -512,12 +510,18 @@ class GRSSM(WorldModel):
         enc = self.encode(flat, mask_bt).reshape(B, T1, N, -1)
         dev, dt = enc.device, enc.dtype
         # time-major inputs of the recurrence, computed for all steps in one product each
-        acts = torch.cat([actions.new_zeros(B, 1, N), actions], 1).transpose(0, 1).to(dt)
-        w_hz, a_term = self._input_parts(acts)  # (T1,B,N,H)
+        acts = torch.cat([actions.new_zeros(B, 1, N), actions], 1)
         post_in = self.posterior_net[0]
-        assert isinstance(post_in, nn.Linear)
-        w_ph = post_in.weight[:, :H]  # q(z | h, e): [h, e] W^T + b = h W_h^T + (e W_e^T + b)
-        e_term = F.linear(enc.transpose(0, 1), post_in.weight[:, H:], post_in.bias)
+        w_in, b_in = post_in.weight, post_in.bias
+        assert isinstance(w_in, torch.Tensor) and isinstance(b_in, torch.Tensor)
+        w_ph = w_in[..., :H]  # q(z | h, e): [h, e] W^T + b = h W_h^T + (e W_e^T + b)
+        if member_count(self):  # member rows must lead in a member map: transpose after it
+            w_hz, a_term = self._input_parts(acts.to(dt))
+            a_term = a_term.transpose(0, 1)  # (T1,B,N,H)
+            e_term = member_linear(enc, w_in[..., H:], b_in).transpose(0, 1)
+        else:
+            w_hz, a_term = self._input_parts(acts.transpose(0, 1).to(dt))  # (T1,B,N,H)
+            e_term = F.linear(enc.transpose(0, 1), w_in[..., H:], b_in)
         gumbel = None if uniforms is None else gumbel_from_uniform(uniforms)
         key_bias = attention_key_bias(node_mask, dt)
         m = node_mask.to(dt)[..., None]
@@ -584,11 +588,44 @@ class GRSSM(WorldModel):
     def _compile_target(self) -> Callable[..., Any]:
         return self._loss_tensors
 
+    supports_members = True
+
+    def member_noise(
+        self, shape: tuple[int, int, int], generator: torch.Generator
+    ) -> tuple[torch.Tensor | None, ...]:
+        """The posterior uniforms of all steps as :meth:`training_loss` draws them for a
+        (B, L, N) batch, (L+1, B, N, groups, classes), returned batch first (B, L+1, ...)."""
+        c = self.config
+        b, seq_len, n = shape
+        size = (seq_len + 1, b, n, c.latent_groups, c.latent_classes)
+        u = torch.rand(size, generator=generator, device=generator.device, dtype=torch.float32)
+        return (u.transpose(0, 1),)
+
+    def pad_member_noise(
+        self, noise: tuple[torch.Tensor | None, ...], num_nodes: int
+    ) -> tuple[torch.Tensor | None, ...]:
+        """The node axis padded with 0.5 (padded nodes are masked out of every term)."""
+        u = noise[0]
+        assert u is not None
+        return (F.pad(u, (0, 0, 0, 0, 0, num_nodes - u.shape[2]), value=0.5),)
+
+    def member_loss(
+        self, batch: Batch, noise: tuple[torch.Tensor | None, ...], members: int
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """:meth:`_loss_tensors` of a member model on its folded batch, per member."""
+        u = noise[0]
+        assert u is not None
+        total, values = self._loss_tensors(batch, u.transpose(0, 1), members)
+        terms = dict(zip(_LOGGED, values.detach().unbind(), strict=True))
+        return total, {k: terms[k] for k in GRSSM_TERM_KEYS}
+
     def _loss_tensors(
-        self, batch: Batch, uniforms: torch.Tensor
+        self, batch: Batch, uniforms: torch.Tensor, members: int = 0
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The loss as a function of tensors only: ``(total, logged values)`` with the values
-        in the order of ``_LOGGED`` (no host sync; ``uniforms``: the posterior noise)."""
+        in the order of ``_LOGGED`` (no host sync; ``uniforms``: the posterior noise).
+        ``members`` > 0: a member model's folded batch; every mean is per member and the
+        total and each value are (K,)."""
         c = self.config
         B, L, N = batch.batch_size, batch.seq_len, batch.num_nodes
         T1 = L + 1
@@ -604,8 +641,16 @@ class GRSSM(WorldModel):
         obs_keys, trans_keys = _PRED_KEYS[:4], _PRED_KEYS[4:]
         means = torch.cat(
             [
-                masked_mean(torch.stack([parts[k] for k in obs_keys]), obs_valid, -1),
-                masked_mean(torch.stack([parts[k] for k in trans_keys]), trans_valid, -1),
+                masked_mean(
+                    member_reduce(torch.stack([parts[k] for k in obs_keys]), members),
+                    member_reduce(obs_valid, members),
+                    -1,
+                ),
+                masked_mean(
+                    member_reduce(torch.stack([parts[k] for k in trans_keys]), members),
+                    member_reduce(trans_valid, members),
+                    -1,
+                ),
             ]
         )
         terms = dict(zip(_PRED_KEYS, means, strict=True))
@@ -615,7 +660,9 @@ class GRSSM(WorldModel):
         kl_dyn = masked_mean(categorical_kl(q.detach(), p), node_valid, -1).reshape(-1)
         kl_rep = masked_mean(categorical_kl(q, p.detach()), node_valid, -1).reshape(-1)
         fb = torch.stack([free_bits(kl_dyn, c.free_bits), free_bits(kl_rep, c.free_bits), kl_dyn])
-        terms["kl_dyn"], terms["kl_rep"], kl_raw = masked_mean(fb, obs_valid, -1)
+        terms["kl_dyn"], terms["kl_rep"], kl_raw = masked_mean(
+            member_reduce(fb, members), member_reduce(obs_valid, members), -1
+        )
         scale = self.loss_scales()
         assert scale.keys() == terms.keys(), (sorted(scale), sorted(terms))
         total = sum(scale[k] * terms[k] for k in scale)

@@ -65,6 +65,7 @@ from ..losses import (
     masked_mean,
     prediction_loss,
 )
+from ..member_ops import member_apply, member_matmul, member_reduce
 from ..scaling import FeatureScaler
 from ..schema import Schema
 from ..world_model import NP_DTYPES, StepResult, StepState, WorldModel
@@ -167,6 +168,7 @@ class GWM(WorldModel):
     """
 
     config: GWMConfig
+    supports_members = True
 
     def __init__(
         self,
@@ -200,7 +202,7 @@ class GWM(WorldModel):
     # ------------------------------------------------------------------ dynamics
     def symmetric_q(self) -> torch.Tensor:
         """Q_s = (Q + Q^T) / 2, so that h_i^T Q_s h_j is symmetric in (i, j)."""
-        return 0.5 * (self.Q + self.Q.T)
+        return 0.5 * (self.Q + self.Q.transpose(-1, -2))  # ([K,] d, d): member-stacked too
 
     def predict(
         self,
@@ -224,7 +226,9 @@ class GWM(WorldModel):
         a = action.to(dt) * masks.node
         a_tilde = normalized_adjacency(state.adjacency, mask, self.config.self_loops)
         # the action term u^(l) a(v) + b^(l) of every layer at once (it does not depend on h)
-        act_terms = (a[..., None, None] * self.action_weight + self.mp_bias).unbind(-2)
+        act_terms = member_apply(
+            lambda x, w, b: x * w + b, a[..., None, None], self.action_weight, self.mp_bias, ndim=2
+        ).unbind(-2)
         for w1, act in zip(self.mp_weights, act_terms, strict=True):
             # sigma(A~ h W_1 + U a 1^T), residual (paper "Related Work"; Song et al.)
             h = (h + torch.relu(a_tilde @ w1(h) + act)) * m
@@ -248,7 +252,7 @@ class GWM(WorldModel):
         g = self.graph_update(torch.cat([e_g, masked_node_mean(h, mask), pooled_a], dim=-1))
         node_delta, node_cat = self.node_heads(h)
         graph_delta, graph_cat = self.graph_heads(g)
-        adj_logit = (h @ q_s) @ h.transpose(-1, -2)  # h_i^T Q_s h_j
+        adj_logit = member_matmul(h, q_s) @ h.transpose(-1, -2)  # h_i^T Q_s h_j
         return Prediction(
             # continuous features: residual change of the current value (standardised units)
             node_continuous=(state.node_continuous + node_delta) * node_weight,
@@ -312,9 +316,21 @@ class GWM(WorldModel):
     def _compile_target(self) -> Callable[..., Any]:
         return self._loss_tensors
 
-    def _loss_tensors(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    def member_loss(
+        self, batch: Batch, noise: tuple[torch.Tensor | None, ...], members: int
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The losses of the ``members`` members of a member model
+        (:func:`~gdm_models.member_layers.stack_members`) on their folded batch: totals (K,)
+        and the logged terms, each (K,). Deterministic: ``noise`` is empty."""
+        total, values = self._loss_tensors(batch, members)
+        terms = dict(zip([*self.loss_scales(), "pred"], values.detach().unbind(), strict=True))
+        return total, {k: terms[k] for k in GWM_TERM_KEYS}
+
+    def _loss_tensors(self, batch: Batch, members: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         """The loss as a function of tensors only: ``(total, values)``, the values of the terms
-        in the order of :meth:`loss_scales`, then ``pred`` (no host sync)."""
+        in the order of :meth:`loss_scales`, then ``pred`` (no host sync). ``members`` > 0: a
+        member model's K members folded into the batch; every mean is then per member and
+        ``total`` and each value are (K,)."""
         cfg = self.config
         B, L = batch.batch_size, batch.seq_len
         K = cfg.rollout_steps if cfg.rollout_weight > 0 else 1
@@ -350,13 +366,20 @@ class GWM(WorldModel):
         terms = dict(
             zip(
                 _ONE_STEP_KEYS,
-                masked_mean(torch.stack([parts[k] for k in _ONE_STEP_KEYS]), valid, -1),
+                masked_mean(
+                    member_reduce(torch.stack([parts[k] for k in _ONE_STEP_KEYS]), members),
+                    member_reduce(valid, members),
+                    -1,
+                ),
                 strict=True,
             )
         )
         # the logit's matrix Q_s regularised towards norm 1 (paper, appendix "Adjacency Sampling")
-        terms["q_norm"] = (q_s.norm() - 1.0) ** 2
-        zero = terms["q_norm"].new_zeros(())
+        if members:  # per member: the Frobenius norm of each Q_s[k]
+            terms["q_norm"] = (torch.linalg.vector_norm(q_s.flatten(1), dim=1) - 1.0) ** 2
+        else:
+            terms["q_norm"] = (q_s.norm() - 1.0) ** 2
+        zero = terms["q_norm"].new_zeros(terms["q_norm"].shape)
         terms.update(rollout=zero, spectral=zero, critical=zero)
 
         if cfg.rollout_weight > 0:
@@ -379,6 +402,7 @@ class GWM(WorldModel):
                 step_fn,
                 lambda st, p: soft_state(p, node_mask, masks),
                 loss_fn,
+                members,
             )
         if cfg.spectral_weight > 0:
             us = [getattr(self, f"spectral_u_{i}") for i in range(cfg.mp_layers)]
@@ -396,7 +420,9 @@ class GWM(WorldModel):
                 state.adjacency, node_mask, cfg.critical_weighting, cfg.self_loops
             )
             crit = critical_node_loss(parts["node_per_node"], c, node_mask)
-            terms["critical"] = masked_mean(crit, valid, -1)
+            terms["critical"] = masked_mean(
+                member_reduce(crit, members), member_reduce(valid, members), -1
+            )
         scale = self.loss_scales()
         assert scale.keys() == terms.keys(), (sorted(scale), sorted(terms))
         total = sum(scale[k] * terms[k] for k in scale if scale[k])

@@ -63,6 +63,13 @@ from ..losses import (
     masked_mean,
     prediction_loss,
 )
+from ..member_ops import (
+    expand_rows,
+    member_addmm,
+    member_count,
+    member_linear,
+    member_mm,
+)
 from ..message_passing import GraphMessagePassing, SparseGATLayer
 from ..scaling import FeatureScaler
 from ..schema import Schema
@@ -177,11 +184,36 @@ def _bcast(g: torch.Tensor, n: int) -> torch.Tensor:
     return g[:, None, :].expand(-1, n, -1)
 
 
-def _steps(x: torch.Tensor, keep: int) -> tuple[torch.Tensor, ...]:
+def _steps(x: torch.Tensor, keep: int, members: int = 0) -> tuple[torch.Tensor, ...]:
     """(B, T, ..., *tail) -> T tensors (rows, *tail) with the ``keep`` trailing axes kept and
-    the leading ones flattened (B first): one copy and one ``unbind`` instead of T slices."""
+    the leading ones flattened (B first): one copy and one ``unbind`` instead of T slices.
+    ``members`` > 0 (B holds that many members, member-major): T tensors (K, rows/K, *tail),
+    the 3-d form of a member model's recurrence."""
     tail = x.shape[x.dim() - keep :]
-    return x.transpose(0, 1).reshape(x.shape[1], -1, *tail).unbind(0)
+    lead = (members, -1) if members else (-1,)
+    return x.transpose(0, 1).reshape(x.shape[1], *lead, *tail).unbind(0)
+
+
+def _loop_norm(norm: nn.Module) -> Any:
+    """A LayerNorm module for a recurrence: the module itself, or for a member LayerNorm the
+    same function with its gain and bias shaped [K, 1, d] once (not at every step); applied to
+    (K, rows, d) states."""
+    weight, bias = norm.weight, norm.bias
+    assert isinstance(weight, torch.Tensor) and isinstance(bias, torch.Tensor)
+    if weight.dim() == 1:
+        return norm
+    shape, eps = (weight.shape[-1],), float(getattr(norm, "eps", 1e-5))
+    w3, b3 = weight.unsqueeze(1), bias.unsqueeze(1)
+    return lambda x: F.layer_norm(x, shape, eps=eps) * w3 + b3
+
+
+def _loop_bias(prod: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``(weight, bias, ...)`` with a member bias [K, out] shaped [K, 1, out] once, for the
+    products of a recurrence (:func:`~gdm_models.member_ops.member_mm`)."""
+    bias = prod[1]
+    if bias is None or bias.dim() != 2 or prod[0].dim() != 3:
+        return prod
+    return (prod[0], bias.unsqueeze(1), *prod[2:])
 
 
 def _stacked(
@@ -189,11 +221,14 @@ def _stacked(
 ) -> tuple[torch.Tensor, torch.Tensor | None, list[int]]:
     """One (in, sum out) matrix of several transposed weights (in, out_k) that read the same
     input, their biases (zeros for ``None``; ``None`` if all are) and the output sizes."""
-    sizes = [w.shape[1] for w, _ in parts]
-    weight = torch.cat([w for w, _ in parts], 1)
+    sizes = [w.shape[-1] for w, _ in parts]
+    weight = torch.cat([w for w, _ in parts], -1)
     if all(b is None for _, b in parts):
         return weight, None, sizes
-    bias = torch.cat([weight.new_zeros(w.shape[1]) if b is None else b for w, b in parts])
+    lead = weight.shape[:-2]  # (K,) for member-stacked weights
+    bias = torch.cat(
+        [weight.new_zeros(*lead, w.shape[-1]) if b is None else b for w, b in parts], -1
+    )
     return weight, bias, sizes
 
 
@@ -202,8 +237,7 @@ def _product(
 ) -> tuple[torch.Tensor, ...]:
     """x W_k^T + b_k of every part of a :func:`_stacked` matrix, by one product."""
     weight, bias, sizes = prod
-    y = torch.mm(x, weight) if bias is None else torch.addmm(bias, x, weight)
-    return y.split(sizes, -1)
+    return member_mm(x, weight, bias).split(sizes, -1)
 
 
 def _unimix(
@@ -224,30 +258,46 @@ def _unimix(
 def _gate_parts(cell: nn.GRUCell) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
     """The hidden gates' map (W_hh^T, b_hh) of a GRU cell as its (r, z) and n blocks."""
     hid = cell.hidden_size
-    w = cell.weight_hh.t().split([2 * hid, hid], 1)
-    b = cell.bias_hh.split([2 * hid, hid])
+    w = cell.weight_hh.transpose(-1, -2).split([2 * hid, hid], -1)
+    b = cell.bias_hh.split([2 * hid, hid], -1)
     return [(w[0], b[0]), (w[1], b[1])]
 
 
-def _first_layer(mlp: MLP, sizes: list[int]) -> tuple[tuple[torch.Tensor, ...], nn.Linear]:
+def _first_layer(mlp: MLP, sizes: list[int]) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
     """The first linear map of a one-hidden-layer MLP on a concatenated input: its weight's
-    column blocks of the parts ``sizes`` (views of the parameter) and the layer itself."""
+    column blocks of the parts ``sizes`` (views of the parameter) and its bias."""
     first = mlp.net[0]
-    assert isinstance(first, nn.Linear) and len(mlp.net) == 4  # Linear, LayerNorm, SiLU, Linear
-    return first.weight.split(sizes, 1), first
+    assert len(mlp.net) == 4  # Linear, LayerNorm, SiLU, Linear (or their member versions)
+    weight, bias = first.weight, first.bias
+    assert isinstance(weight, torch.Tensor) and isinstance(bias, torch.Tensor)
+    return weight.split(sizes, -1), bias
 
 
 def _last_t(mlp: MLP) -> tuple[torch.Tensor, torch.Tensor]:
     """(W^T, b) of the last linear map of a one-hidden-layer MLP, transposed once per loop."""
     last = mlp.net[3]
-    assert isinstance(last, nn.Linear)
-    return last.weight.t(), last.bias
+    weight, bias = last.weight, last.bias
+    assert isinstance(weight, torch.Tensor) and isinstance(bias, torch.Tensor)
+    return weight.transpose(-1, -2), bias
 
 
-def _mlp_tail(mlp: MLP, x: torch.Tensor, last: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-    """The rest of a one-hidden-layer MLP after its first linear map: LayerNorm, SiLU, Linear
-    (2-d ``x``; ``last`` from :func:`_last_t`)."""
-    return torch.addmm(last[1], F.silu(mlp.net[1](x)), last[0])
+def _mlp_tail(norm: Any, x: torch.Tensor, last: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """The rest of a one-hidden-layer MLP after its first linear map: LayerNorm (``norm``, the
+    MLP's ``net[1]`` or :func:`_loop_norm` of it), SiLU, Linear (2-d ``x``, or (K, rows, d) in
+    a member model; ``last`` from :func:`_last_t`)."""
+    return member_mm(F.silu(norm(x)), last[0], last[1])
+
+
+def _block_addmm(rows: torch.Tensor, mat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``rows + mat @ x`` for a pooling or broadcasting matrix ``mat``; a 3-d ``mat`` [K, r,
+    c] (a member model) multiplies each member's rows only (one ``baddbmm``)."""
+    if mat.dim() == 2:
+        return torch.addmm(rows, mat, x)
+    k = mat.shape[0]
+    r3 = rows if rows.dim() == 3 else rows.view(k, -1, rows.shape[-1])
+    x3 = x if x.dim() == 3 else x.view(k, -1, x.shape[-1])
+    y = torch.baddbmm(r3, mat, x3)
+    return y if rows.dim() == 3 else y.view(rows.shape)
 
 
 def _onehot_st(probs: torch.Tensor, gumbel: torch.Tensor, classes: torch.Tensor) -> torch.Tensor:
@@ -603,9 +653,11 @@ class GDMCell(WorldModel):
         return cache[key]
 
     def combine_terms(
-        self, per_step: Mapping[str, torch.Tensor], step_mask: torch.Tensor
+        self, per_step: Mapping[str, torch.Tensor], step_mask: torch.Tensor, members: int = 0
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Average (B, L) terms over the real transitions and weight them (paper eq. loss)."""
+        """Average (B, L) terms over the real transitions and weight them (paper eq. loss).
+        ``members`` > 0: B holds that many members' windows (member-major); the averages are
+        per member and the total and every term are (K,)."""
         scale = self.loss_scales()
         if set(scale) != set(per_step):
             raise RuntimeError(f"loss terms {sorted(per_step)} != scaled {sorted(scale)}")
@@ -613,6 +665,15 @@ class GDMCell(WorldModel):
         # one stacked masked mean over (B, L) for all terms (fewer ops than one per term)
         stacked = torch.stack([per_step[k] for k in keys])  # (terms, B, L)
         m = step_mask.to(stacked.dtype)
+        if members:  # (terms, K, B/K * L): one masked mean per member
+            k = members
+            stacked, m = stacked.view(len(keys), k, -1), m.view(k, -1)
+            mean = (stacked * m).sum(2) / m.sum(1).clamp_min(1.0)
+            weights, is_pred = self._term_weights(keys, scale, mean)
+            total = (mean * weights[:, None]).sum(0)
+            values = torch.cat([mean, (mean * is_pred[:, None]).sum(0)[None], total[None]])
+            terms = dict(zip([*keys, "pred", "total"], values.detach().unbind(), strict=True))
+            return total, terms
         mean = (stacked * m).sum((1, 2)) / m.sum().clamp_min(1.0)
         weights, is_pred = self._term_weights(keys, scale, mean)
         total = (mean * weights).sum()
@@ -741,19 +802,30 @@ class GDMCell(WorldModel):
         # ---- before the loop: everything that depends on observations, actions or noise
         nmf = node_mask.to(dt)
         w_pool = nmf / nmf.sum(1, keepdim=True).clamp_min(1.0)  # Pool = mean over real nodes
-        eye = torch.eye(B, dtype=dt, device=dev)
-        pool_mat = (eye[:, :, None] * w_pool[None]).reshape(B, BN)  # Pool x = pool_mat @ x
-        bcast_mat = eye[:, None, :].expand(B, N, B).reshape(BN, B)  # row b*N+v: graph b
+        # a member model (K members folded into B) pools and broadcasts within each member's
+        # rows (block-diagonal products): no member's numbers reach another's rows
+        K = member_count(self)
+        Bk = B // K if K else B
+        eye = torch.eye(Bk, dtype=dt, device=dev)
+        pool_mat = (eye[:, :, None] * w_pool.view(-1, 1, Bk, N)).reshape(-1, Bk, Bk * N)
+        bcast_mat = eye[:, None, :].expand(Bk, N, Bk).reshape(Bk * N, Bk)  # row b*N+v: graph b
+        if K:
+            bcast_mat = bcast_mat.expand(K, Bk * N, Bk)
+        else:
+            pool_mat = pool_mat[0]  # Pool x = pool_mat @ x
         gru_n = self.gru_n.cell
-        w_ih = gru_n.weight_ih.split([self.zn_dim, E], 1)
-        gi_n = _steps(F.linear(a_emb, w_ih[1], gru_n.bias_ih), 1)  # action part of gates
-        w_zn = w_ih[0].t()
-        g_zn = _steps(gumbel_from_uniform(u_zn), 2)
+        w_ih = gru_n.weight_ih.split([self.zn_dim, E], -1)
+        # a member model's recurrence keeps its states as (K, rows, ...): no view per product
+        rows_n, rows_g = ((K, BN // K), (K, Bk)) if K else ((BN,), (B,))
+        gi_n = _steps(member_linear(a_emb, w_ih[1], gru_n.bias_ih), 1, K)  # action part of gates
+        w_zn = w_ih[0].transpose(-1, -2)
+        g_zn = _steps(gumbel_from_uniform(u_zn), 2, K)
         ar_n = torch.arange(cn, device=dev)
         uniforms: dict[tuple[torch.dtype, int], torch.Tensor] = {}  # 1/C for the unimix
-        qn_w, qn_first = _first_layer(self.post_n.mlp, [H, self.zg_dim, E])
-        pre_qn = _steps(F.linear(e_v, qn_w[2], qn_first.bias), 1)
-        qn_m, qn_last = qn_w[0].t(), _last_t(self.post_n.mlp)
+        qn_w, qn_b = _first_layer(self.post_n.mlp, [H, self.zg_dim, E])
+        pre_qn = _steps(member_linear(e_v, qn_w[2], qn_b), 1, K)
+        qn_m, qn_last = qn_w[0].transpose(-1, -2), _loop_bias(_last_t(self.post_n.mlp))
+        qn_norm = _loop_norm(self.post_n.mlp.net[1])
         mp_w = self._mp_weights(H)
         # each state is multiplied once by the stacked weights of every map that reads it
         # (their blocks are the existing weights): h^+ -> [message-passing layer 0 (node
@@ -763,61 +835,77 @@ class GDMCell(WorldModel):
             hn_parts.append((mp_w[0][0], mp_w[0][3]))  # [W | W_root]^T, [0 | b_root]
         hn_parts += _gate_parts(gru_n)  # (r, z) and n blocks, no split in the loop
         if c.h_plus:
-            hn_w, hn_first = _first_layer(self.post_h_n, [H, E, E])
-            pre = F.linear(e_v, hn_w[1], hn_first.bias) + F.linear(e_g, hn_w[2])[:, :, None]
-            pre_hn = _steps(pre, 1)
-            hn_h, hn_last = hn_w[0].t(), _last_t(self.post_h_n)
+            hn_w, hn_b = _first_layer(self.post_h_n, [H, E, E])
+            pre = member_linear(e_v, hn_w[1], hn_b)
+            pre = pre + member_linear(e_g, hn_w[2])[:, :, None]
+            pre_hn = _steps(pre, 1, K)
+            hn_h, hn_last = hn_w[0].transpose(-1, -2), _loop_bias(_last_t(self.post_h_n))
+            hn_norm = _loop_norm(self.post_h_n.net[1])
         if c.graph_state:
             gg, cg = c.graph_latent_groups, c.graph_latent_classes
             gru_g = self.gru_g.cell
-            w_ih_g = gru_g.weight_ih.split([self.zg_dim, E], 1)
-            gi_g = _steps(F.linear(a_pool, w_ih_g[1], gru_g.bias_ih), 1)
+            w_ih_g = gru_g.weight_ih.split([self.zg_dim, E], -1)
+            gi_g = _steps(member_linear(a_pool, w_ih_g[1], gru_g.bias_ih), 1, K)
             assert u_zg is not None  # drawn whenever there is a graph state
-            g_zg = _steps(gumbel_from_uniform(u_zg), 2)
+            g_zg = _steps(gumbel_from_uniform(u_zg), 2, K)
             ar_g = torch.arange(cg, device=dev)
-            qg_w, qg_first = _first_layer(self.post_g.mlp, [H, H, E])
-            pre_qg = _steps(F.linear(e_g, qg_w[2], qg_first.bias), 1)
-            qg_last = _last_t(self.post_g.mlp)
-            hn_parts.append((qg_w[1].t(), None))
+            qg_w, qg_b = _first_layer(self.post_g.mlp, [H, H, E])
+            pre_qg = _steps(member_linear(e_g, qg_w[2], qg_b), 1, K)
+            qg_last = _loop_bias(_last_t(self.post_g.mlp))
+            qg_norm = _loop_norm(self.post_g.mlp.net[1])
+            hn_parts.append((qg_w[1].transpose(-1, -2), None))
             # h_g^+ -> [q_g | message-passing layer 0 | GRU_g's hidden gates of the next step]
-            hg_parts = [(qg_w[0].t(), None)] + ([(mp_w[0][1], None)] if mp_w else [])
-            hg_prod = _stacked([*hg_parts, *_gate_parts(gru_g)])
+            hg_parts = [(qg_w[0].transpose(-1, -2), None)]
+            hg_parts += [(mp_w[0][1], None)] if mp_w else []
+            hg_prod = _loop_bias(_stacked([*hg_parts, *_gate_parts(gru_g)]))
             # z_g^+ -> [message-passing layer 0 | q_n | GRU_g's input gates of the next step]
-            zg_parts = [(mp_w[0][2], None)] if mp_w else []
-            zg_prod = _stacked([*zg_parts, (qn_w[1].t(), None), (w_ih_g[0].t(), None)])
+            zg_parts: list[tuple[torch.Tensor, torch.Tensor | None]] = []
+            zg_parts += [(mp_w[0][2], None)] if mp_w else []
+            zg_parts += [(qn_w[1].transpose(-1, -2), None), (w_ih_g[0].transpose(-1, -2), None)]
+            zg_prod = _loop_bias(_stacked(zg_parts))
             if c.h_plus:
-                hg_w, hg_first = _first_layer(self.post_h_g, [H, E, E])
+                hg_w, hg_b = _first_layer(self.post_h_g, [H, E, E])
                 e_v_pool = masked_mean(e_v, nmf[:, None, :, None], 2)
-                pre = F.linear(e_g, hg_w[1], hg_first.bias) + F.linear(e_v_pool, hg_w[2])
-                pre_hg = _steps(pre, 1)
-                hg_h, hg_last = hg_w[0].t(), _last_t(self.post_h_g)
-        hn_prod = _stacked(hn_parts)
+                pre = member_linear(e_g, hg_w[1], hg_b)
+                pre = pre + member_linear(e_v_pool, hg_w[2])
+                pre_hg = _steps(pre, 1, K)
+                hg_h, hg_last = hg_w[0].transpose(-1, -2), _loop_bias(_last_t(self.post_h_g))
+                hg_norm = _loop_norm(self.post_h_g.net[1])
+        hn_prod = _loop_bias(_stacked(hn_parts))
+        # per layer (W_h, b, W_hg, W_zg, its LayerNorm) for the loop
+        mp_loop = [
+            (*_loop_bias((w[0], w[3], w[1], w[2])), _loop_norm(layer.get_submodule("norm")))
+            for w, layer in zip(mp_w, self.mp.layers, strict=True)
+        ]
+        norm_n = _loop_norm(self.gru_n.norm)
+        norm_g = _loop_norm(self.gru_g.norm) if c.graph_state else None
         alphas = alpha.unbind(1) if alpha.dim() == 4 else (alpha,) * T
         # ---- the recurrence, from the zero latent (its products: the biases)
-        h_n = e_v.new_zeros(BN, H)
+        h_n = e_v.new_zeros(*rows_n, H)
         gi_nz = gi_n[0]
-        gh_n = gru_n.bias_hh.expand(BN, 3 * H).split([2 * H, H], -1)
-        h_g = z_g = h_g_m = h_g_p = e_v.new_zeros(B, 0)
+        gh_n = expand_rows(gru_n.bias_hh, rows_n).split([2 * H, H], -1)
+        h_g = z_g = h_g_m = h_g_p = e_v.new_zeros(*rows_g, 0)
         if c.graph_state:
-            h_g = e_v.new_zeros(B, H)
+            assert norm_g is not None
+            h_g = e_v.new_zeros(*rows_g, H)
             gi_gz = gi_g[0]
-            gh_g = gru_g.bias_hh.expand(B, 3 * H).split([2 * H, H], -1)
-        q_g = e_v.new_zeros(B, 0, 0)
+            gh_g = expand_rows(gru_g.bias_hh, rows_g).split([2 * H, H], -1)
+        q_g = e_v.new_zeros(*rows_g, 0, 0)
         steps = []
         for t in range(T):
             # 1. h^- = LN(GRU([z, a] | h)): the gates' action parts were computed above
-            h_n_m = self.gru_n.norm(gru_from_split_gates(gi_nz, h_n, *gh_n))
-            if c.graph_state:
-                h_g_m = self.gru_g.norm(gru_from_split_gates(gi_gz, h_g, *gh_g))
+            h_n_m = norm_n(gru_from_split_gates(gi_nz, h_n, *gh_n))
+            if norm_g is not None:
+                h_g_m = norm_g(gru_from_split_gates(gi_gz, h_g, *gh_g))
             # 2. h^+ = h^- + sigmoid(g) * dh, [dh || g] = MLP+(h^-, e_v, e_g)
             h_n_p, h_g_p = h_n_m, h_g_m
             if c.h_plus:
-                x = torch.addmm(pre_hn[t], h_n_m, hn_h)
-                dh, g = _mlp_tail(self.post_h_n, x, hn_last).split([H, H], -1)
+                x = member_addmm(pre_hn[t], h_n_m, hn_h)
+                dh, g = _mlp_tail(hn_norm, x, hn_last).split([H, H], -1)
                 h_n_p = h_n_m + torch.sigmoid(g) * dh
                 if c.graph_state:
-                    x = torch.addmm(pre_hg[t], h_g_m, hg_h)
-                    dh, g = _mlp_tail(self.post_h_g, x, hg_last).split([H, H], -1)
+                    x = member_addmm(pre_hg[t], h_g_m, hg_h)
+                    dh, g = _mlp_tail(hg_norm, x, hg_last).split([H, H], -1)
                     h_g_p = h_g_m + torch.sigmoid(g) * dh
             hn_y = _product(hn_prod, h_n_p)
             gh_n = hn_y[1:3] if mp_w else hn_y[0:2]
@@ -825,10 +913,10 @@ class GDMCell(WorldModel):
             if c.graph_state:
                 hg_y = _product(hg_prod, h_g_p)
                 gh_g = hg_y[-2:]
-                x = torch.addmm(pre_qg[t] + hg_y[0], pool_mat, hn_y[-1])
-                logits = _mlp_tail(self.post_g.mlp, x, qg_last).view(B, gg, cg)
+                x = _block_addmm(pre_qg[t] + hg_y[0], pool_mat, hn_y[-1])
+                logits = _mlp_tail(qg_norm, x, qg_last).view(*rows_g, gg, cg)
                 q_g = _unimix(logits, c.unimix, uniforms)
-                z_g = _onehot_st(q_g, g_zg[t], ar_g).view(B, self.zg_dim)
+                z_g = _onehot_st(q_g, g_zg[t], ar_g).view(*rows_g, self.zg_dim)
                 zg_y = _product(zg_prod, z_g)
                 if t + 1 < T:
                     gi_gz = gi_g[t + 1] + zg_y[-1]
@@ -837,24 +925,23 @@ class GDMCell(WorldModel):
             if mp_w:
                 y = hn_y[0]
                 if c.graph_state:  # [h_g, z_g] W_g^T, the same for every node of a graph
-                    y = torch.addmm(y, bcast_mat, hg_y[1] + zg_y[0])
-                m = self._mp_flat(mp_w, y, alphas[t], B, N)
+                    y = _block_addmm(y, bcast_mat, hg_y[1] + zg_y[0])
+                m = self._mp_flat(mp_loop, y, alphas[t], B, N, rows_n)
             # 6. z^+ ~ q_n(. | m^(L)+, z_g^+, e_v)
-            x = torch.addmm(pre_qn[t], m, qn_m)
+            x = member_addmm(pre_qn[t], m, qn_m)
             if c.graph_state:
-                x = torch.addmm(x, bcast_mat, zg_y[-2])
-            q_n = _unimix(
-                _mlp_tail(self.post_n.mlp, x, qn_last).view(BN, gn, cn), c.unimix, uniforms
-            )
-            z_n_p = _onehot_st(q_n, g_zn[t], ar_n).view(BN, self.zn_dim)
+                x = _block_addmm(x, bcast_mat, zg_y[-2])
+            q_n = _unimix(_mlp_tail(qn_norm, x, qn_last).view(*rows_n, gn, cn), c.unimix, uniforms)
+            z_n_p = _onehot_st(q_n, g_zn[t], ar_n).view(*rows_n, self.zn_dim)
             h_n, h_g = h_n_p, h_g_p
             if t + 1 < T:
-                gi_nz = torch.addmm(gi_n[t + 1], z_n_p, w_zn)
+                gi_nz = member_addmm(gi_n[t + 1], z_n_p, w_zn)
             if t > 0:  # step 0 only initialises the posterior; losses are on steps 1..L
                 steps.append((h_n_m, h_g_m, h_n_p, h_g_p, q_g, z_g, q_n, z_n_p))
         out = []
         for k, parts in enumerate(zip(*steps, strict=True)):
-            x = torch.stack(parts, 1)  # (rows, T-1, ...)
+            # (rows, T-1, ...); a member model's (K, rows/K, ...) states stacked on axis 2
+            x = torch.stack(parts, 2).flatten(0, 1) if K else torch.stack(parts, 1)
             if k in (0, 2, 6, 7):  # node tensors: (B*N, T-1, ...) -> (B, T-1, N, ...)
                 x = x.view(B, N, *x.shape[1:]).transpose(1, 2)
             out.append(x)
@@ -867,32 +954,37 @@ class GDMCell(WorldModel):
         out = []
         for k, layer in enumerate(self.mp.layers):
             assert isinstance(layer, SparseGATLayer)
-            w = torch.cat([layer.lin.weight, layer.root.weight], 0)
-            b = torch.cat([torch.zeros_like(layer.root.bias), layer.root.bias])
+            w = torch.cat([layer.lin.weight, layer.root.weight], -2)
+            b = torch.cat([torch.zeros_like(layer.root.bias), layer.root.bias], -1)
             sizes = [h, self.hg_dim, self.zg_dim] if k == 0 else [h, 0, 0]
-            out.append((*(p.t() for p in w.split(sizes, 1)), b))
+            out.append((*(p.transpose(-1, -2) for p in w.split(sizes, -1)), b))
         return out
 
     def _mp_flat(
         self,
-        weights: list[tuple[torch.Tensor, ...]],
+        weights: list[tuple[Any, ...]],
         y: torch.Tensor,
         alpha: torch.Tensor,
         b: int,
         n: int,
+        rows: tuple[int, ...],
     ) -> torch.Tensor:
         """:meth:`GraphMessagePassing.forward_normalised` on flat node states (B*N, H) given
         layer 0's products ``y`` = [W m | W_root m + b_root] ([h_g, z_g] included): layer l,
         m <- LayerNorm(W_root m + alpha (W m)) (paper, "Adjacency Prediction and Message
-        Passing")."""
+        Passing"). ``weights``: per layer (W_h, bias, W_hg, W_zg, its LayerNorm); ``rows``: the
+        shape of the node rows, (B*N,), or (K, B*N/K) in a member model."""
         hid = y.shape[-1] // 2
         m = y
-        for k, (layer, (w_h, _, _, bias)) in enumerate(zip(self.mp.layers, weights, strict=True)):
+        for k, (w_h, bias, _, _, norm) in enumerate(weights):
             if k > 0:
-                y = torch.addmm(bias, m, w_h)
+                y = member_mm(m, w_h, bias)
             lin, root = y.view(b, n, 2 * hid).split([hid, hid], -1)
-            assert isinstance(layer, SparseGATLayer)
-            m = layer.norm(torch.baddbmm(root, alpha, lin)).view(b * n, hid)
+            agg = torch.baddbmm(root, alpha, lin)
+            if len(rows) == 1:
+                m = norm(agg).view(b * n, hid)
+            else:  # a member model: the norm on the (K, rows, hid) view
+                m = norm(agg.view(*rows, hid))
         return m
 
     def imagine_step(

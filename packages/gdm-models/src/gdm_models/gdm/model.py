@@ -10,6 +10,7 @@ from functools import partial
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from ..data import Batch, TensorObs
 from ..scaling import FeatureScaler
@@ -17,9 +18,29 @@ from ..schema import Schema
 from ..world_model import StepResult, StepState, terms_to_floats
 from .cell import GDMCell, GDMLatent, Noise
 from .config import ABLATIONS, GDMConfig
-from .sequence_loss import sequence_core, sequence_loss_terms
+from .sequence_loss import (
+    CORE_FIELDS,
+    SEQUENCE_NOISE,
+    draw_sequence_noise,
+    sequence_core,
+    sequence_loss_terms,
+)
 
 __all__ = ["GDM", "build_gdm"]
+
+#: value of the uniforms of padded nodes in an ensemble's batch (finite, inside (0, 1); padded
+#: nodes are masked out of every loss term)
+PAD_UNIFORM = 0.5
+
+
+def _pad_axis(u: torch.Tensor, axis: int, n: int) -> torch.Tensor:
+    """Pad axis ``axis`` (negative) of ``u`` to ``n`` entries with :data:`PAD_UNIFORM`."""
+    if u.shape[axis] == n:
+        return u
+    pad = [0, 0] * (-axis)
+    pad[-1] = n - u.shape[axis]
+    return F.pad(u, pad, value=PAD_UNIFORM)
+
 
 #: the stepping state's keys, the fields of :class:`GDMLatent` in order
 STATE_KEYS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(GDMLatent))
@@ -75,6 +96,38 @@ class GDM(GDMCell):
         else:
             per_step = sequence_loss_terms(self, batch, noise)
         return self.combine_terms(per_step, batch.step_mask)
+
+    # ================================================================== ensembles
+    supports_members = True
+
+    def member_noise(
+        self, shape: tuple[int, int, int], generator: torch.Generator
+    ) -> tuple[torch.Tensor | None, ...]:
+        """The window's uniforms (:data:`SEQUENCE_NOISE` order) as :meth:`training_loss`
+        draws them for a (B, L, N) batch from ``generator``."""
+        u = draw_sequence_noise(self, Noise(generator, generator.device), *shape)
+        return tuple(u[k] for k in SEQUENCE_NOISE)
+
+    def pad_member_noise(
+        self, noise: tuple[torch.Tensor | None, ...], num_nodes: int
+    ) -> tuple[torch.Tensor | None, ...]:
+        """Node axes padded to ``num_nodes`` with :data:`PAD_UNIFORM` (masked out anyway)."""
+        out = []
+        for name, u in zip(SEQUENCE_NOISE, noise, strict=True):
+            if u is not None and name == "adj":  # (B, L, N, N)
+                u = _pad_axis(_pad_axis(u, -1, num_nodes), -2, num_nodes)
+            elif u is not None and name.startswith("zn"):  # (B, T, N, groups, classes)
+                u = _pad_axis(u, -3, num_nodes)
+            out.append(u)  # graph latents have no node axis
+        return tuple(out)
+
+    def member_loss(
+        self, batch: Batch, noise: tuple[torch.Tensor | None, ...], members: int
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The time-vectorised loss (:func:`~gdm_models.gdm.sequence_loss.sequence_core`) of a
+        member model on its folded batch, averaged per member (:meth:`combine_terms`)."""
+        per_step = sequence_core(self, *(getattr(batch, k) for k in CORE_FIELDS), *noise)
+        return self.combine_terms(per_step, batch.step_mask, members)
 
     # ================================================================== inference API
     @torch.no_grad()
