@@ -229,3 +229,21 @@ def test_a_missing_kept_checkpoint_is_a_corrupt_training_job(curve_run, tmp_path
     shutil.rmtree(kept)
     with pytest.raises(CorruptFileError, match="step_000002"):
         stage_train(curve_preset(), paths, progress=False)
+
+
+def test_two_curve_points_of_one_seed_and_step_are_refused(tmp_path):
+    """A curve point stored twice (one seed counted twice in the band) is refused, naming both
+    files; without the second file the curve loads."""
+    from graphwm.store.records import CurveRecord, ResultsFormatError, seal
+
+    point = CurveRecord(
+        kind="curve", env="SAR", model="gdm", seed=0, size=7, step=2, gdd=0.5,
+        components={"node": 0.1, "graph": 0.1, "edge": 0.1, "joint": 0.2},
+    ).to_dict()  # fmt: skip
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "curve-a.json").write_text(json.dumps(seal(point)))
+    assert [r["step"] for r in load_curve(tmp_path)] == [2]
+    (results / "curve-b.json").write_text(json.dumps(seal(point)))
+    with pytest.raises(ResultsFormatError, match=r"curve-b\.json: duplicates .*curve-a\.json"):
+        load_curve(tmp_path)

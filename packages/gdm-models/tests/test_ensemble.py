@@ -194,6 +194,13 @@ def test_member_state_is_a_single_run_checkpoint(scaler, dataset, tmp_path):
     args = dict(scaler=scaler, model_config=TINY, strategy="loop", checkpoint_every=2,
                 **{**KW, "steps": 2})  # fmt: skip
     train_ensemble("gdm", SEEDS, dataset, out_dir=tmp_path / "ens", **args)
+    m, single = _resume_seed5_alone(tmp_path, scaler, dataset)
+    assert all(torch.equal(v, m.state_dict()[k]) for k, v in single.state_dict().items())
+
+
+def _resume_seed5_alone(tmp_path, scaler, dataset):
+    """Seed 5's latest/ of the ensemble in ``tmp_path/ens`` resumed by a single train() run to
+    step 4, and the straight single run of seed 5: (resumed model, single model)."""
     (tmp_path / "one").mkdir()
     shutil.copytree(tmp_path / "ens" / "latest" / "seed5", tmp_path / "one" / "latest")
     torch.manual_seed(123)
@@ -201,7 +208,7 @@ def test_member_state_is_a_single_run_checkpoint(scaler, dataset, tmp_path):
     r = train(m, dataset, seed=5, checkpoint_dir=tmp_path / "one", **{**KW, "steps": 4})
     assert r.resumed_from == 2
     single, _ = _single("gdm", 5, scaler, dataset, steps=4)
-    assert all(torch.equal(v, m.state_dict()[k]) for k, v in single.state_dict().items())
+    return m, single
 
 
 def test_member_checkpoints_are_single_model_checkpoints(scaler, dataset, tmp_path):
@@ -216,13 +223,7 @@ def test_member_checkpoints_are_single_model_checkpoints(scaler, dataset, tmp_pa
         assert type(final) is type(res.models[k])
         for key, v in res.models[k].state_dict().items():
             assert torch.equal(v, final.state_dict()[key]), key
-    (tmp_path / "one").mkdir()
-    shutil.copytree(tmp_path / "ens" / "latest" / "seed5", tmp_path / "one" / "latest")
-    torch.manual_seed(123)
-    m = make_model("gdm", SYNTHETIC_SCHEMA, scaler, **TINY)
-    r = train(m, dataset, seed=5, checkpoint_dir=tmp_path / "one", **{**KW, "steps": 4})
-    assert r.resumed_from == 2
-    single, _ = _single("gdm", 5, scaler, dataset, steps=4)
+    m, single = _resume_seed5_alone(tmp_path, scaler, dataset)
     _assert_close_weights("gdm", m, single, atol=1e-5)
 
 

@@ -33,7 +33,7 @@ from graphwm.store.records import (
     RESULT_KINDS,
     Record,
     ResultsFormatError,
-    read_record,
+    read_records_once,
 )
 
 __all__ = [
@@ -120,18 +120,9 @@ def load_results(run_dir: Path | str) -> list[dict]:
         raise NotADirectoryError(f"run directory {run_dir} is not a directory")
     if not run_dir.is_dir():
         raise FileNotFoundError(f"run directory {run_dir} does not exist")
-    records: list[dict] = []
-    seen: dict[tuple, Path] = {}
-    for path in result_files(run_dir):
-        record = _report_view(read_record(path, KINDS))
-        ident = _identity(record)
-        if ident in seen:
-            raise ResultsFormatError(
-                f"{path}: duplicates {seen[ident]} (same kind, env, model, size and seed {ident})"
-            )
-        seen[ident] = path
-        records.append(record)
-    return records
+    return read_records_once(
+        result_files(run_dir), KINDS, _report_view, _identity, "kind, env, model, size and seed"
+    )
 
 
 # ---------------------------------------------------------------------------------------------

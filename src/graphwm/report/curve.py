@@ -38,7 +38,7 @@ from graphwm.report.seed_stats import SeedStats, mean_ci
 from graphwm.report.table import Cell, Row, Table
 from graphwm.report.tables import COMPONENTS, model_display, order_envs, order_models
 from graphwm.store.paths import listed_files
-from graphwm.store.records import ResultsFormatError, read_record
+from graphwm.store.records import read_records_once
 
 __all__ = [
     "CURVE_NAME",
@@ -71,20 +71,14 @@ def load_curve(run_dir: Path | str) -> list[dict]:
     """
     run_dir = Path(run_dir)
     files = listed_files(run_dir, "curve", "curve result file", run_dir / "results")
-    records: list[dict] = []
-    seen: dict[tuple, Path] = {}
-    for path in files:
-        if not path.name.startswith("curve-"):
-            continue  # the fallback lists every result; the curve's are named curve-<digest>
-        record = read_record(path, ("curve",)).to_dict()
-        ident = (record["env"], record["model"], record["seed"], record["step"])
-        if ident in seen:
-            raise ResultsFormatError(
-                f"{path}: duplicates {seen[ident]} (same env, model, seed, step)"
-            )
-        seen[ident] = path
-        records.append(record)
-    return records
+    # the fallback lists every result; the curve's are named curve-<digest>
+    return read_records_once(
+        [path for path in files if path.name.startswith("curve-")],
+        ("curve",),
+        lambda record: record.to_dict(),
+        lambda r: (r["env"], r["model"], r["seed"], r["step"]),
+        "env, model, seed and step",
+    )
 
 
 def _value(record: dict, panel: str) -> float:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar, Self
@@ -316,3 +316,26 @@ def read_record(path: Path, kinds: tuple[str, ...] | None = None) -> Record:
     record = parse_record(raw, path, kinds)
     check_digest(raw, path)
     return record
+
+
+def read_records_once(
+    paths: Iterable[Path],
+    kinds: tuple[str, ...],
+    view: Callable[[Record], dict],
+    identity: Callable[[dict], tuple],
+    same: str,
+) -> list[dict]:
+    """:func:`read_record` of each path, as ``view`` makes it a dict, in the order of
+    ``paths``; two files with one ``identity`` (one seed counted twice) raise
+    :class:`ResultsFormatError` naming both and ``same`` (what they share, e.g. "env, model,
+    seed and step")."""
+    records: list[dict] = []
+    seen: dict[tuple, Path] = {}
+    for path in paths:
+        record = view(read_record(path, kinds))
+        ident = identity(record)
+        if ident in seen:
+            raise ResultsFormatError(f"{path}: duplicates {seen[ident]} (same {same} {ident})")
+        seen[ident] = path
+        records.append(record)
+    return records
