@@ -65,3 +65,19 @@ def test_cost_estimate_scales_measured_unit_costs_by_job_counts():
     assert line.eval_transitions == {7: per}
     assert line.sec_per_transition[7] >= 0
     assert "RGC | vanilla-gwm" in format_estimate([line], "cpu")
+
+
+def test_cost_estimate_counts_the_gdd_curve_points():
+    """With train.eval_every every kept checkpoint of every job is one more evaluation of
+    curve_episodes episodes at the smallest test size."""
+    from graphwm.cost import estimate
+
+    preset = load_preset("tiny")
+    preset.update(envs=["RGC"], models=["vanilla-gwm"], ablations=[], seeds=[0, 1, 2])
+    preset["train"].update(steps=4, eval_every=2)
+    preset["evaluate"]["curve_episodes"] = 1
+    (line,) = estimate(preset, "cpu", steps=1, probe_sizes=(8, 12))
+    ref = preset["evaluate"]["reference_transitions"]
+    final = ref * preset["collect"]["test_episodes"] * 3
+    # 3 jobs x 2 points (steps 2 and 4, the final checkpoint) x 1 episode
+    assert line.eval_transitions == {7: final + 3 * 2 * ref * 1}

@@ -233,6 +233,10 @@ def estimate(
             sizes = preset.test_sizes(env)
             per_size = ev.reference_transitions * c.test_episodes
             n_jobs = sum(1 for j in jobs if j.env == env and j.model == name)
+            transitions = {n: per_size * n_jobs for n in sizes}
+            if t.eval_every and sizes:  # the GDD curve: its points at the smallest test size
+                points = sum(len(j.kept_steps()) for j in jobs if j.env == env and j.model == name)
+                transitions[min(sizes)] += points * ev.reference_transitions * ev.curve_episodes
             lines.append(
                 CostLine(
                     env,
@@ -241,7 +245,7 @@ def estimate(
                     n_jobs,
                     per_job,
                     {n: a + b * n**2 for n in sizes},
-                    {n: per_size * n_jobs for n in sizes},
+                    transitions,
                     groups,
                     ratios,
                 )
