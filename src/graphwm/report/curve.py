@@ -57,7 +57,8 @@ PANELS = ("gdd", *COMPONENTS)
 CURVE_NOTE = (
     "Each point: the single-step GDD of the checkpoint kept at that step, on the curve's "
     "fixed subset of test episodes (evaluate.curve_episodes) at the smallest test size; the "
-    "last point is the final checkpoint."
+    "last point is the final checkpoint. The figure's self-GDD floor is the final evaluation's "
+    "(all its test episodes at that size), not re-measured on the curve's subset."
 )
 
 
