@@ -1,13 +1,16 @@
 """The whole experiment as stages; ``reproduce`` runs them all from one preset.
 
 Stages (each also a CLI subcommand): collect -> fit -> train -> evaluate (single-step, self-GDD,
-ablations, multi-step) -> report. Each stage's output is content-addressed: its key hashes
-everything that determines it, the keys of its inputs included (collected file -> fit ->
-training job -> evaluation), and every stored path is relative to the run directory. Rerunning
-a changed preset into the same directory computes what changed and reuses exactly what did not;
-a moved run directory reuses everything. ``RUN_DIR/run.json`` names the training runs and
-results of the last preset run (what the report reads). One process at a time works on a run
-directory (:func:`graphwm.store.files.run_lock`); a killed training job resumes from its last
+ablations, multi-step) -> curve (GDD over training, with ``train.eval_every``) -> downstream ->
+report. The public functions here check their preset once and pass the checked preset to the
+stages' bodies; the jobs themselves are :mod:`graphwm.jobs`. Each stage's output is
+content-addressed: its key hashes everything that determines it, the keys of its inputs
+included (collected file -> fit -> training job -> evaluation), and every stored path is
+relative to the run directory. Rerunning a changed preset into the same directory computes
+what changed and reuses exactly what did not; a moved run directory reuses everything.
+``RUN_DIR/run.json`` names the training runs and results of the last preset run (what the
+report reads). One process at a time works on a run directory
+(:func:`graphwm.store.files.run_lock`); a killed training job resumes from its last
 checkpoint.
 """
 

@@ -113,8 +113,8 @@ def clip_grad_norm_foreach_(params: list[torch.nn.Parameter], max_norm: float) -
     which a launch-bound step pays for. All gradients must sit on one device; returns the
     total norm (a device tensor: no host sync)."""
     grads = [p.grad for p in params if p.grad is not None]
-    if not grads:
-        return torch.zeros(())
+    if not grads:  # nothing to clip: a zero norm where the parameters live
+        return torch.zeros((), device=params[0].device if params else None)
     total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
     coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
     torch._foreach_mul_(grads, coef)
