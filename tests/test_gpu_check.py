@@ -89,8 +89,9 @@ def test_quick_core_stage_runs_on_the_cpu(tmp_path):
     CUDA-only calls, the static ensemble step, and train()'s determinism and resume check."""
     res = _run("core", OUT=str(tmp_path), GPU_CHECK_DEVICE="cpu", GPU_CHECK_QUICK="1")
     assert res.returncode == 0, res.stderr[-2000:]
-    text = (tmp_path / "bench_capture.txt").read_text()
-    assert "static eager single step" in text and "vmap+capture K= 2" in text
+    text = (tmp_path / "bench_capture_vanilla-gwm.txt").read_text()
+    assert "static eager single step" in text and "members+capture K= 2" in text
+    assert "setup" in text  # warm-up and capture timed on their own, before the timed calls
     train_text = (tmp_path / "check_capture_train.txt").read_text()
     assert "identical weights: True" in train_text and "straight run: True" in train_text
 
@@ -101,9 +102,32 @@ def test_core_stage_goes_on_after_a_failed_part_and_exits_1(tmp_path):
     res = _run("core", OUT=str(tmp_path), GPU_CHECK_DEVICE="cpu", PYTHON="false")
     assert res.returncode == 1
     names = sorted(p.name for p in tmp_path.iterdir())
-    assert names == ["bench_capture.txt", "check_capture_train.txt", "job_overhead.txt"]
+    models = ["ea-gwm", "g-rssm", "gdm", "vanilla-gwm"]  # one part per model
+    assert names == [
+        *(f"bench_capture_{m}.txt" for m in models),
+        "check_capture_train.txt",
+        "job_overhead.txt",
+    ]
     for name in names:
         assert "part ended with exit status 1" in (tmp_path / name).read_text()
+
+
+def test_the_script_exports_unbuffered_output_and_kills_hung_parts():
+    """Prints reach $OUT as they happen, and a part that ignores SIGTERM is killed."""
+    text = SCRIPT.read_text()
+    assert "export PYTHONUNBUFFERED=1" in text
+    code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+    timeouts = re.findall(r"\btimeout (\S+)", code)
+    assert timeouts and all(t == "-k" for t in timeouts), timeouts
+
+
+def test_the_compile_stage_compiles_what_the_benchmark_compiles():
+    """bench_ensemble compiles loops of at most 2 members: a compile part asking for more
+    would compile nothing."""
+    text = SCRIPT.read_text()
+    for line in re.findall(r"bench_ensemble\.py[^\n]*\n[^\n]*--compile[^\n]*", text):
+        ks = [int(k) for k in re.search(r"--ks ([\d ]+)", line).group(1).split()]
+        assert max(ks) <= 2, line
 
 
 def test_core_stage_times_out_a_part_and_names_its_limit(tmp_path):
@@ -124,12 +148,13 @@ def test_core_stage_times_out_a_part_and_names_its_limit(tmp_path):
 
 def test_core_stage_fits_in_eight_minutes():
     """The core stage is the first device call of a 15-minute session (machine start
-    included, a rerun left room): its parts' time limits add up to at most 8 minutes; the
-    compile stage, alone in its call, to at most 9."""
+    included, a rerun left room): its parts' time limits (one per model, then the train()
+    check and the job overhead) add up to at most 8 minutes; the compile stage, alone in its
+    call, to at most 9."""
     text = SCRIPT.read_text()
     core = text[text.index("\ncore)") : text.index("\ncompile)")]
     limits = [int(x) for x in re.findall(r"part (\d+) ", core)]
-    assert len(limits) == 3 and sum(limits) <= 8 * 60
+    assert len(limits) == 6 and sum(limits) <= 8 * 60
     comp = text[text.index("\ncompile)") : text.index("\nbench)")]
     assert "--compile" in comp and "--compile" not in core
     assert sum(int(x) for x in re.findall(r"part (\d+) ", comp)) <= 9 * 60

@@ -55,6 +55,7 @@ import argparse
 import os
 import statistics
 import time
+import traceback
 import warnings
 from collections.abc import Callable
 
@@ -233,6 +234,40 @@ def make_captured(name: str, dev: torch.device, b: int) -> Callable[[], object]:
     return captured
 
 
+def capture_status(engine: object) -> str:
+    """How an engine's steps run: "captured" (one CUDA graph replayed), "static eager" (the
+    static-shape step run eagerly: off CUDA, or after a failed capture, with its reason) or
+    "eager"."""
+    runner = getattr(engine, "_runner", None)
+    if runner is None:
+        return "eager"
+    if getattr(runner, "graph", None) is not None:
+        return "captured"
+    reason = getattr(runner, "fallback_reason", None)
+    return "static eager" + (f" (FELL BACK: {reason})" if reason else "")
+
+
+def warm_up(step: Callable[[], object], engine: object, dev: torch.device) -> tuple[float, str]:
+    """Call ``step`` until its engine is past warm-up and capture (a static engine's runner:
+    its ``warmup`` calls, then the capture and a first replay; otherwise two calls, where a
+    compile happens), so that no timed call pays for either. Returns the seconds this took and
+    the peak device memory of those calls as text (CUDA only)."""
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(dev)
+    t0 = time.perf_counter()
+    step()
+    runner = getattr(engine, "_runner", None)
+    extra = getattr(runner, "warmup", 1) + 1 if runner is not None else 1
+    for _ in range(extra):
+        step()
+    _sync(dev)
+    setup = time.perf_counter() - t0
+    peak = ""
+    if dev.type == "cuda":
+        peak = f", peak memory {torch.cuda.max_memory_allocated(dev) / 2**30:.2f} GiB"
+    return setup, peak
+
+
 def captured_single(
     name: str, dev: torch.device, steps: int, single: Callable[[], object], count_ops: bool
 ) -> Callable[[], object]:
@@ -353,6 +388,8 @@ def bench(
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", CompileFallbackWarning)
                 warnings.simplefilter("always", CaptureFallbackWarning)
+                # warm-up and capture (or compile) before the timed calls, timed on their own
+                setup, peak = warm_up(ens, engine, dev)
                 ref, ms = _time([base, ens], dev, steps)
             fallback = [
                 w
@@ -365,7 +402,8 @@ def bench(
             note = f"; FELL BACK TO EAGER: {fallback[0].message}" if fallback else ""
             print(
                 f"[{name}] {kind:>12} K={k:2d}: {ms:8.1f} ms/step = x{ms / ref:5.2f} the single "
-                f"step ({ref:.1f} ms, timed alternately), {ms / k:7.1f} ms per member-step{note}",
+                f"step ({ref:.1f} ms, timed alternately), {ms / k:7.1f} ms per member-step; "
+                f"{capture_status(engine)}, setup {setup:.1f} s{peak}{note}",
                 flush=True,
             )
             if count_ops:
@@ -424,19 +462,29 @@ def main(argv: list[str] | None = None) -> None:
         args.ks, args.steps = [k for k in args.ks if k <= 4], 2
     dev = torch.device(args.device)
     print(f"device {dev}, torch {torch.__version__}, threads {torch.get_num_threads()}")
+    failed = []
     for name in args.models:
-        bench(
-            name,
-            dev,
-            args.ks,
-            args.steps,
-            args.compile,
-            scaling=args.thread_scaling,
-            batching=args.batch_scaling,
-            ensembles=not args.scaling_only,
-            count_ops=args.count_ops,
-            capture=args.capture,
-        )
+        # one model's failure (a crash, an out-of-memory) must not cost the later models' numbers
+        try:
+            bench(
+                name,
+                dev,
+                args.ks,
+                args.steps,
+                args.compile,
+                scaling=args.thread_scaling,
+                batching=args.batch_scaling,
+                ensembles=not args.scaling_only,
+                count_ops=args.count_ops,
+                capture=args.capture,
+            )
+        except Exception:  # noqa: BLE001 - reported, then the next model
+            failed.append(name)
+            print(f"[{name}] FAILED:\n{traceback.format_exc()}", flush=True)
+            if dev.type == "cuda":
+                torch.cuda.empty_cache()
+    if failed:
+        raise SystemExit(f"failed: {', '.join(failed)}")
 
 
 if __name__ == "__main__":

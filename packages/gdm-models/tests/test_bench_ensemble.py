@@ -159,3 +159,60 @@ def test_a_compile_fallback_is_named_in_its_row(bench, monkeypatch, capsys):
     assert len(rows) == 3 and "loop+compile" in rows[2] and "members" in rows[0]
     assert "FELL BACK TO EAGER: torch.compile unavailable for X (boom)" in rows[2]
     assert not any("FELL BACK" in r for r in rows[:2])
+
+
+class _Runner:
+    """A GraphRunner's outward state: warm-up calls, then a graph (or a fallback reason)."""
+
+    def __init__(self, warmup: int, fails: bool = False) -> None:
+        self.warmup, self.calls, self.fails = warmup, 0, fails
+        self.graph: object | None = None
+        self.fallback_reason: str | None = None
+
+    def __call__(self) -> None:
+        self.calls += 1
+        if self.calls > self.warmup:
+            if self.fails:
+                self.fallback_reason = "HostSyncError: .item()"
+            else:
+                self.graph = object()
+
+
+class _Engine:
+    def __init__(self, runner: _Runner | None) -> None:
+        self.runner = runner
+
+    def step(self) -> None:
+        # like MemberEngine: the runner exists from the first static step on
+        self._runner = self.runner
+        if self.runner is not None:
+            self.runner()
+
+
+def test_warm_up_runs_past_the_capture_before_any_timed_call(bench):
+    engine = _Engine(_Runner(warmup=3))
+    assert bench.capture_status(engine) == "eager"  # no runner yet
+    setup, peak = bench.warm_up(engine.step, engine, torch.device("cpu"))
+    # warm-up calls, then the capture and its first replay: none left for the timed calls
+    assert engine.runner.calls == engine.runner.warmup + 2
+    assert engine.runner.graph is not None and setup >= 0 and peak == ""
+    assert bench.capture_status(engine) == "captured"
+    failed = _Engine(_Runner(warmup=3, fails=True))
+    bench.warm_up(failed.step, failed, torch.device("cpu"))
+    assert bench.capture_status(failed) == "static eager (FELL BACK: HostSyncError: .item())"
+
+
+def test_a_failing_model_does_not_cost_the_later_models(bench, monkeypatch, capsys):
+    ran: list[str] = []
+
+    def fake_bench(name, *args, **kwargs):
+        ran.append(name)
+        if name == "gdm":
+            raise RuntimeError("CUDA out of memory")
+
+    monkeypatch.setattr(bench, "bench", fake_bench)
+    with pytest.raises(SystemExit, match="failed: gdm"):
+        bench.main(["--device", "cpu", "--models", "gdm", "vanilla-gwm"])
+    assert ran == ["gdm", "vanilla-gwm"]
+    out = capsys.readouterr().out
+    assert "[gdm] FAILED" in out and "CUDA out of memory" in out
