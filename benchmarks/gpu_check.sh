@@ -67,6 +67,7 @@ core)
     # one part per model, the GDM first (quick: Vanilla GWM alone)
     model_part() {
         local limit=$1 model=$2
+        [[ -n "$quick" ]] && limit=280  # the CPU dry run is slower than the GPU
         if [[ -z "$quick" || "$model" == vanilla-gwm ]]; then
             part "$limit" "bench_capture_$model.txt" "$py" \
                 packages/gdm-models/benchmarks/bench_ensemble.py "${ens_args[@]}" --models "$model"

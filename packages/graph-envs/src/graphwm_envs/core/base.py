@@ -75,11 +75,22 @@ def _check_snapshot(snapshot: EnvSnapshot) -> np.random.BitGenerator:
     bitgen = getattr(np.random, snapshot.rng_class)()
     try:
         bitgen.state = copy.deepcopy(snapshot.rng_state)
-    except (TypeError, ValueError, KeyError) as err:
+    except (TypeError, ValueError, KeyError, OverflowError) as err:
         raise ValueError(
             f"snapshot rng_state is not a {snapshot.rng_class} state ({err})"
         ) from None
     return bitgen
+
+
+def _check_seed(seed: object) -> None:
+    """A restore seed is None or a non-negative integer (what ``np.random.default_rng`` takes
+    as one seed); checked before anything is restored. Raises ``ValueError`` naming it."""
+    if seed is None:
+        return
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer):
+        raise ValueError(f"restore seed must be None or an integer >= 0, got {seed!r}")
+    if seed < 0:
+        raise ValueError(f"restore seed must be None or an integer >= 0, got {seed}")
 
 
 class GraphEnv(gym.Env[dict[str, np.ndarray], Any], ABC):
@@ -354,7 +365,8 @@ class GraphEnv(gym.Env[dict[str, np.ndarray], Any], ABC):
                 valid state (negative or non-integer steps, NaN or inf in a state array, an
                 observation that breaks the data contract such as a non-symmetric adjacency
                 or self-loops, an ``rng_class`` that is not one of :data:`RNG_CLASSES`, an
-                ``rng_state`` that class refuses). A failed restore leaves the env as it was.
+                ``rng_state`` that class refuses), or ``seed`` is not None or an integer >= 0.
+                A failed restore leaves the env as it was.
         """
         if not isinstance(snapshot, EnvSnapshot):
             raise TypeError(f"expected an EnvSnapshot, got {type(snapshot).__name__}")
@@ -367,6 +379,7 @@ class GraphEnv(gym.Env[dict[str, np.ndarray], Any], ABC):
                 f"snapshot has {snapshot.num_nodes} nodes but this env has {self.num_nodes}"
             )
         bitgen = _check_snapshot(snapshot)
+        _check_seed(seed)  # every check before the first change: a failed restore changes nothing
         kept = (self._state, self._steps, self._done, self._layout_cache, self.np_random)
         kept_trace = getattr(self, "_render_trace", None)
         self._state = copy.deepcopy(snapshot.state)

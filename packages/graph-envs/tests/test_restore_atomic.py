@@ -1,0 +1,58 @@
+"""A failed restore leaves the env as it was (issue 38, "Data loss"): every argument is checked
+before the env changes, in all four envs."""
+
+from __future__ import annotations
+
+import copy
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import graphwm_envs  # noqa: F401  (registers the envs)
+
+ENVS = ["graphenv/RGC-v0", "graphenv/OD-v0", "graphenv/SAR-v0", "graphenv/CF-v0"]
+
+
+def _advanced(env_id: str):
+    """An env one step into an episode, and a snapshot taken at its start."""
+    env = gym.make(env_id, num_nodes=20).unwrapped
+    env.reset(seed=3)
+    snapshot = env.clone_state()
+    for _ in range(1):
+        _, _, terminated, truncated, _ = env.step(env.sample_valid_action(env.np_random))
+        assert not (terminated or truncated)
+    return env, snapshot
+
+
+@pytest.mark.parametrize("env_id", ENVS)
+@pytest.mark.parametrize("seed", [-5, 1.5, "7", True, np.float64(2.0)])
+def test_a_bad_restore_seed_changes_nothing(env_id, seed):
+    env, snapshot = _advanced(env_id)
+    before = env.clone_state()
+    obs_before = env._observation()
+    with pytest.raises(ValueError, match="restore seed must be None or an integer >= 0"):
+        env.restore_state(snapshot, seed=seed)
+    assert env.elapsed_steps == 1  # not switched to the snapshot's step 0
+    after = env.clone_state()
+    assert after.rng_state == before.rng_state
+    for key, value in env._observation().items():
+        np.testing.assert_array_equal(value, obs_before[key])
+
+
+@pytest.mark.parametrize("env_id", ENVS)
+def test_good_seeds_still_restore(env_id):
+    env, snapshot = _advanced(env_id)
+    env.restore_state(snapshot, seed=np.int64(4))
+    assert env.elapsed_steps == 0
+    env.restore_state(snapshot, seed=0)
+    assert env.elapsed_steps == 0
+
+
+def test_an_rng_state_out_of_range_is_a_value_error():
+    env, snapshot = _advanced("graphenv/OD-v0")
+    bad = copy.deepcopy(snapshot)
+    bad.rng_state["state"]["state"] = 2**200
+    with pytest.raises(ValueError, match="rng_state"):
+        env.restore_state(bad)
+    assert env.elapsed_steps == 1
