@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import copy
 
+import graphwm_envs  # noqa: F401  (registers the envs)
 import gymnasium as gym
 import numpy as np
 import pytest
-
-import graphwm_envs  # noqa: F401  (registers the envs)
 
 ENVS = ["graphenv/RGC-v0", "graphenv/OD-v0", "graphenv/SAR-v0", "graphenv/CF-v0"]
 
