@@ -290,10 +290,53 @@ def _fits(key: str, value: Any, need: float, what: str) -> None:
         )
 
 
+#: float64 (T, T) matrices alive at once at the peak of one GDD, T = 2 kappa pooled samples
+#: (gdd_metric.grams: the eight kernel terms, the four component Grams and the temporaries of
+#: their assembly). Measured with tracemalloc: 16.0 x 8 T^2 bytes at kappa = 250, 500, 1000.
+GRAM_MATRICES_AT_PEAK = 16
+#: seconds per pooled-Gram entry of one permutation-test relabeling (gdd_metric.stats: each
+#: relabeling sums the (T, T) Gram under a mask); measured 7 ns on a 2-core CPU, rounded up
+PERMUTATION_SECONDS_PER_ENTRY = 10e-9
+#: the most CPU-hours the permutation tests of one run may take (the paper preset's: 2.3)
+MAX_PERMUTATION_HOURS = 1000.0
+
+
 def sample_bytes(num_samples: int, num_nodes: int) -> int:
-    """Bytes held at once for one reference transition's GDD: ``num_samples`` sampled
-    N x N graphs (float32) and the samples' float64 kernel matrix."""
-    return 4 * num_samples * num_nodes * num_nodes + 8 * num_samples * num_samples
+    """Bytes held at once for one reference transition's GDD: the two sets of
+    ``num_samples`` sampled N x N graphs (float32) and the peak of the pooled float64 Gram
+    matrices (:data:`GRAM_MATRICES_AT_PEAK` of them, T = 2 ``num_samples``)."""
+    pooled = 2 * num_samples
+    return 4 * pooled * num_nodes * num_nodes + 8 * GRAM_MATRICES_AT_PEAK * pooled * pooled
+
+
+def reference_transitions(p: Preset) -> int:
+    """Reference transitions the final evaluation scores: per env, test size, model and seed,
+    ``evaluate.reference_transitions`` of each evaluated test episode."""
+    episodes = min(p.collect.test_episodes, p.evaluate.max_episodes or p.collect.test_episodes)
+    per_run = p.evaluate.reference_transitions * episodes * len(p.seeds)
+    return sum(len(p.test_sizes(env)) * len(p.models_of(env)) * per_run for env in p.envs)
+
+
+def permutation_hours(p: Preset) -> float:
+    """CPU-hours of the run's permutation tests: relabelings x transitions x (2 kappa)^2
+    Gram entries at :data:`PERMUTATION_SECONDS_PER_ENTRY`."""
+    pooled = 2 * p.evaluate.num_samples
+    entries = p.evaluate.permutations * reference_transitions(p) * pooled * pooled
+    return entries * PERMUTATION_SECONDS_PER_ENTRY / 3600
+
+
+def _check_work(p: Preset) -> None:
+    """Refuse a run whose permutation tests alone would take more than
+    :data:`MAX_PERMUTATION_HOURS` CPU-hours, before any stage runs."""
+    hours = permutation_hours(p)
+    if hours > MAX_PERMUTATION_HOURS:
+        raise PresetError(
+            f"preset key 'evaluate.permutations': {p.evaluate.permutations} relabelings of "
+            f"{reference_transitions(p)} reference transitions need about {hours:.3g} CPU-hours "
+            f"(more than {MAX_PERMUTATION_HOURS:g}); lower evaluate.permutations (the paper: "
+            "200) or the transitions evaluated (evaluate.reference_transitions, "
+            "evaluate.max_episodes)"
+        )
 
 
 def _check_memory(p: Preset) -> None:
@@ -379,6 +422,7 @@ def check_preset(p: Preset) -> None:
     _check_limits(p)
     _check_tables_filled(p)
     _check_memory(p)
+    _check_work(p)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -150,7 +150,11 @@ class EvalConfig:
     num_samples: int = setting(ge=2, help="kappa: model samples per reference transition")
     reference_transitions: int = setting(ge=1, help="reference transitions per episode")
     max_episodes: int | None = setting(None, ge=1, help="test episodes used (None: all)")
-    permutations: int = setting(0, ge=0, help="permutation-test relabelings (0: no column)")
+    # le: a p-value resolution of 1e-6 is far beyond any test level; the run's total
+    # permutation work is bounded too (graphwm.checks.MAX_PERMUTATION_HOURS)
+    permutations: int = setting(
+        0, ge=0, le=10**6, help="permutation-test relabelings (0: no column)"
+    )
     alpha: float = setting(0.05, gt=0.0, lt=1.0, help="level of the permutation test")
     curve_episodes: int = setting(
         2, ge=1, help="test episodes (the first ones) of the GDD curve's subset (train.eval_every)"
