@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .schema import Schema, normalise_schema
+from .schema import Schema, _check_adjacency, normalise_schema
 
 __all__ = ["Bandwidths", "fit_bandwidths", "MIN_BANDWIDTH"]
 
@@ -252,6 +252,12 @@ def _validated_pair(pair: object, index: int, sch: Schema) -> tuple[dict, dict, 
         raise ValueError(
             f"transition {index}: mismatched node counts {n0} -> {n1} within a transition"
         )
+    # the adjacency is held to what gdd() accepts (0/1, symmetric, zero diagonal): bandwidths
+    # fitted on graphs the metric would refuse are not fitted on the metric's data
+    for side, obs, n in (("obs_t", obs_t, n0), ("obs_t1", obs_t1, n1)):
+        adj = np.asarray(obs["adjacency"])
+        if n > 0 and adj.size:  # a zero-node side (a terminal metric graph) has no edges
+            _check_adjacency(adj.reshape((-1, n, n)), f"transition {index} {side}")
     arrays = []
     for obs, n in ((obs_t, n0), (obs_t1, n1)):
         arrays.append(

@@ -10,6 +10,7 @@ The default estimator is the biased V-statistic of section "Maximum Mean Discrep
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
@@ -105,6 +106,14 @@ class Options:
         }
 
 
+def _real(value: object, name: str) -> float:
+    """``value`` as a float if it is a real number (a Python or numpy int or float; never a
+    bool or a string, which ``float()`` would silently accept). Raises ``TypeError``."""
+    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {value!r} ({type(value).__name__})")
+    return float(value)
+
+
 def resolve_options(
     schema: Mapping | Schema,
     bandwidths: Bandwidths | Mapping,
@@ -120,7 +129,7 @@ def resolve_options(
     bw = as_bandwidths(bandwidths)
     bw.check(sch)
     try:
-        w = tuple(float(x) for x in weights)
+        w = tuple(_real(x, "weights") for x in weights)
     except TypeError:
         raise TypeError(f"weights must be a triple (w_n, w_g, w_e), got {weights!r}") from None
     if len(w) != 3 or not all(math.isfinite(x) and x >= 0 for x in w):
@@ -132,12 +141,15 @@ def resolve_options(
             f"weights (w_n, w_g, w_e) must not all be 0, got {weights!r}: the node, graph and "
             "edge kernels would drop out of the GDD"
         )
-    eps = float(epsilon)
+    eps = _real(epsilon, "epsilon")
     if not math.isfinite(eps) or eps < 0:
         raise ValueError(
             f"epsilon must be finite and >= 0 (the paper requires > 0), got {epsilon!r}"
         )
-    mult = np.asarray(multipliers, dtype=np.float64).ravel()
+    try:
+        mult = np.asarray([_real(r, "multipliers") for r in np.ravel(multipliers)], np.float64)
+    except TypeError:
+        raise TypeError(f"multipliers must be numbers r > 0, got {multipliers!r}") from None
     if mult.size == 0 or not np.all(np.isfinite(mult) & (mult > 0)):
         raise ValueError(
             f"multipliers must be a non-empty set of finite r > 0, got {multipliers!r}"
