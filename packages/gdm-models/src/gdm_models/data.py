@@ -24,6 +24,7 @@ padding overhead small.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
@@ -102,14 +103,52 @@ class DataError(ValueError):
     """Raised when an observation, episode or action does not follow the data contract."""
 
 
+#: dtype kinds a numeric input may have: bool, signed and unsigned integers, floats (never
+#: complex, object or string arrays, which a cast would silently change)
+_NUMERIC_KINDS = "biuf"
+
+
+def _index(where: np.ndarray) -> tuple[int, ...]:
+    """The first index where a boolean array is true, as plain ints (for messages)."""
+    return tuple(int(i) for i in np.argwhere(where)[0])
+
+
+def _check_numeric(name: str, a: np.ndarray) -> None:
+    """Refuse a dtype a cast to the model's float32/int64 would silently change (complex
+    loses its imaginary part; object and string arrays are not numbers)."""
+    if a.dtype.kind not in _NUMERIC_KINDS:
+        raise DataError(f"{name} must be a real numeric array, got dtype {a.dtype}")
+
+
 def _check_finite(name: str, a: np.ndarray) -> None:
-    if a.dtype.kind == "f" and a.size and not np.all(np.isfinite(a)):
-        raise DataError(f"{name} contains NaN or infinite values")
+    """Every value finite, and still finite as float32, the dtype the models compute in (a
+    float64 1e39 would become inf)."""
+    _check_numeric(name, a)
+    if a.dtype.kind != "f" or not a.size:
+        return
+    nan = np.isnan(a)
+    if nan.any():
+        raise DataError(f"{name} contains NaN (at index {_index(nan)})")
+    with np.errstate(over="ignore"):  # the overflow is what is being looked for
+        as32 = np.isfinite(a.astype(np.float32))
+    if not as32.all():
+        at = _index(~as32)
+        value = a[at].item()
+        what = "inf" if math.isinf(value) else f"{value!r}, beyond float32's range (3.4e38)"
+        raise DataError(f"{name} contains {what} at index {at}; values must be finite")
 
 
 def _check_binary(name: str, a: np.ndarray) -> None:
-    if a.size and (a.min() < 0 or a.max() > 1):
-        raise DataError(f"{name} must contain only 0/1 values, found range [{a.min()}, {a.max()}]")
+    """Exactly 0 or 1 everywhere (0.5 is not an edge, nor half an action)."""
+    _check_finite(name, a)
+    if not a.size:
+        return
+    bad = (a != 0) & (a != 1)
+    if bad.any():
+        at = _index(bad)
+        raise DataError(
+            f"{name} must contain only 0/1 values, found {a[at].item()!r} at index {at}"
+        )
 
 
 def _check_categorical(name: str, a: np.ndarray, cards: tuple[int, ...]) -> None:
@@ -144,6 +183,8 @@ def validate_observation_sequence(obs: Mapping[str, Any], schema: Schema, *, lea
             f"adjacency must have shape (...,N,N) with {lead} leading axes, got {adj.shape}"
         )
     n = adj.shape[-1]
+    if n == 0:
+        raise DataError("adjacency has 0 nodes; a world model needs graphs of N >= 1 nodes")
     lead_shape = adj.shape[:lead]
     expected = {
         "node_continuous": lead_shape + (n, schema.num_node_continuous),
@@ -182,8 +223,6 @@ def validate_action_nodes(action_nodes: Any, n: int, *, lead: int = 0) -> np.nda
         raise DataError(
             f"action_nodes has shape {a.shape}, expected {lead} leading axes and N={n} nodes"
         )
-    if a.dtype.kind == "f" and not np.all(np.isfinite(a)):
-        raise DataError("action_nodes contains NaN")
     _check_binary("action_nodes", a)
     return a.astype(np.int8)
 

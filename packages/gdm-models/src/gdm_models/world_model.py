@@ -201,7 +201,10 @@ class WorldModel(nn.Module, abc.ABC):
     @staticmethod
     def check_steps(steps: Sequence[int], num_observations: int) -> list[int]:
         """Validate ``observe_at`` step indices against T+1 observations."""
-        idx = [int(t) for t in np.asarray(steps).reshape(-1)]
+        flat = np.asarray(steps).reshape(-1)
+        if flat.size and flat.dtype.kind not in "iu":  # 1.5 is not step 1, nor True step 1
+            raise DataError(f"observe_at steps must be integers, got {list(flat)!r}")
+        idx = [int(t) for t in flat]
         bad = [t for t in idx if not 0 <= t < num_observations]
         if bad:
             raise DataError(
@@ -408,7 +411,9 @@ class WorldModel(nn.Module, abc.ABC):
     def make_generator(self, generator: torch.Generator | int | None) -> torch.Generator:
         """Return ``generator`` or a new ``torch.Generator`` on ``self.device``.
 
-        ``None`` draws a seed from numpy's OS entropy (non-deterministic); an int seeds it.
+        ``None`` draws a seed from numpy's OS entropy (non-deterministic); an integer in
+        [0, 2**64 - 1] seeds it. Anything else (a float, a string, a bool, a numpy Generator)
+        raises ``TypeError``; a seed out of range ``ValueError``.
         """
         if isinstance(generator, torch.Generator):
             if generator.device.type != self.device.type:
@@ -417,6 +422,13 @@ class WorldModel(nn.Module, abc.ABC):
         g = torch.Generator(device=self.device)
         if generator is None:
             seed = int(np.random.SeedSequence().generate_state(1, dtype=np.uint64)[0] >> 1)
+        elif isinstance(generator, bool) or not isinstance(generator, int | np.integer):
+            raise TypeError(
+                "generator must be a torch.Generator, an integer seed or None, got "
+                f"{generator!r} ({type(generator).__name__})"
+            )
+        elif not 0 <= generator < 2**64:  # what torch.Generator.manual_seed takes
+            raise ValueError(f"generator seed must be in [0, 2**64 - 1], got {generator}")
         else:
             seed = int(generator)
         g.manual_seed(seed)

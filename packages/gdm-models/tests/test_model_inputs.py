@@ -1,0 +1,124 @@
+"""Issue 38, class 1: a model's inputs are checked where they enter, for every model, with
+dtype and value checks after any cast and messages naming the key, the problem and the value
+(the third probe's cases: each was accepted or crashed deep inside before)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from gdm_models import DataError, make_model
+from gdm_models.data import OBS_KEYS
+from gdm_models.synthetic import SYNTHETIC_SCHEMA, random_episode
+
+from .test_observe_at import SIZES
+
+
+@pytest.fixture(scope="module")
+def trajectory() -> tuple[dict, np.ndarray]:
+    ep = random_episode(6, 3, np.random.default_rng(1))
+    return {k: ep[k] for k in OBS_KEYS}, ep["action_nodes"]
+
+
+@pytest.fixture(scope="module", params=sorted(SIZES))
+def model(request, scaler):
+    torch.manual_seed(0)
+    return make_model(request.param, SYNTHETIC_SCHEMA, scaler, **SIZES[request.param]).eval()
+
+
+def _changed(obs: dict, key: str, index: tuple, value, dtype=None) -> dict:
+    out = {k: np.array(v) for k, v in obs.items()}
+    arr = out[key].astype(dtype) if dtype is not None else out[key].astype(np.float64)
+    arr[index] = value
+    if key == "adjacency":  # keep it symmetric, so the value is the only problem
+        arr[(index[0], index[2], index[1])] = value
+    out[key] = arr
+    return out
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "match"),
+    [
+        ("adjacency", 0.5, r"adjacency must contain only 0/1 values, found 0\.5"),
+        ("adjacency", np.nan, r"adjacency contains NaN"),  # was "must be symmetric"
+        ("action_mask", 0.5, r"action_mask must contain only 0/1 values, found 0\.5"),
+        ("node_continuous", 1e39, r"node_continuous contains 1e\+39, beyond float32"),
+        ("node_continuous", np.inf, r"node_continuous contains inf"),
+        ("graph_continuous", np.nan, r"graph_continuous contains NaN"),
+    ],
+)
+def test_observe_refuses_bad_values_naming_key_and_value(model, trajectory, key, value, match):
+    obs, actions = trajectory
+    if key == "adjacency":
+        index = (0, 0, 1)
+    elif key.startswith("node"):
+        index = (0, 0, 0)
+    elif key == "action_mask":
+        index = (0, 0)
+    else:
+        index = (0, 0)
+    if obs[key].shape[-1] == 0:
+        pytest.skip(f"the synthetic schema has no {key}")
+    with pytest.raises(DataError, match=match):
+        model.observe(_changed(obs, key, index, value), actions, generator=0)
+
+
+def test_observe_refuses_complex_features(model, trajectory):
+    obs, actions = trajectory
+    bad = dict(obs, graph_continuous=obs["graph_continuous"].astype(np.complex128) + 1j)
+    with pytest.raises(DataError, match=r"graph_continuous must be a real numeric array.*complex"):
+        model.observe(bad, actions, generator=0)
+
+
+@pytest.mark.parametrize(
+    ("value", "match"),
+    [(0.5, r"found 0\.5"), (np.inf, "contains inf"), (np.nan, "contains NaN"), (2.0, "found 2")],
+)
+def test_actions_must_be_exactly_0_or_1(model, trajectory, value, match):
+    obs, actions = trajectory
+    bad = actions.astype(np.float64)
+    bad[0, 0] = value
+    with pytest.raises(DataError, match=rf"action_nodes .*{match}"):
+        model.observe(obs, bad, generator=0)
+    latent = model.observe(obs, actions, generator=0)
+    with pytest.raises(DataError, match=rf"action_nodes .*{match}"):
+        model.imagine(latent, bad[0], 2, generator=0)
+
+
+def test_a_zero_node_graph_is_a_clear_error(model):
+    schema = model.schema
+    empty = {
+        "adjacency": np.zeros((1, 0, 0), np.int8),
+        "node_continuous": np.zeros((1, 0, schema.num_node_continuous), np.float32),
+        "node_categorical": np.zeros((1, 0, schema.num_node_categorical), np.int64),
+        "graph_continuous": np.zeros((1, schema.num_graph_continuous), np.float32),
+        "graph_categorical": np.zeros((1, schema.num_graph_categorical), np.int64),
+        "action_mask": np.zeros((1, 0), np.int8),
+    }
+    with pytest.raises(DataError, match="0 nodes"):
+        model.observe(empty, None, generator=0)
+
+
+@pytest.mark.parametrize(
+    ("seed", "error", "match"),
+    [
+        (2**64, ValueError, r"\[0, 2\*\*64 - 1\]"),
+        (-1, ValueError, r"\[0, 2\*\*64 - 1\]"),
+        (1.5, TypeError, "integer seed"),
+        ("7", TypeError, "integer seed"),
+        (True, TypeError, "integer seed"),
+        (np.random.default_rng(0), TypeError, "integer seed"),
+    ],
+)
+def test_generator_seeds_are_checked_not_coerced(model, trajectory, seed, error, match):
+    obs, actions = trajectory
+    with pytest.raises(error, match=match):
+        model.observe(obs, actions, generator=seed)
+    model.observe(obs, actions, generator=np.uint64(2**64 - 1))  # the largest seed
+
+
+def test_observe_at_steps_must_be_integers(model, trajectory):
+    obs, actions = trajectory
+    with pytest.raises(DataError, match=r"steps must be integers.*1\.5"):
+        model.observe_at(obs, actions, [1.5], generator=0)
+    assert len(model.observe_at(obs, actions, [np.int64(1)], generator=0)) == 1
