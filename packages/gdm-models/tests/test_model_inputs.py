@@ -122,3 +122,14 @@ def test_observe_at_steps_must_be_integers(model, trajectory):
     with pytest.raises(DataError, match=r"steps must be integers.*1\.5"):
         model.observe_at(obs, actions, [1.5], generator=0)
     assert len(model.observe_at(obs, actions, [np.int64(1)], generator=0)) == 1
+
+
+@pytest.mark.parametrize("name", sorted(SIZES))
+@pytest.mark.parametrize(
+    ("field", "value"), [("hidden_dim", 8.5), ("hidden_dim", True), ("unimix", "0.1")]
+)
+def test_make_model_names_a_hyperparameter_of_the_wrong_type(name, field, value):
+    if field == "unimix" and "gwm" in name:
+        field = "beta_adj"  # the GWMs have no unimix
+    with pytest.raises(TypeError, match=rf"Config\.{field} must be (int|float), got {value!r}"):
+        make_model(name, SYNTHETIC_SCHEMA, **{**SIZES[name], field: value})

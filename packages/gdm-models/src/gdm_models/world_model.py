@@ -73,6 +73,7 @@ import torch
 from torch import nn
 
 from .compiling import compile_or_eager, default_compile_mode
+from .config_checks import check_config_types
 from .data import (
     OBS_KEYS,
     OBSERVATION_DTYPES,
@@ -151,6 +152,7 @@ class WorldModel(nn.Module, abc.ABC):
         super().__init__()
         if not dataclasses.is_dataclass(config) or isinstance(config, type):
             raise TypeError("config must be a dataclass instance")
+        check_config_types(config)  # before any layer sees a size of 8.5 or True
         self.schema = Schema.from_dict(schema)
         self.scaler = FeatureScaler.identity(self.schema) if scaler is None else scaler
         self.scaler.check_schema(self.schema)

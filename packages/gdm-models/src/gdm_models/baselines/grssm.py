@@ -58,6 +58,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..config_checks import check_config_types
 from ..data import OBS_KEYS, Batch, TensorObs
 from ..layers import (
     EPS,
@@ -182,6 +183,7 @@ class GRSSMConfig:
     attn_chunk: int = 0
 
     def __post_init__(self) -> None:
+        check_config_types(self)  # types first: 8.5, True or '0.1' named, not compared
         for name in ("embed_dim", "hidden_dim", "latent_groups", "attn_heads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")

@@ -50,6 +50,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..config_checks import check_config_types
 from ..data import (
     OBS_KEYS,
     Batch,
@@ -143,6 +144,7 @@ class GWMConfig:
     critical_weighting: str = "degree"
 
     def __post_init__(self) -> None:
+        check_config_types(self)  # types first: 8.5, True or '0.1' named, not compared
         if self.hidden_dim < 1 or self.mp_layers < 1:
             raise ValueError("hidden_dim and mp_layers must be >= 1")
         if self.rollout_steps < 1 or self.power_iterations < 1:

@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from ..config_checks import check_config_types
+
 __all__ = ["ABLATIONS", "GDMConfig"]
 
 #: ablation name -> config overrides (names usable as "gdm:<name>", combinable with "+").
@@ -67,6 +69,7 @@ class GDMConfig:
     edge_chunk_elems: int = 0
 
     def __post_init__(self) -> None:
+        check_config_types(self)  # types first: 8.5, True or '0.1' named, not compared
         for name in (
             "embed_dim",
             "hidden_dim",

@@ -1,0 +1,53 @@
+"""Type checks of a model's hyperparameters, before any layer is built (issue 38).
+
+A model's config is a dataclass whose fields are annotated ``int``, ``float``, ``bool`` or
+``str`` (or ``X | None``). Python would let ``embed_dim=8.5`` or ``hidden_dim=True`` through
+to torch, which then fails deep inside a layer's constructor; this check names the field,
+what it must be and the value instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+import types
+import typing
+from typing import Any
+
+__all__ = ["check_config_types"]
+
+
+def _accepts(kind: Any, value: Any) -> bool:
+    """Whether ``value`` is of the annotated ``kind`` (bool is not an int here; an int is a
+    float; numpy numbers count as their Python kinds)."""
+    if kind is type(None):
+        return value is None
+    if kind is bool:
+        return isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    if kind is float:
+        return isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if kind is str:
+        return isinstance(value, str)
+    return True  # other annotations (tuples, mappings) are the config's own business
+
+
+def check_config_types(config: Any) -> None:
+    """Raise ``TypeError`` naming the first field of the dataclass ``config`` whose value is
+    not of its annotated type (``int``, ``float``, ``bool``, ``str`` or a union of them)."""
+    hints = typing.get_type_hints(type(config))
+    for field in dataclasses.fields(config):
+        kind = hints.get(field.name, Any)
+        value = getattr(config, field.name)
+        options = (
+            typing.get_args(kind)
+            if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union
+            else (kind,)
+        )
+        if not any(_accepts(option, value) for option in options):
+            names = " or ".join(getattr(o, "__name__", str(o)) for o in options)
+            raise TypeError(
+                f"{type(config).__name__}.{field.name} must be {names.replace('NoneType', 'None')}"
+                f", got {value!r} ({type(value).__name__})"
+            )
