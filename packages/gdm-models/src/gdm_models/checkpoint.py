@@ -107,9 +107,10 @@ def save_checkpoint(model: Checkpointable, path: str | Path) -> Path:
         raise CheckpointError(
             "model has no model_name; build it with gdm_models.registry.make_model"
         )
+    tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in model.state_dict().items()}
+    _check_finite_weights(tensors, f"model {model.model_name!r}")  # before anything is written
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in model.state_dict().items()}
     fd, tmp = tempfile.mkstemp(dir=path, prefix=".tmp_", suffix=".safetensors")
     os.close(fd)
     save_file(tensors, tmp)
@@ -186,7 +187,9 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
     if not mf.is_file():
         raise CheckpointError(f"no checkpoint manifest at {mf}")
     try:
-        manifest = json.loads(mf.read_text())
+        manifest = json.loads(mf.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        raise CheckpointError(f"checkpoint manifest {mf} is not UTF-8 text: {e}") from None
     except json.JSONDecodeError as e:
         raise CheckpointError(f"checkpoint manifest {mf} is not valid JSON: {e}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
@@ -216,6 +219,8 @@ def load_checkpoint(
         model_name: if given, the checkpoint must hold this model (e.g. ``"gdm:no-h-plus"``).
         device: device to place the model on.
     """
+    if torch.device(device).type == "meta":
+        raise CheckpointError("device 'meta' holds no data: a loaded model would have no weights")
     path = Path(path)
     manifest = verify_checkpoint(path)
     wf = path / WEIGHTS_FILE
@@ -223,7 +228,8 @@ def load_checkpoint(
         raise CheckpointError(
             f"checkpoint {path} holds model {manifest['model_name']!r}, expected {model_name!r}"
         )
-    ck_schema = Schema.from_dict(manifest["schema"])
+    mf = path / MANIFEST_FILE
+    ck_schema = _from_manifest(mf, "schema", lambda: Schema.from_dict(manifest["schema"]))
     if schema is not None:
         want = Schema.from_dict(schema)
         if not ck_schema.same_features(want):
@@ -231,8 +237,25 @@ def load_checkpoint(
                 "checkpoint schema does not match the expected schema:\n"
                 f"  checkpoint: {ck_schema.to_dict()}\n  expected:   {want.to_dict()}"
             )
-    scaler = FeatureScaler.from_dict(manifest["scaler"])
-    model = make_model(manifest["model_name"], ck_schema, scaler, **manifest["config"])
+    scaler = _from_manifest(mf, "scaler", lambda: FeatureScaler.from_dict(manifest["scaler"]))
+    config = manifest["config"]
+    if not isinstance(config, Mapping):
+        raise CheckpointError(f"checkpoint manifest {mf}: 'config' must be a JSON object")
+
+    def build(on: str) -> WorldModel:
+        with torch.device(on):
+            return make_model(manifest["model_name"], ck_schema, scaler, **config)
+
+    # the size first, on the meta device (nothing allocated): a config edited to hidden_dim
+    # 2e5 (digest recomputed) would otherwise allocate hundreds of GB before any check
+    shape_only = _from_manifest(mf, "config", lambda: build("meta"))
+    need = 4 * sum(t.numel() for t in shape_only.state_dict().values())
+    if need > memory_bytes() // 2:
+        raise CheckpointError(
+            f"checkpoint manifest {mf}: its config {dict(config)} builds a model of about "
+            f"{need / 2**30:.3g} GiB of float32 weights, more than half this machine's memory"
+        )
+    model = _from_manifest(mf, "config", lambda: build("cpu"))
     try:
         state = load_file(str(wf), device="cpu")
     except SafetensorError as err:  # e.g. a torch.save pickle under the safetensors name
@@ -251,5 +274,34 @@ def load_checkpoint(
                 f"weight {k!r} has shape {tuple(v.shape)} in the checkpoint, model expects "
                 f"{tuple(expected[k].shape)}"
             )
+    _check_finite_weights(state, f"checkpoint weights {wf}")
     model.load_state_dict(state, strict=True)
     return model.to(device)
+
+
+def memory_bytes() -> int:
+    """This machine's physical memory in bytes (16 GiB where the OS does not say)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        return 16 * 2**30
+
+
+def _check_finite_weights(tensors: Mapping[str, torch.Tensor], what: str) -> None:
+    """Refuse NaN or inf in floating weights: they are never data (a diverged model)."""
+    for name, tensor in tensors.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise CheckpointError(f"{what}: weight {name!r} holds NaN or inf (a diverged model?)")
+
+
+def _from_manifest(mf: Path, field: str, make: Any) -> Any:
+    """``make()``, with any error of a manifest field's content turned into a
+    :class:`CheckpointError` naming the file and the field."""
+    try:
+        return make()
+    except CheckpointError:
+        raise
+    except (TypeError, ValueError, KeyError, AttributeError, OverflowError, RuntimeError) as e:
+        raise CheckpointError(
+            f"checkpoint manifest {mf}: field {field!r} is not valid: {type(e).__name__}: {e}"
+        ) from None
