@@ -180,7 +180,8 @@ def test_observation_fixer_makes_any_prediction_valid():
     )
     pred = {
         "adjacency": adj,
-        "node_continuous": torch.tensor([[[2.0], [-1.0], [float("nan")], [0.5], [0.25]]]),
+        # (a NaN raises instead: tests/test_dream_nan.py)
+        "node_continuous": torch.tensor([[[2.0], [-1.0], [0.0], [0.5], [0.25]]]),
         "node_categorical": torch.tensor(
             [[[5, -1, 1], [0, 0, 0], [1, 1, 1], [0, 2, 0], [0, 0, 0]]]
         ),

@@ -25,6 +25,17 @@ from graphwm.dream.validity import ObservationFixer, start_mask, valid_reward
 from graphwm.envs import graph_env
 
 
+def check_finite_weights(model) -> None:
+    """Refuse a model with NaN or inf in a weight (a diverged training): its predictions
+    would be NaN, never data for an agent. Raises ``ValueError`` naming the weight."""
+    for name, tensor in model.state_dict().items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise ValueError(
+                f"the world model's weight {name!r} holds NaN or inf: a dream env over it "
+                "would pass NaN predictions off as observations and rewards"
+            )
+
+
 @dataclass(frozen=True)
 class StartState:
     """Where an imagined episode starts: a real observation and the real episode's horizon.
@@ -121,6 +132,7 @@ class DreamCore:
         if int(num_episodes) < 1:
             raise ValueError(f"num_episodes must be >= 1, got {num_episodes}")
         check_model_matches_env(model, env)
+        check_finite_weights(model)
         self.model = model.eval()
         self.real = graph_env(env)
         self.observation_space = _dict_space(self.real.observation_space)

@@ -5,13 +5,15 @@ never see anything outside the observation space, whatever the model does. The r
 batched, on the model's device; docs/dream.md lists them):
 
 * ``adjacency``: the upper triangle, mirrored (symmetric), zero diagonal, values clipped to 0/1;
-* continuous features: NaN -> 0, then clipped to the Box bounds of the real env's space
+* NaN anywhere in a prediction raises ``FloatingPointError`` (a NaN is never passed off as
+  data: a model with NaN weights would otherwise look like reward 0 and a terminated episode);
+* continuous features: clipped to the Box bounds of the real env's space
   (so e.g. SAR's stability stays in [0, 1] and OD's constant k stays constant);
 * categorical features: clipped to ``[0, card - 1]``;
 * ``action_mask``: 0/1; a sampled all-zero mask (which would leave MaskablePPO without an
   action) is replaced by the episode's previous mask (never all zero, by induction from the
   real start state; an all-zero start mask is replaced by all ones);
-* reward: NaN -> 0, +-inf -> the largest finite float32.
+* reward: +-inf -> the largest finite float32.
 
 Keys the real env's observation space lacks (an env without some feature type) are dropped.
 """
@@ -61,6 +63,7 @@ class ObservationFixer:
         mask = None
         for key in self.keys:
             x = pred[key]
+            refuse_nan(x, key)
             if key == "adjacency":
                 upper = torch.triu(x.round().clamp(0, 1), diagonal=1)
                 x = upper + upper.transpose(-1, -2)
@@ -71,9 +74,7 @@ class ObservationFixer:
                     x = torch.where(empty[:, None], previous_mask, x)
                 mask = x
             elif x.is_floating_point() and self._low[key].is_floating_point():
-                x = torch.maximum(
-                    torch.minimum(torch.nan_to_num(x, nan=0.0), self._high[key]), self._low[key]
-                )
+                x = torch.maximum(torch.minimum(x, self._high[key]), self._low[key])
             else:
                 x = x.round() if x.is_floating_point() else x
                 x = torch.maximum(torch.minimum(x.long(), self._high[key]), self._low[key])
@@ -88,7 +89,19 @@ def start_mask(action_mask: np.ndarray) -> np.ndarray:
     return m
 
 
+def refuse_nan(x: torch.Tensor, key: str) -> None:
+    """Raise ``FloatingPointError`` if the prediction ``x`` of ``key`` holds a NaN."""
+    if x.is_floating_point() and bool(torch.isnan(x).any()):
+        raise FloatingPointError(
+            f"the world model predicted NaN in {key!r}; a NaN is never passed to an agent as "
+            "data (are the model's weights finite? graphwm.dream checks them when the env is "
+            "built)"
+        )
+
+
 def valid_reward(reward: torch.Tensor) -> np.ndarray:
-    """Rewards as float32 with NaN -> 0 and infinities -> the largest finite float32."""
+    """Rewards as float32 with infinities -> the largest finite float32; NaN raises
+    ``FloatingPointError``."""
+    refuse_nan(reward, "reward")
     big = float(np.finfo(np.float32).max)
-    return torch.nan_to_num(reward.float(), nan=0.0, posinf=big, neginf=-big).cpu().numpy()
+    return torch.nan_to_num(reward.float(), posinf=big, neginf=-big).cpu().numpy()
