@@ -133,3 +133,10 @@ def test_make_model_names_a_hyperparameter_of_the_wrong_type(name, field, value)
         field = "beta_adj"  # the GWMs have no unimix
     with pytest.raises(TypeError, match=rf"Config\.{field} must be (int|float), got {value!r}"):
         make_model(name, SYNTHETIC_SCHEMA, **{**SIZES[name], field: value})
+
+
+@pytest.mark.parametrize("name", sorted(SIZES))
+def test_a_schema_whose_model_cannot_fit_is_refused_before_allocating(name):
+    schema = {"node_continuous": ["x"], "node_categorical": {"kind": 10**9}}
+    with pytest.raises(ValueError, match=r"weights \(.* GiB as float32\).*cardinalities"):
+        make_model(name, schema, **SIZES[name])

@@ -242,20 +242,11 @@ def load_checkpoint(
     if not isinstance(config, Mapping):
         raise CheckpointError(f"checkpoint manifest {mf}: 'config' must be a JSON object")
 
-    def build(on: str) -> WorldModel:
-        with torch.device(on):
-            return make_model(manifest["model_name"], ck_schema, scaler, **config)
-
-    # the size first, on the meta device (nothing allocated): a config edited to hidden_dim
-    # 2e5 (digest recomputed) would otherwise allocate hundreds of GB before any check
-    shape_only = _from_manifest(mf, "config", lambda: build("meta"))
-    need = 4 * sum(t.numel() for t in shape_only.state_dict().values())
-    if need > memory_bytes() // 2:
-        raise CheckpointError(
-            f"checkpoint manifest {mf}: its config {dict(config)} builds a model of about "
-            f"{need / 2**30:.3g} GiB of float32 weights, more than half this machine's memory"
-        )
-    model = _from_manifest(mf, "config", lambda: build("cpu"))
+    # make_model sizes the model on the meta device before allocating (a config edited to
+    # hidden_dim 2e5, digest recomputed, is refused instead of allocating hundreds of GB)
+    model = _from_manifest(
+        mf, "config", lambda: make_model(manifest["model_name"], ck_schema, scaler, **config)
+    )
     try:
         state = load_file(str(wf), device="cpu")
     except SafetensorError as err:  # e.g. a torch.save pickle under the safetensors name
@@ -277,14 +268,6 @@ def load_checkpoint(
     _check_finite_weights(state, f"checkpoint weights {wf}")
     model.load_state_dict(state, strict=True)
     return model.to(device)
-
-
-def memory_bytes() -> int:
-    """This machine's physical memory in bytes (16 GiB where the OS does not say)."""
-    try:
-        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
-    except (AttributeError, ValueError, OSError):
-        return 16 * 2**30
 
 
 def _check_finite_weights(tensors: Mapping[str, torch.Tensor], what: str) -> None:

@@ -13,9 +13,12 @@ overrides are config-field values; :func:`make_model` sets ``model.model_name`` 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
+
+import torch
 
 from .baselines.grssm import build_grssm
 from .baselines.gwm import build_gwm
@@ -74,7 +77,7 @@ def make_model(
     """
     schema = Schema.from_dict(schema)
     if name in _FACTORIES:
-        model = _FACTORIES[name](schema, scaler, **overrides)
+        build = partial(_FACTORIES[name], schema, scaler, **overrides)
     else:
         base, _, variant = name.partition(":")
         if base not in _FACTORIES or not variant:
@@ -82,6 +85,33 @@ def make_model(
                 f"unknown model {name!r}; available: {sorted(_FACTORIES)} "
                 "(GDM ablations as 'gdm:<ablation>')"
             )
-        model = _FACTORIES[base](schema, scaler, variant=variant, **overrides)
+        build = partial(_FACTORIES[base], schema, scaler, variant=variant, **overrides)
+    if torch.empty(0).device.type != "meta":  # (a build on the meta device is the check)
+        check_model_fits(name, build)
+    model = build()
     model.model_name = name
     return model
+
+
+def memory_bytes() -> int:
+    """This machine's physical memory in bytes (16 GiB where the OS does not say)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        return 16 * 2**30
+
+
+def check_model_fits(name: str, build: Callable[[], WorldModel]) -> None:
+    """Build the model on torch's meta device (nothing allocated) and refuse it, before any
+    real allocation, when its float32 weights alone exceed half this machine's memory (a
+    schema with a categorical feature of 10^9 categories, a hidden size of 2e5). Raises
+    ``ValueError`` naming the size."""
+    with torch.device("meta"):
+        shape_only = build()
+    count = sum(t.numel() for t in shape_only.state_dict().values())
+    if 4 * count > memory_bytes() // 2:
+        raise ValueError(
+            f"model {name!r} would have {count:,} weights ({4 * count / 2**30:.3g} GiB as "
+            f"float32), more than half this machine's memory ({memory_bytes() / 2**31:.3g} "
+            "GiB): lower its sizes or the schema's categorical cardinalities"
+        )
