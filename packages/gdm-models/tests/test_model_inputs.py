@@ -140,3 +140,24 @@ def test_a_schema_whose_model_cannot_fit_is_refused_before_allocating(name):
     schema = {"node_continuous": ["x"], "node_categorical": {"kind": 10**9}}
     with pytest.raises(ValueError, match=r"weights \(.* GiB as float32\).*cardinalities"):
         make_model(name, schema, **SIZES[name])
+
+
+def test_step_checks_its_actions(model, trajectory):
+    from gdm_models.data import observation_to_tensors
+
+    obs, _ = trajectory
+    start = observation_to_tensors({k: v[:2] for k, v in obs.items()})
+    gen = torch.Generator().manual_seed(0)
+    state = model.start(start, gen)
+    good = torch.zeros(2, 6)
+    good[:, 0] = 1
+    model.step(state, good, gen)  # (B, N) = (2, 6)
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        model.step(state, good.numpy(), gen)
+    with pytest.raises(DataError, match=r"shape \(2, 8\), expected \(B, N\) = \(2, 6\)"):
+        model.step(state, torch.zeros(2, 8), gen)
+    for value in (2.0, float("nan"), float("inf"), 0.5):
+        bad = good.clone()
+        bad[1, 3] = value
+        with pytest.raises(DataError, match="exactly 0 or 1"):
+            model.step(state, bad, gen)

@@ -267,10 +267,47 @@ class WorldModel(nn.Module, abc.ABC):
         """One imagined transition of every row: (B, N) float actions -> (sampled prediction
         tensors with the keys of :data:`PREDICTION_KEYS`, next state); see the module
         docstring. ``batched=True`` lets a model run its rows in blocks suited to a GPU
-        (:meth:`_step_batched`; the same function, but its uniforms may be drawn per block)."""
+        (:meth:`_step_batched`; the same function, but its uniforms may be drawn per block).
+
+        Raises ``TypeError`` for actions that are not a tensor and :class:`DataError` for
+        actions of the wrong shape, or not exactly 0/1 (NaN, inf, 2.0, 0.5)."""
+        self._check_step_actions(state, actions)
         if batched:
             return self._step_batched(state, actions, generator)
         return self._step(state, actions, generator)
+
+    def _check_step_actions(self, state: StepState, actions: Any) -> None:
+        """The actions of :meth:`step`: a (B, N) tensor of 0/1 node indicators for the B rows
+        and N nodes of ``state`` (one device-to-host read; a step is never captured)."""
+        if not isinstance(actions, torch.Tensor):
+            raise TypeError(
+                "step takes the actions as a torch.Tensor of (B, N) 0/1 node indicators, got "
+                f"{type(actions).__name__} (convert with torch.as_tensor(..., device=model.device))"
+            )
+        rows, nodes = self._state_shape(state)
+        if tuple(actions.shape) != (rows, nodes):
+            raise DataError(
+                f"step actions have shape {tuple(actions.shape)}, expected (B, N) = "
+                f"({rows}, {nodes}) for the state's rows and nodes"
+            )
+        if actions.is_complex() or actions.dtype == torch.bool:
+            return  # (bool: 0/1 by type; complex: refused by the cast below)
+        bad = (actions != 0) & (actions != 1)
+        if bool(bad.any()):
+            value = actions[bad][0].item()
+            raise DataError(f"step actions must be exactly 0 or 1, found {value!r}")
+
+    @staticmethod
+    def _state_shape(state: StepState) -> tuple[int, int]:
+        """(B, N) of a stepping state: its rows, and its nodes from ``adjacency`` (B, N, N)
+        or else the first per-node tensor (B, N, ...)."""
+        if "adjacency" in state:
+            adj = state["adjacency"]
+            return int(adj.shape[0]), int(adj.shape[-1])
+        per_node = [v for v in state.values() if v.dim() >= 3]
+        if not per_node:
+            raise TypeError("a stepping state needs a per-node tensor (B, N, ...)")
+        return int(per_node[0].shape[0]), int(per_node[0].shape[1])
 
     @abc.abstractmethod
     def _step(
