@@ -10,6 +10,7 @@ import numpy as np
 from gymnasium import spaces
 
 from graphwm.dream.core import DreamCore, StartState, real_start
+from graphwm.dream.validity import check_reset_options
 from graphwm.envs import graph_env
 
 
@@ -27,6 +28,10 @@ def coerce_action(space: spaces.Space, action: Any) -> Any:
             raise ValueError(f"action {action!r} is outside the action space {space}")
         return arr.astype(np.int64)
     raise NotImplementedError(f"unsupported action space {space}")
+
+
+#: the reset options a dream env reads (docs/dream.md)
+RESET_OPTIONS = ("start_index",)
 
 
 class DreamEnv(gym.Env):
@@ -88,10 +93,11 @@ class DreamEnv(gym.Env):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """Start an imagined episode (see the class docstring)."""
+        options = check_reset_options(options, RESET_OPTIONS)  # before anything changes
         super().reset(seed=seed)
         if seed is not None:
             self.core.seed(seed)
-        start = self._draw_start(seed, options or {})
+        start = self._draw_start(seed, options)
         self.core.start(np.zeros(1, np.int64), [start])
         self._done, self._started = False, True
         obs = {
@@ -103,7 +109,9 @@ class DreamEnv(gym.Env):
         if self.start_states is None:
             return real_start(self.real_env, seed)
         if "start_index" in options:
-            i = int(options["start_index"])
+            i = options["start_index"]
+            if isinstance(i, bool) or not isinstance(i, int | np.integer):
+                raise ValueError(f"reset option 'start_index' must be an integer, got {i!r}")
             if not 0 <= i < len(self.start_states):
                 raise ValueError(f"start_index {i} outside [0, {len(self.start_states)})")
         else:

@@ -21,6 +21,7 @@ Keys the real env's observation space lacks (an env without some feature type) a
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -105,3 +106,16 @@ def valid_reward(reward: torch.Tensor) -> np.ndarray:
     refuse_nan(reward, "reward")
     big = float(np.finfo(np.float32).max)
     return torch.nan_to_num(reward.float(), posinf=big, neginf=-big).cpu().numpy()
+
+
+def check_reset_options(options: Any, known: tuple[str, ...]) -> dict[str, Any]:
+    """``options`` as a dict after checking it is ``None`` or a mapping of known keys (a typo
+    would otherwise be ignored). Raises ``TypeError`` / ``ValueError`` naming the problem."""
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping):
+        raise TypeError(f"reset options must be a dict or None, got {type(options).__name__}")
+    unknown = sorted(str(k) for k in options if k not in known)
+    if unknown:
+        raise ValueError(f"unknown reset option(s) {unknown}; this env reads {list(known)}")
+    return dict(options)

@@ -12,6 +12,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from graphwm.dream.core import DreamCore, StartState, real_start
+from graphwm.dream.validity import check_reset_options
 from graphwm.envs import graph_env
 
 
@@ -127,7 +128,9 @@ class DreamVectorEnv(VectorEnv):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-        """Start all B episodes; ``seed`` seeds the generator and the real resets."""
+        """Start all B episodes; ``seed`` seeds the generator and the real resets. It reads no
+        options (a non-empty ``options`` is refused rather than ignored)."""
+        check_reset_options(options, ())
         super().reset(seed=seed)
         seeds = None
         if seed is not None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -80,6 +81,20 @@ def _check_snapshot(snapshot: EnvSnapshot) -> np.random.BitGenerator:
             f"snapshot rng_state is not a {snapshot.rng_class} state ({err})"
         ) from None
     return bitgen
+
+
+def _check_reset_options(options: object) -> None:
+    """The graph envs read no reset options: ``None`` or an empty mapping, anything else is
+    refused (a key would otherwise be silently ignored)."""
+    if options is None:
+        return
+    if not isinstance(options, Mapping):
+        raise TypeError(f"reset options must be a dict or None, got {type(options).__name__}")
+    if options:
+        raise ValueError(
+            f"unknown reset option(s) {sorted(map(str, options))}: the graph envs read none "
+            "(episodes are set by the env's constructor arguments and the seed)"
+        )
 
 
 def _check_seed(seed: object) -> None:
@@ -216,6 +231,7 @@ class GraphEnv(gym.Env[dict[str, np.ndarray], Any], ABC):
         and SAR, the step limit that terminates RGC and CF), the key the dream env's reset info
         uses too.
         """
+        _check_reset_options(options)  # before anything changes
         super().reset(seed=seed)
         self._state = self._initial_state(self.np_random)
         self._steps = 0
