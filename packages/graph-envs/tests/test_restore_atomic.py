@@ -55,3 +55,26 @@ def test_an_rng_state_out_of_range_is_a_value_error():
     with pytest.raises(ValueError, match="rng_state"):
         env.restore_state(bad)
     assert env.elapsed_steps == 1
+
+
+def test_a_snapshot_with_a_location_off_the_graph_is_refused():
+    env, snapshot = _advanced("graphenv/SAR-v0")
+    for bad in (-1, 20, 2.0):
+        forged = copy.deepcopy(snapshot)
+        forged.state.location = bad
+        with pytest.raises(ValueError, match="snapshot state location"):
+            env.restore_state(forged)
+        assert env.elapsed_steps == 1
+
+
+def test_a_snapshot_from_an_env_with_other_parameters_is_refused():
+    from graphwm_envs.sar.types import SARParams
+
+    env, snapshot = _advanced("graphenv/SAR-v0")
+    other = gym.make("graphenv/SAR-v0", num_nodes=20, params=SARParams(step_reward=-2.0))
+    other.unwrapped.reset(seed=0)
+    with pytest.raises(ValueError, match="other parameters"):
+        other.unwrapped.restore_state(snapshot)
+    same = gym.make("graphenv/SAR-v0", num_nodes=20).unwrapped
+    same.reset(seed=1)
+    same.restore_state(snapshot)  # equal parameters restore

@@ -49,6 +49,9 @@ class EnvSnapshot:
     done: bool
     rng_class: str
     rng_state: dict[str, Any]
+    #: the env's constant parameters (its frozen ``XParams``, or None for an env without them):
+    #: a snapshot restores only into an env with equal parameters
+    params: Any = None
 
 
 #: the bit generators a snapshot's ``rng_class`` may name (numpy's own)
@@ -213,6 +216,23 @@ class GraphEnv(gym.Env[dict[str, np.ndarray], Any], ABC):
         ``"horizon"`` of the reset info); by default the truncation length."""
         return self._max_steps()
 
+    #: integer fields of the state that index a node (checked in ``[0, N)`` on restore)
+    node_index_fields: ClassVar[tuple[str, ...]] = ()
+
+    def _check_node_indices(self, state: Any) -> None:
+        """A restored state's node indices (:attr:`node_index_fields`) are integers in
+        ``[0, N)``; raises ``ValueError`` naming the field (a location of -1 would otherwise
+        silently mean the last node)."""
+        for name in self.node_index_fields:
+            value = getattr(state, name, None)
+            if isinstance(value, bool) or not isinstance(value, int | np.integer):
+                raise ValueError(f"snapshot state {name} must be a node index, got {value!r}")
+            if not 0 <= value < self.num_nodes:
+                raise ValueError(
+                    f"snapshot state {name} = {value} is not a node of this env "
+                    f"(0 <= {name} < {self.num_nodes})"
+                )
+
     def _require_reset(self, what: str) -> None:
         if self._state is None:
             raise RuntimeError(f"{type(self).__name__}: call reset() before {what}")
@@ -364,6 +384,7 @@ class GraphEnv(gym.Env[dict[str, np.ndarray], Any], ABC):
             done=self._done,
             rng_class=type(bitgen).__name__,
             rng_state=copy.deepcopy(dict(bitgen.state)),
+            params=getattr(self, "params", None),
         )
 
     def restore_state(
@@ -395,6 +416,13 @@ class GraphEnv(gym.Env[dict[str, np.ndarray], Any], ABC):
                 f"snapshot has {snapshot.num_nodes} nodes but this env has {self.num_nodes}"
             )
         bitgen = _check_snapshot(snapshot)
+        mine = getattr(self, "params", None)
+        if snapshot.params is not None and snapshot.params != mine:
+            raise ValueError(
+                f"snapshot was taken with other parameters ({snapshot.params}) than this env's "
+                f"({mine}); a state is only meaningful under the parameters that made it"
+            )
+        self._check_node_indices(snapshot.state)
         _check_seed(seed)  # every check before the first change: a failed restore changes nothing
         kept = (self._state, self._steps, self._done, self._layout_cache, self.np_random)
         kept_trace = getattr(self, "_render_trace", None)

@@ -91,6 +91,7 @@ class SAREnv(GraphEnv):
     """
 
     _state: SARState
+    node_index_fields = ("exit_node", "location")
     max_nodes = 5000
     max_nodes_reason = (
         "every observation carries a dense (N, N) int8 adjacency (25 MB at N = 5000), so "
