@@ -78,3 +78,13 @@ def test_a_snapshot_from_an_env_with_other_parameters_is_refused():
     same = gym.make("graphenv/SAR-v0", num_nodes=20).unwrapped
     same.reset(seed=1)
     same.restore_state(snapshot)  # equal parameters restore
+
+
+@pytest.mark.parametrize("rng", [None, 0, np.random.RandomState(0)])
+def test_sample_valid_action_names_a_missing_generator(rng):
+    env, _ = _advanced("graphenv/OD-v0")
+    with pytest.raises(TypeError, match="numpy.random.Generator"):
+        env.sample_valid_action(rng)
+    fresh = gym.make("graphenv/OD-v0", num_nodes=20).unwrapped
+    with pytest.raises(RuntimeError, match="reset"):
+        fresh.sample_valid_action(np.random.default_rng(0))

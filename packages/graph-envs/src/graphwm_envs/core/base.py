@@ -350,7 +350,16 @@ class GraphEnv(gym.Env[dict[str, np.ndarray], Any], ABC):
         This is the paper's random policy (``{a subset of mask, |a| = k}``). If fewer than k
         nodes are valid, the missing components are drawn from all nodes (the step is then an
         invalid-action noop).
+
+        Raises:
+            TypeError: ``rng`` is not a ``numpy.random.Generator`` (e.g. ``env.np_random``).
         """
+        if not isinstance(rng, np.random.Generator):
+            raise TypeError(
+                "sample_valid_action needs a numpy.random.Generator (e.g. env.np_random), got "
+                f"{type(rng).__name__}"
+            )
+        self._require_reset("sample_valid_action()")
         mask = self._mask().astype(bool)
         valid_nodes = np.flatnonzero(mask)
         space = self.action_space
