@@ -238,9 +238,11 @@ class FusedLinear:
 def gru_hidden_blocks(cell: nn.Module) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
     """The hidden map (W_hh^T, b_hh) of a GRU cell as its (r, z) and n blocks, for a
     :class:`FusedLinear` (then :func:`gru_from_split_gates` takes the two outputs)."""
-    hid = int(cell.hidden_size)
-    w = cell.weight_hh.transpose(-1, -2).split([2 * hid, hid], -1)
-    b = cell.bias_hh.split([2 * hid, hid], -1)
+    hid = int(cell.hidden_size)  # type: ignore[arg-type]
+    weight, bias = cell.weight_hh, cell.bias_hh
+    assert isinstance(weight, torch.Tensor) and isinstance(bias, torch.Tensor)
+    w = weight.transpose(-1, -2).split([2 * hid, hid], -1)
+    b = bias.split([2 * hid, hid], -1)
     return [(w[0], b[0]), (w[1], b[1])]
 
 
@@ -259,7 +261,9 @@ def unimix_lerp(
     return torch.lerp(probs, uniforms[key], unimix)
 
 
-def onehot_st_gumbel(probs: torch.Tensor, gumbel: torch.Tensor, classes: torch.Tensor) -> torch.Tensor:
+def onehot_st_gumbel(
+    probs: torch.Tensor, gumbel: torch.Tensor, classes: torch.Tensor
+) -> torch.Tensor:
     """:func:`sample_onehot_st` given the Gumbel noise and ``arange(C)`` (made once)."""
     idx = (torch.log(probs.clamp_min(EPS)) + gumbel).argmax(dim=-1)
     onehot = (idx[..., None] == classes).to(probs.dtype)

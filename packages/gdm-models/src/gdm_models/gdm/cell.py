@@ -34,9 +34,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..adjacency import next_edge_signed_logit
-from ..layers import FusedLinear, LayerNormGRU, gru_from_split_gates, gru_hidden_blocks
-from ..layers import gumbel_from_uniform
-from ..losses import masked_mean
+from ..layers import (
+    FusedLinear,
+    LayerNormGRU,
+    gru_from_split_gates,
+    gru_hidden_blocks,
+    gumbel_from_uniform,
+)
 from ..message_passing import GraphMessagePassing, normalise_weights
 from ..scaling import FeatureScaler
 from ..schema import Schema
@@ -147,13 +151,14 @@ class GDMCell(nn.Module):
         node_mask: torch.Tensor,
         u_zg: torch.Tensor | None,
         u_zn: torch.Tensor,
+        split_time: bool = False,
     ) -> tuple[Carry, list[tuple[torch.Tensor, ...]]]:
         """The posterior pass over T steps from the zero latent (arguments: see
         :meth:`PosteriorStep.inputs`): the observation-only work of all steps at once, then a
         scan of the posterior step. Returns the last carry and each step's outputs
         (:data:`~gdm_models.gdm.step.STEP_OUTPUTS`, node rows flat)."""
         step = PosteriorStep(self, node_mask, e_v.dtype)
-        xs = step.inputs(a_emb, a_pool, e_v, e_g, alpha, u_zg, u_zn)
+        xs = step.inputs(a_emb, a_pool, e_v, e_g, alpha, u_zg, u_zn, split_time)
         return scan(step, step.initial(e_v), xs)
 
     def posterior_latents(
@@ -170,21 +175,21 @@ class GDMCell(nn.Module):
             u_zg.append(self.draw_zg(noise, f"{t}/zg_post", B))
             u_zn.append(noise.uniform(f"{t}/zn_post", self.zn_shape(B, N)))
         zg = torch.stack(u_zg, 1) if self.config.graph_state else None  # type: ignore[arg-type]
-        nm_steps = nm[:, None, :].expand(B, T, N).reshape(B * T, N)
-        e_v, e_g = self.encode({k: v.flatten(0, 1) for k, v in obs.items()}, nm_steps)
-        a_emb = self.embed.action_embed(actions)
-        a_pool = masked_mean(a_emb, nm.to(a_emb.dtype)[:, None, :, None], 2)
+        # the observation-only work step by step (see PosteriorStep.inputs' split_time)
+        enc = [self.encode({k: v[:, t] for k, v in obs.items()}, nm) for t in range(T)]
+        e_v, e_g = (torch.stack(x, 1) for x in zip(*enc, strict=True))
+        a_emb = torch.stack([self.embed.action_embed(actions[:, t]) for t in range(T)], 1)
+        a_pool = torch.stack([pool(a_emb[:, t], nm) for t in range(T)], 1)
         if self.config.recurrent_adjacency:  # teacher forcing: b = the observed A_t
             alpha = normalise_weights(obs["adjacency"])
         else:
             pm = ~torch.eye(N, dtype=torch.bool, device=dev)
             alpha = normalise_weights(pm.to(a_emb.dtype)).expand(B, N, N)
-        e_v, e_g = e_v.reshape(B, T, N, -1), e_g.reshape(B, T, -1)
-        _, ys = self.posterior(a_emb, a_pool, e_v, e_g, alpha, nm, zg, torch.stack(u_zn, 1))
+        _, ys = self.posterior(
+            a_emb, a_pool, e_v, e_g, alpha, nm, zg, torch.stack(u_zn, 1), split_time=True
+        )
         return [
-            GDMLatent(
-                y[2].view(B, N, H), y[7].view(B, N, -1), y[3], y[5], obs["adjacency"][:, t]
-            )
+            GDMLatent(y[2].view(B, N, H), y[7].view(B, N, -1), y[3], y[5], obs["adjacency"][:, t])
             for t, y in enumerate(ys)
         ]
 

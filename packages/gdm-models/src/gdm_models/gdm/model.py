@@ -187,7 +187,9 @@ class GDM(WorldModel):
         n = obs["adjacency"].shape[-1]
         zero = torch.zeros(1, n, device=self.device, dtype=actions.dtype)
         acts = torch.cat([zero, actions[: t1 - 1]])[None]  # step 0: the zero action
-        latents = self.cell.posterior_latents({k: v[None, :t1] for k, v in obs.items()}, acts, noise)
+        latents = self.cell.posterior_latents(
+            {k: v[None, :t1] for k, v in obs.items()}, acts, noise
+        )
         return [latents[t] for t in capture]
 
     def _observe_at(

@@ -63,20 +63,22 @@ SEQUENCE_NOISE = ("zg_post", "zn_post", "zg_prior", "adj", "zn_prior")
 
 
 def draw_sequence_noise(
-    model: GDMCell, noise: Noise, b: int, seq_len: int, n: int
+    model: GDM | GDMCell, noise: Noise, b: int, seq_len: int, n: int
 ) -> dict[str, torch.Tensor | None]:
-    """All uniforms of one training window (``None`` for parts the config switches off)."""
-    c = model.config
+    """All uniforms of one training window of ``model`` (a GDM or its cell; ``None`` for
+    parts the config switches off)."""
+    cell = model if isinstance(model, GDMCell) else model.cell
+    c = cell.config
     u: dict[str, torch.Tensor | None] = {}
-    u["zg_post"] = model.draw_zg(noise, "seq/zg_post", b, seq_len + 1)
-    u["zn_post"] = noise.uniform("seq/zn_post", model.zn_shape(b, seq_len + 1, n))
-    u["zg_prior"] = model.draw_zg(noise, "seq/zg_prior", b, seq_len)
+    u["zg_post"] = cell.draw_zg(noise, "seq/zg_post", b, seq_len + 1)
+    u["zn_post"] = noise.uniform("seq/zn_post", cell.zn_shape(b, seq_len + 1, n))
+    u["zg_prior"] = cell.draw_zg(noise, "seq/zg_prior", b, seq_len)
     u["adj"] = (
         noise.uniform("seq/adj", (b, seq_len, n, n), symmetric=True)
         if c.recurrent_adjacency
         else None
     )
-    u["zn_prior"] = noise.uniform("seq/zn_prior", model.zn_shape(b, seq_len, n))
+    u["zn_prior"] = noise.uniform("seq/zn_prior", cell.zn_shape(b, seq_len, n))
     return u
 
 
@@ -135,7 +137,15 @@ def sequence_tail(
         o["q_g"] = None
     o.update(cell.prior(h_n_m, h_g_m, a_prev, node_mask, pair_mask, u_zg, u_adj, u_zn))
     return transition_terms(
-        cell, model.scaler, obs, reward, continuation, a_prev, o, node_mask, pair_mask,
+        cell,
+        model.scaler,
+        obs,
+        reward,
+        continuation,
+        a_prev,
+        o,
+        node_mask,
+        pair_mask,
         node_mask.sum(1),
     )
 
@@ -158,7 +168,7 @@ def sequence_loss_terms(
     """Per-transition loss terms (B, L) of a batch. The uniforms are drawn here (eagerly, from
     ``noise``); ``core`` (default :func:`sequence_core`; a compiled version may be passed)
     is a function of tensors only."""
-    u = draw_sequence_noise(model.cell, noise, batch.batch_size, batch.seq_len, batch.num_nodes)
+    u = draw_sequence_noise(model, noise, batch.batch_size, batch.seq_len, batch.num_nodes)
     core = core or partial(sequence_core, model)
     return core(*(getattr(batch, k) for k in CORE_FIELDS), *(u[k] for k in SEQUENCE_NOISE))
 

@@ -84,6 +84,19 @@ class Carry:
     gh_g: tuple[torch.Tensor, ...] | None = None
 
 
+def _linear(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    return member_linear(x, weight, bias)
+
+
+def _linear_per_step(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    """:func:`~gdm_models.member_ops.member_linear` of each step of x (B, T, ...) on its own."""
+    return torch.stack([member_linear(x[:, t], weight, bias) for t in range(x.shape[1])], 1)
+
+
 def _steps(x: torch.Tensor, keep: int, members: int = 0) -> tuple[torch.Tensor, ...]:
     """(B, T, ..., *tail) -> T tensors (rows, *tail) with the ``keep`` trailing axes kept and
     the leading ones flattened (B first): one copy and one ``unbind`` instead of T slices.
@@ -124,7 +137,8 @@ class PosteriorStep:
             self.hn_w, self.hn_b = split_first_layer(deter.post_h_n, [H, E, E])
             self.hn_h, self.hn_tail = self.hn_w[0].transpose(-1, -2), MLPTail(deter.post_h_n)
         # h^+ -> [message-passing layer 0 | GRU_n's hidden gates (r, z | n) | q_g's Pool part]
-        hn_blocks = [self.mp.first] if self.mp else []
+        hn_blocks: list[tuple[torch.Tensor, torch.Tensor | None]] = []
+        hn_blocks += [self.mp.first] if self.mp else []
         hn_blocks += gru_hidden_blocks(self.gru_n)
         if c.graph_state:
             hn_blocks.append(self._graph_weights(cell))
@@ -157,13 +171,18 @@ class PosteriorStep:
         self.qg_tail = MLPTail(gl.post_g.mlp)
         mp_g = self.mp.first_g
         # h_g^+ -> [q_g | message-passing layer 0 | GRU_g's hidden gates of the next step]
-        hg_blocks: list[tuple[torch.Tensor, torch.Tensor | None]] = [(self.qg_w[0].transpose(-1, -2), None)]
+        hg_blocks: list[tuple[torch.Tensor, torch.Tensor | None]] = [
+            (self.qg_w[0].transpose(-1, -2), None)
+        ]
         hg_blocks += [(mp_g[0], None)] if mp_g else []
         self.h_g_readers = FusedLinear([*hg_blocks, *gru_hidden_blocks(self.gru_g)])
         # z_g^+ -> [message-passing layer 0 | q_n | GRU_g's input gates of the next step]
         zg_blocks: list[tuple[torch.Tensor, torch.Tensor | None]] = []
         zg_blocks += [(mp_g[1], None)] if mp_g else []
-        zg_blocks += [(self.qn_w[1].transpose(-1, -2), None), (self.w_ih_g[0].transpose(-1, -2), None)]
+        zg_blocks += [
+            (self.qn_w[1].transpose(-1, -2), None),
+            (self.w_ih_g[0].transpose(-1, -2), None),
+        ]
         self.z_g_readers = FusedLinear(zg_blocks)
         if c.h_plus:
             self.hg_w, self.hg_b = split_first_layer(deter.post_h_g, [H, E, E])
@@ -180,13 +199,17 @@ class PosteriorStep:
         alpha: torch.Tensor,
         u_zg: torch.Tensor | None,
         u_zn: torch.Tensor,
+        split_time: bool = False,
     ) -> list[StepInputs]:
         """The observation-, action- and noise-only work of T steps at once: ``a_emb``
         (B,T,N,E) action embeddings, ``a_pool`` (B,T,E) their pools, ``e_v`` (B,T,N,E),
         ``e_g`` (B,T,E), ``alpha`` (B,T,N,N) normalised weights of the observed A_t (or
         (B,N,N), the same at every step), ``u_zg`` (B,T,Gg,Cg) (None without graph state) and
-        ``u_zn`` (B,T,N,Gn,Cn) uniforms."""
+        ``u_zn`` (B,T,N,Gn,Cn) uniforms. ``split_time``: each step's products on its own
+        (``observe``: a latent then does not depend on how many steps were observed after it,
+        as products of different row counts may round differently)."""
         c, K, T = self.c, self.K, e_v.shape[1]
+        member_linear = _linear_per_step if split_time else _linear
         gi_n = _steps(member_linear(a_emb, self.w_ih[1], self.gru_n.bias_ih), 1, K)
         g_zn = _steps(gumbel_from_uniform(u_zn), 2, K)
         pre_qn = _steps(member_linear(e_v, self.qn_w[2], self.qn_b), 1, K)
@@ -207,7 +230,11 @@ class PosteriorStep:
             pre_qg = _steps(member_linear(e_g, self.qg_w[2], self.qg_b), 1, K)
             pre_hg: Sequence[torch.Tensor | None] = (None,) * T
             if c.h_plus:
-                e_v_pool = masked_mean(e_v, self._nmf[:, None, :, None], 2)
+                if split_time:
+                    w = self._nmf[:, :, None]
+                    e_v_pool = torch.stack([masked_mean(e_v[:, t], w, 1) for t in range(T)], 1)
+                else:
+                    e_v_pool = masked_mean(e_v, self._nmf[:, None, :, None], 2)
                 pre = member_linear(e_g, self.hg_w[1], self.hg_b)
                 pre_hg = _steps(pre + member_linear(e_v_pool, self.hg_w[2]), 1, K)
             for t, x in enumerate(xs):
