@@ -10,13 +10,11 @@ the probabilities).
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .member_ops import member_mm
+from .member_ops import loop_bias, loop_norm, member_mm
 
 __all__ = [
     "MLP",
@@ -32,8 +30,6 @@ __all__ = [
     "one_hot",
     "split_first_layer",
     "MLPTail",
-    "loop_norm",
-    "loop_bias",
     "FusedLinear",
     "gru_hidden_blocks",
     "unimix_lerp",
@@ -192,26 +188,6 @@ class MLPTail:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return member_mm(F.silu(self.norm(x)), self.weight_t, self.bias)
-
-
-def loop_norm(norm: nn.Module) -> Any:
-    """A LayerNorm for a recurrence: the module itself, or for a member LayerNorm the same
-    function with its gain and bias shaped [K, 1, d] once (not at every step), applied to
-    (K, rows, d) states."""
-    weight, bias = norm.weight, norm.bias
-    assert isinstance(weight, torch.Tensor) and isinstance(bias, torch.Tensor)
-    if weight.dim() == 1:
-        return norm
-    shape, eps = (weight.shape[-1],), float(getattr(norm, "eps", 1e-5))
-    w3, b3 = weight.unsqueeze(1), bias.unsqueeze(1)
-    return lambda x: F.layer_norm(x, shape, eps=eps) * w3 + b3
-
-
-def loop_bias(bias: torch.Tensor | None, weight: torch.Tensor) -> torch.Tensor | None:
-    """A member bias [K, out] of a member weight (3-d) shaped [K, 1, out] once."""
-    if bias is None or bias.dim() != 2 or weight.dim() != 3:
-        return bias
-    return bias.unsqueeze(1)
 
 
 class FusedLinear:

@@ -24,8 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .layers import loop_bias, loop_norm
-from .member_ops import member_mm
+from .member_ops import loop_bias, loop_norm, member_mm
 
 with warnings.catch_warnings():
     # torch_geometric's import calls the deprecated torch.jit.script; not actionable here

@@ -33,20 +33,29 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
 from ..data import OBS_KEYS, Batch
 from ..losses import masked_mean
 from ..message_passing import normalise_weights
+from ..scaling import FeatureScaler
 from .cell import GDMCell
+from .config import GDMConfig
 from .latent import Noise
 from .step import STEP_OUTPUTS, stack_outputs
 from .terms import transition_terms
 
-if TYPE_CHECKING:
-    from .model import GDM
+
+class GDM(Protocol):
+    """What the loss reads of a :class:`~gdm_models.gdm.model.GDM` (which imports this
+    module): its cell, config and scaler."""
+
+    cell: GDMCell
+    config: GDMConfig
+    scaler: FeatureScaler
+
 
 __all__ = [
     "SEQUENCE_NOISE",
