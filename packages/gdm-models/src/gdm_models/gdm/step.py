@@ -260,13 +260,13 @@ class PosteriorStep:
     def __call__(self, carry: Carry, x: StepInputs) -> tuple[Carry, tuple[torch.Tensor, ...]]:
         """One posterior step: (the next carry, the :data:`STEP_OUTPUTS` of this step)."""
         c = self.c
-        # 1. transition: h^- = LN(GRU([z, a] | h)) from the carried gates
+        # 1. transition (paper, "Recurrent Dynamics"): h^- = LN(GRU([z, a] | h)), carried gates
         h_n_m = self.norm_n(gru_from_split_gates(carry.gi_n, carry.h_n, *carry.gh_n))
         h_g_m = carry.h_g
         if c.graph_state:
             assert carry.gi_g is not None and carry.gh_g is not None
             h_g_m = self.norm_g(gru_from_split_gates(carry.gi_g, carry.h_g, *carry.gh_g))
-        # 2. h-plus update: h^+ = h^- + sigmoid(g) * dh, [dh || g] = MLP+(h^-, e_v, e_g)
+        # 2. h-plus update ("Posterior-Informed Deterministic State"): h^+ = h^- + sigmoid(g) dh
         h_n_p, h_g_p = h_n_m, h_g_m
         if c.h_plus:
             assert x.pre_hn is not None
@@ -276,7 +276,8 @@ class PosteriorStep:
                 h_g_p = _h_plus(h_g_m, member_addmm(x.pre_hg, h_g_m, self.hg_h), self.hg_tail)
         hn_y = self.h_n_readers(h_n_p)
         gh_n = hn_y[1:3] if self.mp else hn_y[0:2]
-        # 3. graph latent: z_g^+ ~ q_g(. | h_g^+, Pool h^+, e_g)
+        # 3. graph latent ("Adjacency Prediction and Message Passing"): z_g^+ ~ q_g(. | h_g^+,
+        # Pool h^+, e_g)
         gi_g = gh_g = mp_g = None
         if not c.graph_state:
             q_g, z_g = self._no_graph
@@ -286,12 +287,14 @@ class PosteriorStep:
             if x.gi_g_next is not None:
                 gi_g = x.gi_g_next + zg_y[-1]
             mp_g, qn_zg = (hg_y[1] + zg_y[0], zg_y[1]) if self.mp else (None, zg_y[0])
-        # 5. message passing on the observed A_t, [h_g^+, z_g^+] injected into layer 0
+        # 4. adjacency: teacher-forced to the observed A_t ("Training"; alpha = its weights)
+        # 5. message passing on A_t, [h_g^+, z_g^+] injected into layer 0 (SparseGAT-style)
         m = h_n_p
         if self.mp:
             y = hn_y[0] if mp_g is None else block_addmm(hn_y[0], self.bcast_mat, mp_g)
             m = self.mp(y, x.alpha, self.B, self.N, self.rows_n)
-        # 6. node latent: z^+ ~ q_n(. | m^(L)+, z_g^+, e_v)
+        # 6. node latent ("Adjacency Prediction and Message Passing"): z^+ ~ q_n(. | m^(L)+,
+        # z_g^+, e_v)
         xq = member_addmm(x.pre_qn, m, self.qn_m)
         if c.graph_state:
             xq = block_addmm(xq, self.bcast_mat, qn_zg)
