@@ -267,3 +267,22 @@ def test_an_old_latest_state_resumes_exactly(tmp_path):
     train(straight, ds, steps=6, **kw)
     for k, v in straight.state_dict().items():
         assert torch.equal(v, resumed.state_dict()[k]), k
+
+
+def test_imagine_step_passes_the_edge_implementation(make_tiny, monkeypatch):
+    """``edge_impl`` of the GPU block path reaches the edge MLP through the prior step."""
+    from gdm_models.adjacency import EdgeUpdateMLP
+
+    m = make_tiny()
+    seen = []
+    forward = EdgeUpdateMLP.forward
+
+    def spy(self, *args, impl=None, **kwargs):
+        seen.append(impl)
+        return forward(self, *args, impl=impl, **kwargs)
+
+    monkeypatch.setattr(EdgeUpdateMLP, "forward", spy)
+    lat = m.cell.initial_latent(2, 5)
+    with torch.no_grad():
+        m.imagine_step(lat, torch.zeros(2, 5), Noise(torch.Generator(), m.device), "i0", "dense")
+    assert seen == ["dense"]
