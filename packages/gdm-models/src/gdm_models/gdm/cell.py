@@ -294,8 +294,8 @@ class GDMCell(nn.Module):
         nm = torch.ones(S, N, dtype=torch.bool, device=self.device)
         pm = ~torch.eye(N, dtype=torch.bool, device=self.device)[None]
         h_n_m, h_g_m = self.transition(latent, self.embed.action_embed(action), nm)
-        u = self.prior_noise(noise, key, S, N)
-        o = self.prior(h_n_m, h_g_m, latent.adjacency, nm, pm, *u, edge_impl=edge_impl)
+        u_prior = self.prior_noise(noise, key, S, N)
+        o = self.prior(h_n_m, h_g_m, latent.adjacency, nm, pm, *u_prior, edge_impl=edge_impl)
         node_out, graph_out, d_n = self.decoder(
             h_n_m, o["z_n_m"], o["p_n"], h_g_m, o["z_g_m"], o["p_g"], nm
         )
