@@ -299,7 +299,7 @@ def test_gdm_gpu_block_path_matches_the_default_path(monkeypatch):
             np.testing.assert_array_equal(pred["adjacency"].numpy()[0], expected[k]["adjacency"][0])
             np.testing.assert_allclose(pred["reward"].numpy(), expected[k]["reward"], atol=1e-5)
     assert dense_calls == [1, 1, 1]  # the block path ran, with the dense edge MLP
-    assert model.edge_mlp.impl == "auto"
+    assert model.cell.adjacency.edge_mlp.impl == "auto"
 
     block["size"] = 2
     vec = DreamVectorEnv(model, make_env("SAR", N), 5)

@@ -9,6 +9,7 @@ from gdm_models import get_preset
 from gdm_models.adjacency import bernoulli_gate, hard_concrete_gate
 from gdm_models.gdm import ABLATIONS, Noise
 from gdm_models.reference import gdm_loss_tensors_reference
+from gdm_models.reference import gdm_posterior_step_reference as posterior_step
 
 VARIANTS = (
     ["gdm"]
@@ -29,7 +30,7 @@ def _posterior(m, batch, adjacency=None, steps=2):
     """Posterior outputs of the first ``steps`` window steps with fixed noise."""
     nm, pm = batch.node_mask, batch.pair_mask
     mask = (nm[:, :, None] & nm[:, None, :]).float()
-    latent = m.initial_latent(batch.batch_size, batch.num_nodes)
+    latent = m.cell.initial_latent(batch.batch_size, batch.num_nodes)
     noise = Noise(torch.Generator().manual_seed(0), m.device)
     outs = []
     with torch.no_grad():
@@ -40,7 +41,7 @@ def _posterior(m, batch, adjacency=None, steps=2):
             action = torch.zeros_like(nm, dtype=torch.float) if t == 0 else batch.action_nodes[
                 :, t - 1
             ]  # fmt: skip
-            latent, o = m.posterior_step(latent, action, obs, nm, pm, noise, t, t > 0)
+            latent, o = posterior_step(m, latent, action, obs, nm, pm, noise, t, t > 0)
             outs.append((latent, o))
     return outs
 
@@ -70,11 +71,13 @@ def test_no_recurrent_adj_follows_the_grssm_presets():
 
 def test_no_recurrent_adj_has_an_unbiased_pair_dot_head(make_tiny):
     m = make_tiny("gdm:no-recurrent-adj", encoder_gnn_layers=2)
-    assert m.adj_head.bias is None and not hasattr(m, "edge_mlp")
-    assert len(m.obs_graph.root) == 2
+    assert m.cell.adjacency.adj_head.bias is None and not hasattr(m.cell.adjacency, "edge_mlp")
+    assert len(m.cell.adjacency.obs_graph.root) == 2
     d = torch.randn(2, 5, m.config.hidden_dim)
-    x = m.adj_head.proj(d)
-    torch.testing.assert_close(m.adj_head(d), x @ x.transpose(-1, -2))  # no extra bias
+    x = m.cell.adjacency.adj_head.proj(d)
+    torch.testing.assert_close(
+        m.cell.adjacency.adj_head(d), x @ x.transpose(-1, -2)
+    )  # no extra bias
 
 
 def _shared(full, ablated):
@@ -95,7 +98,7 @@ def _terms(m, b, seed=0):
 def pair(make_tiny, dataset):
     """(full GDM, batch, factory of an ablation sharing the full model's weights)."""
     full = make_tiny(seed=3)
-    torch.nn.init.constant_(full.edge_mlp.out.bias, 0.0)  # many edge updates
+    torch.nn.init.constant_(full.cell.adjacency.edge_mlp.out.bias, 0.0)  # many edge updates
     b = dataset.make_batch([(0, 0), (1, 1)], seq_len=3)
 
     def ablated(variant: str):
@@ -156,9 +159,9 @@ def test_all_pairs_mp_changes_only_the_prior_message_passing(pair):
     h, g = o_f["h_n_m"], torch.cat([o_f["h_g_m"], o_f["z_g_m"]], -1)
     w = torch.sigmoid(o_f["logits"] * (1 - 2 * b.adjacency[:, 0])) * b.pair_mask
     with torch.no_grad():
-        m_all = m.mp.forward_dense(h, g, w)
+        m_all = m.cell.mp.forward_dense(h, g, w)
         zg = o_f["z_g_m"][:, None].expand(-1, m_all.shape[1], -1)
-        want = m.prior_n(torch.cat([m_all, zg], -1))
+        want = m.cell.node_latent.prior_n(torch.cat([m_all, zg], -1))
     torch.testing.assert_close(o_a["p_n"], want)
 
 
@@ -170,8 +173,8 @@ def test_bernoulli_adj_changes_the_gate_distribution_not_its_open_probability(pa
     pm = torch.ones_like(logits, dtype=torch.bool)
     a0 = torch.zeros_like(logits)
     with torch.no_grad():
-        a_hc, _ = full.sample_adjacency(logits, a0, pm, u)
-        a_be, _ = m.sample_adjacency(logits, a0, pm, u)
+        a_hc, _ = full.cell.adjacency.sample(logits, a0, pm, u)
+        a_be, _ = m.cell.adjacency.sample(logits, a0, pm, u)
     # both open a gate with probability sigmoid(l) ...
     for a in (a_hc, a_be):
         torch.testing.assert_close(a.mean(1), torch.sigmoid(logits[:, 0]), atol=0.015, rtol=0)

@@ -121,7 +121,8 @@ def _poisoned(scaler, bad_seed, poison, name="gdm"):
 @pytest.mark.parametrize("name", ["gdm", "vanilla-gwm", "g-rssm"])
 def test_nan_member_fails_alone(name, scaler, dataset, tmp_path):
     def nan(m):
-        m.node_heads.cont.weight[0, 0] = float("nan")
+        heads = m.cell.decoder if name == "gdm" else m  # the GDM's heads are in its cell
+        heads.node_heads.cont.weight[0, 0] = float("nan")
 
     factory = _poisoned(scaler, 5, nan, name)
     res = train_ensemble(factory, SEEDS, dataset, strategy="members", keep_history=True,
@@ -146,7 +147,7 @@ def test_nan_member_fails_alone(name, scaler, dataset, tmp_path):
 
 def test_huge_gradient_changes_no_other_member(scaler, dataset):
     def huge(m):
-        m.graph_heads.reward.weight.mul_(1e6)  # finite, enormous loss and gradients
+        m.cell.decoder.graph_heads.reward.weight.mul_(1e6)  # finite, enormous loss and gradients
 
     res = train_ensemble(_poisoned(scaler, 5, huge), SEEDS, dataset, strategy="members",
                          keep_history=True, **KW)  # fmt: skip
@@ -315,7 +316,7 @@ def test_argument_errors(scaler, dataset):
 
 def test_failed_member_stays_failed_on_resume(scaler, dataset, tmp_path):
     def nan(m):
-        m.node_heads.cont.weight[0, 0] = float("nan")
+        m.cell.decoder.node_heads.cont.weight[0, 0] = float("nan")
 
     factory = _poisoned(scaler, 5, nan)
     kw = dict(strategy="members", out_dir=tmp_path, checkpoint_every=1, **{**KW, "steps": 2})

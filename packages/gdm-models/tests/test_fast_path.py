@@ -31,8 +31,10 @@ def _loss_and_grads(model, batch, noise, reference):
 @pytest.mark.parametrize("name", VARIANTS)
 def test_fast_loss_and_gradients_equal_the_reference(make_tiny, dataset, name):
     m = make_tiny(name, mp_layers=2)
-    if hasattr(m, "edge_mlp"):
-        torch.nn.init.constant_(m.edge_mlp.out.bias, 0.0)  # many gates open: XOR matters
+    if hasattr(m.cell.adjacency, "edge_mlp"):
+        torch.nn.init.constant_(
+            m.cell.adjacency.edge_mlp.out.bias, 0.0
+        )  # many gates open: XOR matters
     # padded batch (different node counts) with a short, masked window
     b = dataset.make_batch([(0, 0), (int(np.argmax(dataset.node_counts)), 1), (6, 0)], seq_len=4)
     assert not b.step_mask.all() and not b.node_mask.all()

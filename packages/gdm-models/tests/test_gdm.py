@@ -8,6 +8,7 @@ import pytest
 import torch
 from gdm_models import OBS_KEYS, EpisodeDataset, make_model
 from gdm_models.gdm import ABLATIONS, GDM, GDMConfig, Noise, permute_noise
+from gdm_models.reference import gdm_posterior_step_reference as posterior_step
 from gdm_models.synthetic import SYNTHETIC_SCHEMA, random_episode
 
 
@@ -47,7 +48,7 @@ def test_imagine_shapes_dtypes_and_symmetry(make_tiny, n):
 def test_sampled_adjacency_symmetric_many_seeds(make_tiny):
     m = make_tiny()
     # push edge updates to ~50% so that many gates open
-    torch.nn.init.zeros_(m.edge_mlp.out.bias)
+    torch.nn.init.zeros_(m.cell.adjacency.edge_mlp.out.bias)
     ep = random_episode(9, 2, np.random.default_rng(0))
     lat = m.observe(*_traj(ep, 1), generator=0)
     for seed in range(10):
@@ -70,31 +71,31 @@ def test_imagine_is_deterministic_under_a_seed(make_tiny):
 
 def test_teacher_forcing_on_posterior_path(make_tiny, dataset):
     m = make_tiny()
-    torch.nn.init.zeros_(m.edge_mlp.out.bias)
+    torch.nn.init.zeros_(m.cell.adjacency.edge_mlp.out.bias)
     ep = random_episode(8, 4, np.random.default_rng(3))
     lat = m.observe(*_traj(ep, 3), generator=0)
     np.testing.assert_array_equal(lat.adjacency[0].numpy(), ep["adjacency"][3])
     # the posterior does not depend on the prior edge model at all
     with torch.no_grad():
-        m.edge_mlp.out.bias.fill_(7.0)
+        m.cell.adjacency.edge_mlp.out.bias.fill_(7.0)
     lat2 = m.observe(*_traj(ep, 3), generator=0)
     torch.testing.assert_close(lat.h_n, lat2.h_n)
     torch.testing.assert_close(lat.z_n, lat2.z_n)
     # in training, the posterior step's adjacency is the observation at every step
     b = dataset.sample_batch(2, np.random.default_rng(0), seq_len=3)
     nm, pm = b.node_mask, b.pair_mask
-    prev = m.initial_latent(2, b.num_nodes)
+    prev = m.cell.initial_latent(2, b.num_nodes)
     for t in range(4):
         act = torch.zeros(2, b.num_nodes) if t == 0 else b.action_nodes[:, t - 1]
-        prev, o = m.posterior_step(
-            prev, act, b.observation(t), nm, pm, Noise(None, m.device), t, t > 0
+        prev, o = posterior_step(
+            m, prev, act, b.observation(t), nm, pm, Noise(None, m.device), t, t > 0
         )
         assert torch.equal(prev.adjacency, b.adjacency[:, t])
 
 
 def test_permutation_equivariance_with_fixed_noise(make_tiny):
     m = make_tiny()
-    torch.nn.init.zeros_(m.edge_mlp.out.bias)
+    torch.nn.init.zeros_(m.cell.adjacency.edge_mlp.out.bias)
     n = 8
     ep = random_episode(n, 3, np.random.default_rng(1))
     perm = torch.from_numpy(np.random.default_rng(2).permutation(n))
@@ -187,9 +188,9 @@ def test_pred_loss_matches_hand_computation_for_reward(make_tiny, dataset, scale
     m = make_tiny()
     b = dataset.sample_batch(2, np.random.default_rng(4), seq_len=2)
     with torch.no_grad():
-        for p in m.graph_heads.reward.parameters():
+        for p in m.cell.decoder.graph_heads.reward.parameters():
             p.zero_()
-        m.graph_heads.reward.bias.fill_(0.5)
+        m.cell.decoder.graph_heads.reward.bias.fill_(0.5)
     _, t = m.loss(b, torch.Generator().manual_seed(0))
     z = (b.reward.numpy() - scaler.reward_mean) / scaler.reward_std
     assert t["pred_reward"] == pytest.approx(float(((0.5 - z) ** 2).mean()), rel=1e-5)
@@ -203,7 +204,7 @@ def test_gradients_reach_all_parameters(make_tiny, dataset):
     unused = [n for n, p in m.named_parameters() if p.grad is None or p.numel() == 0]
     # zero-size parameters aside, every parameter gets a gradient (edge MLP via straight-through)
     assert [n for n in unused if dict(m.named_parameters())[n].numel()] == []
-    assert m.edge_mlp.w_i.weight.grad.abs().sum() > 0
+    assert m.cell.adjacency.edge_mlp.w_i.weight.grad.abs().sum() > 0
 
 
 @pytest.mark.parametrize(
@@ -275,7 +276,11 @@ def test_imagined_scalars_come_back_in_environment_units(make_tiny, scaler):
     m = make_tiny()
     assert not np.allclose(scaler.node_std, 1.0) and not np.allclose(scaler.node_mean, 0.0)
     with torch.no_grad():
-        for head in (m.node_heads.cont, m.graph_heads.cont, m.graph_heads.reward):
+        for head in (
+            m.cell.decoder.node_heads.cont,
+            m.cell.decoder.graph_heads.cont,
+            m.cell.decoder.graph_heads.reward,
+        ):
             head.weight.zero_()
             head.bias.fill_(0.5)
     ep = random_episode(5, 2, np.random.default_rng(0))

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from gdm_models.gdm import Noise
 from gdm_models.reference import edge_logits_reference, gdm_transition_terms_reference
+from gdm_models.reference import gdm_posterior_step_reference as posterior_step
 
 BETA, GAMMA, ZETA = 2.0 / 3.0, -0.1, 1.1
 
@@ -47,7 +48,7 @@ def _mp(model, h: torch.Tensor, g: torch.Tensor, w: torch.Tensor) -> torch.Tenso
     m = torch.cat([h, g[:, None, :].expand(-1, n, -1)], -1)
     deg = w.sum(-1, keepdim=True)
     alpha = torch.where(deg > 0, w / torch.where(deg > 0, deg, 1.0), 0.0)
-    for layer in model.mp.layers:
+    for layer in model.cell.mp.layers:
         m = layer.norm(layer.root(m) + alpha @ layer.lin(m))
     return m
 
@@ -56,18 +57,26 @@ def _mp(model, h: torch.Tensor, g: torch.Tensor, w: torch.Tensor) -> torch.Tenso
 def step(make_tiny, dataset):
     """A GDM with 2 message-passing layers, many edge updates, and one window step t = 1."""
     m = make_tiny(mp_layers=2, free_bits=0.05)
-    torch.nn.init.constant_(m.edge_mlp.out.bias, 0.5)  # many gates open
+    torch.nn.init.constant_(m.cell.adjacency.edge_mlp.out.bias, 0.5)  # many gates open
     ep = int(np.argmax(dataset.node_counts))
     b = dataset.make_batch([(ep, 0), (ep, 2)], seq_len=1)  # same N: no padding
     nm, pm = b.node_mask, b.pair_mask
     B, N = b.batch_size, b.num_nodes
     noise = Noise(torch.Generator().manual_seed(3), m.device)
     with torch.no_grad():
-        prev, _ = m.posterior_step(
-            m.initial_latent(B, N), torch.zeros(B, N), b.observation(0), nm, pm, noise, 0, False
+        prev, _ = posterior_step(
+            m,
+            m.cell.initial_latent(B, N),
+            torch.zeros(B, N),
+            b.observation(0),
+            nm,
+            pm,
+            noise,
+            0,
+            False,
         )
         obs = b.observation(1)
-        lat, o = m.posterior_step(prev, b.action_nodes[:, 0], obs, nm, pm, noise, 1, True)
+        lat, o = posterior_step(m, prev, b.action_nodes[:, 0], obs, nm, pm, noise, 1, True)
         terms = gdm_transition_terms_reference(m, b, 1, obs, prev, o, nm, pm, nm.sum(1))
     return m, b, prev, obs, lat, o, terms, noise.record
 
@@ -75,6 +84,7 @@ def step(make_tiny, dataset):
 @torch.no_grad()
 def test_one_step_follows_the_method_section(step):
     m, b, prev, obs, lat, o, _, rec = step
+    emb, deter, gl, nl = m.cell.embed, m.cell.deter, m.cell.graph_latent, m.cell.node_latent
     c = m.config
     Gn, Cn, Gg, Cg = (
         c.node_latent_groups,
@@ -84,25 +94,25 @@ def test_one_step_follows_the_method_section(step):
     )
     x = b.action_nodes[:, 0]
     # a_t(v): linear map of the node-selection indicator; Pool = mean
-    a = x[..., None] * m.action_embed.lin.weight[:, 0] + m.action_embed.lin.bias
+    a = x[..., None] * emb.action_embed.lin.weight[:, 0] + emb.action_embed.lin.bias
     # h^-(v) = LN(GRU_n(z_{t-1}(v), a_t(v) | h_{t-1}(v)));  h_g^- = LN(GRU_g(z_g, Pool a | h_g))
-    h_m = _gru(m.gru_n, torch.cat([prev.z_n, a], -1), prev.h_n)
-    hg_m = _gru(m.gru_g, torch.cat([prev.z_g, a.mean(1)], -1), prev.h_g)
+    h_m = _gru(deter.gru_n, torch.cat([prev.z_n, a], -1), prev.h_n)
+    hg_m = _gru(deter.gru_g, torch.cat([prev.z_g, a.mean(1)], -1), prev.h_g)
     torch.testing.assert_close(o["h_n_m"], h_m)
     torch.testing.assert_close(o["h_g_m"], hg_m)
     # h^+ = h^- + sigmoid(g) * dh;  [dh || g] = MLP+_n(h^-, e_v, e_g), MLP+_g(h_g^-, e_g, Pool e_v)
-    e_v, e_g = m.encoder(obs)
+    e_v, e_g = emb.encoder(obs)
     n = h_m.shape[1]
-    dh, g = m.post_h_n(torch.cat([h_m, e_v, e_g[:, None].expand(-1, n, -1)], -1)).chunk(2, -1)
+    dh, g = deter.post_h_n(torch.cat([h_m, e_v, e_g[:, None].expand(-1, n, -1)], -1)).chunk(2, -1)
     h_p = h_m + torch.sigmoid(g) * dh
-    dhg, gg = m.post_h_g(torch.cat([hg_m, e_g, e_v.mean(1)], -1)).chunk(2, -1)
+    dhg, gg = deter.post_h_g(torch.cat([hg_m, e_g, e_v.mean(1)], -1)).chunk(2, -1)
     hg_p = hg_m + torch.sigmoid(gg) * dhg
     torch.testing.assert_close(o["h_n_p"], h_p)
     torch.testing.assert_close(o["h_g_p"], hg_p)
     assert not torch.allclose(h_p, h_m)  # the correction is active
     # q_g(z_g | h_g^+, Pool h^+, e_g);  p_g(z_g | h_g^-, Pool h^-)
-    q_g = _unimix(m.post_g.mlp(torch.cat([hg_p, h_p.mean(1), e_g], -1)), Gg, Cg)
-    p_g = _unimix(m.prior_g.mlp(torch.cat([hg_m, h_m.mean(1)], -1)), Gg, Cg)
+    q_g = _unimix(gl.post_g.mlp(torch.cat([hg_p, h_p.mean(1), e_g], -1)), Gg, Cg)
+    p_g = _unimix(gl.prior_g.mlp(torch.cat([hg_m, h_m.mean(1)], -1)), Gg, Cg)
     torch.testing.assert_close(o["q_g"], q_g)
     torch.testing.assert_close(o["p_g"], p_g)
     zg_p = _sample(q_g, rec["1/zg_post"])
@@ -112,13 +122,19 @@ def test_one_step_follows_the_method_section(step):
     # posterior path: message passing on the observed A_t (b_ij = A_t(i,j)), m^(0) = h^+
     a_obs = obs["adjacency"]
     m_p = _mp(m, h_p, torch.cat([hg_p, zg_p], -1), a_obs)
-    q_n = _unimix(m.post_n.mlp(torch.cat([m_p, zg_p[:, None].expand(-1, n, -1), e_v], -1)), Gn, Cn)
+    q_n = _unimix(
+        nl.post_n.mlp(torch.cat([m_p, zg_p[:, None].expand(-1, n, -1), e_v], -1)),
+        Gn,
+        Cn,
+    )
     torch.testing.assert_close(o["q_n"], q_n)
     torch.testing.assert_close(o["z_n_p"], _sample(q_n, rec["1/zn_post"]))
     assert torch.equal(lat.adjacency, a_obs)  # teacher forcing
     # prior path: l_ij = MLP_adj(h_i^-, h_j^-, h_g^-, z_g^-, A_{t-1}(i,j)) (symmetrised)
     a_prev = prev.adjacency
-    logits = edge_logits_reference(m.edge_mlp, h_m, torch.cat([hg_m, zg_m], -1), a_prev)
+    logits = edge_logits_reference(
+        m.cell.adjacency.edge_mlp, h_m, torch.cat([hg_m, zg_m], -1), a_prev
+    )
     torch.testing.assert_close(o["logits"], logits, atol=1e-5, rtol=1e-5)
     # Hard Concrete: l~ = l + beta log(-gamma/zeta), s = sigmoid((log u - log(1-u) + l~)/beta),
     # c = clip(s (zeta - gamma) + gamma); A_t = A_{t-1} xor 1[c > 0]
@@ -131,7 +147,11 @@ def test_one_step_follows_the_method_section(step):
     assert torch.equal(a_t, a_t.transpose(-1, -2))
     assert (a_t != a_prev).any()  # some edges were updated
     m_m = _mp(m, h_m, torch.cat([hg_m, zg_m], -1), a_t)  # forward of b_bar = A_t
-    p_n = _unimix(m.prior_n.mlp(torch.cat([m_m, zg_m[:, None].expand(-1, n, -1)], -1)), Gn, Cn)
+    p_n = _unimix(
+        nl.prior_n.mlp(torch.cat([m_m, zg_m[:, None].expand(-1, n, -1)], -1)),
+        Gn,
+        Cn,
+    )
     torch.testing.assert_close(o["p_n"], p_n, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(o["z_n_m"], _sample(p_n, rec["1/zn_prior"]))
 
@@ -139,25 +159,26 @@ def test_one_step_follows_the_method_section(step):
 @torch.no_grad()
 def test_step_loss_terms_follow_the_training_section(step):
     m, b, prev, obs, _, o, terms, _ = step
+    dec = m.cell.decoder
     c, s, sc = m.config, m.schema, m.scaler
     B, N = b.batch_size, b.num_nodes
     # decoder on the PRIOR h^- with the posterior z minus E_p[z] (prior probabilities)
     h_m, z_p, p_n = o["h_n_m"], o["z_n_p"], o["p_n"].flatten(-2)
-    d_n = m.dec_n.theta(h_m) + m.dec_n.innovation(torch.cat([h_m, z_p - p_n], -1))
+    d_n = dec.dec_n.theta(h_m) + dec.dec_n.innovation(torch.cat([h_m, z_p - p_n], -1))
     hg_m, zg_p, p_g = o["h_g_m"], o["z_g_p"], o["p_g"].flatten(-2)
-    d_g = m.dec_g.theta(hg_m) + m.dec_g.innovation(torch.cat([hg_m, zg_p - p_g], -1))
+    d_g = dec.dec_g.theta(hg_m) + dec.dec_g.innovation(torch.cat([hg_m, zg_p - p_g], -1))
     # L_pred node part: 1/(|V| |F_n|) sum_v sum_f l_f (MSE standardised / CE)
     want_node = torch.zeros(B)
     z_nc = (obs["node_continuous"] - torch.tensor(sc.node_mean).float()) / torch.tensor(
         sc.node_std
     ).float()
-    pred_nc = m.node_heads.cont(d_n)
+    pred_nc = dec.node_heads.cont(d_n)
     for bi in range(B):
         tot = 0.0
         for v in range(N):
             for f in range(s.num_node_continuous):
                 tot += (pred_nc[bi, v, f] - z_nc[bi, v, f]) ** 2
-            for f, head in enumerate(m.node_heads.cat):
+            for f, head in enumerate(dec.node_heads.cat):
                 logp = torch.log_softmax(head(d_n[bi, v]), -1)
                 tot += -logp[obs["node_categorical"][bi, v, f]]
         want_node[bi] = tot / (N * s.num_node_features)
@@ -166,8 +187,8 @@ def test_step_loss_terms_follow_the_training_section(step):
     z_gc = (obs["graph_continuous"] - torch.tensor(sc.graph_mean).float()) / torch.tensor(
         sc.graph_std
     ).float()
-    want_graph = (m.graph_heads.cont(d_g) - z_gc).pow(2).sum(-1)
-    for f, head in enumerate(m.graph_heads.cat):
+    want_graph = (dec.graph_heads.cont(d_g) - z_gc).pow(2).sum(-1)
+    for f, head in enumerate(dec.graph_heads.cat):
         want_graph = want_graph - torch.log_softmax(head(d_g), -1).gather(
             -1, obs["graph_categorical"][:, f : f + 1]
         ).squeeze(-1)
@@ -175,13 +196,13 @@ def test_step_loss_terms_follow_the_training_section(step):
         terms["pred_graph"], want_graph / s.num_graph_features, atol=1e-5, rtol=1e-5
     )
     # action mask BCE (mean over nodes), reward MSE (standardised), continuation BCE
-    am = torch.sigmoid(m.node_heads.action_mask(d_n).squeeze(-1))
+    am = torch.sigmoid(dec.node_heads.action_mask(d_n).squeeze(-1))
     y = obs["action_mask"]
     want_am = -(y * torch.log(am) + (1 - y) * torch.log(1 - am)).mean(1)
     torch.testing.assert_close(terms["pred_action"], want_am, atol=1e-5, rtol=1e-5)
     r = (b.reward[:, 0] - sc.reward_mean) / sc.reward_std
-    torch.testing.assert_close(terms["pred_reward"], (m.graph_heads.reward(d_g)[:, 0] - r) ** 2)
-    pc = torch.sigmoid(m.graph_heads.continuation(d_g)[:, 0])
+    torch.testing.assert_close(terms["pred_reward"], (dec.graph_heads.reward(d_g)[:, 0] - r) ** 2)
+    pc = torch.sigmoid(dec.graph_heads.continuation(d_g)[:, 0])
     yc = b.continuation[:, 0]
     want_c = -(yc * torch.log(pc) + (1 - yc) * torch.log(1 - pc))
     torch.testing.assert_close(terms["pred_cont"], want_c, atol=1e-5, rtol=1e-5)

@@ -164,7 +164,7 @@ def test_compile_without_torch_compile_trains_eagerly(make_tiny, dataset, monkey
 def test_non_finite_loss_is_raised_at_the_next_logged_step(make_tiny, dataset, tmp_path):
     m = make_tiny()
     with torch.no_grad():
-        m.dec_n.theta.net[0].weight.fill_(float("nan"))
+        m.cell.decoder.dec_n.theta.net[0].weight.fill_(float("nan"))
     with pytest.raises(FloatingPointError, match="between steps 1 and 2"):
         train(m, dataset, steps=4, batch_size=2, seq_len=3, device="cpu", progress=False,
               log_every=2, checkpoint_dir=tmp_path / "ck")  # fmt: skip

@@ -11,6 +11,7 @@ K members folded member-major (rows ``[k * R, (k + 1) * R)`` are member k's).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +28,8 @@ __all__ = [
     "expand_like",
     "member_matmul",
     "member_reduce",
+    "loop_norm",
+    "loop_bias",
 ]
 
 
@@ -159,3 +162,23 @@ def member_reduce(x: torch.Tensor, members: int) -> torch.Tensor:
     if x.shape[-1] % members:
         raise ValueError(f"cannot split an axis of {x.shape[-1]} items into {members} members")
     return x.reshape(*x.shape[:-1], members, x.shape[-1] // members)
+
+
+def loop_norm(norm: nn.Module) -> Any:
+    """A LayerNorm for a recurrence: the module itself, or for a member LayerNorm the same
+    function with its gain and bias shaped [K, 1, d] once (not at every step), applied to
+    (K, rows, d) states."""
+    weight, bias = norm.weight, norm.bias
+    assert isinstance(weight, torch.Tensor) and isinstance(bias, torch.Tensor)
+    if weight.dim() == 1:
+        return norm
+    shape, eps = (weight.shape[-1],), float(getattr(norm, "eps", 1e-5))
+    w3, b3 = weight.unsqueeze(1), bias.unsqueeze(1)
+    return lambda x: F.layer_norm(x, shape, eps=eps) * w3 + b3
+
+
+def loop_bias(bias: torch.Tensor | None, weight: torch.Tensor) -> torch.Tensor | None:
+    """A member bias [K, out] of a member weight (3-d) shaped [K, 1, out] once."""
+    if bias is None or bias.dim() != 2 or weight.dim() != 3:
+        return bias
+    return bias.unsqueeze(1)

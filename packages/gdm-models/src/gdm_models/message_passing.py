@@ -19,16 +19,25 @@ sparse graphs).
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import torch
 from torch import nn
+
+from .member_ops import loop_bias, loop_norm, member_mm
 
 with warnings.catch_warnings():
     # torch_geometric's import calls the deprecated torch.jit.script; not actionable here
     warnings.filterwarnings("ignore", message=".*torch.jit.script.*", category=FutureWarning)
     from torch_geometric.nn import MessagePassing
 
-__all__ = ["normalise_weights", "SparseGATLayer", "GraphMessagePassing", "dense_to_edges"]
+__all__ = [
+    "normalise_weights",
+    "SparseGATLayer",
+    "GraphMessagePassing",
+    "dense_to_edges",
+    "FlatMessagePassing",
+]
 
 
 def normalise_weights(w: torch.Tensor) -> torch.Tensor:
@@ -124,3 +133,52 @@ class GraphMessagePassing(nn.Module):
         for layer in self.layers:
             m = layer(m, edge_index, w)
         return m.reshape(b, n, -1)
+
+
+class FlatMessagePassing:
+    """:meth:`GraphMessagePassing.forward_normalised` in the flat form of a recurrence (node
+    states (B*N, H) or, in a member model, (K, B*N/K, H)), with each layer's two linear maps
+    W and W_root stacked into one product [W | W_root] (paper, "Adjacency Prediction and
+    Message Passing": m <- LayerNorm(W_root m + alpha (W m))). Made once per recurrence from
+    the module (its weights transposed and shaped once).
+
+    The first layer's input is [m, h_g, z_g]; :attr:`first` holds its node rows as the
+    block ``([W | W_root]^T node rows, [0 | b_root])`` and :attr:`first_g` its h_g and z_g
+    rows, for a :class:`~gdm_models.layers.FusedLinear` of every map that reads the same
+    state: the caller passes layer 0's product ``y`` to :meth:`__call__`."""
+
+    def __init__(self, mp: GraphMessagePassing, node_dim: int, hg_dim: int, zg_dim: int) -> None:
+        self.layers: list[tuple[torch.Tensor, torch.Tensor | None, Any]] = []
+        self.first_g: tuple[torch.Tensor, torch.Tensor] | None = None
+        for k, layer in enumerate(mp.layers):
+            assert isinstance(layer, SparseGATLayer)
+            w = torch.cat([layer.lin.weight, layer.root.weight], -2)
+            b = torch.cat([torch.zeros_like(layer.root.bias), layer.root.bias], -1)
+            sizes = [node_dim, hg_dim, zg_dim] if k == 0 else [node_dim, 0, 0]
+            w_h, w_hg, w_zg = (p.transpose(-1, -2) for p in w.split(sizes, -1))
+            if k == 0:
+                self.first = (w_h, b)
+                self.first_g = (w_hg, w_zg)
+            self.layers.append((w_h, loop_bias(b, w_h), loop_norm(layer.get_submodule("norm"))))
+
+    def __bool__(self) -> bool:
+        return bool(self.layers)
+
+    def __call__(
+        self, y: torch.Tensor, alpha: torch.Tensor, b: int, n: int, rows: tuple[int, ...]
+    ) -> torch.Tensor:
+        """m^(L) from layer 0's products ``y`` = [W m | W_root m + b_root] ([h_g, z_g]
+        included), ``alpha`` (B, N, N) normalised weights; ``rows``: the node rows' shape,
+        (B*N,), or (K, B*N/K) in a member model."""
+        hid = y.shape[-1] // 2
+        m = y
+        for k, (w_h, bias, norm) in enumerate(self.layers):
+            if k > 0:
+                y = member_mm(m, w_h, bias)
+            lin, root = y.view(b, n, 2 * hid).split([hid, hid], -1)
+            agg = torch.baddbmm(root, alpha, lin)
+            if len(rows) == 1:
+                m = norm(agg).view(b * n, hid)
+            else:  # a member model: the norm on the (K, rows, hid) view
+                m = norm(agg.view(*rows, hid))
+        return m

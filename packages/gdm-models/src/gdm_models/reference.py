@@ -7,8 +7,8 @@ logged term. They share the models' parameters, so the tests (and the benchmarks
 gradients and samples, and measure what they save. Production code never calls them.
 
 * GDM: :func:`gdm_loss_reference` / :func:`gdm_step_terms_reference` run the posterior step by
-  step (:meth:`GDMCell.posterior_step <gdm_models.gdm.cell.GDMCell.posterior_step>`) with the
-  prior branch inside the recurrence; noise keys ``"<t>/<name>"``
+  step in the plain form of the cell's parts (:func:`gdm_posterior_step_reference`) with the
+  prior inside the recurrence; noise keys ``"<t>/<name>"``
   (:func:`gdm_models.gdm.sequence_noise_to_steps` converts the fast path's).
 * G-RSSM and Vanilla / EA-GWM: the code the optimised baselines replaced.
 """
@@ -38,7 +38,9 @@ from .baselines.ea_losses import (
 from .baselines.grssm import GRSSM, GRSSM_TERM_KEYS, window_targets
 from .baselines.gwm import GWM, GWM_TERM_KEYS
 from .data import OBS_KEYS, Batch
-from .gdm import GDM, GDMCell, GDMLatent, Noise
+from .gdm import GDM, GDMLatent, Noise
+from .gdm.parts import bcast, pool
+from .gdm.step import STEP_OUTPUTS
 from .layers import categorical_kl, sample_onehot_st, unimix_probs
 from .losses import NodeMasks, Prediction, free_bits, prediction_loss
 from .scaling import FeatureScaler
@@ -49,6 +51,7 @@ __all__ = [
     "edge_logits_reference",
     "gdm_loss_reference",
     "gdm_loss_tensors_reference",
+    "gdm_posterior_step_reference",
     "gdm_step_terms_reference",
     "gdm_transition_terms_reference",
     "grssm_filter_reference",
@@ -77,8 +80,52 @@ def edge_logits_reference(
     return mlp.symmetrise(f)
 
 
+def gdm_posterior_step_reference(
+    model: GDM,
+    prev: GDMLatent,
+    action: torch.Tensor,
+    obs: Mapping[str, torch.Tensor],
+    node_mask: torch.Tensor,
+    pair_mask: torch.Tensor,
+    noise: Noise,
+    t: int,
+    need_prior: bool,
+) -> tuple[GDMLatent, dict[str, Any]]:
+    """One posterior step with teacher-forced adjacency (+ the prior if requested) in the
+    plain form of the cell's parts (concatenated inputs, whole modules, the PyG message
+    passing): what :class:`~gdm_models.gdm.step.PosteriorStep` computes with fused maps."""
+    cell = model.cell
+    c = cell.config
+    b, n = action.shape
+    a = cell.embed.action_embed(action)
+    h_n_m, h_g_m = cell.deter.transition(prev.h_n, prev.z_n, prev.h_g, prev.z_g, a, node_mask)
+    e_v, e_g = cell.encode(obs, node_mask)
+    u_zg = cell.draw_zg(noise, f"{t}/zg_post", b)
+    u_zn = noise.uniform(f"{t}/zn_post", cell.zn_shape(b, n))
+    h_n_p, h_g_p = cell.deter.h_plus(h_n_m, h_g_m, e_v, e_g, node_mask)
+    q_g, z_g_p = None, h_g_p.new_zeros(b, 0)
+    if c.graph_state:
+        assert u_zg is not None
+        q_g, z_g_p = cell.graph_latent("post_g", [h_g_p, pool(h_n_p, node_mask), e_g], u_zg)
+    g_p = torch.cat([h_g_p, z_g_p], -1)
+    a_obs = obs["adjacency"]  # teacher forcing: A_t = observed adjacency, b = A_t
+    if c.recurrent_adjacency:
+        m_p = cell.message_passing(h_n_p, g_p, hard=a_obs, weights=None)
+    else:
+        w = pair_mask.to(h_n_p.dtype).expand(h_n_p.shape[0], -1, -1)
+        m_p = cell.message_passing(h_n_p, g_p, hard=None, weights=w)
+    q_n, z_n_p = cell.node_latent("post_n", [m_p, bcast(z_g_p, n), e_v], u_zn)
+    out: dict[str, Any] = dict(
+        zip(STEP_OUTPUTS, (h_n_m, h_g_m, h_n_p, h_g_p, q_g, z_g_p, q_n, z_n_p), strict=True)
+    )
+    if need_prior:
+        u = cell.prior_noise(noise, t, b, n)
+        out.update(cell.prior(h_n_m, h_g_m, prev.adjacency, node_mask, pair_mask, *u))
+    return GDMLatent(h_n_p, z_n_p, h_g_p, z_g_p, a_obs), out
+
+
 def gdm_transition_terms_reference(
-    model: GDMCell,
+    model: GDM,
     batch: Batch,
     t: int,
     obs: Mapping[str, torch.Tensor],
@@ -89,7 +136,7 @@ def gdm_transition_terms_reference(
     n_real: torch.Tensor,
 ) -> dict[str, torch.Tensor]:
     """Per-graph loss terms (B,) of window step t (transition t-1 -> t) from the outputs
-    ``o`` of :meth:`~gdm_models.gdm.cell.GDMCell.posterior_step` with the prior branch."""
+    ``o`` of :func:`gdm_posterior_step_reference` with the prior."""
     return model.transition_terms(
         obs,
         batch.reward[:, t - 1],
@@ -102,19 +149,19 @@ def gdm_transition_terms_reference(
     )
 
 
-def gdm_step_terms_reference(model: GDMCell, batch: Batch, noise: Noise) -> dict[str, torch.Tensor]:
+def gdm_step_terms_reference(model: GDM, batch: Batch, noise: Noise) -> dict[str, torch.Tensor]:
     """Per-transition terms (B, L) of the GDM loss computed step by step."""
     B, L, N = batch.batch_size, batch.seq_len, batch.num_nodes
     nm, pm = batch.node_mask, batch.pair_mask
     n_real = nm.sum(1)
-    latent = model.initial_latent(B, N)
+    latent = model.cell.initial_latent(B, N)
     zero_action = torch.zeros(B, N, device=model.device)
     per_step: list[dict[str, torch.Tensor]] = []
     for t in range(L + 1):
         obs = batch.observation(t)
         action = zero_action if t == 0 else batch.action_nodes[:, t - 1]
         prev = latent
-        latent, o = model.posterior_step(prev, action, obs, nm, pm, noise, t, t > 0)
+        latent, o = gdm_posterior_step_reference(model, prev, action, obs, nm, pm, noise, t, t > 0)
         if t == 0:
             continue
         per_step.append(
@@ -124,7 +171,7 @@ def gdm_step_terms_reference(model: GDMCell, batch: Batch, noise: Noise) -> dict
 
 
 def gdm_loss_tensors_reference(
-    model: GDMCell, batch: Batch, noise: Noise
+    model: GDM, batch: Batch, noise: Noise
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """:meth:`GDM.loss_tensors <gdm_models.gdm.model.GDM.loss_tensors>` step by step."""
     return model.combine_terms(gdm_step_terms_reference(model, batch, noise), batch.step_mask)

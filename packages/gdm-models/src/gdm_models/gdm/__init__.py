@@ -1,8 +1,11 @@
 """The Graph Dynamics Model (paper, section "Graph Dynamics Model"), in layers:
 
 * :mod:`.config` - :class:`GDMConfig` and the named :data:`ABLATIONS` (plain data);
-* :mod:`.cell` - :class:`GDMCell`, the network and its one-step computations, the latent
-  :class:`GDMLatent` and the :class:`Noise` source;
+* :mod:`.latent` - the latent :class:`GDMLatent` and the :class:`Noise` source;
+* :mod:`.parts` - the named parts of the network, one per paragraph of the paper;
+* :mod:`.step` - the posterior step (written once) and its scan;
+* :mod:`.cell` - :class:`GDMCell`, the parts composed: posterior pass, prior, imagination step;
+* :mod:`.terms` - the per-transition loss terms and their weighting (paper eq. loss);
 * :mod:`.sequence_loss` - the time-vectorised training loss built from the cell;
 * :mod:`.model` - :class:`GDM`, the world model (loss, observe/imagine, start/step) and its
   registry factory :func:`build_gdm`.
@@ -10,8 +13,9 @@
 
 from __future__ import annotations
 
-from .cell import GDMCell, GDMLatent, Noise, permute_noise
+from .cell import GDMCell
 from .config import ABLATIONS, GDMConfig
+from .latent import GDMLatent, Noise, permute_noise
 from .model import GDM, build_gdm
 from .sequence_loss import draw_sequence_noise, sequence_noise_to_steps
 

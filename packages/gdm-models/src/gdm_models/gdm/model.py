@@ -1,6 +1,12 @@
 """The GDM as a world model: training loss, ``observe``/``imagine`` and batched stepping
-on top of the network of :class:`~gdm_models.gdm.cell.GDMCell` (paper, section "Graph
-Dynamics Model"), and the registry factory of ``"gdm"`` and its ablations."""
+with the network of its :class:`~gdm_models.gdm.cell.GDMCell` (paper, section "Graph
+Dynamics Model"), and the registry factory of ``"gdm"`` and its ablations.
+
+State dicts keep the flat keys of the checkpoints written before the cell existed
+(``gru_n.cell.weight_ih``, ``mp.layers.0.lin.weight``, ...; the parameters' order is also
+unchanged): :meth:`GDM.state_dict` writes them and :meth:`GDM.load_state_dict` reads them (and
+the cell's nested names, ``cell.deter.gru_n.cell.weight_ih``), so old checkpoints, ``latest/``
+training states and their optimiser states load as they are."""
 
 from __future__ import annotations
 
@@ -11,13 +17,15 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from ..data import Batch, TensorObs
 from ..scaling import FeatureScaler
 from ..schema import Schema
-from ..world_model import StepResult, StepState, terms_to_floats
-from .cell import GDMCell, GDMLatent, Noise
+from ..world_model import StepResult, StepState, WorldModel, terms_to_floats
+from .cell import GDMCell, sample_categoricals
 from .config import ABLATIONS, GDMConfig
+from .latent import GDMLatent, Noise
 from .sequence_loss import (
     CORE_FIELDS,
     SEQUENCE_NOISE,
@@ -25,6 +33,7 @@ from .sequence_loss import (
     sequence_core,
     sequence_loss_terms,
 )
+from .terms import combine_terms, loss_scales, transition_terms
 
 __all__ = ["GDM", "build_gdm"]
 
@@ -50,12 +59,40 @@ def _state(latent: GDMLatent) -> StepState:
     return {k: getattr(latent, k) for k in STATE_KEYS}
 
 
-class GDM(GDMCell):
+class GDM(WorldModel):
     """Graph Dynamics Model. Build with ``make_model("gdm", schema, scaler, **overrides)``
-    or ``GDM(schema, scaler, GDMConfig(...))`` (the constructor is :class:`GDMCell`'s)."""
+    or ``GDM(schema, scaler, GDMConfig(...))``. Its network is :attr:`cell`."""
 
     #: under compile, batches are zero-padded to a multiple of this many nodes (static shapes)
     compile_pad_multiple: int = 16
+    config: GDMConfig
+
+    def __init__(
+        self,
+        schema: Mapping[str, Any] | Schema,
+        scaler: FeatureScaler | None = None,
+        config: GDMConfig | None = None,
+    ) -> None:
+        super().__init__(schema, scaler, GDMConfig() if config is None else config)
+        self.cell = GDMCell(self.schema, self.scaler, self.config)
+        self.register_state_dict_post_hook(_flat_keys)
+        self.register_load_state_dict_pre_hook(_nested_keys)
+
+    # ================================================================== loss terms
+    def loss_scales(self) -> dict[str, float]:
+        """Weight of every logged per-transition term (:func:`~.terms.loss_scales`)."""
+        return loss_scales(self.config)
+
+    def combine_terms(
+        self, per_step: Mapping[str, torch.Tensor], step_mask: torch.Tensor, members: int = 0
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """(B, L) terms averaged and weighted (:func:`~.terms.combine_terms`)."""
+        cache = self.__dict__.setdefault("_term_weight_cache", {})
+        return combine_terms(self.config, cache, per_step, step_mask, members)
+
+    def transition_terms(self, *args: Any) -> dict[str, torch.Tensor]:
+        """Per-transition loss terms (:func:`~.terms.transition_terms` of the cell)."""
+        return transition_terms(self.cell, self.scaler, *args)
 
     def _compile_target(self) -> Callable[..., Any]:
         """The time-vectorised loss core (:func:`~gdm_models.gdm.sequence_loss.sequence_core`);
@@ -144,20 +181,16 @@ class GDM(GDMCell):
         noise: Noise,
         capture: Sequence[int],
     ) -> list[GDMLatent]:
-        """One posterior pass up to max(capture); the latents after each captured step."""
+        """One posterior pass up to max(capture) (a scan of the posterior step,
+        :meth:`GDMCell.posterior_latents`); the latents after each captured step."""
+        t1 = max(capture) + 1
         n = obs["adjacency"].shape[-1]
-        nm = torch.ones(1, n, dtype=torch.bool, device=self.device)
-        pm = ~torch.eye(n, dtype=torch.bool, device=self.device)[None]
-        latent = self.initial_latent(1, n)
-        wanted = set(capture)
-        found: dict[int, GDMLatent] = {}
-        for t in range(max(capture) + 1):
-            o = {k: v[t][None] for k, v in obs.items()}
-            a = torch.zeros(1, n, device=self.device) if t == 0 else actions[t - 1][None]
-            latent, _ = self.posterior_step(latent, a, o, nm, pm, noise, t, need_prior=False)
-            if t in wanted:
-                found[t] = latent
-        return [found[t] for t in capture]
+        zero = torch.zeros(1, n, device=self.device, dtype=actions.dtype)
+        acts = torch.cat([zero, actions[: t1 - 1]])[None]  # step 0: the zero action
+        latents = self.cell.posterior_latents(
+            {k: v[None, :t1] for k, v in obs.items()}, acts, noise
+        )
+        return [latents[t] for t in capture]
 
     def _observe_at(
         self, obs: TensorObs, actions: torch.Tensor, steps: list[int], generator: torch.Generator
@@ -178,6 +211,37 @@ class GDM(GDMCell):
             preds.append(pred)
         return preds, latent
 
+    def imagine_step(
+        self,
+        latent: GDMLatent,
+        action: torch.Tensor,
+        noise: Noise,
+        key: str,
+        edge_impl: str | None = None,
+    ) -> tuple[dict[str, torch.Tensor], GDMLatent]:
+        """One prior step of B graphs ((B, N) float actions, :meth:`GDMCell.imagine_step`):
+        the sampled prediction tensors (environment units, the keys of
+        :data:`~gdm_models.world_model.PREDICTION_KEYS`) and the next latent. ``key`` names
+        this step's noise (``"<key>/<what>"``)."""
+        sc, dev = self.scaler, self.device
+        S, N = action.shape
+        node_out, graph_out, nxt = self.cell.imagine_step(latent, action, noise, key, edge_impl)
+        pred: dict[str, torch.Tensor] = {"adjacency": nxt.adjacency}
+        pred["node_continuous"] = sc.unscale_node(node_out["node_continuous"])
+        pred["node_categorical"] = sample_categoricals(
+            node_out["node_categorical"], (S, N), noise, f"{key}/out_node_cat", dev
+        )
+        u = noise.uniform(f"{key}/out_action_mask", (S, N))
+        pred["action_mask"] = (u < torch.sigmoid(node_out["action_mask"])).long()
+        pred["graph_continuous"] = sc.unscale_graph(graph_out["graph_continuous"])
+        pred["graph_categorical"] = sample_categoricals(
+            graph_out["graph_categorical"], (S,), noise, f"{key}/out_graph_cat", dev
+        )
+        pred["reward"] = sc.unscale_reward(graph_out["reward"])
+        u = noise.uniform(f"{key}/out_cont", (S,))
+        pred["continuation"] = (u < torch.sigmoid(graph_out["continuation"])).long()
+        return pred, nxt
+
     def _latent_num_nodes(self, latent: Any) -> int:
         if not isinstance(latent, GDMLatent):
             raise TypeError("latent must be a GDMLatent returned by GDM.observe")
@@ -188,16 +252,9 @@ class GDM(GDMCell):
         """The posterior after B start observations: the first posterior step of
         ``observe`` (zero latent, zero action, observed adjacency), batched."""
         b, n = obs["adjacency"].shape[:2]
-        dev = self.device
-        latent, _ = self.posterior_step(
-            self.initial_latent(b, n),
-            torch.zeros(b, n, device=dev),
-            obs,
-            torch.ones(b, n, dtype=torch.bool, device=dev),
-            ~torch.eye(n, dtype=torch.bool, device=dev)[None],
-            Noise(generator, dev),
-            0,
-            need_prior=False,
+        actions = torch.zeros(b, 1, n, device=self.device)
+        [latent] = self.cell.posterior_latents(
+            {k: v[:, None] for k, v in obs.items()}, actions, Noise(generator, self.device)
         )
         return _state(latent)
 
@@ -245,11 +302,34 @@ class GDM(GDMCell):
         edge-MLP activations fit :attr:`DENSE_EDGE_ELEMS`, on a GPU with the edge MLP's
         default implementation ("auto"); ``None`` (the default path) on a CPU, without the
         recurrent adjacency, or when the edge MLP's implementation was chosen explicitly."""
-        mlp = getattr(self, "edge_mlp", None)
+        mlp = getattr(self.cell.adjacency, "edge_mlp", None)
         if mlp is None or self.device.type != "cuda" or mlp.impl != "auto":
             return None
         size = max(1, self.DENSE_EDGE_ELEMS // (n * n * mlp.hidden))
         return [slice(i, min(b, i + size)) for i in range(0, b, size)]
+
+
+def _flat_key(key: str) -> str:
+    """A cell key without the cell's prefixes: ``cell.deter.gru_n.x`` -> ``gru_n.x``,
+    ``cell.mp.x`` -> ``mp.x`` (the message-passing module is itself a part)."""
+    rest = key.removeprefix("cell.")
+    part, _, leaf = rest.partition(".")
+    return rest if part == "mp" else leaf
+
+
+def _flat_keys(module: nn.Module, state: dict[str, Any], prefix: str, meta: Any) -> None:
+    """State-dict post hook of :class:`GDM`: the cell's keys under their flat names."""
+    for key in [k for k in state if k.startswith(prefix + "cell.")]:
+        state[prefix + _flat_key(key[len(prefix) :])] = state.pop(key)
+
+
+def _nested_keys(module: nn.Module, state: dict[str, Any], prefix: str, *_: Any) -> None:
+    """Load-state-dict pre hook of :class:`GDM`: flat keys back to the cell's names."""
+    names = {_flat_key(k): k for k in module.cell.state_dict(keep_vars=True)}  # type: ignore[union-attr]
+    for key in [k for k in state if k.startswith(prefix) and not k.startswith(prefix + "cell.")]:
+        new = names.get(key[len(prefix) :])
+        if new is not None:
+            state[prefix + "cell." + new] = state.pop(key)
 
 
 def build_gdm(

@@ -8,10 +8,10 @@ z^+ and the teacher-forced adjacency). Everything else is computed for all steps
 * before the recurrence: the observation encoder of all L+1 observations, the action
   embeddings and their pools, the normalised message-passing weights of the observed
   adjacencies, and every uniform of the window (one draw per kind, batch axis first);
-* the recurrence: :meth:`GDMCell.posterior_sequence
-  <gdm_models.gdm.cell.GDMCell.posterior_sequence>`, a function of tensors only (no noise
-  object, no Python ints specialised per step), which itself moves everything that depends
-  only on observations, actions or noise out of its loop;
+* the recurrence: :meth:`GDMCell.posterior <gdm_models.gdm.cell.GDMCell.posterior>`, the
+  observation-only work of the posterior step for all steps at once, then a scan of the
+  step (:mod:`gdm_models.gdm.step`; a function of tensors only: no noise object, no Python
+  ints specialised per step);
 * after the recurrence: the prior branch of every transition (it depends only on h^-_t, h_g^-_t
   and A_{t-1}, never feeds the recurrence), the decoder and all loss terms, as one batch of
   B*L graphs (:func:`sequence_tail`).
@@ -33,14 +33,29 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
 from ..data import OBS_KEYS, Batch
 from ..losses import masked_mean
 from ..message_passing import normalise_weights
-from .cell import GDMCell, Noise
+from ..scaling import FeatureScaler
+from .cell import GDMCell
+from .config import GDMConfig
+from .latent import Noise
+from .step import STEP_OUTPUTS, stack_outputs
+from .terms import transition_terms
+
+
+class GDM(Protocol):
+    """What the loss reads of a :class:`~gdm_models.gdm.model.GDM` (which imports this
+    module): its cell, config and scaler."""
+
+    cell: GDMCell
+    config: GDMConfig
+    scaler: FeatureScaler
+
 
 __all__ = [
     "SEQUENCE_NOISE",
@@ -57,20 +72,22 @@ SEQUENCE_NOISE = ("zg_post", "zn_post", "zg_prior", "adj", "zn_prior")
 
 
 def draw_sequence_noise(
-    model: GDMCell, noise: Noise, b: int, seq_len: int, n: int
+    model: GDM | GDMCell, noise: Noise, b: int, seq_len: int, n: int
 ) -> dict[str, torch.Tensor | None]:
-    """All uniforms of one training window (``None`` for parts the config switches off)."""
-    c = model.config
+    """All uniforms of one training window of ``model`` (a GDM or its cell; ``None`` for
+    parts the config switches off)."""
+    cell = model if isinstance(model, GDMCell) else model.cell
+    c = cell.config
     u: dict[str, torch.Tensor | None] = {}
-    u["zg_post"] = model.draw_zg(noise, "seq/zg_post", b, seq_len + 1)
-    u["zn_post"] = noise.uniform("seq/zn_post", model.zn_shape(b, seq_len + 1, n))
-    u["zg_prior"] = model.draw_zg(noise, "seq/zg_prior", b, seq_len)
+    u["zg_post"] = cell.draw_zg(noise, "seq/zg_post", b, seq_len + 1)
+    u["zn_post"] = noise.uniform("seq/zn_post", cell.zn_shape(b, seq_len + 1, n))
+    u["zg_prior"] = cell.draw_zg(noise, "seq/zg_prior", b, seq_len)
     u["adj"] = (
         noise.uniform("seq/adj", (b, seq_len, n, n), symmetric=True)
         if c.recurrent_adjacency
         else None
     )
-    u["zn_prior"] = noise.uniform("seq/zn_prior", model.zn_shape(b, seq_len, n))
+    u["zn_prior"] = noise.uniform("seq/zn_prior", cell.zn_shape(b, seq_len, n))
     return u
 
 
@@ -97,7 +114,7 @@ def _pool_steps(x: torch.Tensor, node_weight: torch.Tensor) -> torch.Tensor:
 
 
 def sequence_tail(
-    model: GDMCell,
+    model: GDM,
     h_n_m: torch.Tensor,
     h_g_m: torch.Tensor,
     h_n_p: torch.Tensor,
@@ -121,19 +138,24 @@ def sequence_tail(
     Every argument has a leading axis of M transitions (the prior of transition t uses h^-_t,
     h_g^-_t and A_{t-1}; the posterior quantities are those of step t). Returns (M,) terms.
     """
-    o: dict[str, Any] = {
-        "h_n_m": h_n_m,
-        "h_g_m": h_g_m,
-        "h_n_p": h_n_p,
-        "h_g_p": h_g_p,
-        "q_g": q_g if model.config.graph_state else None,
-        "z_g_p": z_g_p,
-        "q_n": q_n,
-        "z_n_p": z_n_p,
-    }
-    o.update(model.prior_core(h_n_m, h_g_m, a_prev, node_mask, pair_mask, u_zg, u_adj, u_zn))
-    return model.transition_terms(
-        obs, reward, continuation, a_prev, o, node_mask, pair_mask, node_mask.sum(1)
+    cell = model.cell
+    o: dict[str, Any] = dict(
+        zip(STEP_OUTPUTS, (h_n_m, h_g_m, h_n_p, h_g_p, q_g, z_g_p, q_n, z_n_p), strict=True)
+    )
+    if not model.config.graph_state:
+        o["q_g"] = None
+    o.update(cell.prior(h_n_m, h_g_m, a_prev, node_mask, pair_mask, u_zg, u_adj, u_zn))
+    return transition_terms(
+        cell,
+        model.scaler,
+        obs,
+        reward,
+        continuation,
+        a_prev,
+        o,
+        node_mask,
+        pair_mask,
+        node_mask.sum(1),
     )
 
 
@@ -147,7 +169,7 @@ CORE_FIELDS = OBS_KEYS + ("action_nodes", "reward", "continuation", "node_mask")
 
 
 def sequence_loss_terms(
-    model: GDMCell,
+    model: GDM,
     batch: Batch,
     noise: Noise,
     core: Callable[..., dict[str, torch.Tensor]] | None = None,
@@ -160,7 +182,7 @@ def sequence_loss_terms(
     return core(*(getattr(batch, k) for k in CORE_FIELDS), *(u[k] for k in SEQUENCE_NOISE))
 
 
-def sequence_core(model: GDMCell, *tensors: torch.Tensor | None) -> dict[str, torch.Tensor]:
+def sequence_core(model: GDM, *tensors: torch.Tensor | None) -> dict[str, torch.Tensor]:
     """:func:`sequence_loss_terms` on tensors: the :data:`CORE_FIELDS` of a batch, then the
     :data:`SEQUENCE_NOISE` uniforms (``None`` where switched off)."""
     nf = len(CORE_FIELDS)
@@ -174,28 +196,26 @@ def sequence_core(model: GDMCell, *tensors: torch.Tensor | None) -> dict[str, to
     B, L = fields_["action_nodes"].shape[:2]
     batch = Batch(**fields_, step_mask=fields_["reward"].new_ones(B, L, dtype=torch.bool))
     tail = partial(sequence_tail, model)
-    c = model.config
+    cell, c = model.cell, model.config
     B, L, N = batch.batch_size, batch.seq_len, batch.num_nodes
     nm = batch.node_mask
     # ---- everything that does not depend on the recurrence, for all steps at once
     nm_steps = nm[:, None, :].expand(B, L + 1, N).reshape(B * (L + 1), N)
     obs = {k: getattr(batch, k) for k in OBS_KEYS}
-    e_v, e_g = model.encode({k: _flat(v) for k, v in obs.items()}, nm_steps)
+    e_v, e_g = cell.encode({k: _flat(v) for k, v in obs.items()}, nm_steps)
     e_v, e_g = e_v.reshape(B, L + 1, N, -1), e_g.reshape(B, L + 1, -1)
     actions = torch.cat([batch.action_nodes.new_zeros(B, 1, N), batch.action_nodes], 1)
-    a_emb = model.action_embed(actions)  # step 0: the zero action
+    a_emb = cell.embed.action_embed(actions)  # step 0: the zero action
     a_pool = _pool_steps(a_emb, nm.to(a_emb.dtype)[:, None, :, None])
     if c.recurrent_adjacency:
         alpha = normalise_weights(batch.adjacency)  # teacher forcing: b = observed A_t
     else:
         alpha = normalise_weights(batch.pair_mask.to(a_emb.dtype))  # the same at every step
-    # ---- the posterior recurrence (its observation/action/noise parts before its loop)
-    h_n_m, h_g_m, h_n_p, h_g_p, q_g, z_g_p, q_n, z_n_p = (
-        _flat(x)
-        for x in model.posterior_sequence(
-            a_emb, a_pool, e_v, e_g, alpha, nm, u["zg_post"], u_zn_post
-        )
-    )
+    # ---- the posterior: its observation-only work for all steps, then a scan of its step
+    _, ys = cell.posterior(a_emb, a_pool, e_v, e_g, alpha, nm, u["zg_post"], u_zn_post)
+    # step 0 only initialises the posterior; the losses are on the transitions 1..L
+    outs = stack_outputs(ys[1:], B, N, cell.member_count())
+    h_n_m, h_g_m, h_n_p, h_g_p, q_g, z_g_p, q_n, z_n_p = (_flat(x) for x in outs)
     # ---- prior branch, decoder and loss terms of all B*L transitions at once
     nm_f = nm[:, None, :].expand(B, L, N).reshape(B * L, N)
     pm = batch.pair_mask
