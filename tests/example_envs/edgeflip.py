@@ -1,7 +1,8 @@
 """``example/EdgeFlip-v0``: a plain ``gymnasium.Env`` written from docs/contract.md alone.
 
 No ``graphwm_envs`` import and no subclass: the graph env protocol is implemented by hand
-(``num_nodes``, ``schema``, ``action_to_nodes``, ``clone_state``, ``restore_state``). The
+(``num_nodes``, ``schema``, ``action_to_nodes``, ``action_masks``, ``clone_state``,
+``restore_state``). The
 agent cuts every edge of one node per step; afterwards a random pair of nodes connects with
 probability 1/2. Reward: minus the edge density. Terminated when no edge is left, truncated
 after ``horizon`` steps. Only continuous features (the categorical keys are absent).
@@ -91,6 +92,9 @@ class EdgeFlipEnv(gym.Env):
         nodes = np.zeros(self.num_nodes, np.int8)
         nodes[int(action)] = 1
         return nodes
+
+    def action_masks(self) -> np.ndarray:
+        return self._obs()["action_mask"].astype(bool)
 
     def clone_state(self) -> dict[str, Any]:
         rng_state = copy.deepcopy(self.np_random.bit_generator.state)

@@ -15,9 +15,10 @@ member                       contract
 ``clone_state()``            an independent snapshot of the full state (RNG included)
 ``restore_state(s, seed)``   restore ``s``, return its observation; ``seed=None`` replays the
                              future exactly, an int reseeds the transition randomness
+``action_masks()``           the current mask in MaskablePPO's form: ``obs["action_mask"]`` as
+                             bool, tiled k times for ``MultiDiscrete([N] * k)``
 ``sample_valid_action(r)``   optional: a random valid action from numpy Generator ``r`` (else
                              the pipeline draws k distinct nodes of ``obs["action_mask"]``)
-``action_masks()``           optional: MaskablePPO's mask (else built from the observation)
 ===========================  ======================================================================
 
 Each violation raises :class:`GraphEnvContractError`, whose ``part`` names the broken part
@@ -37,7 +38,14 @@ from gymnasium import spaces
 __all__ = ["PROTOCOL_MEMBERS", "GraphEnvContractError", "check_graph_env"]
 
 #: the members of the graph env protocol every env must have (on ``env.unwrapped``)
-PROTOCOL_MEMBERS = ("num_nodes", "schema", "action_to_nodes", "clone_state", "restore_state")
+PROTOCOL_MEMBERS = (
+    "num_nodes",
+    "schema",
+    "action_to_nodes",
+    "action_masks",
+    "clone_state",
+    "restore_state",
+)
 
 _DTYPES = {
     "adjacency": np.dtype(np.int8),
@@ -88,7 +96,7 @@ def _check_members(env: Any) -> int:
     missing = [m for m in PROTOCOL_MEMBERS if not hasattr(env, m)]
     for name in missing:
         raise _fail(name, f"{type(env).__name__} has no {name!r} (the graph env protocol)")
-    for name in ("action_to_nodes", "clone_state", "restore_state"):
+    for name in ("action_to_nodes", "action_masks", "clone_state", "restore_state"):
         if not callable(getattr(env, name)):
             raise _fail(name, f"{type(env).__name__}.{name} must be a method")
     n = env.num_nodes
@@ -231,10 +239,7 @@ def _check_action(env: Any, action: Any, mask: np.ndarray, n: int, where: str) -
 
 
 def _check_action_masks(env: Any, mask: np.ndarray, where: str) -> None:
-    method = getattr(env, "action_masks", None)
-    if not callable(method):
-        return
-    got = np.asarray(method()).astype(bool)
+    got = np.asarray(env.action_masks()).astype(bool)
     space = env.action_space
     reps = 1 if isinstance(space, spaces.Discrete) else len(space.nvec)
     want = np.tile(mask.astype(bool), reps)
@@ -299,7 +304,7 @@ def check_graph_env(env: gym.Env, *, seed: int = 0, steps: int = 8) -> None:
     episode (keys, dtypes, shapes against the schema's widths, a symmetric 0/1 adjacency without
     self-loops, a nonzero 0/1 action mask, ranges and cardinalities), that ``reset(seed)`` is
     deterministic, that ``action_to_nodes`` gives an (N,) int8 indicator inside the mask for
-    actions drawn from the mask, that ``action_masks()`` (if present) agrees with the
+    actions drawn from the mask, that ``action_masks()`` agrees with the
     observation's mask, and that ``clone_state``/``restore_state`` reproduce the future.
 
     Args:
