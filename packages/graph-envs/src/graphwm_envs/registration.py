@@ -253,4 +253,4 @@ def env_class(env_id: str) -> type[GraphEnv]:
         raise ValueError(f"unknown env id {env_id!r}; known: {list(ENV_IDS)}") from None
     if found is None:
         raise ValueError(f"env id {env_id!r} has a factory entry point, not a class")
-    return found  # type: ignore[return-value]
+    return found
