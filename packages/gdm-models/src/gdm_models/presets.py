@@ -196,9 +196,7 @@ def default_preset(model: str, schema: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def get_preset(
-    model: str, env_id: str, schema: Mapping[str, Any] | None = None
-) -> dict[str, Any]:
+def get_preset(model: str, env_id: str, schema: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Return a deep copy of the preset for ``model`` (``"gdm:<ablation>"`` uses the GDM's).
 
     An env with no preset of ``model`` gets :func:`default_preset` when its ``schema`` is
