@@ -352,3 +352,28 @@ def test_a_ray_worker_resolves_the_env_by_its_name(own_run):
     )
     ray.shutdown()
     assert local == remote
+
+
+def test_dream_envs_accept_an_env_that_only_has_the_protocol():
+    """``DreamEnv`` and ``DreamVectorEnv`` imitate a plain ``gymnasium.Env`` (no
+    ``GraphEnv`` subclass): spaces, schema, masks and horizon come from the protocol."""
+    import torch
+    from gdm_models import make_model
+
+    from graphwm.dream import DreamEnv, DreamVectorEnv
+
+    real = EdgeFlipEnv(num_nodes=6)
+    torch.manual_seed(0)
+    model = make_model("vanilla-gwm", real.schema.to_dict(), None, hidden_dim=8)
+    dream = DreamEnv(model, real, seed=0)
+    obs, _ = dream.reset(seed=0)
+    assert set(obs) == set(real.observation_space.spaces)
+    obs, reward, terminated, truncated, info = dream.step(
+        int(np.flatnonzero(obs["action_mask"])[0])
+    )
+    assert real.observation_space.contains(obs) and np.isfinite(reward)
+    assert info["invalid_action"] is False
+    vector = DreamVectorEnv(model, real, 3, seed=0)
+    batch, _ = vector.reset(seed=0)
+    assert batch["adjacency"].shape == (3, 6, 6)
+    vector.step(np.zeros(3, np.int64))
