@@ -330,10 +330,16 @@ def test_pool_workers_resolve_the_env_by_its_name(own_run):
     assert [r.gdd for r in pool] == [r.gdd for r in local]
 
 
-def test_a_ray_worker_resolves_the_env_by_its_name(own_run):
+def test_a_ray_worker_resolves_the_env_by_its_name(own_run, monkeypatch):
     """The same self-GDD job on Ray as in the local run: the Ray worker imports the
-    registering module from the ``module:id`` name."""
+    registering module from the ``module:id`` name. The module must be importable there:
+    a local Ray's workers see the driver's environment at ``ray.init``, so ``PYTHONPATH``
+    (an installed package needs nothing)."""
     ray = pytest.importorskip("ray")
+    if ray.is_initialized():
+        ray.shutdown()
+    tests_dir = str(Path(__file__).resolve().parent)
+    monkeypatch.setenv("PYTHONPATH", tests_dir)
     from graphwm.checks import parse_checked
     from graphwm.jobs import evaluation_jobs
     from graphwm.stages.evaluate import self_gdd_job
