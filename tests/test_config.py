@@ -36,7 +36,7 @@ BAD_VALUES = [
     ("evaluate.num_samples", 1, r"'evaluate\.num_samples': must be an integer >= 2, got 1"),
     ("multi_step.horizon", 0, r"'multi_step\.horizon': must be an integer >= 1"),
     ("collect.test_sizes", [], r"'collect\.test_sizes': must be a non-empty list"),
-    ("envs", ["SAR", "XYZ"], r"'envs\[1\]': must be one of"),
+    ("envs", ["SAR", "XYZ"], r"'envs\[1\]' \('XYZ'\): unknown env 'XYZ'; choose from"),
     ("models", ["gdm", "nope"], r"'models\[1\]' \('nope'\): no presets for model 'nope'"),
     ("executor", "slurm", r"'executor': must be one of \['local', 'ray'\]"),
     ("train.precision", "fp8", r"'train\.precision': must be one of \['fp32', 'bf16'\]"),

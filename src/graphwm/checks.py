@@ -38,11 +38,11 @@ MAX_STORED_NODES = 500
 # ---------------------------------------------------------------------------------------------
 @functools.lru_cache(maxsize=256)
 def _built_config_class(model: str, env: str) -> type:
-    from gdm_models import get_preset, make_model
+    from gdm_models import make_model
 
-    from graphwm.envs import env_schema
+    from graphwm.envs import env_schema, model_preset
 
-    built = make_model(model, env_schema(env), None, **get_preset(model, env)["model"])
+    built = make_model(model, env_schema(env), None, **model_preset(model, env)["model"])
     return type(built.config)
 
 
@@ -56,19 +56,19 @@ def _config_class(model: str, env: str) -> type:
     :func:`gdm_models.make_model`, which refuses unknown names and ablations; its config's
     class is the same on every env, so other envs only need their paper preset.
     """
-    from gdm_models import get_preset
+    from graphwm.envs import model_preset
 
-    get_preset(model, env)  # KeyError: no preset for this model on this env
+    model_preset(model, env)  # KeyError: no preset for this model on this env
     if model not in _CLASSES:
         _CLASSES[model] = _built_config_class(model, env)
     return _CLASSES[model]
 
 
 def _has_preset(model: str, env: str) -> bool:
-    from gdm_models import get_preset
+    from graphwm.envs import model_preset
 
     try:
-        get_preset(model, env)
+        model_preset(model, env)
     except KeyError:
         return False
     return True
@@ -90,9 +90,9 @@ def check_model_name(name: str, env: str, key: str) -> type:
 def _build_error(model: str, env: str, overrides: Mapping[str, Any]) -> str | None:
     """The error of the model's config under ``overrides`` on top of the paper preset (None:
     accepted); the config dataclass's own checks (``__post_init__``) decide."""
-    from gdm_models import get_preset
+    from graphwm.envs import model_preset
 
-    values = {**get_preset(model, env)["model"], **overrides}
+    values = {**model_preset(model, env)["model"], **overrides}
     try:
         _config_class(model, env)(**values)
     except (ValueError, TypeError, KeyError) as err:
@@ -180,12 +180,11 @@ def _check_grid(p: Preset) -> None:
 # ---------------------------------------------------------------------------------------------
 @functools.lru_cache(maxsize=16)
 def env_limits(env: str) -> tuple[int, int]:
-    """``(min N, max N)`` the env accepts (its class's ``max_nodes``; no env is built)."""
-    from graphwm_envs.core.base import MIN_NODES
+    """``(min N, max N)`` the env accepts (its class's ``max_nodes`` or the range declared at
+    registration; no env is built)."""
+    from graphwm.envs import env_limits as limits
 
-    from graphwm.envs import env_class
-
-    return int(MIN_NODES), int(env_class(env).max_nodes)
+    return limits(env)
 
 
 def _check_size(value: int, key: str, envs: Iterable[str], stored: bool = False) -> None:
@@ -381,11 +380,11 @@ def _model_parameters(model: str, env: str, overrides_json: str) -> int:
     import json
 
     import torch
-    from gdm_models import get_preset, make_model
+    from gdm_models import make_model
 
-    from graphwm.envs import env_schema
+    from graphwm.envs import env_schema, model_preset
 
-    values = {**get_preset(model, env)["model"], **json.loads(overrides_json)}
+    values = {**model_preset(model, env)["model"], **json.loads(overrides_json)}
     try:
         with torch.device("meta"):
             built = make_model(model, env_schema(env), None, **values)
@@ -414,8 +413,22 @@ def _check_model_size(model: str, env: str, values: Mapping[str, Any], key: str)
         )
 
 
+def _check_envs(p: Preset) -> None:
+    """Every env name is a paper env or a registered Gymnasium id of a graph env (its
+    ``module:`` prefix imported), whose schema can be read."""
+    from graphwm.envs import env_schema
+
+    for key, names in (("envs", p.envs), ("ablation_envs", p.ablation_envs or ())):
+        for i, name in enumerate(names):
+            try:
+                env_schema(name)
+            except (ValueError, TypeError) as err:
+                raise PresetError(f"preset key '{key}[{i}]' ({name!r}): {err}") from None
+
+
 def check_preset(p: Preset) -> None:
     """Every check of this module except the machine's (see the module docstring)."""
+    _check_envs(p)
     _check_selection(p)
     _check_models(p)
     _check_grid(p)

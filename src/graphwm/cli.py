@@ -80,7 +80,11 @@ def _add_run_args(p: argparse.ArgumentParser, default_out: str = "runs/smoke") -
         help="also write TensorBoard event files of the training jobs (train.tensorboard)",
     )
     p.add_argument("--workers", type=_count(0), help="local worker processes (0: one per core)")
-    p.add_argument("--envs", nargs="+", help="restrict to these envs (RGC OD SAR CF)")
+    p.add_argument(
+        "--envs",
+        nargs="+",
+        help="restrict to these envs (RGC OD SAR CF, or a Gymnasium id of the preset)",
+    )
     p.add_argument("--models", nargs="+", help="restrict to these models")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 

@@ -25,6 +25,8 @@ PRESET_NAMES = ("smoke", "medium", "paper", "tiny")
 PRESETS_DIR = Path(__file__).resolve().parent / "presets"
 #: the largest preset file read (the shipped ones are a few kilobytes)
 MAX_PRESET_BYTES = 2**20
+#: the paper's envs; a preset may name any other graph env by its Gymnasium id (checked, with
+#: the env registered, by graphwm.checks; docs/own-env.md)
 ENV_NAMES = ("RGC", "OD", "SAR", "CF")
 EXECUTORS = ("local", "ray")
 PRECISIONS = ("fp32", "bf16")
@@ -357,7 +359,8 @@ class DownstreamConfig:
 class Preset:
     """A validated preset. Build with :meth:`parse` (or :func:`load_preset`)."""
 
-    envs: tuple[str, ...] = setting(choices=ENV_NAMES, unique=True)
+    # a short name of ENV_NAMES or a Gymnasium id ("mypkg/MyEnv-v0", "mypkg.envs:mypkg/MyEnv-v0")
+    envs: tuple[str, ...] = setting(unique=True)
     models: tuple[str, ...] = setting(unique=True)
     seeds: tuple[int, ...] = setting(ge=0, le=MAX_SEED, unique=True)
     collect: CollectConfig = setting()
@@ -366,7 +369,7 @@ class Preset:
     name: str = setting("custom")
     fit: FitConfig = setting(default_factory=FitConfig)
     ablations: tuple[str, ...] = setting((), allow_empty=True, unique=True)
-    ablation_envs: tuple[str, ...] | None = setting(None, choices=ENV_NAMES, allow_empty=True)
+    ablation_envs: tuple[str, ...] | None = setting(None, allow_empty=True)
     device: str = setting("cpu", help="cpu, cuda, cuda:<index> or mps")
     executor: str = setting("local", choices=EXECUTORS)
     workers: int = setting(0, ge=0, help="local worker processes (0: one per core)")

@@ -73,11 +73,13 @@ def _episodes(env: str, sizes, per_size: int) -> list[dict]:
 
 def _model(env: str, model: str, device: str):
     import torch
-    from gdm_models import FeatureScaler, get_preset, make_model
+    from gdm_models import FeatureScaler, make_model
+
+    from graphwm.envs import model_preset
 
     eps = _episodes(env, (15, 20, 25), 2)
     schema = env_schema(env)
-    preset = get_preset(model, env)
+    preset = model_preset(model, env)
     torch.manual_seed(0)
     built = make_model(model, schema, FeatureScaler.fit(eps, schema), **preset["model"])
     return built.to(device), eps, preset

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from gdm_models.data import OBS_KEYS, complete_observation
 
-from graphwm.envs import make_env
+from graphwm.envs import make_env, sample_valid_action
 
 SPLIT_SEED_BASE = {"train": 0, "val": 100_000_000, "test": 200_000_000}
 SEEDS_PER_SIZE = 10_000
@@ -38,7 +38,7 @@ def record_episode(
     actions, nodes, rewards, terms, truncs = [], [], [], [], []
     done = False
     while not done:
-        action = env.sample_valid_action(policy_rng)
+        action = sample_valid_action(env, obs, policy_rng)
         nodes.append(env.action_to_nodes(action))
         obs, reward, terminated, truncated, _ = env.step(action)
         actions.append(np.atleast_1d(np.asarray(action, dtype=np.int64)))

@@ -22,7 +22,7 @@ from gdm_models.data import OBS_KEYS
 from gymnasium import spaces
 
 from graphwm.dream.validity import ObservationFixer, start_mask, valid_reward
-from graphwm.envs import graph_env
+from graphwm.envs import graph_env, schema_of
 
 
 def check_finite_weights(model) -> None:
@@ -102,7 +102,7 @@ def check_model_matches_env(model, env: gym.Env) -> None:
         )
 
     ms = model.schema
-    es = Schema.from_dict(graph_env(env).schema.to_dict())
+    es = Schema.from_dict(schema_of(graph_env(env)))
     names = ("node_continuous", "node_categorical", "graph_continuous", "graph_categorical")
     for name in names:
         if tuple(getattr(ms, name)) != tuple(getattr(es, name)):
@@ -139,7 +139,7 @@ class DreamCore:
         self.action_space = self.real.action_space
         self.num_nodes = int(self.real.num_nodes)
         self.num_episodes = int(num_episodes)
-        self.schema = self.real.schema.to_dict()
+        self.schema = schema_of(self.real)
         self.device = model.device
         self.fixer = ObservationFixer(self.observation_space, self.device)
         self.generator = torch.Generator(device=self.device)

@@ -29,9 +29,14 @@ METRIC_KEYS = (
 def extend_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
     """The env schema plus ``reward``, ``continuation`` and ``action_mask``."""
     out = copy.deepcopy(dict(schema))
+    # an env of one's own may use any feature name: refuse the three the metric adds
+    names = {n for key in METRIC_KEYS[1:] for n in out.get(key, ())}
     for name in ("reward", "continuation", "action_mask"):
-        if name in out.get("node_continuous", []) or name in out.get("node_categorical", {}):
-            raise ValueError(f"env schema already has a feature named {name!r}")
+        if name in names:
+            raise ValueError(
+                f"env schema already has a feature named {name!r} (the metric graph adds "
+                "'reward', 'continuation' and 'action_mask'; rename the env's feature)"
+            )
     out["node_categorical"] = {**out.get("node_categorical", {}), "action_mask": 2}
     out["graph_continuous"] = [*out.get("graph_continuous", []), "reward"]
     out["graph_categorical"] = {**out.get("graph_categorical", {}), "continuation": 2}

@@ -144,14 +144,19 @@ def env_samples(
     graphs: list[list[dict]] = [[] for _ in range(horizon)]
     invalid = np.zeros((horizon, len(seeds)), dtype=bool)
     for i, seed in enumerate(seeds):
-        env.restore_state(snapshot, seed=int(seed))
+        obs = env.restore_state(snapshot, seed=int(seed))
         done_graph = None
         for h, action in enumerate(actions):
             if done_graph is not None:
                 graphs[h].append(done_graph)
                 continue
-            obs, reward, terminated, truncated, info = env.step(_as_env_action(env, action))
-            invalid[h, i] = info["invalid_action"]
+            act = _as_env_action(env, action)
+            # an env without info["invalid_action"]: an action selecting a node outside the mask
+            outside = np.asarray(env.action_to_nodes(act)).astype(bool) & ~np.asarray(
+                obs["action_mask"]
+            ).astype(bool)
+            obs, reward, terminated, truncated, info = env.step(act)
+            invalid[h, i] = bool(info.get("invalid_action", outside.any()))
             graph = metric_graph(obs, reward, terminated)
             graphs[h].append(graph)
             if terminated or truncated:

@@ -144,9 +144,9 @@ def make_train_job(
     **options: Any,
 ) -> TrainJob:
     """A job with the paper's preset of ``model`` on ``env`` resolved under the overrides."""
-    from gdm_models import get_preset
+    from graphwm.envs import model_preset
 
-    preset = get_preset(model, env)
+    preset = model_preset(model, env)  # the paper's, else the defaults of an untuned env
     model_config = {**preset["model"], **(model_overrides or {})}
     trainer = {**preset["train"], **(train_overrides or {})}
     return TrainJob(

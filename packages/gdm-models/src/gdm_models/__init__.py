@@ -24,7 +24,7 @@ from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .data import OBS_KEYS, Batch, DataError, EpisodeDataset, EpochSampler
 from .ensemble import EnsembleResult, MemberResult, train_ensemble
 from .gdm import GDM, GDMConfig
-from .presets import ENV_IDS, get_preset, register_preset
+from .presets import ENV_IDS, default_preset, get_preset, register_preset
 from .registry import available_models, make_model, register_model
 from .scaling import FeatureScaler
 from .schema import Schema, SchemaError, parse_schema
@@ -64,6 +64,7 @@ __all__ = [
     "TrainResult",
     "WorldModel",
     "available_models",
+    "default_preset",
     "get_preset",
     "load_checkpoint",
     "make_model",

@@ -2,24 +2,34 @@
 Hyperparameters"), as plain data: this module imports nothing from the package, so any layer
 may read it.
 
-A preset is ``{"model": {config overrides}, "train": {trainer kwargs}}``. Environment ids:
-``"RGC"``, ``"OD"``, ``"SAR"``, ``"CF"``. Unsearched parameters marked * in the paper's table
-are included as well. Models added outside the package may add theirs with
-:func:`register_preset`.
+A preset is ``{"model": {config overrides}, "train": {trainer kwargs}}``. The paper's
+environment ids: ``"RGC"``, ``"OD"``, ``"SAR"``, ``"CF"``. Unsearched parameters marked * in the
+paper's table are included as well. Models or envs added outside the package may add theirs
+with :func:`register_preset` (any env id).
+
+An env the paper never tuned (one of your own) gets :func:`default_preset`: per hyperparameter,
+the value most of the paper's four tuned presets of that model share (ties: the smaller value,
+the cheaper model); pass the env's schema to :func:`get_preset` to fall back on it. The
+defaults do not depend on the schema's contents (the paper gives no rule that would); the
+schema is checked to be one, so a caller cannot fall back by accident. Override any value as
+usual (``make_model(..., **overrides)``; graphwm: ``train.model_overrides``).
 
 Usage::
 
     p = get_preset("gdm", "OD")
     model = make_model("gdm", schema, scaler, **p["model"])
     train(model, dataset, lr=p["train"]["lr"], ...)
+    get_preset("gdm", "mypkg/MyEnv-v0", schema=schema)  # no paper preset: the defaults
 """
 
 from __future__ import annotations
 
 import copy
+from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["ENV_IDS", "PRESETS", "get_preset", "register_preset"]
+__all__ = ["ENV_IDS", "PRESETS", "default_preset", "get_preset", "register_preset"]
 
 ENV_IDS: tuple[str, ...] = ("RGC", "OD", "SAR", "CF")
 
@@ -125,10 +135,11 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
 
 
 def register_preset(model: str, env_id: str, preset: dict[str, Any]) -> None:
-    """Add or replace the preset of ``model`` (base name, e.g. ``"g-rssm"``) for ``env_id``."""
-    if env_id not in ENV_IDS:
-        raise ValueError(f"unknown environment id {env_id!r}; expected one of {ENV_IDS}")
-    if set(preset) - {"model", "train"}:
+    """Add or replace the preset of ``model`` (base name, e.g. ``"g-rssm"``) for ``env_id``
+    (one of the paper's ids or any other env's, e.g. ``"mypkg/MyEnv-v0"``)."""
+    if not isinstance(env_id, str) or not env_id:
+        raise ValueError(f"env_id must be a non-empty string, got {env_id!r}")
+    if not isinstance(preset, Mapping) or set(preset) - {"model", "train"}:
         raise ValueError("a preset has only the keys 'model' and 'train'")
     PRESETS.setdefault(model, {})[env_id] = {
         "model": dict(preset.get("model", {})),
@@ -136,13 +147,69 @@ def register_preset(model: str, env_id: str, preset: dict[str, Any]) -> None:
     }
 
 
-def get_preset(model: str, env_id: str) -> dict[str, Any]:
-    """Return a deep copy of the preset for ``model`` (``"gdm:<ablation>"`` uses the GDM's)."""
+def _modal(values: list[Any]) -> Any:
+    """The value most presets share; ties: the smallest (the cheaper model, the smaller step)."""
+    counts = Counter(values)
+    top = max(counts.values())
+    tied = [v for v in counts if counts[v] == top]
+    try:
+        return min(tied)
+    except TypeError:  # values that do not order (never in the paper's tables): the first
+        return tied[0]
+
+
+_SCHEMA_KEYS = {
+    "node_continuous",
+    "node_categorical",
+    "graph_continuous",
+    "graph_categorical",
+    "ranges",
+}
+
+
+def default_preset(model: str, schema: Mapping[str, Any]) -> dict[str, Any]:
+    """The preset of ``model`` for an env the paper did not tune, with feature ``schema``.
+
+    Per hyperparameter the modal value of the paper's tuned presets of ``model`` (ties: the
+    smaller value); a key only some presets have is left out. For the paper's models this is:
+    GDM the OD/CF/SAR sizes (lr 5e-4, dim 128, z_n 16 x 16, beta_rep 0.1, free bits 0.01),
+    Vanilla-GWM lr 1e-4, 2 layers, dim 128; EA-GWM lr 1e-4, 2 layers, dim 64; G-RSSM 1 layer,
+    1 encoder layer, beta_adj 10, free bits 0.01 (docs/own-env.md lists them).
+
+    Raises:
+        KeyError: ``model`` has no presets at all.
+        ValueError: ``schema`` is not a schema dict.
+    """
+    if not isinstance(schema, Mapping) or set(schema) - _SCHEMA_KEYS:
+        raise ValueError(
+            f"schema must be a schema dict (keys among {sorted(_SCHEMA_KEYS)}), got {schema!r}"
+        )
+    base = model.split(":", 1)[0]
+    if base not in PRESETS:
+        raise KeyError(f"no presets for model {model!r}; known: {sorted(PRESETS)}")
+    tuned = [PRESETS[base][e] for e in ENV_IDS if e in PRESETS[base]]
+    tuned = tuned or list(PRESETS[base].values())
+    out: dict[str, Any] = {"model": {}, "train": {}}
+    for part in ("model", "train"):
+        keys = [k for k in tuned[0][part] if all(k in p[part] for p in tuned)]
+        out[part] = {k: _modal([p[part][k] for p in tuned]) for k in keys}
+    return out
+
+
+def get_preset(model: str, env_id: str, schema: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Return a deep copy of the preset for ``model`` (``"gdm:<ablation>"`` uses the GDM's).
+
+    An env with no preset of ``model`` gets :func:`default_preset` when its ``schema`` is
+    given, else ``KeyError``.
+    """
     base = model.split(":", 1)[0]
     if base not in PRESETS:
         raise KeyError(f"no presets for model {model!r}; known: {sorted(PRESETS)}")
     if env_id not in PRESETS[base]:
+        if schema is not None:
+            return default_preset(model, schema)
         raise KeyError(
-            f"no {base!r} preset for environment {env_id!r}; known: {sorted(PRESETS[base])}"
+            f"no {base!r} preset for environment {env_id!r}; known: {sorted(PRESETS[base])} "
+            "(pass the env's schema for the defaults of an env the paper did not tune)"
         )
     return copy.deepcopy(PRESETS[base][env_id])

@@ -2,8 +2,10 @@
 
 Subclasses implement a small set of hooks (``feature_schema``, ``_make_action_space``,
 ``_initial_state``, ``_transition``, ``_node_features``, ``_graph_features``, ``_mask``,
-``action_to_nodes``) on a mutable state object (a dataclass of numpy arrays). Everything the
-GDD protocol and RL agents need is provided here once:
+``action_to_nodes``) on a mutable state object (a dataclass of numpy arrays); optional hooks:
+``_is_valid``, ``_max_steps``, ``_horizon``, ``_node_positions`` and the class attributes
+``max_nodes``/``max_nodes_reason``/``viewer_module`` (docs/own-env.md walks through a
+subclass). Everything the GDD protocol and RL agents need is provided here once:
 
 * ``action_mask`` in every observation and :meth:`GraphEnv.action_masks` for MaskablePPO; the
   published mask is never all-zero (see :meth:`GraphEnv.node_mask`);
@@ -122,6 +124,11 @@ class GraphEnv(gym.Env[dict[str, np.ndarray], Any], ABC):
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 4}
+
+    #: Module of the env's renderer choices (``node_style``, ``status``, ...; see
+    #: :mod:`graphwm_envs.core.render`); ``None``: ``graphwm_envs.<env>.viewer`` for the
+    #: package's envs, the default renderer (the action mask as node colours) for any other.
+    viewer_module: ClassVar[str | None] = None
 
     #: Largest accepted ``num_nodes``, and why (each env sets both from its own algorithms).
     max_nodes: ClassVar[int] = 5000

@@ -114,10 +114,22 @@ class EpisodeTrace:
 
 
 def viewer_of(env: Any) -> Any | None:
-    """The env's ``viewer`` module (``graphwm_envs.<env>.viewer``), or ``None``."""
-    package = type(env).__module__.rpartition(".")[0]
+    """The env's viewer module, or ``None`` (then :func:`default_style` draws the mask).
+
+    The class attribute ``viewer_module`` (a module name, ``None``: no viewer) if the class
+    sets it, else ``graphwm_envs.<env>.viewer`` for the package's own envs. An env of your
+    own has no viewer unless it names one (docs/own-env.md), so a class defined in a
+    top-level module or ``__main__`` renders too.
+    """
+    cls = type(env)
+    name = getattr(cls, "viewer_module", None)
+    if name is None:
+        package = cls.__module__.rpartition(".")[0]
+        if not package.startswith("graphwm_envs."):
+            return None
+        name = f"{package}.viewer"
     try:
-        return importlib.import_module(f"{package}.viewer")
+        return importlib.import_module(name)
     except ModuleNotFoundError:
         return None
 
