@@ -294,11 +294,17 @@ def plain(text: str) -> str:
 
 
 def ray_runtime_env() -> dict | None:
-    """The explicit ``runtime_env`` of every graphwm Ray task: the four packages' source
-    folders as ``py_modules`` (so every node runs the driver's code, whatever it has
-    installed; their dependencies must be installed on the nodes). ``GRAPHWM_RAY_SHIP_CODE=0``
-    ships nothing: the nodes' own install is used, and must match (checked)."""
+    """The explicit ``runtime_env`` of the Ray job graphwm starts (``ray.init``): the four
+    packages' source folders as ``py_modules``, so every node runs the driver's code whatever
+    it has installed (their dependencies must be installed on the nodes).
+
+    None (ship nothing) with ``GRAPHWM_RAY_SHIP_CODE=0`` (the nodes' own install is used),
+    and inside a job started by ``ray job submit`` (its ``--working-dir`` or
+    ``--runtime-env`` is the job's, set by the submission). Either way every node's code is
+    checked against the driver's before any work (:func:`check_nodes`)."""
     if os.environ.get("GRAPHWM_RAY_SHIP_CODE", "1") == "0":
+        return None
+    if os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR"):  # a submitted job: its own env
         return None
     from graphwm.store.versions import package_dirs
 
@@ -317,13 +323,7 @@ def ray_job_function(ray: Any, num_gpus: float, num_cpus: float = 1) -> Any:
     (:data:`SYSTEM_RETRIES`)."""
     from graphwm.store.shipping import run_shipped
 
-    options: dict[str, Any] = {
-        "num_cpus": num_cpus, "num_gpus": num_gpus, "max_retries": 0, "max_calls": 0,
-    }  # fmt: skip
-    env = ray_runtime_env()
-    if env is not None:
-        options["runtime_env"] = env
-    return ray.remote(**options)(run_shipped)
+    return ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, max_retries=0, max_calls=0)(run_shipped)
 
 
 def _probe() -> str:
@@ -341,17 +341,12 @@ def check_nodes(ray: Any) -> None:
     from graphwm.store.versions import CodeMismatchError, code_digest
 
     expected = code_digest()
-    env = ray_runtime_env()
     probes = {}
     for node in ray.nodes():
         if node.get("Alive") and node.get("Resources", {}).get("CPU", 0) > 0:
-            options: dict[str, Any] = {
-                "num_cpus": 0,
-                "scheduling_strategy": NodeAffinitySchedulingStrategy(node["NodeID"], soft=False),
-            }
-            if env is not None:
-                options["runtime_env"] = env
-            probes[ray.remote(**options)(_probe).remote()] = node.get("NodeManagerAddress")
+            where = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
+            remote = ray.remote(num_cpus=0, scheduling_strategy=where)(_probe)
+            probes[remote.remote()] = node.get("NodeManagerAddress")
     try:
         answers = ray.get(list(probes), timeout=PROBE_SECONDS)
     except Exception as err:
@@ -424,6 +419,7 @@ def _run_ray(fn, todo, run_dir, num_gpus, desc, progress, done) -> None:
             ignore_reinit_error=True,
             log_to_driver=False,
             include_dashboard=False,
+            runtime_env=ray_runtime_env(),
         )
         for sig, handler in handlers.items():
             if callable(handler):
