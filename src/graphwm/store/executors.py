@@ -1,10 +1,20 @@
 """Executors: run a list of jobs through a job function, locally or on Ray.
 
 A job function is a module-level callable ``fn(job, run_dir) -> record`` (so it pickles for a
-process pool or Ray). Finished jobs (an intact record in the store) are skipped, records are
-stored as each job finishes, and a failing job does not lose the others' records. A corrupt
-record stops the run naming the file, or with ``RunPaths.redo_corrupt`` is quarantined and
-its job rerun.
+process pool or Ray). Finished jobs (an intact record in the store) are skipped. Each job runs
+through :func:`graphwm.store.outcomes.execute` (its thread count, its output captured, an
+exception of its own caught as its failure) wherever it runs, and this process stores each
+outcome as it comes (:func:`graphwm.store.outcomes.store_outcome`): the run store has one
+writer. A corrupt record stops the run naming the file, or with ``RunPaths.redo_corrupt`` is
+quarantined and its job rerun.
+
+A failing job never stops the others: every job runs, then
+:class:`~graphwm.store.outcomes.JobsFailed` names the failures; a deterministic failure is
+recorded and not rerun unless ``retry_failed`` (docs/cluster.md, "Failed jobs").
+
+On Ray the run store stays this process's (:mod:`graphwm.store.shipping`): a job's inputs
+travel to its node, its outputs come back, a training job sends its resumable state back while
+it runs, and a job lost with its node is submitted again and resumes.
 
 SIGINT or SIGTERM (a ``KeyboardInterrupt``, :class:`~graphwm.store.interrupts.Interrupted`
 under the CLI) stops the workers at once: the local pool's processes and their children are
@@ -16,8 +26,7 @@ again (training resumes from its last checkpoint). The exception raised is
 A job with ``parts`` (several jobs run as one unit of work, e.g. the members of a training
 ensemble) yields one record per part: its function returns, in the order of ``parts``, each
 part's record or the exception that part failed with. The parts' records are stored like
-jobs' records; a failed part is logged and raised after the others are stored. The unit is
-finished when every part is.
+jobs' records, a failed part as a failed job. The unit is finished when every part is.
 """
 
 from __future__ import annotations

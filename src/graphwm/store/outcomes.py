@@ -84,6 +84,7 @@ class Outcome:
     device: str = "cpu"
     started: float = 0.0
     seconds: float = 0.0
+    pid: int = field(default_factory=os.getpid)
     #: shipped mode (:mod:`graphwm.store.shipping`): files the job wrote, relative to the run
     #: directory, and input files it removed
     files: dict[str, bytes] = field(default_factory=dict)
@@ -142,6 +143,10 @@ def execute(fn: Any, job: Job, run_dir: str) -> Outcome:
                 else:
                     results = [out]
             except KeyboardInterrupt:
+                stopped = Outcome(job.key, [], node=node_name(), threads=threads,
+                                  device=str(getattr(job, "device", "cpu")), started=started,
+                                  seconds=time.time() - started)  # fmt: skip
+                log_line(Path(run_dir), job, stopped, "interrupted")
                 raise
             except Exception as err:
                 failure = Failure.of(err)
@@ -195,7 +200,7 @@ def log_line(run_dir: Path, job: Job, outcome: Outcome, status: str, **extra: An
         "model": getattr(job, "model", None),
         "seed": getattr(job, "seed", None),
         "host": outcome.node or socket.gethostname(),
-        "pid": os.getpid(),
+        "pid": outcome.pid,
         "threads": outcome.threads,
         "device": outcome.device,
         "started": round(outcome.started, 3),

@@ -112,7 +112,9 @@ class StatePusher:
                 self.push()
 
     def push(self) -> None:
-        from graphwm.stages.train import verify_resumable, verify_resumable_ensemble
+        # the trainers' own seals (graphwm.stages.train adds size checks, done on resume)
+        from gdm_models.ensemble import verify_ensemble_state
+        from gdm_models.trainer import verify_trainer_state
 
         folder = self.run_dir / self.job.reldir
         latest = folder / "ckpt" / "latest"
@@ -121,7 +123,7 @@ class StatePusher:
         with tempfile.TemporaryDirectory(prefix="graphwm-state-") as tmp:
             copy = Path(tmp) / "latest"
             shutil.copytree(latest, copy)
-            verify = verify_resumable_ensemble if hasattr(self.job, "parts") else verify_resumable
+            verify = verify_ensemble_state if hasattr(self.job, "parts") else verify_trainer_state
             meta = verify(copy)  # sealed: never a half-written state
             digest = hashlib.sha256(
                 b"".join(p.read_bytes() for p in sorted(copy.rglob("*")) if p.is_file())
@@ -133,9 +135,11 @@ class StatePusher:
                 if path.is_file():
                     rel = Path(self.job.reldir) / "ckpt" / "latest" / path.relative_to(copy)
                     files[rel.as_posix()] = path.read_bytes()
-        # the logs after the state: they hold at least its rows (rows reach the disk first)
-        for path in sorted(folder.rglob("log.csv")):
-            files[path.relative_to(self.run_dir).as_posix()] = path.read_bytes()
+        # the logs after the state: they hold at least its rows (rows reach the disk first);
+        # an ensemble's members log in their own folders
+        folders = [folder, *(self.run_dir / p.reldir for p in parts_of(self.job))]
+        for log in dict.fromkeys(p for f in folders for p in sorted(f.rglob("log.csv"))):
+            files[log.relative_to(self.run_dir).as_posix()] = log.read_bytes()
         import ray
 
         ray.get(self.inbox.put.remote(self.job.key, int(meta.get("step", 0)), self.node, files))
