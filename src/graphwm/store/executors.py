@@ -388,7 +388,8 @@ class _Inputs:
     """The driver's input files as Ray objects, each put once (again when it changed)."""
 
     def __init__(self, ray: Any, run_dir: Path) -> None:
-        self.ray, self.run_dir, self.refs = ray, Path(run_dir), {}
+        self.ray, self.run_dir = ray, Path(run_dir)
+        self.refs: dict[tuple[str, int, int], Any] = {}
 
     def of(self, job: Job) -> dict[str, Any]:
         from graphwm.store.shipping import input_files
@@ -435,7 +436,7 @@ def _run_ray(fn, todo, run_dir, num_gpus, desc, progress, done) -> None:
                 signal.signal(sig, handler)
     check_nodes(ray)
     here = ray.get_runtime_context().get_node_id()
-    inbox = (
+    inbox: Any = (
         ray.remote(num_cpus=0)(StateInbox)
         .options(scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False))
         .remote()

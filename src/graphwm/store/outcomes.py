@@ -232,7 +232,12 @@ def write_files(run_dir: Path, files: dict[str, bytes], deleted: Sequence[str]) 
                 target.unlink()
     for rel, data in sorted(files.items()):
         target = inside(run_dir, rel, Path(run_dir))
-        atomic_write(target, lambda tmp, data=data: tmp.write_bytes(data))
+        atomic_write(target, _writer(data))
+
+
+def _writer(data: bytes) -> Any:
+    """``write(tmp)`` of :func:`~graphwm.store.files.atomic_write` for ``data``."""
+    return lambda tmp: Path(tmp).write_bytes(data)
 
 
 def store_outcome(store: ResultStore, run_dir: Path, job: Job, outcome: Outcome) -> None:

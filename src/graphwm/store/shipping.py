@@ -137,7 +137,8 @@ class StatePusher:
                     files[rel.as_posix()] = path.read_bytes()
         # the logs after the state: they hold at least its rows (rows reach the disk first);
         # an ensemble's members log in their own folders
-        folders = [folder, *(self.run_dir / p.reldir for p in parts_of(self.job))]
+        parts: tuple[Any, ...] = parts_of(self.job)
+        folders = [folder, *(self.run_dir / p.reldir for p in parts)]
         for log in dict.fromkeys(p for f in folders for p in sorted(f.rglob("log.csv"))):
             files[log.relative_to(self.run_dir).as_posix()] = log.read_bytes()
         import ray
