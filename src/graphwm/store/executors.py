@@ -450,10 +450,22 @@ def _run_ray(fn, todo, run_dir, num_gpus, desc, progress, done) -> None:
         remote = ray_job_function(ray, num_gpus, max(1, int(getattr(job, "threads", 1) or 1)))
         return remote.remote(fn, job, inputs.of(job), inbox, code)
 
+    taking: list[Any] = [inbox.take.remote()]
+
     def drain() -> None:
+        """Write the states the inbox holds, without waiting for it (a state of a job whose
+        outcome is stored already is older than that outcome: dropped)."""
         from graphwm.store.outcomes import write_files
 
-        for key, (step, node, files) in ray.get(inbox.take.remote()).items():
+        ready, _ = ray.wait(taking, timeout=0)
+        if not ready:
+            return
+        try:
+            states = ray.get(ready[0])
+        except RayError:  # the inbox is gone: jobs run on, without sending states
+            return
+        taking[0] = inbox.take.remote()
+        for key, (step, node, files) in states.items():
             if key not in finished:
                 write_files(run_dir, files, [])
                 _event(run_dir, f"job {key}: resumable state of step {step} from node {node}")

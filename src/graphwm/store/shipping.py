@@ -31,6 +31,8 @@ from graphwm.store.results import parts_of
 
 #: how often a running training job sends its latest resumable state to the driver
 STATE_SECONDS = 2.0
+#: how long a state push may take before it is given up (the next one tries again)
+PUT_SECONDS = 30.0
 
 
 def job_inputs(job: Any) -> list[str]:
@@ -104,7 +106,7 @@ class StatePusher:
 
     def __exit__(self, *exc: object) -> None:
         self.stop.set()
-        self.thread.join()
+        self.thread.join(timeout=PUT_SECONDS)  # a push in flight: never hold the job back
 
     def _loop(self) -> None:
         while not self.stop.wait(STATE_SECONDS):
@@ -143,7 +145,8 @@ class StatePusher:
             files[log.relative_to(self.run_dir).as_posix()] = log.read_bytes()
         import ray
 
-        ray.get(self.inbox.put.remote(self.job.key, int(meta.get("step", 0)), self.node, files))
+        put = self.inbox.put.remote(self.job.key, int(meta.get("step", 0)), self.node, files)
+        ray.get(put, timeout=PUT_SECONDS)
         self.sent = digest
 
 
