@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import socket
+import sys
 import time
 import traceback
 from collections.abc import Sequence
@@ -96,14 +97,34 @@ class Outcome:
 
 
 def node_name() -> str:
-    """This machine's name (with the Ray node's IP inside a Ray worker)."""
+    """This machine's name (inside a Ray worker also the Ray node's id, whose first 12 hex
+    digits name it, and IP: several nodes may share a machine)."""
     host = socket.gethostname()
     with contextlib.suppress(Exception):
         import ray
 
         if ray.is_initialized():
-            return f"{host} ({ray.util.get_node_ip_address()})"
+            node = ray.get_runtime_context().get_node_id()
+            return f"{host} (ray node {node[:12]}, {ray.util.get_node_ip_address()})"
     return host
+
+
+class _Tee(io.TextIOBase):
+    """Writes to the job's captured output and to the stream it replaces (so a job's output
+    still reaches the terminal or the Ray worker's log as it happens)."""
+
+    def __init__(self, buffer: io.StringIO, stream: Any) -> None:
+        self.buffer_, self.stream = buffer, stream
+
+    def write(self, text: str) -> int:
+        self.buffer_.write(text)
+        with contextlib.suppress(Exception):
+            self.stream.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        with contextlib.suppress(Exception):
+            self.stream.flush()
 
 
 class _Capture(logging.Handler):
@@ -131,7 +152,8 @@ def execute(fn: Any, job: Job, run_dir: str) -> Outcome:
     started = time.time()
     parts = parts_of(job)
     try:
-        with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
+        out, err = _Tee(buffer, sys.stdout), _Tee(buffer, sys.stderr)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
                 out = fn(job, run_dir)
                 if hasattr(job, "parts"):
