@@ -184,7 +184,7 @@ def _long_preset(runs: Path) -> Path:
         ('envs = ["SAR", "RGC"]', 'envs = ["SAR"]'),
         ('models = ["gdm", "vanilla-gwm"]', 'models = ["gdm"]'),
         ('ablations = ["gdm:no-h-plus"]', "ablations = []"),
-        ("steps = 4\n", "steps = 1500\n"),
+        ("steps = 4\n", "steps = 300\n"),
         ("checkpoint_every = 2\n", "checkpoint_every = 10\n"),
     ):
         assert old in text
@@ -228,4 +228,4 @@ def test_a_worker_node_killed_mid_training_is_survived(cluster, runs: Path):
     log = events.read_text()
     assert "lost" in log and "retry 1, resuming" in log
     (record,) = [json.loads(p.read_text()) for p in (out / "jobs").glob("train-*.json")]
-    assert record["steps"] == 1500 and record["resumed_from"] >= 10  # from the state sent back
+    assert record["steps"] == 300 and record["resumed_from"] >= 10  # from the state sent back
