@@ -37,8 +37,10 @@ def test_bad_lr_or_grad_clip_is_refused_before_any_step(make_tiny, dataset, tmp_
 
 def test_bad_lr_is_refused_by_train_ensemble(scaler, dataset):
     with pytest.raises(ValueError, match="lr must be a finite number > 0, got inf"):
-        train_ensemble("gdm", [1, 2], dataset, scaler=scaler, model_config=TINY, steps=1,
-                       lr=math.inf, batch_size=2, seq_len=3, device="cpu", progress=False)  # fmt: skip
+        train_ensemble(
+            "gdm", [1, 2], dataset, scaler=scaler, model_config=TINY, steps=1, lr=math.inf,
+            batch_size=2, seq_len=3, device="cpu", progress=False,
+        )  # fmt: skip
 
 
 def test_unclipped_training_still_works(make_tiny, dataset):
