@@ -4,6 +4,7 @@ members equal to single runs (the member engine, the default: up to float roundi
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -167,7 +168,9 @@ def test_a_failed_member_is_raised_after_the_others_are_stored(data, tmp_path, m
     monkeypatch.setattr(ensemble, "train_ensemble_job", second_member_diverges)
     preset = _preset()
     run = _run_dir(data, tmp_path / "run")
-    with pytest.raises(FloatingPointError, match="seed 1"):
+    from graphwm.store.outcomes import JobsFailed
+
+    with pytest.raises(JobsFailed, match=r"FloatingPointError: non-finite loss .*\(seed 1\)"):
         stage_train(preset, run, progress=False)
     first, second = training_jobs(preset)
     store = ResultStore(run.jobs)
@@ -177,9 +180,13 @@ def test_a_failed_member_is_raised_after_the_others_are_stored(data, tmp_path, m
         (first.key, "done"),
         (second.key, "failed"),
     }
-    # the next run trains the ensemble again (resuming from its last state) and stores both
+    # the failure is recorded: a rerun reports it without training; --retry-failed trains the
+    # ensemble again (resuming from its last state) and stores both
     monkeypatch.setattr(ensemble, "train_ensemble_job", real)
-    assert [r.seed for r in stage_train(preset, run, progress=False)] == [0, 1]
+    with pytest.raises(JobsFailed, match="recorded by an earlier run"):
+        stage_train(preset, run, progress=False)
+    retry = dataclasses.replace(run, retry_failed=True)
+    assert [r.seed for r in stage_train(preset, retry, progress=False)] == [0, 1]
 
 
 RESUME_SCRIPT = """

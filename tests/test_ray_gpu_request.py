@@ -1,5 +1,6 @@
 """Ray asks for a GPU per training job for any CUDA device string (issue 28: "cuda:1" got
-none)."""
+none), and for a fraction of one per evaluation or downstream job (issue 37: they asked for
+none and saw every GPU of their node)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,10 @@ def test_every_cuda_device_string_gets_a_gpu(device, gpus, monkeypatch):
     monkeypatch.setattr(pipeline, "check_machine", lambda preset: None)  # no GPU here
     preset = parse_checked({**read_preset("smoke"), "device": device, "executor": "ray"})
     assert pipeline.executor_args(preset, gpu=True)["num_gpus_per_job"] == gpus
-    assert pipeline.executor_args(preset, gpu=False)["num_gpus_per_job"] == 0.0
+    from graphwm.jobs import EVAL_GPU_FRACTION
+
+    evaluation = pipeline.executor_args(preset, gpu=False)["num_gpus_per_job"]
+    assert evaluation == (EVAL_GPU_FRACTION if gpus else 0.0) and 0 < EVAL_GPU_FRACTION < 1
 
 
 def test_a_ray_worker_keeps_its_process_across_gpu_jobs():

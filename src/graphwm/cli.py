@@ -74,6 +74,12 @@ def _add_run_args(p: argparse.ArgumentParser, default_out: str = "runs/smoke") -
         help="quarantine corrupt store files (to RUN_DIR/quarantine/) and recompute them",
     )
     p.add_argument(
+        "--retry-failed",
+        action="store_true",
+        help="run again the jobs an earlier run recorded as failed (by default they are "
+        "reported failed again without running)",
+    )
+    p.add_argument(
         "--tensorboard",
         action="store_true",
         default=None,
@@ -253,21 +259,72 @@ def _main(argv: list[str] | None) -> int:
         handler.setFormatter(logging.Formatter("graphwm: %(levelname)s: %(message)s"))
         logging.getLogger("graphwm").addHandler(handler)
         logging.getLogger("graphwm").setLevel(logging.INFO)
-    if args.debug:
-        return _run(args)
-    try:
-        return _run(args)
-    except Exception as err:  # one clear line; --debug for the traceback
-        user = isinstance(err, _user_errors())
-        message = str(err) if user else f"{type(err).__name__}: {err}"
-        from graphwm.store.files import CorruptFileError
+    from graphwm.store.outcomes import JobsFailed
 
-        if isinstance(err, CorruptFileError) and args.command == "report":
-            message = err.for_reader()  # report has no --redo-corrupt
-        first = message.strip().splitlines()[0] if message.strip() else type(err).__name__
-        hint = "" if user else " (run with --debug for the traceback)"
-        print(f"graphwm: error: {first}{hint}", file=sys.stderr)
-        return 2 if user else 1
+    try:
+        if args.debug:
+            return _run(args)
+        try:
+            return _run(args)
+        except JobsFailed:
+            raise
+        except Exception as err:  # one clear line; --debug for the traceback
+            return _error_line(args, err, sys.argv[1:] if argv is None else argv)
+    except JobsFailed as err:
+        return _jobs_failed(err, sys.argv[1:] if argv is None else argv)
+
+
+def _jobs_failed(err, argv: list[str]) -> int:
+    """Report failed jobs (every other job ran): each with its cause, where its output is,
+    and the commands that resume; exit code 1."""
+    import shlex
+
+    report = getattr(err, "report", None)
+    if report is not None:
+        _print_report(report)
+    lines = [f"graphwm: error: {len(err.failures)} job(s) failed; every other job ran:"]
+    for desc, _job, failure in err.failures:
+        lines.append(f"  {desc}: {failure.cause}")
+    lines.append(
+        "graphwm: each job's output and traceback: RUN_DIR/jobs/<key>.log; the report "
+        "computes intervals over the seeds that finished and names the missing ones"
+    )
+    base = [a for a in argv if a != "--retry-failed"]
+    retryable = [f for _, _, f in err.failures if not f.deterministic]
+    if retryable:
+        lines.append("graphwm: to resume (reruns the failed jobs; finished jobs are kept):")
+        lines.append("  " + shlex.join(["graphwm", *base]))
+    if len(retryable) < len(err.failures):
+        lines.append(
+            "graphwm: a job that failed by itself is not rerun (it would fail again); to run "
+            "it again, e.g. after changing its settings or the code:"
+        )
+        lines.append("  " + shlex.join(["graphwm", *base, "--retry-failed"]))
+    print("\n".join(lines), file=sys.stderr, flush=True)
+    return 1
+
+
+def _error_line(args: argparse.Namespace, err: Exception, argv: list[str]) -> int:
+    """Print one line for ``err`` (and, for a stage command stopped by something other than
+    its input, the command that resumes); the exit code (2 for a problem with the input)."""
+    import shlex
+
+    user = isinstance(err, _user_errors())
+    message = str(err) if user else f"{type(err).__name__}: {err}"
+    from graphwm.store.files import CorruptFileError
+
+    if isinstance(err, CorruptFileError) and args.command == "report":
+        message = err.for_reader()  # report has no --redo-corrupt
+    first = message.strip().splitlines()[0] if message.strip() else type(err).__name__
+    hint = "" if user else " (run with --debug for the traceback)"
+    print(f"graphwm: error: {first}{hint}", file=sys.stderr)
+    if not user and hasattr(args, "retry_failed"):  # a stage command: finished jobs are kept
+        print(
+            "graphwm: finished jobs are stored; to resume, rerun: "
+            + shlex.join(["graphwm", *argv]),
+            file=sys.stderr,
+        )
+    return 2 if user else 1
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -300,12 +357,18 @@ def _run(args: argparse.Namespace) -> int:
 
     preset = _preset(args)  # validated here, once, before any work (the pipeline's entry
     # point checks the machine's device and passes the checked preset down as it is)
-    run = pipeline.RunPaths(args.out, redo_corrupt=args.redo_corrupt)
+    run = pipeline.RunPaths(
+        args.out, redo_corrupt=args.redo_corrupt, retry_failed=args.retry_failed
+    )
     progress = not args.quiet
     if args.command == "reproduce":
         _print_report(
             pipeline.reproduce_report(
-                preset, args.out, progress=progress, redo_corrupt=args.redo_corrupt
+                preset,
+                args.out,
+                progress=progress,
+                redo_corrupt=args.redo_corrupt,
+                retry_failed=args.retry_failed,
             )
         )
     elif args.command == "collect":

@@ -40,18 +40,32 @@ def workers(preset: CheckedPreset) -> int:
     return preset.workers or default_workers()
 
 
+#: torch threads of every job, whatever the executor or the worker count: the thread count
+#: changes a job's floating-point results (reductions split differently), and it is not part
+#: of the job key, so it is one fixed number (docs/cluster.md). It is also the CPUs each job
+#: asks Ray for (``num_cpus``), and the local pool runs one job per core.
+JOB_THREADS = 1
+
+#: the share of a GPU an evaluation or downstream job on CUDA asks Ray for (training asks for
+#: a whole GPU): four such jobs share a GPU, each with its CUDA_VISIBLE_DEVICES set by Ray
+EVAL_GPU_FRACTION = 0.25
+
+
 def threads(preset: CheckedPreset) -> int:
-    """Torch threads per job: one when jobs run side by side, else two."""
-    return 1 if workers(preset) > 1 else 2
+    """Torch threads per job: :data:`JOB_THREADS`, whatever the layout (so the same job gives
+    the same bytes with ``--workers 1``, ``--workers 2`` or on Ray)."""
+    return JOB_THREADS
 
 
 def executor_args(preset: CheckedPreset, gpu: bool = False) -> dict:
-    """Executor keyword arguments of :func:`graphwm.store.executors.run_jobs` for a preset."""
+    """Executor keyword arguments of :func:`graphwm.store.executors.run_jobs` for a preset:
+    on a CUDA device ("cuda", "cuda:1", ...) a training job (``gpu``) asks Ray for a GPU,
+    an evaluation or downstream job for :data:`EVAL_GPU_FRACTION` of one."""
+    cuda = preset.device.split(":")[0] == "cuda"
     return {
         "executor": preset.executor,
         "max_workers": workers(preset),
-        # any CUDA device string ("cuda", "cuda:1", ...) asks Ray for a GPU per job
-        "num_gpus_per_job": 1.0 if gpu and preset.device.split(":")[0] == "cuda" else 0.0,
+        "num_gpus_per_job": (1.0 if gpu else EVAL_GPU_FRACTION) if cuda else 0.0,
     }
 
 

@@ -16,6 +16,7 @@ checkpoint.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,6 +39,7 @@ from graphwm.stages.fit import FitJob, run_fit
 from graphwm.stages.train import TrainJob, verify_trained
 from graphwm.store.executors import run_jobs
 from graphwm.store.files import atomic_write_json, read_json, run_lock
+from graphwm.store.outcomes import JobsFailed
 from graphwm.store.paths import RunPaths
 from graphwm.store.records import Record, TrainRecord
 from graphwm.store.results import ResultStore, parts_of
@@ -146,6 +148,57 @@ def _update_run_record(paths: RunPaths, **entries: Any) -> None:
     atomic_write_json(paths.run_record, current)
 
 
+class _Failed:
+    """The failed jobs of one command: a stage goes on with the records of the jobs that
+    finished, the jobs that need a failed one's output are left out, and the command raises
+    :class:`JobsFailed` naming them all at its end (after the report, for ``reproduce``)."""
+
+    def __init__(self) -> None:
+        self.errors: list[JobsFailed] = []
+
+    def run(self, call: Any) -> list:
+        """``call()``'s records; on :class:`JobsFailed` those of the jobs that finished."""
+        try:
+            return call()
+        except JobsFailed as err:
+            self.errors.append(err)
+            return [r for r in err.records if r is not None]
+
+    @property
+    def keys(self) -> set[str]:
+        return {job.key for err in self.errors for _, job, _ in err.failures}
+
+    def needed(self, job: Any) -> bool:
+        """Whether ``job`` can run: the training job it reads did not fail."""
+        train = getattr(job, "train", None)
+        key = train.key if train is not None else getattr(job, "train_key", None)
+        return key is None or key not in self.keys
+
+    def entries(self) -> list[dict[str, Any]]:
+        """``run.json``'s ``failed``: each failed job with its cause."""
+        return [
+            {
+                "key": job.key,
+                "kind": job.kind,
+                "env": getattr(job, "env", None),
+                "model": getattr(job, "model", None),
+                "seed": getattr(job, "seed", None),
+                "cause": failure.cause,
+            }
+            for err in self.errors
+            for _, job, failure in err.failures
+        ]
+
+    def finish(self, paths: RunPaths) -> None:
+        """Record the failures in ``run.json`` and raise them (nothing when none)."""
+        _update_run_record(paths, failed=self.entries())
+        if self.errors:
+            merged = self.errors[0]
+            for err in self.errors[1:]:
+                merged = merged.merged(err)
+            raise merged
+
+
 def stage_collect(preset: PresetLike, paths: RunPaths, progress: bool = True) -> list[DataRef]:
     """Stage 1: random-policy rollouts for every env and split."""
     p = _preset(preset)
@@ -165,7 +218,10 @@ def stage_train(preset: PresetLike, paths: RunPaths, progress: bool = True) -> l
     fitting what is not there yet first)."""
     p = _preset(preset)
     with run_lock(paths):
-        return _train(p, paths, progress)
+        failed = _Failed()
+        records = _train(p, paths, progress, failed)
+        failed.finish(paths)
+        return records
 
 
 def stage_evaluate(preset: PresetLike, paths: RunPaths, progress: bool = True) -> list[Record]:
@@ -175,8 +231,11 @@ def stage_evaluate(preset: PresetLike, paths: RunPaths, progress: bool = True) -
     """
     p = _preset(preset)
     with run_lock(paths):
-        _train(p, paths, progress)
-        return _evaluate(p, paths, progress)
+        failed = _Failed()
+        _train(p, paths, progress, failed)
+        records = _evaluate(p, paths, progress, failed)
+        failed.finish(paths)
+        return records
 
 
 def stage_curve(preset: PresetLike, paths: RunPaths, progress: bool = True) -> list[Record]:
@@ -185,9 +244,12 @@ def stage_curve(preset: PresetLike, paths: RunPaths, progress: bool = True) -> l
     ``curve`` (empty when the curve is off). Trains whatever is not trained yet first."""
     p = _preset(preset)
     with run_lock(paths):
+        failed = _Failed()
         if jobs.curve_jobs(p):
-            _train(p, paths, progress)
-        return _curve(p, paths, progress)
+            _train(p, paths, progress, failed)
+        records = _curve(p, paths, progress, failed)
+        failed.finish(paths)
+        return records
 
 
 def stage_downstream(preset: PresetLike, paths: RunPaths, progress: bool = True) -> list[Record]:
@@ -199,9 +261,12 @@ def stage_downstream(preset: PresetLike, paths: RunPaths, progress: bool = True)
     """
     p = _preset(preset)
     with run_lock(paths):
+        failed = _Failed()
         if _downstream_section(p) is not None:
-            _train(p, paths, progress)
-        return _downstream(p, paths, progress)
+            _train(p, paths, progress, failed)
+        records = _downstream(p, paths, progress, failed)
+        failed.finish(paths)
+        return records
 
 
 def run_training_jobs(
@@ -261,26 +326,31 @@ def _run_training(
     return [by_key[job.key] for job in train]
 
 
-def _train(p: CheckedPreset, paths: RunPaths, progress: bool) -> list[TrainRecord]:
-    """Collect, fit and train (each reuses what is stored)."""
+def _train(p: CheckedPreset, paths: RunPaths, progress: bool, failed: _Failed) -> list[TrainRecord]:
+    """Collect, fit and train (each reuses what is stored); ``run.json`` lists the training
+    jobs that finished (a failed one is in its ``failed``)."""
+    from graphwm.store.versions import code_record
+
     units = jobs.training_units(p)  # the preset's seeds in one pass
     train = [job for unit in units for job in unit_members(unit)]
     _collect(p, paths, progress)
     _fit(p, paths)
-    records = _run_units(p, paths, units, "train", progress)
+    _update_run_record(paths, code=code_record())
+    records = failed.run(lambda: _run_units(p, paths, units, "train", progress))
     _update_run_record(
         paths,
         preset=p.name,
         train=[
             {"env": j.env, "model": j.model, "seed": j.seed, "key": j.key, "dir": j.reldir}
             for j in train
+            if j.key not in failed.keys
         ],
     )
     return records
 
 
-def _evaluate(p: CheckedPreset, paths: RunPaths, progress: bool) -> list[Record]:
-    evaluation = jobs.evaluation_jobs(p)
+def _evaluate(p: CheckedPreset, paths: RunPaths, progress: bool, failed: _Failed) -> list[Record]:
+    evaluation = [j for j in jobs.evaluation_jobs(p) if failed.needed(j)]
     store = ResultStore(paths.results)
     records: list[Record] = []
     for fn, kind in (
@@ -290,25 +360,31 @@ def _evaluate(p: CheckedPreset, paths: RunPaths, progress: bool) -> list[Record]
     ):
         batch = [j for j in evaluation if j.kind == kind]
         if batch:
-            records += run_jobs(
-                fn, batch, store, paths, desc=fn.__name__, progress=progress,
-                **jobs.executor_args(p),
+            records += failed.run(
+                lambda fn=fn, batch=batch: run_jobs(
+                    fn, batch, store, paths, desc=fn.__name__, progress=progress,
+                    **jobs.executor_args(p),
+                )
             )  # fmt: skip
+    done = [j for j in evaluation if j.key not in failed.keys]
     _update_run_record(
-        paths, results=sorted(f"results/{j.key}.json" for j in evaluation), evaluated=p.name
+        paths, results=sorted(f"results/{j.key}.json" for j in done), evaluated=p.name
     )
     return records
 
 
-def _curve(p: CheckedPreset, paths: RunPaths, progress: bool) -> list[Record]:
-    curve = jobs.curve_jobs(p)
+def _curve(p: CheckedPreset, paths: RunPaths, progress: bool, failed: _Failed) -> list[Record]:
+    curve = [j for j in jobs.curve_jobs(p) if failed.needed(j)]
     records: list[Record] = []
     if curve:
-        records = run_jobs(
-            curve_job, curve, ResultStore(paths.results), paths, desc="curve",
-            progress=progress, **jobs.executor_args(p),
+        records = failed.run(
+            lambda: run_jobs(
+                curve_job, curve, ResultStore(paths.results), paths, desc="curve",
+                progress=progress, **jobs.executor_args(p),
+            )
         )  # fmt: skip
-    _update_run_record(paths, curve=sorted(f"results/{j.key}.json" for j in curve))
+    done = [j for j in curve if j.key not in failed.keys]
+    _update_run_record(paths, curve=sorted(f"results/{j.key}.json" for j in done))
     return records
 
 
@@ -323,7 +399,7 @@ def _downstream_section(p: Preset) -> DownstreamConfig | None:
     return section
 
 
-def _downstream(p: CheckedPreset, paths: RunPaths, progress: bool) -> list[Record]:
+def _downstream(p: CheckedPreset, paths: RunPaths, progress: bool, failed: _Failed) -> list[Record]:
     from graphwm.downstream.jobs import downstream_jobs, run_downstream_job
     from graphwm.downstream.record import STORE_DIR
 
@@ -334,39 +410,73 @@ def _downstream(p: CheckedPreset, paths: RunPaths, progress: bool) -> list[Recor
     agents = downstream_jobs(
         section, p.envs, jobs.training_jobs(p), device=p.device, tensorboard=p.train.tensorboard
     )
-    records = run_jobs(
-        run_downstream_job, agents, ResultStore(paths.root / STORE_DIR), paths,
-        desc="downstream", progress=progress, **jobs.executor_args(p),
+    agents = [j for j in agents if failed.needed(j)]
+    records = failed.run(
+        lambda: run_jobs(
+            run_downstream_job, agents, ResultStore(paths.root / STORE_DIR), paths,
+            desc="downstream", progress=progress, **jobs.executor_args(p),
+        )
     )  # fmt: skip
-    _update_run_record(paths, downstream=sorted(f"{STORE_DIR}/{j.key}.json" for j in agents))
+    done = [j for j in agents if j.key not in failed.keys]
+    _update_run_record(paths, downstream=sorted(f"{STORE_DIR}/{j.key}.json" for j in done))
     return records
 
 
 def reproduce(
-    preset: PresetLike, out: Path, progress: bool = True, redo_corrupt: bool = False
+    preset: PresetLike,
+    out: Path,
+    progress: bool = True,
+    redo_corrupt: bool = False,
+    retry_failed: bool = False,
 ) -> Path:
     """Run every stage of ``preset`` into ``out``; returns the report directory.
 
     The preset is validated before any work starts.
     """
-    return reproduce_report(preset, out, progress, redo_corrupt).report_dir
+    return reproduce_report(preset, out, progress, redo_corrupt, retry_failed).report_dir
+
+
+class RunFailed(JobsFailed):
+    """:class:`JobsFailed` of ``reproduce``: every other job ran and the report was built
+    (``report``) over the seeds that finished, the missing ones marked."""
+
+    def __init__(self, err: JobsFailed, report: ReportPaths | None) -> None:
+        super().__init__(err.failures, err.records)
+        self.report = report
 
 
 def reproduce_report(
-    preset: PresetLike, out: Path, progress: bool = True, redo_corrupt: bool = False
+    preset: PresetLike,
+    out: Path,
+    progress: bool = True,
+    redo_corrupt: bool = False,
+    retry_failed: bool = False,
 ) -> ReportPaths:
     """:func:`reproduce`, returning what the report wrote (what ``graphwm reproduce``
-    prints): each stage runs once, training first, and the report is built once."""
+    prints): each stage runs once, training first, and the report is built once.
+
+    Raises:
+        RunFailed: some jobs failed; all others ran, and the report (built over the seeds
+            that finished, the missing ones marked) is the exception's ``report``.
+    """
     from graphwm.report.build import build_report
 
     p = _preset(preset)
     _downstream_section(p)  # a bad [downstream] section fails before any work
     if not str(out).strip():
         raise PresetError("the run directory (--out) must be a non-empty path")
-    paths = RunPaths(Path(out), redo_corrupt=redo_corrupt)
+    paths = RunPaths(Path(out), redo_corrupt=redo_corrupt, retry_failed=retry_failed)
     with run_lock(paths):
-        _train(p, paths, progress)
-        _evaluate(p, paths, progress)
-        _curve(p, paths, progress)
-        _downstream(p, paths, progress)
+        failed = _Failed()
+        _train(p, paths, progress, failed)
+        _evaluate(p, paths, progress, failed)
+        _curve(p, paths, progress, failed)
+        _downstream(p, paths, progress, failed)
+        try:
+            failed.finish(paths)
+        except JobsFailed as err:
+            report = None
+            with contextlib.suppress(FileNotFoundError):  # nothing finished: no report
+                report = build_report(paths.root)
+            raise RunFailed(err, report) from None
         return build_report(paths.root)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from graphwm.report import curve as report_curve
 from graphwm.report import figures as report_figures
+from graphwm.report.missing import missing_note
 from graphwm.report.tables import (
     SeedStats,
     Table,
@@ -240,6 +241,7 @@ def build_report(run_dir: Path | str) -> ReportPaths:
     out.mkdir(parents=True, exist_ok=True)
 
     tables = build_tables(records)
+    missing = missing_note(run_dir)  # failed jobs: named under every table
     # the GDD curve (train.eval_every): its table after the others, its figure after theirs
     curve = report_curve.load_curve(run_dir)
     curve_table = report_curve.curve_table(curve)
@@ -247,6 +249,8 @@ def build_report(run_dir: Path | str) -> ReportPaths:
         tables.append(curve_table)
     tables_md, tables_tex = {}, {}
     for table in tables:
+        if missing:
+            table.notes.append(missing)
         tables_md[table.name] = out / f"{table.name}.md"
         tables_tex[table.name] = out / f"{table.name}.tex"
         _write_if_changed(tables_md[table.name], to_markdown(table))

@@ -1,10 +1,20 @@
 """Executors: run a list of jobs through a job function, locally or on Ray.
 
 A job function is a module-level callable ``fn(job, run_dir) -> record`` (so it pickles for a
-process pool or Ray). Finished jobs (an intact record in the store) are skipped, records are
-stored as each job finishes, and a failing job does not lose the others' records. A corrupt
-record stops the run naming the file, or with ``RunPaths.redo_corrupt`` is quarantined and
-its job rerun.
+process pool or Ray). Finished jobs (an intact record in the store) are skipped. Each job runs
+through :func:`graphwm.store.outcomes.execute` (its thread count, its output captured, an
+exception of its own caught as its failure) wherever it runs, and this process stores each
+outcome as it comes (:func:`graphwm.store.outcomes.store_outcome`): the run store has one
+writer. A corrupt record stops the run naming the file, or with ``RunPaths.redo_corrupt`` is
+quarantined and its job rerun.
+
+A failing job never stops the others: every job runs, then
+:class:`~graphwm.store.outcomes.JobsFailed` names the failures; a deterministic failure is
+recorded and not rerun unless ``retry_failed`` (docs/cluster.md, "Failed jobs").
+
+On Ray the run store stays this process's (:mod:`graphwm.store.shipping`): a job's inputs
+travel to its node, its outputs come back, a training job sends its resumable state back while
+it runs, and a job lost with its node is submitted again and resumes.
 
 SIGINT or SIGTERM (a ``KeyboardInterrupt``, :class:`~graphwm.store.interrupts.Interrupted`
 under the CLI) stops the workers at once: the local pool's processes and their children are
@@ -16,14 +26,14 @@ again (training resumes from its last checkpoint). The exception raised is
 A job with ``parts`` (several jobs run as one unit of work, e.g. the members of a training
 ensemble) yields one record per part: its function returns, in the order of ``parts``, each
 part's record or the exception that part failed with. The parts' records are stored like
-jobs' records; a failed part is logged and raised after the others are stored. The unit is
-finished when every part is.
+jobs' records, a failed part as a failed job. The unit is finished when every part is.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import threading
 import time
@@ -34,11 +44,20 @@ from typing import Any, TypeVar, cast
 
 from tqdm.auto import tqdm
 
-from graphwm.store.files import CorruptFileError
+from graphwm.store.files import CorruptFileError, open_log
 from graphwm.store.interrupts import Interrupted
+from graphwm.store.outcomes import (
+    Failure,
+    JobsFailed,
+    Outcome,
+    execute,
+    failure_path,
+    read_failure,
+    store_outcome,
+)
 from graphwm.store.paths import RunPaths
 from graphwm.store.records import Record
-from graphwm.store.results import Job, ResultStore, log_job, parts_of
+from graphwm.store.results import Job, ResultStore, parts_of
 
 JobFn = Callable[[Any, str], Record]
 R = TypeVar("R", bound=Record)
@@ -46,37 +65,6 @@ R = TypeVar("R", bound=Record)
 
 GRACE_SECONDS = 5.0  # between SIGTERM and SIGKILL for a worker that does not stop
 WATCHDOG_SECONDS = 1.0  # how often a pool worker checks that its parent is alive
-
-
-def _run_and_store(fn: JobFn, job: Job, store_root: str, run_dir: str) -> Any:
-    started = time.time()
-    try:
-        out = fn(job, run_dir)
-    except KeyboardInterrupt:
-        log_job(Path(run_dir), job, started, "interrupted")
-        raise
-    except BaseException:
-        log_job(Path(run_dir), job, started, "failed")
-        raise
-    store = ResultStore(Path(store_root))
-    if not hasattr(job, "parts"):
-        store.save(job, out)
-        log_job(Path(run_dir), job, started, "done")
-        return out
-    failures = []
-    # a unit with parts returns one record or exception per part, in the order of its parts
-    results: Sequence[Record | BaseException] = cast(Sequence, out)
-    for part, result in zip(parts_of(job), results, strict=True):
-        if isinstance(result, BaseException):
-            failures.append(result)
-            log_job(Path(run_dir), part, started, "failed")
-        else:
-            store.save(part, result)
-            log_job(Path(run_dir), part, started, "done")
-    log_job(Path(run_dir), job, started, "failed" if failures else "done")
-    if failures:
-        raise failures[0]
-    return out
 
 
 def default_workers() -> int:
@@ -115,30 +103,70 @@ def run_jobs(
     desc: str = "jobs",
     progress: bool = True,
     verify: Callable[[R, Any], None] | None = None,
+    retry_failed: bool = False,
 ) -> list[R]:
     """Run every unfinished job; return all records in the order of ``jobs`` (a job with
     ``parts``: its parts' records in their order).
 
+    A failing job never stops the others: every job runs (or is skipped for a failure
+    recorded by an earlier run, unless ``retry_failed``), then :class:`JobsFailed` is raised
+    naming each failed job and its cause, with the records of the others.
+
     Args:
         executor: ``"local"`` (a process pool; ``max_workers=1`` runs in this process) or
-            ``"ray"`` (Ray tasks; connects to ``RAY_ADDRESS`` if set, else starts a local Ray).
-        num_gpus_per_job: GPUs requested per Ray task (1 for ``--device cuda`` training).
+            ``"ray"`` (Ray tasks; connects to ``RAY_ADDRESS`` if set, else starts a local Ray;
+            the run store stays this process's: :mod:`graphwm.store.shipping`).
+        num_gpus_per_job: GPUs requested per Ray task (1 for ``--device cuda`` training, a
+            fraction for evaluation).
         verify: an extra integrity check ``verify(record, job)`` of a stored record (raises
             ``CorruptFileError``).
+        retry_failed: run again the jobs whose failure an earlier run recorded.
     """
     paths = paths if isinstance(paths, RunPaths) else RunPaths(Path(paths))
     run_dir = paths.root
+    retry_failed = retry_failed or paths.retry_failed
     unique = list({job.key: job for job in jobs}.values())
     todo = [job for job in unique if not _finished(job, store, paths, verify)]
-    if todo:
+    failed: dict[str, tuple[str, Job, Failure]] = {}
+    runnable = []
+    for job in todo:
+        earlier = [
+            (part, f)
+            for part in parts_of(job)
+            if not store.has(part) and (f := read_failure(store, part)) is not None
+        ]
+        if earlier and not retry_failed:
+            for part, f in earlier:  # failed deterministically before: not run again
+                cause = f"{f.cause} (recorded by an earlier run; --retry-failed runs it again)"
+                failed[part.key] = (describe_job(part), part, Failure(cause, f.traceback))
+            continue
+        for part in parts_of(job):
+            failure_path(store, part).unlink(missing_ok=True)
+        runnable.append(job)
+
+    def done(job: Job, outcome: Outcome) -> None:
+        store_outcome(store, run_dir, job, outcome)
+        for part, result in zip(parts_of(job), outcome.results, strict=True):
+            if isinstance(result, Failure):
+                failed[part.key] = (describe_job(part), part, result)
+
+    if runnable:
         if executor == "local":
-            _run_local(fn, todo, store, run_dir, max_workers or default_workers(), desc, progress)
+            workers = max_workers or default_workers()
+            _run_local(fn, runnable, run_dir, workers, desc, progress, done)
         elif executor == "ray":
-            _run_ray(fn, todo, store, run_dir, num_gpus_per_job, desc, progress)
+            _run_ray(fn, runnable, run_dir, num_gpus_per_job, desc, progress, done)
         else:
             raise ValueError(f"unknown executor {executor!r}; choose 'local' or 'ray'")
     # each stored record is fn's (the job key holds its kind)
-    return [cast(R, store.load(part)) for job in jobs for part in parts_of(job)]
+    records = [
+        cast(R, store.load(part)) if part.key not in failed else None
+        for job in jobs
+        for part in parts_of(job)
+    ]
+    if failed:
+        raise JobsFailed(list(failed.values()), records)
+    return cast(list[R], records)
 
 
 def describe_job(job: Job) -> str:
@@ -166,15 +194,16 @@ def _init_worker(parent: int) -> None:
     threading.Thread(target=watch, name="graphwm-parent-watchdog", daemon=True).start()
 
 
-def _run_local(fn, todo, store, run_dir, workers, desc, progress) -> None:
+def _run_local(fn, todo, run_dir, workers, desc, progress, done) -> None:
     bar = tqdm(total=len(todo), desc=desc, disable=not progress)
     if workers <= 1 or len(todo) == 1:
         for job in todo:
             try:
-                _run_and_store(fn, job, str(store.root), str(run_dir))
+                outcome = execute(fn, job, str(run_dir))
             except KeyboardInterrupt as err:
                 bar.close()
                 raise Interrupted.of(err, [describe_job(job)]) from None
+            done(job, outcome)
             bar.update()
     else:
         import multiprocessing as mp
@@ -187,18 +216,20 @@ def _run_local(fn, todo, store, run_dir, workers, desc, progress) -> None:
             initargs=(os.getpid(),),
         )
         futures: dict[Future, Job] = {}
-        error: BaseException | None = None
         try:
             for job in todo:  # submitting starts the workers: a signal may come meanwhile
-                futures[pool.submit(_run_and_store, fn, job, str(store.root), str(run_dir))] = job
-            try:
-                for future in as_completed(futures):
-                    future.result()
-                    bar.update()
-            except KeyboardInterrupt:
-                raise
-            except BaseException as err:  # a failed job: the others still finish and store
-                error = err
+                futures[pool.submit(execute, fn, job, str(run_dir))] = job
+            for future in as_completed(futures):
+                job = futures[future]
+                try:
+                    outcome = future.result()
+                except KeyboardInterrupt:
+                    raise
+                except Exception as err:  # the worker died (killed, out of memory)
+                    failure = Failure.of(err, deterministic=False)
+                    outcome = Outcome(job.key, [failure] * len(parts_of(job)), failure.traceback)
+                done(job, outcome)
+                bar.update()
             pool.shutdown(wait=True)
         except KeyboardInterrupt as err:
             submitted = {job.key for job in futures.values()}
@@ -207,8 +238,6 @@ def _run_local(fn, todo, store, run_dir, workers, desc, progress) -> None:
             _stop_pool(pool, futures)
             bar.close()
             raise Interrupted.of(err, unfinished) from None
-        if error is not None:
-            raise error
     bar.close()
 
 
@@ -259,25 +288,137 @@ def terminate_processes(pids: Sequence[int], grace: float = GRACE_SECONDS) -> No
     psutil.wait_procs(alive, timeout=grace)
 
 
-def ray_job_function(ray: Any, num_gpus: float) -> Any:
-    """The Ray remote function that runs one job. ``max_calls=0``: a Ray worker runs any
-    number of jobs, so its CUDA context (about 3 s per process on an H200, imports aside) is
-    made once per worker, not once per job (Ray's default for GPU tasks is a fresh worker
-    per call, ``max_calls=1``; the caching allocator hands a finished job's GPU memory to the
-    next one)."""
-    return ray.remote(num_gpus=num_gpus, max_retries=0, max_calls=0)(_run_and_store)
+#: how often a job lost to a failure of its node or worker is submitted again (it resumes
+#: from the last state its node sent back)
+SYSTEM_RETRIES = 3
+#: how long the start-up check waits for a node to answer
+PROBE_SECONDS = 300.0
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def _run_ray(fn, todo, store, run_dir, num_gpus, desc, progress) -> None:
+def plain(text: str) -> str:
+    """``text`` without terminal colour codes (Ray colours its task headers)."""
+    return _ANSI.sub("", text)
+
+
+def ray_runtime_env() -> dict | None:
+    """The explicit ``runtime_env`` of the Ray job graphwm starts (``ray.init``): the four
+    packages' source folders as ``py_modules``, so every node runs the driver's code whatever
+    it has installed (their dependencies must be installed on the nodes).
+
+    None (ship nothing) with ``GRAPHWM_RAY_SHIP_CODE=0`` (the nodes' own install is used),
+    and inside a job started by ``ray job submit`` (its ``--working-dir`` or
+    ``--runtime-env`` is the job's, set by the submission). Either way every node's code is
+    checked against the driver's before any work (:func:`check_nodes`)."""
+    if os.environ.get("GRAPHWM_RAY_SHIP_CODE", "1") == "0":
+        return None
+    if os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR"):  # a submitted job: its own env
+        return None
+    from graphwm.store.versions import package_dirs
+
+    return {"py_modules": package_dirs()}
+
+
+def ray_job_function(ray: Any, num_gpus: float, num_cpus: float = 1) -> Any:
+    """The Ray remote function that runs one job (:func:`graphwm.store.shipping.run_shipped`).
+
+    It asks for the CPUs the job runs threads on (``num_cpus``, the job's ``threads``) and
+    ``num_gpus``. ``max_calls=0``: a Ray worker runs any number of jobs, so its CUDA context
+    (about 3 s per process on an H200, imports aside) is made once per worker, not once per
+    job (Ray's default for GPU tasks is a fresh worker per call, ``max_calls=1``; the caching
+    allocator hands a finished job's GPU memory to the next one). ``max_retries=0``: a job lost
+    with its node is submitted again by the driver, with the state it sent back
+    (:data:`SYSTEM_RETRIES`)."""
+    from graphwm.store.shipping import run_shipped
+
+    return ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, max_retries=0, max_calls=0)(run_shipped)
+
+
+def _probe() -> str:
+    from graphwm.store.versions import code_digest
+
+    return code_digest()
+
+
+def check_nodes(ray: Any) -> None:
+    """Before any work: every alive node with CPUs runs the driver's code (the shipped
+    ``runtime_env`` works there and its code digest is the driver's); else refuse naming the
+    node and the fix."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from graphwm.store.versions import CodeMismatchError, code_digest
+
+    expected = code_digest()
+    probes = {}
+    for node in ray.nodes():
+        if node.get("Alive") and node.get("Resources", {}).get("CPU", 0) > 0:
+            where = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
+            remote = ray.remote(num_cpus=0, scheduling_strategy=where)(_probe)
+            probes[remote.remote()] = node.get("NodeManagerAddress")
+    try:
+        answers = ray.get(list(probes), timeout=PROBE_SECONDS)
+    except Exception as err:
+        raise CodeMismatchError(
+            f"a Ray node cannot run graphwm's code ({plain(str(err)).strip().splitlines()[-1]}); "
+            "install graphwm's dependencies on every node (docs/cluster.md)"
+        ) from None
+    for node, digest in zip(probes.values(), answers, strict=True):
+        if digest != expected:
+            raise CodeMismatchError(
+                f"Ray node {node} runs graphwm code {digest}, this driver {expected}: ship the "
+                "code (GRAPHWM_RAY_SHIP_CODE=1, the default) or install the same checkout "
+                "there (docs/cluster.md)"
+            )
+
+
+def _event(run_dir: Path, message: str) -> None:
+    """Append ``message`` to ``RUN_DIR/events.log`` (quietly: not a warning)."""
+    import json
+
+    line = json.dumps({"time": round(time.time(), 3), "pid": os.getpid(), "message": message})
+    fd = open_log(Path(run_dir) / "events.log")
+    try:
+        os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+class _Inputs:
+    """The driver's input files as Ray objects, each put once (again when it changed)."""
+
+    def __init__(self, ray: Any, run_dir: Path) -> None:
+        self.ray, self.run_dir = ray, Path(run_dir)
+        self.refs: dict[tuple[str, int, int], Any] = {}
+
+    def of(self, job: Job) -> dict[str, Any]:
+        from graphwm.store.shipping import input_files
+
+        out = {}
+        for rel in input_files(self.run_dir, job):
+            st = (self.run_dir / rel).stat()
+            stamp = (rel, st.st_size, st.st_mtime_ns)
+            if stamp not in self.refs:
+                self.refs[stamp] = self.ray.put((self.run_dir / rel).read_bytes())
+            out[rel] = self.refs[stamp]
+        return out
+
+
+def _run_ray(fn, todo, run_dir, num_gpus, desc, progress, done) -> None:
+    # graphwm ships its code explicitly (ray_runtime_env): Ray's `uv run` integration would
+    # otherwise pack the working directory, or not, depending on how the driver was started
+    os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
     address = os.environ.get("RAY_ADDRESS")
-    if address is None:
-        # A local Ray shares this machine's environment; Ray's `uv run` integration would
-        # otherwise package the working tree and rebuild the venv for every worker.
-        os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
     try:
         import ray
+        from ray.exceptions import RayError, RayTaskError
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
     except ImportError as err:  # pragma: no cover - ray is in the dev group
         raise RuntimeError("the ray executor needs `pip install graphwm[ray]`") from err
+    from graphwm.store.shipping import StateInbox
+    from graphwm.store.versions import code_digest
+
+    run_dir = Path(run_dir).resolve()
     started_here = not ray.is_initialized()
     if started_here:
         # ray.init installs its own SIGTERM handler (log and exit 1); keep the caller's, so
@@ -288,19 +429,75 @@ def _run_ray(fn, todo, store, run_dir, num_gpus, desc, progress) -> None:
             ignore_reinit_error=True,
             log_to_driver=False,
             include_dashboard=False,
+            runtime_env=ray_runtime_env(),
         )
         for sig, handler in handlers.items():
             if callable(handler):
                 signal.signal(sig, handler)
-    remote = ray_job_function(ray, num_gpus)
-    jobs = {remote.remote(fn, c, str(store.root), str(run_dir)): c for c in todo}
-    bar = tqdm(total=len(jobs), desc=desc, disable=not progress)
-    pending = list(jobs)
+    check_nodes(ray)
+    here = ray.get_runtime_context().get_node_id()
+    inbox: Any = (
+        ray.remote(num_cpus=0)(StateInbox)
+        .options(scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False))
+        .remote()
+    )
+    code = code_digest()
+    inputs = _Inputs(ray, run_dir)
+    attempts: dict[str, int] = {}
+    finished: set[str] = set()
+
+    def submit(job: Job) -> Any:
+        remote = ray_job_function(ray, num_gpus, max(1, int(getattr(job, "threads", 1) or 1)))
+        return remote.remote(fn, job, inputs.of(job), inbox, code)
+
+    taking: list[Any] = [inbox.take.remote()]
+
+    def drain() -> None:
+        """Write the states the inbox holds, without waiting for it (a state of a job whose
+        outcome is stored already is older than that outcome: dropped)."""
+        from graphwm.store.outcomes import write_files
+
+        ready, _ = ray.wait(taking, timeout=0)
+        if not ready:
+            return
+        try:
+            states = ray.get(ready[0])
+        except RayError:  # the inbox is gone: jobs run on, without sending states
+            return
+        taking[0] = inbox.take.remote()
+        for key, (step, node, files) in states.items():
+            if key not in finished:
+                write_files(run_dir, files, [])
+                _event(run_dir, f"job {key}: resumable state of step {step} from node {node}")
+
+    pending = {submit(job): job for job in todo}
+    bar = tqdm(total=len(pending), desc=desc, disable=not progress)
     try:
         while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            ray.get(done)
-            bar.update(len(done))
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
+            drain()  # before a finished job's outcome: its last state never overwrites it
+            for ref in ready:
+                job = pending.pop(ref)
+                try:
+                    outcome = ray.get(ref)
+                except RayTaskError as err:  # the task's own wrapper failed (not the job)
+                    cause = err.cause if err.cause is not None else err
+                    failure = Failure(
+                        plain(Failure.of(cause).cause), plain(str(err)), deterministic=False
+                    )
+                    outcome = Outcome(job.key, [failure] * len(parts_of(job)), failure.traceback)
+                except RayError as err:  # its node or worker was lost: resubmit, it resumes
+                    n = attempts[job.key] = attempts.get(job.key, 0) + 1
+                    cause = plain(str(err)).strip().splitlines()[0]
+                    if n <= SYSTEM_RETRIES:
+                        _event(run_dir, f"job {job.key} lost ({cause}); retry {n}, resuming")
+                        pending[submit(job)] = job
+                        continue
+                    failure = Failure(f"{type(err).__name__}: {cause}", plain(str(err)), False)
+                    outcome = Outcome(job.key, [failure] * len(parts_of(job)), failure.traceback)
+                finished.add(job.key)
+                done(job, outcome)
+                bar.update()
     except KeyboardInterrupt as err:
         for ref in pending:  # force: end the worker process running the task
             with contextlib.suppress(Exception):
@@ -308,5 +505,8 @@ def _run_ray(fn, todo, store, run_dir, num_gpus, desc, progress) -> None:
         if started_here and address is None:
             ray.shutdown()  # the local Ray this run started, with its workers
         bar.close()
-        raise Interrupted.of(err, [describe_job(jobs[ref]) for ref in pending]) from None
+        raise Interrupted.of(err, [describe_job(job) for job in pending.values()]) from None
+    finally:
+        with contextlib.suppress(Exception):
+            ray.kill(inbox)
     bar.close()

@@ -17,10 +17,13 @@ class RunPaths:
     Attributes:
         root: the run directory (``--out``).
         redo_corrupt: quarantine a corrupt store file and recompute it instead of stopping.
+        retry_failed: run again the jobs whose (deterministic) failure an earlier run
+            recorded; without it they are reported failed again without running.
     """
 
     root: Path
     redo_corrupt: bool = False
+    retry_failed: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "root", Path(self.root))

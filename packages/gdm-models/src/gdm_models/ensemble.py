@@ -262,7 +262,9 @@ def train_ensemble(
     """
     seeds = _check_seeds(seeds)
     K = len(seeds)
-    check_train_args(dataset, steps, epochs, precision, log_every, checkpoint_every, keep_every)
+    check_train_args(
+        dataset, steps, epochs, precision, log_every, checkpoint_every, keep_every, lr, grad_clip
+    )
     if strategy == "vmap":
         raise ValueError(
             "strategy 'vmap' was replaced by 'members' (issue 27: the K members as one model "
@@ -303,7 +305,8 @@ def train_ensemble(
     if total < 0:
         raise ValueError("steps/epochs must be non-negative")
     member_args = [
-        {"batch_size": batch_size, "seq_len": seq_len, "seed": s, "lr": lr} for s in seeds
+        {"batch_size": batch_size, "seq_len": seq_len, "seed": s, "lr": lr, "grad_clip": grad_clip}
+        for s in seeds
     ]
 
     root = Path(out_dir) if out_dir is not None else None
@@ -517,8 +520,8 @@ def _check_members(
             f"cannot resume from {latest}: it holds K={len(held)} members (seeds {held}), this "
             f"ensemble has K={len(seeds)} (seeds {seeds})"
         )
-    for name in ("batch_size", "seq_len"):
-        if meta["args"].get(name) != args[name]:
+    for name in (k for k in args if k != "seed"):  # every hyperparameter (old states: those held)
+        if name in meta["args"] and meta["args"][name] != args[name]:
             raise CheckpointError(
                 f"cannot resume from {latest}: {name}={args[name]} differs from the "
                 f"checkpoint's {meta['args'].get(name)}"

@@ -138,10 +138,11 @@ def read_trainer_state(latest: Path, model: WorldModel, args: Mapping[str, Any])
         raise CheckpointError(f"cannot resume from {latest}: schema differs")
     meta = json.loads((latest / "trainer_state.json").read_text())
     saved_args = meta.get("args", {})
-    for k in ("batch_size", "seq_len", "seed"):
+    for k in args:  # every hyperparameter the state holds (older states hold fewer)
         if k in saved_args and saved_args[k] != args[k]:
             raise CheckpointError(
-                f"cannot resume: {k}={args[k]} differs from the checkpoint's {saved_args[k]}"
+                f"cannot resume from {latest}: {k}={args[k]!r} differs from the checkpoint's "
+                f"{saved_args[k]!r} (train with the checkpoint's {k}, or start a new run)"
             )
     weights = load_file(str(latest / WEIGHTS_FILE), device=str(model.device))
     ts = torch.load(latest / "trainer_state.pt", map_location=model.device, weights_only=True)

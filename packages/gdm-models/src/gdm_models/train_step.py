@@ -4,6 +4,7 @@ host log row, argument checks, and the seeds a run derives from its seed."""
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Mapping
 from dataclasses import fields
@@ -109,9 +110,30 @@ def check_train_args(
     log_every: int,
     checkpoint_every: int,
     keep_every: int | None = None,
+    lr: float = 1e-3,
+    grad_clip: float | None = None,
 ) -> None:
     """The argument checks :func:`train` and :func:`~gdm_models.ensemble.train_ensemble`
-    share (a clear exception naming the bad argument)."""
+    share (a clear exception naming the bad argument), all before any step: ``lr`` a finite
+    number > 0 (inf or NaN would only fail at the first step's non-finite loss) and
+    ``grad_clip`` ``None`` or a number > 0 (NaN clips nothing; 0 would scale every gradient
+    to zero, so no parameter would ever change; ``inf`` means no clipping)."""
+    if isinstance(lr, bool) or not isinstance(lr, int | float) or not math.isfinite(lr) or lr <= 0:
+        raise ValueError(f"lr must be a finite number > 0, got {lr!r}")
+    if grad_clip is not None and (
+        isinstance(grad_clip, bool)
+        or not isinstance(grad_clip, int | float)
+        or math.isnan(grad_clip)
+        or grad_clip <= 0
+    ):
+        raise ValueError(
+            f"grad_clip must be a number > 0 (or None: no clipping), got {grad_clip!r}"
+            + (
+                " (0 clips every gradient to zero: no parameter would change)"
+                if grad_clip == 0
+                else ""
+            )
+        )
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
     if int(log_every) < 1:

@@ -172,7 +172,9 @@ def train(
             It is written before that step's ``latest/``, so a resumed run holds every kept
             step it passed. ``None``: keep none.
     """
-    check_train_args(dataset, steps, epochs, precision, log_every, checkpoint_every, keep_every)
+    check_train_args(
+        dataset, steps, epochs, precision, log_every, checkpoint_every, keep_every, lr, grad_clip
+    )
     if not dataset.schema.same_features(model.schema):
         raise ValueError("dataset schema does not match the model schema")
     device = default_device() if device is None else torch.device(device)
@@ -199,7 +201,11 @@ def train(
         static_shape=StaticShape.for_dataset(dataset, batch_size, seq_len) if static else None,
         static_dtype=torch.bfloat16 if precision == "bf16" else None,
     )  # fmt: skip
-    args = {"batch_size": batch_size, "seq_len": seq_len, "seed": seed, "lr": lr}
+    # every hyperparameter of the run: a resume with any of them changed is refused
+    args = {
+        "batch_size": batch_size, "seq_len": seq_len, "seed": seed, "lr": lr,
+        "grad_clip": grad_clip,
+    }  # fmt: skip
 
     start = 0
     opt_states = None
