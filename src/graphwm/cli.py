@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -36,17 +37,62 @@ def _count(minimum: int):
     return read
 
 
+def _demo_size(text: str) -> int:
+    """An argparse type: a graph size every env of the demo accepts (the smallest
+    ``max_nodes`` of the four; RGC's is the smallest)."""
+    value = _count(5)(text)
+    from graphwm.envs import ENV_IDS, env_limits
+
+    limits = {name: env_limits(name) for name in ENV_IDS}
+    low = max(lo for lo, _ in limits.values())
+    high = min(hi for _, hi in limits.values())
+    if not low <= value <= high:
+        which = min(limits, key=lambda name: limits[name][1])
+        raise argparse.ArgumentTypeError(
+            f"must be in [{low}, {high}] (every env of the demo runs it; {which} takes at most "
+            f"{high} nodes), got {value}"
+        )
+    return value
+
+
 def _directory(text: str) -> Path:
     """An argparse type: a non-empty path (``""`` would mean the current directory) that is a
     directory or does not exist yet (a file there, ``/dev/null`` included, is refused)."""
     if not text.strip():
         raise argparse.ArgumentTypeError("must be a non-empty path")
     path = Path(text)
-    if path.exists() and not path.is_dir():
-        raise argparse.ArgumentTypeError(
-            f"{text!r} exists and is not a directory: name a run directory (new or existing)"
-        )
+    _check_path_lengths(path)
+    try:
+        if path.exists() and not path.is_dir():
+            raise argparse.ArgumentTypeError(
+                f"{text!r} exists and is not a directory: name a run directory (new or existing)"
+            )
+    except OSError as err:  # e.g. a component the file system cannot name
+        raise argparse.ArgumentTypeError(f"{text!r} cannot be used as a directory: {err}") from None
     return path
+
+
+#: the longest file name and path most file systems accept (bytes; POSIX NAME_MAX, PATH_MAX);
+#: the run store adds its own names below the directory, so leave room for them
+NAME_MAX, PATH_MAX, STORE_ROOM = 255, 4096, 200
+
+
+def _check_path_lengths(path: Path) -> None:
+    """Refuse a path the file system would refuse later (after hours of work), naming the
+    part: a component over NAME_MAX bytes, or a whole path that leaves the run store less
+    than STORE_ROOM bytes of PATH_MAX."""
+    for part in path.parts:
+        if len(os.fsencode(part)) > NAME_MAX:
+            raise argparse.ArgumentTypeError(
+                f"the path component {part[:40]!r}... is {len(os.fsencode(part))} bytes long; "
+                f"file systems accept at most {NAME_MAX}"
+            )
+    full = len(os.fsencode(str(path.absolute())))
+    if full > PATH_MAX - STORE_ROOM:
+        raise argparse.ArgumentTypeError(
+            f"the path is {full} bytes long; the run store needs it under "
+            f"{PATH_MAX - STORE_ROOM} (PATH_MAX {PATH_MAX} less room for its own file names)"
+        )
 
 
 def _preset_name(text: str) -> str:
@@ -104,7 +150,9 @@ def _build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="random-policy episodes of every env, with renders")
     demo.add_argument("--out", type=_directory, default=Path("runs/demo"), help="output directory")
     demo.add_argument("--seeds", type=_count(1), default=3, help="episodes per env")
-    demo.add_argument("--num-nodes", type=_count(5), default=20, help="graph size N (>= 5)")
+    demo.add_argument(
+        "--num-nodes", type=_demo_size, default=20, help="graph size N (every env must take it)"
+    )
     demo.add_argument("--gif", action="store_true", help="also write an animation per episode")
     for name, help_text in (
         ("reproduce", "run every stage of a preset and print the result tables"),
@@ -357,6 +405,7 @@ def _run(args: argparse.Namespace) -> int:
 
     preset = _preset(args)  # validated here, once, before any work (the pipeline's entry
     # point checks the machine's device and passes the checked preset down as it is)
+    _check_something_to_do(args.command, preset)
     run = pipeline.RunPaths(
         args.out, redo_corrupt=args.redo_corrupt, retry_failed=args.retry_failed
     )
@@ -394,6 +443,22 @@ def _run(args: argparse.Namespace) -> int:
         for key, value in best.items():
             print(f"{key}: {value}")
     return 0
+
+
+def _check_something_to_do(command: str, preset) -> None:
+    """Refuse, before any work, a stage command whose preset section is missing (it would do
+    nothing, or fail after the earlier stages ran): a ``PresetError``, exit code 2."""
+    from graphwm.config import PresetError
+
+    needs = {"search": ("search", "[search.grid.<model>] tables"),
+             "downstream": ("downstream", "a [downstream] section (docs/dream.md)")}  # fmt: skip
+    if command in needs:
+        field, what = needs[command]
+        if getattr(preset, field, None) is None or (command == "search" and not preset.search.grid):
+            raise PresetError(
+                f"nothing to do: `graphwm {command}` needs {what} in the preset, and this "
+                "preset has none"
+            )
 
 
 def _print_report(paths) -> None:
