@@ -161,3 +161,36 @@ def test_step_checks_its_actions(model, trajectory):
         bad[1, 3] = value
         with pytest.raises(DataError, match="exactly 0 or 1"):
             model.step(state, bad, gen)
+
+
+@pytest.mark.parametrize("name", ["gdm", "g-rssm"])
+def test_a_latent_of_a_model_of_other_sizes_is_named(name, scaler, trajectory):
+    obs, actions = trajectory
+    small = make_model(name, SYNTHETIC_SCHEMA, scaler, **SIZES[name]).eval()
+    wider = {**SIZES[name], "hidden_dim": 2 * SIZES[name].get("hidden_dim", 16)}
+    if name == "gdm":
+        wider["hidden_dim"] = 2 * small.config.hidden_dim
+    large = make_model(name, SYNTHETIC_SCHEMA, scaler, **wider).eval()
+    latent = small.observe(obs, actions, generator=0)
+    with pytest.raises(DataError, match="latent comes from a model of other sizes"):
+        large.imagine(latent, actions[0], 2, generator=0)
+    small.imagine(latent, actions[0], 2, generator=0)  # its own model takes it
+
+
+def test_start_checks_its_observations(model, trajectory):
+    from gdm_models.data import observation_to_tensors
+
+    obs, _ = trajectory
+    good = observation_to_tensors({k: v[:2] for k, v in obs.items()})
+    gen = torch.Generator().manual_seed(0)
+    model.start(good, gen)
+    bad = {k: v.clone() for k, v in good.items()}
+    bad["node_continuous"][0, 0, 0] = float("nan")
+    with pytest.raises(DataError, match="node_continuous contains NaN"):
+        model.start(bad, gen)
+    bad = {k: v.clone() for k, v in good.items()}
+    bad["adjacency"][1, 0, 1] = bad["adjacency"][1, 1, 0] = 0.5
+    with pytest.raises(DataError, match="adjacency must contain only 0/1"):
+        model.start(bad, gen)
+    with pytest.raises(TypeError, match="dict of observation tensors"):
+        model.start([good], gen)

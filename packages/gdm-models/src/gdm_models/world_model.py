@@ -276,6 +276,18 @@ class WorldModel(nn.Module, abc.ABC):
             return self._step_batched(state, actions, generator)
         return self._step(state, actions, generator)
 
+    def check_start_observations(self, obs: Mapping[str, Any]) -> None:
+        """What every model's :meth:`start` checks first: B observations (tensors or arrays
+        with a leading B axis) against the data contract and this model's schema, as
+        :meth:`observe` checks its own (one copy to the host per start, not per step)."""
+        if not isinstance(obs, Mapping):
+            raise TypeError(f"start takes a dict of observation tensors, got {type(obs).__name__}")
+        host = {
+            k: v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else np.asarray(v)
+            for k, v in obs.items()
+        }
+        validate_observation_sequence(host, self.schema, lead=1)
+
     def _check_step_actions(self, state: StepState, actions: Any) -> None:
         """The actions of :meth:`step`: a (B, N) tensor of 0/1 node indicators for the B rows
         and N nodes of ``state`` (one device-to-host read; a step is never captured)."""

@@ -56,7 +56,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..data import OBS_KEYS, Batch, TensorObs
+from ..data import OBS_KEYS, Batch, DataError, TensorObs
 from ..layers import (
     gumbel_from_uniform,
     sample_onehot_st,
@@ -438,11 +438,20 @@ class GRSSM(WorldModel):
     def _latent_num_nodes(self, latent: Any) -> int:
         if not isinstance(latent, GRSSMLatent):
             raise TypeError(f"expected a GRSSMLatent from observe(), got {type(latent).__name__}")
+        c = self.config
+        want = (c.hidden_dim, c.latent_groups, c.latent_classes)
+        got = (latent.h.shape[-1], *latent.posterior.shape[-2:])
+        if got != want:  # a latent of another G-RSSM (torch would say "inconsistent ...")
+            raise DataError(
+                f"latent has (hidden, groups, classes) = {got}, this model's are {want}: the "
+                "latent comes from a model of other sizes"
+            )
         return latent.num_nodes
 
     def start(self, obs: Mapping[str, torch.Tensor], generator: torch.Generator) -> StepState:
         """Posterior filtering of B start observations, then one z drawn from the posterior
         (what ``observe`` followed by :meth:`state_from_latent` draws)."""
+        self.check_start_observations(obs)
         b, n = obs["adjacency"].shape[:2]
         mask = torch.ones(b, n, dtype=torch.bool, device=self.device)
         out = self._filter(

@@ -396,6 +396,7 @@ class GWM(WorldModel):
 
     def start(self, obs: Mapping[str, torch.Tensor], generator: torch.Generator) -> StepState:
         """The observed graphs in model units (a state-space model's state; no randomness)."""
+        self.check_start_observations(obs)
         b, n = obs["adjacency"].shape[:2]
         mask = torch.ones(b, n, dtype=torch.bool, device=self.device)
         return state_from_observation(obs, mask, self.schema, self.scaler).to_tensors()

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..data import Batch, TensorObs
+from ..data import Batch, DataError, TensorObs
 from ..scaling import FeatureScaler
 from ..schema import Schema
 from ..world_model import StepResult, StepState, WorldModel, terms_to_floats
@@ -245,12 +245,22 @@ class GDM(WorldModel):
     def _latent_num_nodes(self, latent: Any) -> int:
         if not isinstance(latent, GDMLatent):
             raise TypeError("latent must be a GDMLatent returned by GDM.observe")
+        c = self.config
+        want = {"h_n": c.hidden_dim, "z_n": c.node_latent_groups * c.node_latent_classes}
+        for name, width in want.items():
+            got = getattr(latent, name).shape[-1]
+            if got != width:  # a latent of another GDM (torch would say "inconsistent ...")
+                raise DataError(
+                    f"latent.{name} has width {got}, this model's is {width}: the latent comes "
+                    "from a model of other sizes"
+                )
         return latent.num_nodes
 
     # ================================================================== batched stepping
     def start(self, obs: Mapping[str, torch.Tensor], generator: torch.Generator) -> StepState:
         """The posterior after B start observations: the first posterior step of
         ``observe`` (zero latent, zero action, observed adjacency), batched."""
+        self.check_start_observations(obs)
         b, n = obs["adjacency"].shape[:2]
         actions = torch.zeros(b, 1, n, device=self.device)
         [latent] = self.cell.posterior_latents(
