@@ -91,3 +91,16 @@ def test_the_paper_preset_s_permutation_work_is_counted_and_allowed():
     assert reference_transitions(preset) == want
     hours = permutation_hours(preset)
     assert 0 < hours < MAX_PERMUTATION_HOURS
+
+
+def test_the_curve_subset_default_fits_a_preset_with_one_test_episode(tiny):
+    """Setting train.eval_every on the tiny preset (1 test episode) no longer fails on
+    evaluate.curve_episodes, a key the user never set; set explicitly, 2 is still refused."""
+    raw = copy.deepcopy(tiny)
+    raw["train"]["eval_every"] = 1
+    p = parse_checked(raw)
+    preset = getattr(p, "preset", p)
+    assert preset.collect.test_episodes == 1 and preset.evaluate.curve_episodes == 1
+    raw["evaluate"]["curve_episodes"] = 2
+    with pytest.raises(PresetError, match="curve_episodes"):
+        parse_checked(raw)

@@ -159,7 +159,10 @@ class EvalConfig:
     )
     alpha: float = setting(0.05, gt=0.0, lt=1.0, help="level of the permutation test")
     curve_episodes: int = setting(
-        2, ge=1, help="test episodes (the first ones) of the GDD curve's subset (train.eval_every)"
+        2,
+        ge=1,
+        help="test episodes (the first ones) of the GDD curve's subset (train.eval_every); "
+        "unset: 2, or every evaluated test episode where there are fewer",
     )
 
 
@@ -184,6 +187,18 @@ class SearchConfig:
 
     grid: dict[str, dict[str, list]] = setting(default_factory=dict)
     val_sizes: tuple[int, ...] | None = _sizes(default=None)
+
+
+def _fitted_curve_default(evaluate: EvalConfig, collect: CollectConfig) -> EvalConfig:
+    """``evaluate`` with the default ``curve_episodes`` lowered to the test episodes the final
+    evaluation uses when there are fewer (the tiny preset has one): a key the user never set
+    must not be the one a preset fails on."""
+    import dataclasses
+
+    evaluated = min(collect.test_episodes, evaluate.max_episodes or collect.test_episodes)
+    if evaluate.curve_episodes <= evaluated:
+        return evaluate
+    return dataclasses.replace(evaluate, curve_episodes=evaluated)
 
 
 def _check_curve(train: TrainConfig, evaluate: EvalConfig, collect: CollectConfig) -> None:
@@ -403,6 +418,10 @@ class Preset:
         if not DEVICE_PATTERN.fullmatch(values.get("device", "cpu")):
             raise PRESET.fail("device", "must be 'cpu', 'cuda', 'cuda:<index>' or 'mps'",
                               values["device"])  # fmt: skip
+        evaluate = plain.get("evaluate")
+        if not (isinstance(evaluate, Mapping) and "curve_episodes" in evaluate):
+            # not set: the default (2) where it fits, else every evaluated test episode
+            values["evaluate"] = _fitted_curve_default(values["evaluate"], values["collect"])
         _check_curve(values["train"], values["evaluate"], values["collect"])
         return cls(**values)
 
