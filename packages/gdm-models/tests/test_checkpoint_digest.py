@@ -6,14 +6,14 @@ import json
 
 import pytest
 from gdm_models import EpisodeDataset, train
-from gdm_models.checkpoint import (
+from gdm_models.synthetic import SYNTHETIC_SCHEMA
+from gdm_models.training.checkpoint import (
     CheckpointError,
     checkpoint_digest,
     load_checkpoint,
     seal_checkpoint,
     verify_checkpoint,
 )
-from gdm_models.synthetic import SYNTHETIC_SCHEMA
 
 
 def _edit_manifest(path, edit):

@@ -1,7 +1,7 @@
-"""The one training loop of :func:`~gdm_models.trainer.train` (K = 1) and
-:func:`~gdm_models.ensemble.train_ensemble` (K members).
+"""The one training loop of :func:`~gdm_models.training.trainer.train` (K = 1) and
+:func:`~gdm_models.training.ensemble.train_ensemble` (K members).
 
-:func:`run_loop` steps an engine (:mod:`gdm_models.ensemble_engines`: the single run is the
+:func:`run_loop` steps an engine (:mod:`gdm_models.training.engines`: the single run is the
 loop engine with one member, an ensemble the member engine or the loop engine) from ``start``
 to ``total``: each step draws every live member's batch from its own sampler and its noise from
 its own generator; a non-finite loss is detected on the device and read on the host only at a
@@ -21,9 +21,9 @@ from typing import Protocol
 import torch
 from tqdm.auto import tqdm
 
-from .data import EpochSampler
+from ..data import EpochSampler
+from .step import host_row
 from .tensorboard_log import LogWriter
-from .train_step import host_row
 
 __all__ = ["Engine", "TrainResult", "run_loop", "host_rows"]
 
@@ -41,8 +41,8 @@ class TrainResult:
 
 
 class Engine(Protocol):
-    """What :func:`run_loop` steps (:class:`~gdm_models.ensemble_engines.MemberEngine`,
-    :class:`~gdm_models.ensemble_engines.LoopEngine`)."""
+    """What :func:`run_loop` steps (:class:`~gdm_models.training.engines.MemberEngine`,
+    :class:`~gdm_models.training.engines.LoopEngine`)."""
 
     def step(
         self, samplers: Sequence[EpochSampler], gens: Sequence[torch.Generator]

@@ -1,6 +1,6 @@
 """Find host synchronisations in a training step, on any device.
 
-A training step captured as one CUDA graph (:mod:`gdm_models.capture`) must never make the
+A training step captured as one CUDA graph (:mod:`gdm_models.training.capture`) must never make the
 host wait for the device (``.item()``, ``bool(t)``, ``.tolist()``, ``nonzero``) nor copy host
 data to the device (``torch.as_tensor(numpy_array, device="cuda")``, ``torch.tensor(0.5)``):
 either one breaks the capture, and on an eager GPU step each one stalls the launch queue.
@@ -110,7 +110,7 @@ def forbid_host_sync(cuda: bool | None = None) -> Iterator[None]:
 
     Example:
         >>> import torch
-        >>> from gdm_models.host_sync import HostSyncError, forbid_host_sync
+        >>> from gdm_models.training.host_sync import HostSyncError, forbid_host_sync
         >>> x = torch.ones(3)
         >>> with forbid_host_sync():
         ...     y = (x * 2).sum()  # stays on the device

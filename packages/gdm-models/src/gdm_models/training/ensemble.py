@@ -2,14 +2,14 @@
 
 The paper's tables are means and 95% intervals over 10 training seeds. One seed's training
 step leaves a GPU idle (tens of thousands of small kernels), so :func:`train_ensemble` trains
-the K members together (:mod:`gdm_models.ensemble_engines`: one member model whose layers
+the K members together (:mod:`gdm_models.training.engines`: one member model whose layers
 hold the K members' parameters on a leading axis, running the members' batches folded into one
 batch; or a per-member loop).
 
 Member k *is* the single run ``train(model_k, dataset, seed=seeds[k], ...)`` of a model built
 as ``torch.manual_seed(seeds[k]); make_model(...)`` (the convention of graphwm's training
 stage): its own initialisation, data sampler stream and model-noise generator (both seeded
-from ``seeds[k]`` as :func:`~gdm_models.trainer.train` seeds them), its own gradient-norm
+from ``seeds[k]`` as :func:`~gdm_models.training.trainer.train` seeds them), its own gradient-norm
 clipping and Adam state. With the per-member loop it is the same computation; with the member
 engine the same up to float rounding (batched kernels, and batches padded to the ensemble's
 largest node count - padded nodes are masked out of every loss term; each member's noise is
@@ -26,18 +26,17 @@ Layout of ``out_dir``::
     seed<s>/step_000100/       with ``keep_every``: its model checkpoint of every k-th step
                                (beside ``final/``, wherever ``member_finals`` puts that)
 
-(``member_logs`` / ``member_finals`` put the logs and final checkpoints elsewhere, e.g. one
-folder per seed in a pipeline.) Resuming (``resume=True`` and ``out_dir/latest`` present)
-restores every member's weights, Adam state, sampler and generator, so an interrupted ensemble
-ends with the same weights bit for bit as an uninterrupted one; the logs are truncated to the
-resumed step. ``latest/`` is written to ``.latest_tmp`` and replaced atomically, as
-:func:`~gdm_models.trainer.train` replaces its own (a save cut short between its two renames
-leaves the previous state as ``.latest_old``, which resuming picks up). Resuming refuses, with
-a :class:`~gdm_models.checkpoint.CheckpointError` naming the folder, a ``latest/`` that does not
-verify (:func:`verify_ensemble_state`: a damaged or missing file) or is not this ensemble's
-(other seeds or K, extra member folders, members at different steps). A member's
-``latest/seed<s>`` folder is also a valid ``latest/`` for :func:`~gdm_models.trainer.train`
-with that seed.
+(``member_logs`` / ``member_finals`` put the logs and final checkpoints elsewhere, e.g. one folder
+per seed in a pipeline.) Resuming (``resume=True`` and ``out_dir/latest`` present) restores every
+member's weights, Adam state, sampler and generator, so an interrupted ensemble ends with the same
+weights bit for bit as an uninterrupted one; the logs are truncated to the resumed step. ``latest/``
+is written to ``.latest_tmp`` and replaced atomically, as :func:`~gdm_models.training.trainer.train`
+replaces its own (a save cut short between its two renames leaves the previous state as
+``.latest_old``, which resuming picks up). Resuming refuses, with a
+:class:`~gdm_models.training.checkpoint.CheckpointError` naming the folder, a ``latest/`` that does
+not verify (:func:`verify_ensemble_state`: a damaged or missing file) or is not this ensemble's
+(other seeds or K, extra member folders, members at different steps). A member's ``latest/seed<s>``
+folder is also a valid ``latest/`` for :func:`~gdm_models.training.trainer.train` with that seed.
 
 Diverged members: a member whose loss is non-finite is detected as train() detects it (on the
 device, reported at the next logged or checkpoint step) and fails as train() would fail: its
@@ -50,9 +49,7 @@ huge gradient in one member changes no other member's numbers.
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,23 +57,23 @@ from typing import Any
 
 import torch
 
-from .capture import StaticShape
-from .checkpoint import CheckpointError, kept_checkpoint_dir, save_checkpoint
-from .data import EpisodeDataset, EpochSampler
-from .ensemble_engines import LoopEngine, MemberEngine
-from .registry import make_model
-from .scaling import FeatureScaler
-from .tensorboard_log import tee_members
-from .train_state import (
-    read_trainer_state,
-    replacing_dir,
-    verify_trainer_state,
-    write_trainer_state,
+from ..data import EpisodeDataset, EpochSampler
+from ..registry import make_model
+from ..scaling import FeatureScaler
+from ..world_model import WorldModel
+from .checkpoint import kept_checkpoint_dir, save_checkpoint
+from .engines import DEFAULT_GRAD_CLIP, make_engine
+from .ensemble_state import (
+    ENSEMBLE_FILE,
+    ENSEMBLE_FORMAT,
+    load_ensemble_state,
+    save_ensemble_state,
+    verify_ensemble_state,
 )
-from .train_step import check_train_args, default_device, run_seeds
+from .loop import TrainResult, run_loop
+from .step import check_train_args, default_device, run_seeds
+from .tensorboard_log import tee_members
 from .trainer import CsvLog
-from .training_loop import TrainResult, run_loop
-from .world_model import WorldModel
 
 __all__ = [
     "train_ensemble",
@@ -91,14 +88,12 @@ __all__ = [
 #: (:attr:`~gdm_models.world_model.WorldModel.supports_members`) unless ``compile`` is asked
 #: for, else "loop"
 STRATEGIES = ("auto", "members", "loop")
-ENSEMBLE_FORMAT = "gdm-models-ensemble/1"
-ENSEMBLE_FILE = "ensemble.json"
 
 
 @dataclass
 class MemberResult(TrainResult):
-    """Outcome of one member (the fields of :class:`~gdm_models.trainer.TrainResult` plus its
-    seed, its failure if it diverged, and where its outputs are)."""
+    """Outcome of one member (the fields of :class:`~gdm_models.training.loop.TrainResult`
+    plus its seed, its failure if it diverged, and where its outputs are)."""
 
     seed: int = 0
     error: FloatingPointError | None = None
@@ -202,7 +197,7 @@ def train_ensemble(
     batch_size: int = 8,
     seq_len: int = 20,
     lr: float = 1e-3,
-    grad_clip: float | None = 100.0,
+    grad_clip: float | None = DEFAULT_GRAD_CLIP,
     device: torch.device | str | None = None,
     out_dir: str | Path | None = None,
     member_logs: Sequence[str | Path] | None = None,
@@ -234,7 +229,7 @@ def train_ensemble(
         scaler, model_config: for a model name (e.g. ``get_preset(name, env)["model"]``).
         steps / epochs, batch_size, seq_len, lr, grad_clip, device, checkpoint_every,
             progress, keep_history, precision, log_every: as in
-            :func:`~gdm_models.trainer.train`, for every member.
+            :func:`~gdm_models.training.trainer.train`, for every member.
         out_dir: ensemble state (``latest/``) and, unless given below, ``seed<s>/log.csv``
             and ``seed<s>/final/``; ``None`` writes nothing.
         member_logs, member_finals: per-seed CSV log paths / final checkpoint directories.
@@ -242,17 +237,17 @@ def train_ensemble(
         compile: the loop strategy only: each member's ``enable_compile`` (as
             ``train(compile=True)``); "auto" then picks the loop.
         strategy: "members", "loop" or "auto" (:data:`STRATEGIES`): "members" trains the K
-            members as one member model (:class:`~gdm_models.ensemble_engines.MemberEngine`,
+            members as one member model (:class:`~gdm_models.training.engines.MemberEngine`,
             about the ops of one single step), "loop" one single step per member.
         capture: batches padded to one static shape, fused Adam, and on CUDA the whole
-            step captured as one CUDA graph (:mod:`gdm_models.capture`). ``None`` (default):
-            on CUDA unless ``compile``; ``True`` on a CPU runs the static step eagerly. Member
-            k then equals ``train(..., capture=True)`` of its seed (the noise drawn at the
-            static shape, as there): bit for bit with the loop, up to float rounding with the
-            member engine.
+            step captured as one CUDA graph (:mod:`gdm_models.training.capture`). ``None``
+            (default): on CUDA unless ``compile``; ``True`` on a CPU runs the static step eagerly.
+            Member k then equals ``train(..., capture=True)`` of its seed (the noise drawn at the
+            static shape, as there): bit for bit with the loop, up to float rounding with the member
+            engine.
         tensorboard_dir: also write each member's logged rows as TensorBoard scalars into
             ``tensorboard_dir/seed<s>/`` (one TensorBoard run per member; see ``train``).
-        keep_every: as in :func:`~gdm_models.trainer.train`: every live member's model
+        keep_every: as in :func:`~gdm_models.training.trainer.train`: every live member's model
             checkpoint of each multiple of ``keep_every``, kept beside its final checkpoint
             (``kept_checkpoint_dir(final.parent, step)``); needs ``out_dir`` or
             ``member_finals``.
@@ -319,20 +314,10 @@ def train_ensemble(
         (lambda i: root / f"seed{seeds[i]}" / "final") if root else None,
         K,
     )
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
-    clip = float("inf") if grad_clip is None else float(grad_clip)
-    # the static (captured) step: on CUDA unless compile, as train()'s
-    static = (device.type == "cuda" and not compile) if capture is None else bool(capture)
-    shape = StaticShape.for_dataset(dataset, batch_size, seq_len) if static else None
-    if strategy == "members":
-        engine: MemberEngine | LoopEngine = MemberEngine(
-            models, lr=lr, clip=clip, autocast=autocast, static_shape=shape
-        )
-    else:
-        engine = LoopEngine(
-            models, lr=lr, clip=clip, autocast=autocast, compile=compile, static_shape=shape,
-            static_dtype=torch.bfloat16 if precision == "bf16" else None,
-        )  # fmt: skip
+    engine = make_engine(
+        models, dataset, batch_size=batch_size, seq_len=seq_len, lr=lr, grad_clip=grad_clip,
+        precision=precision, compile=compile, capture=capture, strategy=strategy,
+    )  # fmt: skip
 
     # ---- resume
     start = 0
@@ -344,7 +329,7 @@ def train_ensemble(
         if resume and not latest.exists() and (previous / ENSEMBLE_FILE).is_file():
             os.replace(previous, latest)  # a save cut short between its two renames
         if resume and (latest / ENSEMBLE_FILE).is_file():
-            start, failed, opt_states = _load_state(
+            start, failed, opt_states = load_ensemble_state(
                 latest, seeds, models, samplers, gens, member_args
             )
     alive = [k for k in range(K) if k not in failed]
@@ -375,7 +360,7 @@ def train_ensemble(
 
     def save(step: int, alive: list[int]) -> None:
         assert root is not None
-        _save_state(root, step, seeds, alive, failed, engine, samplers, gens, member_args)
+        save_ensemble_state(root, step, seeds, alive, failed, engine, samplers, gens, member_args)
 
     def keep(step: int, alive: list[int]) -> None:
         assert finals is not None
@@ -407,185 +392,3 @@ def train_ensemble(
         strategy=strategy,
         models=models,
     )
-
-
-def _save_state(
-    root: Path,
-    step: int,
-    seeds: list[int],
-    alive: list[int],
-    failed: Mapping[int, Mapping[str, Any]],
-    engine: MemberEngine | LoopEngine,
-    samplers: list[EpochSampler],
-    gens: list[torch.Generator],
-    member_args: list[dict[str, Any]],
-) -> None:
-    """Write ``root/latest`` atomically: every live member's train() state at ``step``; a
-    failed member keeps its last state from before the failure (if it had one)."""
-    old = root / "latest"
-    with replacing_dir(old) as tmp:
-        for k, s in enumerate(seeds):
-            sub = f"seed{s}"
-            if k in alive:
-                model_k, opt_state = engine.export(k)
-                write_trainer_state(
-                    tmp / sub,
-                    model_k,
-                    opt_state,
-                    gens[k].get_state(),
-                    samplers[k].state_dict(),
-                    step,
-                    member_args[k],
-                )
-            elif (old / sub).is_dir():
-                shutil.copytree(old / sub, tmp / sub)
-        meta = {
-            "format": ENSEMBLE_FORMAT,
-            "step": step,
-            "seeds": seeds,
-            "args": {k: v for k, v in member_args[0].items() if k != "seed"},
-            "failed": {str(seeds[k]): dict(v) for k, v in failed.items()},
-        }
-        (tmp / ENSEMBLE_FILE).write_text(json.dumps(meta, indent=1))
-
-
-def _read_meta(latest: Path) -> dict[str, Any]:
-    """``latest/ensemble.json``, checked for its fields; else :class:`CheckpointError`."""
-    path = latest / ENSEMBLE_FILE
-    if not path.is_file():
-        raise CheckpointError(f"no ensemble state at {path}")
-    try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise CheckpointError(f"ensemble state {path} is not valid JSON: {err}") from None
-    if not isinstance(meta, dict) or meta.get("format") != ENSEMBLE_FORMAT:
-        found = meta.get("format") if isinstance(meta, dict) else meta
-        raise CheckpointError(
-            f"{path}: unknown format {found!r} (this version reads {ENSEMBLE_FORMAT!r})"
-        )
-    seeds, failed = meta.get("seeds"), meta.get("failed")
-    ok = (
-        isinstance(meta.get("step"), int)
-        and isinstance(meta.get("args"), dict)
-        and isinstance(seeds, list)
-        and all(isinstance(s, int) for s in seeds)
-        and isinstance(failed, dict)
-        and all(
-            isinstance(v, dict) and isinstance(v.get("step"), int) and s.lstrip("-").isdigit()
-            for s, v in failed.items()
-        )
-    )
-    if not ok:
-        raise CheckpointError(f"{path} lacks a field of an ensemble state or has a wrong type")
-    return meta
-
-
-def verify_ensemble_state(latest: str | Path) -> dict[str, Any]:
-    """Check that ``latest`` is a complete, intact ensemble state; return its
-    ``ensemble.json``.
-
-    ``ensemble.json`` must read, and every member it lists must be a complete trainer state
-    (:func:`~gdm_models.trainer.verify_trainer_state`), except a failed member that had no
-    checkpoint before it failed. This checks integrity only (what a cut-short or damaged save
-    breaks); whether the state fits the ensemble asked for (seeds, steps, arguments) is
-    checked when resuming, which refuses a state that does not.
-
-    Raises:
-        CheckpointError: naming the file or member folder that is missing or corrupt.
-    """
-    latest = Path(latest)
-    meta = _read_meta(latest)
-    for s in meta["seeds"]:
-        member = latest / f"seed{s}"
-        if str(s) in meta["failed"] and not member.exists():
-            continue
-        if not member.is_dir():
-            raise CheckpointError(f"ensemble state {latest} lacks the folder of member seed{s}")
-        verify_trainer_state(member)
-    return meta
-
-
-def _check_members(
-    latest: Path, meta: Mapping[str, Any], seeds: list[int], args: Mapping[str, Any]
-) -> None:
-    """Refuse (:class:`CheckpointError` naming ``latest``) a verified ensemble state that is
-    not this ensemble's: other seeds or K, member folders it should not hold, a member folder
-    holding another seed's state, other batch arguments, or members at different steps."""
-    held = [int(s) for s in meta["seeds"]]
-    if held != seeds:
-        raise CheckpointError(
-            f"cannot resume from {latest}: it holds K={len(held)} members (seeds {held}), this "
-            f"ensemble has K={len(seeds)} (seeds {seeds})"
-        )
-    for name in ("batch_size", "seq_len"):
-        if meta["args"].get(name) != args[name]:
-            raise CheckpointError(
-                f"cannot resume from {latest}: {name}={args[name]} differs from the "
-                f"checkpoint's {meta['args'].get(name)}"
-            )
-    expected = {f"seed{s}" for s in seeds}
-    extra = sorted(p.name for p in latest.iterdir() if p.is_dir() and p.name not in expected)
-    if extra:
-        raise CheckpointError(
-            f"cannot resume from {latest}: it holds member folders {extra} that are not among "
-            f"its seeds {seeds}"
-        )
-    failed = {int(s): v for s, v in meta["failed"].items()}
-    if not set(failed) <= set(seeds):
-        raise CheckpointError(
-            f"cannot resume from {latest}: failed members {sorted(failed)} are not among its "
-            f"seeds {seeds}"
-        )
-    steps: dict[str, int] = {ENSEMBLE_FILE: int(meta["step"])}
-    for s in seeds:
-        member = latest / f"seed{s}"
-        if not member.exists():
-            continue  # a failed member without a checkpoint (verify_ensemble_state)
-        state = json.loads((member / "trainer_state.json").read_text(encoding="utf-8"))
-        if state["args"].get("seed", s) != s:
-            raise CheckpointError(
-                f"cannot resume from {latest}: its folder seed{s} holds the state of seed "
-                f"{state['args']['seed']}"
-            )
-        if s in failed:
-            if int(state["step"]) >= int(failed[s]["step"]):
-                raise CheckpointError(
-                    f"cannot resume from {latest}: failed member seed{s} holds a state at step "
-                    f"{state['step']}, not before its failure at step {failed[s]['step']}"
-                )
-            continue
-        steps[f"seed{s}"] = int(state["step"])
-    if len(set(steps.values())) > 1:
-        listed = ", ".join(f"{k}: {v}" for k, v in steps.items())
-        raise CheckpointError(
-            f"cannot resume from {latest}: its members disagree on the step ({listed})"
-        )
-
-
-def _load_state(
-    latest: Path,
-    seeds: list[int],
-    models: list[WorldModel],
-    samplers: list[EpochSampler],
-    gens: list[torch.Generator],
-    member_args: list[dict[str, Any]],
-) -> tuple[int, dict[int, dict[str, Any]], dict[int, dict[str, Any]]]:
-    """Restore the live members from ``latest``; returns (step, failed, Adam states).
-
-    The state must verify (:func:`verify_ensemble_state`) and be this ensemble's
-    (:func:`_check_members`), else :class:`CheckpointError` naming ``latest``."""
-    meta = verify_ensemble_state(latest)
-    _check_members(latest, meta, seeds, member_args[0])
-    step = int(meta["step"])
-    by_seed = {int(s): v for s, v in meta["failed"].items()}
-    failed = {k: dict(by_seed[s]) for k, s in enumerate(seeds) if s in by_seed}
-    opt_states = {}
-    for k, s in enumerate(seeds):
-        if k in failed:
-            continue
-        st = read_trainer_state(latest / f"seed{s}", models[k], member_args[k])
-        models[k].load_state_dict(st.weights, strict=True)
-        opt_states[k] = st.optimizer
-        gens[k].set_state(st.generator)
-        samplers[k].load_state_dict(st.sampler)
-    return step, failed, opt_states

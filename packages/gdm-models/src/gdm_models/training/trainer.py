@@ -4,9 +4,9 @@ Adam, gradient-norm clipping, batches of B windows of L transitions drawn epoch-
 :class:`~gdm_models.data.EpisodeDataset` (see :class:`~gdm_models.data.EpochSampler`),
 deterministic under a seed, tqdm progress bar, one CSV row of loss terms per step, periodic
 checkpoints and exact resume. The trainer only calls ``model.training_loss(batch, generator)``.
-A single run is the one training loop of :mod:`gdm_models.training_loop` with K = 1 member
-(the loop engine, :class:`~gdm_models.ensemble_engines.LoopEngine`), the loop that
-:func:`~gdm_models.ensemble.train_ensemble` runs for K members.
+A single run is the one training loop of :mod:`gdm_models.training.loop` with K = 1 member
+(the loop engine, :class:`~gdm_models.training.engines.LoopEngine`), the loop that
+:func:`~gdm_models.training.ensemble.train_ensemble` runs for K members.
 
 Checkpoint layout (``checkpoint_dir``)::
 
@@ -26,26 +26,24 @@ truncated to the resumed step.
 from __future__ import annotations
 
 import csv
-import math
 from collections.abc import Mapping
 from pathlib import Path
 
 import torch
 
-from .capture import StaticShape
+from ..data import EpisodeDataset, EpochSampler
+from ..world_model import WorldModel
 from .checkpoint import kept_checkpoint_dir, save_checkpoint
-from .data import EpisodeDataset, EpochSampler
-from .ensemble_engines import LoopEngine
-from .tensorboard_log import tee
-from .train_state import (
+from .engines import DEFAULT_GRAD_CLIP, make_engine
+from .loop import TrainResult, run_loop
+from .state import (
     read_trainer_state,
     replacing_dir,
     verify_trainer_state,
     write_trainer_state,
 )
-from .train_step import PRECISIONS, check_train_args, default_device, run_seeds
-from .training_loop import TrainResult, run_loop
-from .world_model import WorldModel
+from .step import PRECISIONS, check_train_args, default_device, run_seeds
+from .tensorboard_log import tee
 
 __all__ = [
     "train",
@@ -116,7 +114,7 @@ def train(
     batch_size: int = 8,
     seq_len: int = 20,
     lr: float = 1e-3,
-    grad_clip: float | None = 100.0,
+    grad_clip: float | None = DEFAULT_GRAD_CLIP,
     seed: int = 0,
     device: torch.device | str | None = None,
     log_csv: str | Path | None = None,
@@ -158,18 +156,18 @@ def train(
             ``log_every`` steps and at the last step; in between the step never waits for the
             device. A non-finite loss is detected on the device and raised at the next logged
             (or checkpoint) step.
-        capture: the static-shape step of :mod:`gdm_models.capture` (batches padded to one
+        capture: the static-shape step of :mod:`gdm_models.training.capture` (batches padded to one
             shape, fused Adam, no host synchronisation), captured as one CUDA graph on CUDA.
             ``None`` (default): on CUDA unless ``compile``; ``True`` on a CPU runs the same
             static-shape step eagerly. Its numbers equal the eager step's up to float rounding
             (fused Adam) and the noise of padded shapes.
         tensorboard_dir: also write each logged row as TensorBoard scalars (``train/loss``,
-            ...) into this folder (:mod:`gdm_models.tensorboard_log`; needs the
+            ...) into this folder (:mod:`gdm_models.training.tensorboard_log`; needs the
             ``gdm-models[tensorboard]`` extra); the CSV stays the record.
         keep_every: also keep the model checkpoint (weights only, as ``final/``) of every
             step that is a multiple of ``keep_every`` in ``checkpoint_dir/step_<6 digits>``
-            (:func:`~gdm_models.checkpoint.kept_checkpoint_dir`), e.g. to evaluate it later.
-            It is written before that step's ``latest/``, so a resumed run holds every kept
+            (:func:`~gdm_models.training.checkpoint.kept_checkpoint_dir`), e.g. to evaluate it
+            later. It is written before that step's ``latest/``, so a resumed run holds every kept
             step it passed. ``None``: keep none.
     """
     check_train_args(dataset, steps, epochs, precision, log_every, checkpoint_every, keep_every)
@@ -188,16 +186,10 @@ def train(
         raise ValueError("steps/epochs must be non-negative")
     gen = torch.Generator(device=device)
     gen.manual_seed(noise_seed)
-    static = (device.type == "cuda" and not compile) if capture is None else bool(capture)
-    if static and compile:
-        raise ValueError("capture and compile are alternatives: ask for one of them")
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
     # the single run is the one training loop with K = 1 member: the loop engine
-    engine = LoopEngine(
-        [model], lr=lr, clip=math.inf if grad_clip is None else grad_clip, autocast=autocast,
-        compile=compile,
-        static_shape=StaticShape.for_dataset(dataset, batch_size, seq_len) if static else None,
-        static_dtype=torch.bfloat16 if precision == "bf16" else None,
+    engine = make_engine(
+        [model], dataset, batch_size=batch_size, seq_len=seq_len, lr=lr, grad_clip=grad_clip,
+        precision=precision, compile=compile, capture=capture,
     )  # fmt: skip
     args = {"batch_size": batch_size, "seq_len": seq_len, "seed": seed, "lr": lr}
 
