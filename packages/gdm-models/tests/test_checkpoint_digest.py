@@ -87,7 +87,7 @@ def test_model_name_is_checked(make_tiny, tmp_path):
 def test_weights_that_are_not_safetensors_raise_checkpoint_error(make_tiny, tmp_path):
     """A pickle under the safetensors name (digest resealed) names the file, not the parser."""
     import torch
-    from gdm_models import checkpoint as ck
+    from gdm_models.training import checkpoint as ck
 
     model = make_tiny()
     path = model.save(tmp_path / "ck")
