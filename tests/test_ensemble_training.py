@@ -225,20 +225,20 @@ def test_sigkilled_ensemble_resumes_to_identical_weights(data, tmp_path):
 def interrupted(data, tmp_path_factory):
     """A finished ensemble run (Vanilla GWM, 4 steps, checkpoints at 2 and 4) and copies of
     its ``latest/`` after each save (``snapshots/step<k>``)."""
-    import gdm_models.training.ensemble as ens
+    import gdm_models.training.callbacks as callbacks
 
     preset = _preset(steps=4, every=2)
     preset["models"] = ["vanilla-gwm"]
     root = tmp_path_factory.mktemp("interrupted")
     snapshots = root / "snapshots"
-    real = ens.save_ensemble_state
+    real = callbacks.save_ensemble_state
 
     def save_and_copy(out, step, *args):
         real(out, step, *args)
         shutil.copytree(out / "latest", snapshots / f"step{step}")
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(ens, "save_ensemble_state", save_and_copy)
+        mp.setattr(callbacks, "save_ensemble_state", save_and_copy)
         done = _run_dir(data, root / "done")
         stage_train(preset, done, progress=False)
     assert sorted(p.name for p in snapshots.iterdir()) == ["step2", "step4"]

@@ -229,6 +229,7 @@ class _SavedDefaultGenerator:
 
     def __init__(self, device: torch.device) -> None:
         self.cuda = device.type == "cuda"
+        self.saved: Any
         if self.cuda:
             index = device.index if device.index is not None else torch.cuda.current_device()
             self.gen = torch.cuda.default_generators[index]

@@ -49,7 +49,6 @@ huge gradient in one member changes no other member's numbers.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,23 +56,16 @@ from typing import Any
 
 import torch
 
-from ..data import EpisodeDataset, EpochSampler
+from ..data import EpisodeDataset
 from ..registry import make_model
 from ..scaling import FeatureScaler
 from ..world_model import WorldModel
-from .checkpoint import kept_checkpoint_dir, save_checkpoint
-from .engines import DEFAULT_GRAD_CLIP, make_engine
-from .ensemble_state import (
-    ENSEMBLE_FILE,
-    ENSEMBLE_FORMAT,
-    load_ensemble_state,
-    save_ensemble_state,
-    verify_ensemble_state,
-)
-from .loop import TrainResult, run_loop
-from .step import check_train_args, default_device, run_seeds
+from .callbacks import CsvLog, EnsembleCheckpoints, Logs
+from .engines import DEFAULT_GRAD_CLIP
+from .ensemble_state import ENSEMBLE_FORMAT, verify_ensemble_state
+from .loop import Members, Schedule, TrainResult, run_loop
+from .setup import STRATEGIES, setup_run
 from .tensorboard_log import tee_members
-from .trainer import CsvLog
 
 __all__ = [
     "train_ensemble",
@@ -83,11 +75,6 @@ __all__ = [
     "STRATEGIES",
     "ENSEMBLE_FORMAT",
 ]
-
-#: ``strategy`` values: "auto" = "members" for a model that supports it
-#: (:attr:`~gdm_models.world_model.WorldModel.supports_members`) unless ``compile`` is asked
-#: for, else "loop"
-STRATEGIES = ("auto", "members", "loop")
 
 
 @dataclass
@@ -174,15 +161,14 @@ def _check_seeds(seeds: Sequence[int]) -> list[int]:
 
 
 def _member_paths(
-    kind: str, given: Sequence[str | Path] | None, default: Callable[[int], Path] | None, k: int
+    kind: str, given: Sequence[str | Path] | None, root: Path | None, seeds: list[int], name: str
 ) -> list[Path] | None:
+    """The paths ``given`` (one per seed), else ``root/seed<s>/<name>``, else ``None``."""
     if given is not None:
-        if len(given) != k:
-            raise ValueError(f"{kind} needs one path per seed ({k}), got {len(given)}")
+        if len(given) != len(seeds):
+            raise ValueError(f"{kind} needs one path per seed ({len(seeds)}), got {len(given)}")
         return [Path(p) for p in given]
-    if default is None:
-        return None
-    return [default(i) for i in range(k)]
+    return None if root is None else [root / f"seed{s}" / name for s in seeds]
 
 
 def train_ensemble(
@@ -256,139 +242,42 @@ def train_ensemble(
         :class:`EnsembleResult` with one :class:`MemberResult` per seed.
     """
     seeds = _check_seeds(seeds)
-    K = len(seeds)
-    check_train_args(dataset, steps, epochs, precision, log_every, checkpoint_every, keep_every)
-    if strategy == "vmap":
-        raise ValueError(
-            "strategy 'vmap' was replaced by 'members' (issue 27: the K members as one model "
-            "with member-dimension layers, the same numbers at a fraction of the ops); use "
-            "strategy='members' or 'auto'"
-        )
-    if strategy not in STRATEGIES:
-        raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
-    device = default_device() if device is None else torch.device(device)
     models = _build_members(model, seeds, dataset, scaler, model_config)
-    for m in models:
-        m.to(device)
-        m.train()
-    stackable = models[0].supports_members
-    if strategy == "auto":
-        strategy = "members" if stackable and not compile else "loop"
-    if strategy == "members" and not stackable:
-        raise ValueError(
-            f"strategy 'members': model {models[0].model_name!r} ({type(models[0]).__name__}) "
-            "does not train as a member model (supports_members is False); use "
-            "strategy='loop' or 'auto'"
-        )
-    if strategy == "members" and compile:
-        raise ValueError("compile is for strategy 'loop'; 'members' runs eager or captured")
-
-    samplers, gens = [], []
-    for s in seeds:
-        data_seed, noise_seed = run_seeds(s)  # exactly as train() seeds a single run
-        samplers.append(EpochSampler(dataset, batch_size, seq_len, seed=data_seed))
-        g = torch.Generator(device=device)
-        g.manual_seed(noise_seed)
-        gens.append(g)
-    if steps is not None:
-        total = int(steps)
-    else:
-        assert epochs is not None  # exactly one of steps / epochs, checked above
-        total = int(epochs) * samplers[0].batches_per_epoch
-    if total < 0:
-        raise ValueError("steps/epochs must be non-negative")
-    member_args = [
-        {"batch_size": batch_size, "seq_len": seq_len, "seed": s, "lr": lr} for s in seeds
-    ]
-
+    run = setup_run(
+        models, seeds, dataset, steps=steps, epochs=epochs, batch_size=batch_size,
+        seq_len=seq_len, lr=lr, grad_clip=grad_clip, precision=precision, compile=compile,
+        capture=capture, strategy=strategy, device=device, log_every=log_every,
+        checkpoint_every=checkpoint_every, keep_every=keep_every,
+    )  # fmt: skip
     root = Path(out_dir) if out_dir is not None else None
-    logs = _member_paths(
-        "member_logs",
-        member_logs,
-        (lambda i: root / f"seed{seeds[i]}" / "log.csv") if root else None,
-        K,
-    )
-    finals = _member_paths(
-        "member_finals",
-        member_finals,
-        (lambda i: root / f"seed{seeds[i]}" / "final") if root else None,
-        K,
-    )
-    engine = make_engine(
-        models, dataset, batch_size=batch_size, seq_len=seq_len, lr=lr, grad_clip=grad_clip,
-        precision=precision, compile=compile, capture=capture, strategy=strategy,
-    )  # fmt: skip
-
-    # ---- resume
-    start = 0
-    failed: dict[int, dict[str, Any]] = {}
-    opt_states = None
-    if root is not None:
-        root.mkdir(parents=True, exist_ok=True)
-        latest, previous = root / "latest", root / ".latest_old"
-        if resume and not latest.exists() and (previous / ENSEMBLE_FILE).is_file():
-            os.replace(previous, latest)  # a save cut short between its two renames
-        if resume and (latest / ENSEMBLE_FILE).is_file():
-            start, failed, opt_states = load_ensemble_state(
-                latest, seeds, models, samplers, gens, member_args
-            )
-    alive = [k for k in range(K) if k not in failed]
-    engine.build(alive, opt_states)
-
+    logs = _member_paths("member_logs", member_logs, root, seeds, "log.csv")
+    finals = _member_paths("member_finals", member_finals, root, seeds, "final")
+    ckpts = EnsembleCheckpoints(root, finals, run)
+    start, opt_states = ckpts.resume() if resume else (0, None)
+    failed = ckpts.failed
+    alive = [k for k in range(len(seeds)) if k not in failed]
+    run.engine.build(alive, opt_states)
     results = [
-        MemberResult(
-            steps=failed[k]["step"] if k in failed else start,
-            resumed_from=start,
-            seed=seeds[k],
-            error=FloatingPointError(failed[k]["error"]) if k in failed else None,
-            failed_step=failed[k]["step"] if k in failed else None,
-            log_csv=logs[k] if logs else None,
-        )
-        for k in range(K)
+        MemberResult(steps=start, resumed_from=start, seed=s, log_csv=logs[k] if logs else None)
+        for k, s in enumerate(seeds)
     ]
-    csvs = tee_members(
+    writers = tee_members(
         [CsvLog(p, start, log_every) for p in logs] if logs else None,
-        tensorboard_dir,
-        [f"seed{s}" for s in seeds],
-        start,
-    )
-
-    def on_failure(k: int, step: int, msg: str) -> None:
-        failed[k] = {"step": step, "error": msg}
-        results[k].error = FloatingPointError(msg)
-        results[k].failed_step = step
-
-    def save(step: int, alive: list[int]) -> None:
-        assert root is not None
-        save_ensemble_state(root, step, seeds, alive, failed, engine, samplers, gens, member_args)
-
-    def keep(step: int, alive: list[int]) -> None:
-        assert finals is not None
-        for k in alive:
-            save_checkpoint(engine.export(k)[0], kept_checkpoint_dir(finals[k].parent, step))
-
-    alive = run_loop(
-        engine, samplers, gens, results, alive,
-        start=start, total=total, log_every=log_every,
-        checkpoint_every=checkpoint_every if root is not None else None,
-        save=save if root is not None else None, logs=csvs, keep_history=keep_history,
-        keep_every=keep_every if finals is not None else None, keep=keep,
-        progress=progress, desc=f"train x{K}", on_failure=on_failure,
-        labels=[f"seed {s}: " for s in seeds], device=device,
+        tensorboard_dir, [f"seed{s}" for s in seeds], start,
     )  # fmt: skip
-    if finals is not None:
-        for k in alive:
-            model_k, _ = engine.export(k)
-            save_checkpoint(model_k, finals[k])
-            results[k].final_checkpoint = finals[k]
-    else:
-        for k in alive:
-            engine.export(k)  # the returned models hold the trained weights
+    schedule = Schedule(
+        run.total, log_every,
+        checkpoint_every if root is not None else None,
+        keep_every if finals is not None else None,
+    )  # fmt: skip
+    members = Members(run.samplers, run.gens, results, [f"seed {s}: " for s in seeds])
+    callbacks = [Logs(writers or [None] * len(seeds)), ckpts]
+    alive = run_loop(run.engine, members, alive, start, schedule, callbacks,
+                     keep_history=keep_history, progress=progress, device=run.device)  # fmt: skip
+    for k, f in failed.items():
+        results[k].steps = results[k].failed_step = f["step"]
+        results[k].error = FloatingPointError(f["error"])
+    for k in alive:
+        results[k].final_checkpoint = finals[k] if finals is not None else None
     steps_done = max((r.steps for r in results if r.ok), default=start)
-    return EnsembleResult(
-        members=results,
-        steps=steps_done,
-        resumed_from=start,
-        strategy=strategy,
-        models=models,
-    )
+    return EnsembleResult(results, steps_done, start, run.strategy, models)

@@ -110,6 +110,7 @@ def clip_grad_norms_(
     if not grads:  # nothing to clip: a zero norm where the parameters live
         device = params[0].device if params else None
         return torch.zeros(() if members is None else (members,), device=device)
+    per_param: Sequence[torch.Tensor]
     if members is None:
         per_param = torch._foreach_norm(grads, 2.0)
     else:

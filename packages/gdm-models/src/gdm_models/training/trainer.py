@@ -4,9 +4,10 @@ Adam, gradient-norm clipping, batches of B windows of L transitions drawn epoch-
 :class:`~gdm_models.data.EpisodeDataset` (see :class:`~gdm_models.data.EpochSampler`),
 deterministic under a seed, tqdm progress bar, one CSV row of loss terms per step, periodic
 checkpoints and exact resume. The trainer only calls ``model.training_loss(batch, generator)``.
-A single run is the one training loop of :mod:`gdm_models.training.loop` with K = 1 member
-(the loop engine, :class:`~gdm_models.training.engines.LoopEngine`), the loop that
-:func:`~gdm_models.training.ensemble.train_ensemble` runs for K members.
+A single run is :func:`~gdm_models.training.ensemble.train_ensemble` with K = 1 member: the
+same setup (:func:`~gdm_models.training.setup.setup_run`, the loop engine) and the same loop
+(:mod:`gdm_models.training.loop`); only its callbacks differ (the checkpoint layout below,
+:class:`~gdm_models.training.callbacks.RunCheckpoints`, and a non-finite loss raises).
 
 Checkpoint layout (``checkpoint_dir``)::
 
@@ -25,24 +26,18 @@ truncated to the resumed step.
 
 from __future__ import annotations
 
-import csv
-from collections.abc import Mapping
 from pathlib import Path
 
 import torch
 
-from ..data import EpisodeDataset, EpochSampler
+from ..data import EpisodeDataset
 from ..world_model import WorldModel
-from .checkpoint import kept_checkpoint_dir, save_checkpoint
-from .engines import DEFAULT_GRAD_CLIP, make_engine
-from .loop import TrainResult, run_loop
-from .state import (
-    read_trainer_state,
-    replacing_dir,
-    verify_trainer_state,
-    write_trainer_state,
-)
-from .step import PRECISIONS, check_train_args, default_device, run_seeds
+from .callbacks import CsvLog, Logs, RunCheckpoints
+from .engines import DEFAULT_GRAD_CLIP
+from .loop import Members, Schedule, TrainResult, run_loop
+from .setup import setup_run
+from .state import verify_trainer_state
+from .step import PRECISIONS, default_device
 from .tensorboard_log import tee
 
 __all__ = [
@@ -53,56 +48,6 @@ __all__ = [
     "default_device",
     "verify_trainer_state",
 ]
-
-
-class CsvLog:
-    """CSV log with one row per logged step (``step``, ``loss``, ``grad_norm``, loss terms).
-
-    On resume (``resume_step > 0``) the rows up to ``resume_step`` on the ``log_every`` grid
-    are kept (an interrupted run's extra last-step row is dropped, so the file equals that of
-    an uninterrupted run) and the column order of the existing file is reused; otherwise an
-    existing file is replaced.
-    """
-
-    def __init__(self, path: str | Path, resume_step: int = 0, log_every: int = 1) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.fieldnames: list[str] | None = None
-        if resume_step > 0 and self.path.is_file():
-            with open(self.path, newline="") as f:
-                rows = list(csv.DictReader(f))
-            if rows:
-                self.fieldnames = list(rows[0].keys())
-            rows = [
-                r for r in rows if int(r["step"]) <= resume_step and int(r["step"]) % log_every == 0
-            ]
-            with open(self.path, "w", newline="") as f:
-                if self.fieldnames:
-                    w = csv.DictWriter(f, fieldnames=self.fieldnames)
-                    w.writeheader()
-                    w.writerows(rows)
-        elif self.path.exists():
-            self.path.unlink()
-        self._fh = open(self.path, "a", newline="")
-        self._writer: csv.DictWriter | None = None
-
-    def write(self, row: Mapping[str, float]) -> None:
-        """Append one row and flush it (the first row fixes the columns of a new file)."""
-        if self._writer is None:
-            self.fieldnames = self.fieldnames or list(row.keys())
-            self._writer = csv.DictWriter(self._fh, self.fieldnames, extrasaction="ignore")
-            if self._fh.tell() == 0:
-                self._writer.writeheader()
-        self._writer.writerow(row)
-        self._fh.flush()  # a row reaches the disk when logged, so `tail -f` follows the run
-
-    def flush(self) -> None:
-        """Flush to disk."""
-        self._fh.flush()
-
-    def close(self) -> None:
-        """Close the file."""
-        self._fh.close()
 
 
 def train(
@@ -170,71 +115,26 @@ def train(
             later. It is written before that step's ``latest/``, so a resumed run holds every kept
             step it passed. ``None``: keep none.
     """
-    check_train_args(dataset, steps, epochs, precision, log_every, checkpoint_every, keep_every)
-    if not dataset.schema.same_features(model.schema):
-        raise ValueError("dataset schema does not match the model schema")
-    device = default_device() if device is None else torch.device(device)
-    model.to(device)
-    data_seed, noise_seed = run_seeds(seed)
-    sampler = EpochSampler(dataset, batch_size, seq_len, seed=data_seed)
-    if steps is not None:
-        total = int(steps)
-    else:
-        assert epochs is not None  # exactly one of them is given (checked above)
-        total = int(epochs) * sampler.batches_per_epoch
-    if total < 0:
-        raise ValueError("steps/epochs must be non-negative")
-    gen = torch.Generator(device=device)
-    gen.manual_seed(noise_seed)
-    # the single run is the one training loop with K = 1 member: the loop engine
-    engine = make_engine(
-        [model], dataset, batch_size=batch_size, seq_len=seq_len, lr=lr, grad_clip=grad_clip,
-        precision=precision, compile=compile, capture=capture,
+    run = setup_run(
+        [model], [seed], dataset, steps=steps, epochs=epochs, batch_size=batch_size,
+        seq_len=seq_len, lr=lr, grad_clip=grad_clip, precision=precision, compile=compile,
+        capture=capture, strategy="loop", device=device, log_every=log_every,
+        checkpoint_every=checkpoint_every, keep_every=keep_every,
     )  # fmt: skip
-    args = {"batch_size": batch_size, "seq_len": seq_len, "seed": seed, "lr": lr}
-
-    start = 0
-    opt_states = None
-    ckdir = Path(checkpoint_dir) if checkpoint_dir is not None else None
-    if ckdir is not None:
-        ckdir.mkdir(parents=True, exist_ok=True)
-        if resume and (ckdir / "latest" / "trainer_state.json").is_file():
-            st = read_trainer_state(ckdir / "latest", model, args)
-            model.load_state_dict(st.weights, strict=True)
-            opt_states = {0: st.optimizer}
-            gen.set_state(st.generator)
-            sampler.load_state_dict(st.sampler)
-            start = st.step
-    engine.build([0], opt_states)
-    gens = [gen]
-
-    def save(step: int, alive: list[int]) -> None:
-        assert ckdir is not None
-        _, opt_state = engine.export(0)
-        state = (gens[0].get_state(), sampler.state_dict())
-        with replacing_dir(ckdir / "latest") as tmp:
-            write_trainer_state(tmp, model, opt_state, *state, step, args)
-
-    def keep(step: int, alive: list[int]) -> None:
-        assert ckdir is not None
-        save_checkpoint(model, kept_checkpoint_dir(ckdir, step))
-
+    ckpts = RunCheckpoints(Path(checkpoint_dir), run) if checkpoint_dir is not None else None
+    start, opt_states = ckpts.resume() if ckpts is not None and resume else (0, None)
+    run.engine.build([0], opt_states)
     log = tee(
         CsvLog(log_csv, start, log_every) if log_csv is not None else None, tensorboard_dir, start
     )
     result = TrainResult(steps=start, resumed_from=start)
-    model.train()
-    run_loop(
-        engine, [sampler], gens, [result], [0],
-        start=start, total=total, log_every=log_every,
-        checkpoint_every=checkpoint_every if ckdir is not None else None,
-        save=save if ckdir is not None else None,
-        keep_every=keep_every if ckdir is not None else None,
-        keep=keep,
-        logs=[log] if log is not None else None,
-        keep_history=keep_history, progress=progress, desc="train", fail_fast=True,
-        device=device,
+    schedule = Schedule(
+        run.total, log_every,
+        checkpoint_every if ckpts is not None else None,
+        keep_every if ckpts is not None else None,
     )  # fmt: skip
-    if ckdir is not None:
-        save_checkpoint(model, ckdir / "final")
+    callbacks = [Logs([log]), *([ckpts] if ckpts is not None else [])]
+    members = Members(run.samplers, run.gens, [result], [""])
+    run_loop(run.engine, members, [0], start, schedule, callbacks, fail_fast=True,
+             keep_history=keep_history, progress=progress, device=run.device)  # fmt: skip
     return result
