@@ -232,20 +232,20 @@ def test_sigkilled_ensemble_resumes_to_identical_weights(data, tmp_path):
 def interrupted(data, tmp_path_factory):
     """A finished ensemble run (Vanilla GWM, 4 steps, checkpoints at 2 and 4) and copies of
     its ``latest/`` after each save (``snapshots/step<k>``)."""
-    import gdm_models.ensemble as ens
+    import gdm_models.training.callbacks as callbacks
 
     preset = _preset(steps=4, every=2)
     preset["models"] = ["vanilla-gwm"]
     root = tmp_path_factory.mktemp("interrupted")
     snapshots = root / "snapshots"
-    real = ens._save_state
+    real = callbacks.save_ensemble_state
 
     def save_and_copy(out, step, *args):
         real(out, step, *args)
         shutil.copytree(out / "latest", snapshots / f"step{step}")
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(ens, "_save_state", save_and_copy)
+        mp.setattr(callbacks, "save_ensemble_state", save_and_copy)
         done = _run_dir(data, root / "done")
         stage_train(preset, done, progress=False)
     assert sorted(p.name for p in snapshots.iterdir()) == ["step2", "step4"]
@@ -344,7 +344,7 @@ def test_a_damaged_ensemble_latest_recovers_as_a_single_jobs(interrupted, tmp_pa
 def test_an_ensemble_latest_of_other_members_is_refused(interrupted, tmp_path, case):
     """An intact ``latest/`` that is not this ensemble's is refused naming it, not
     quarantined (nor replaced by ``.latest_old``)."""
-    from gdm_models.checkpoint import CheckpointError
+    from gdm_models.training.checkpoint import CheckpointError
 
     _, _, snapshots = interrupted
     run, _, folder = _killed_copy(interrupted, tmp_path / "run")

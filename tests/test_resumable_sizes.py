@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 from gdm_models import EpisodeDataset, FeatureScaler, make_model, train, train_ensemble
-from gdm_models.checkpoint import MANIFEST_FILE, CheckpointError, _manifest_digest, _sha256
 from gdm_models.synthetic import SYNTHETIC_SCHEMA, TINY_GDM_CONFIG, random_episode
+from gdm_models.training.checkpoint import MANIFEST_FILE, CheckpointError, _manifest_digest, _sha256
 
 from graphwm.stages.train import verify_resumable, verify_resumable_ensemble
 from graphwm.store.checkpoints import recover_latest

@@ -283,7 +283,7 @@ def test_pickled_trainer_state_falls_back_instead_of_failing_every_run(base_run,
     would fail on every resume; the latest checkpoint is quarantined and training restarts."""
     import pickle
 
-    from gdm_models.checkpoint import seal_checkpoint
+    from gdm_models.training.checkpoint import seal_checkpoint
 
     preset, base = base_run
     run = _copy(base, tmp_path)
@@ -410,7 +410,7 @@ def test_a_linked_results_folder_writes_nothing_outside(base_run, tmp_path):
 def _reseal(ckpt: Path, **manifest_changes) -> None:
     """Rewrite a checkpoint's manifest and reseal it (what a writer of the run dir could do),
     so that only the size checks can catch it."""
-    from gdm_models.checkpoint import MANIFEST_FILE, _manifest_digest, _sha256
+    from gdm_models.training.checkpoint import MANIFEST_FILE, _manifest_digest, _sha256
 
     manifest = json.loads((ckpt / MANIFEST_FILE).read_text())
     manifest.update(manifest_changes)
@@ -420,7 +420,7 @@ def _reseal(ckpt: Path, **manifest_changes) -> None:
 
 
 def _reseal_record(run: Path, ckpt: Path) -> None:
-    from gdm_models.checkpoint import checkpoint_digest
+    from gdm_models.training.checkpoint import checkpoint_digest
 
     from graphwm.store.records import seal
 

@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("tensorboard")  # the optional extra; the workspace's dev group installs it
 
-from gdm_models.tensorboard_log import read_scalars  # noqa: E402
+from gdm_models.training.tensorboard_log import read_scalars  # noqa: E402
 
 from graphwm.pipeline import load_preset, stage_train, training_jobs  # noqa: E402
 from graphwm.stages.ensemble import EnsembleJob, training_units  # noqa: E402

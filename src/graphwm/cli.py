@@ -235,7 +235,7 @@ def _preset(args: argparse.Namespace) -> CheckedPreset:
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     """Exceptions that mean a problem with the user's input (exit code 2)."""
-    from gdm_models.checkpoint import CheckpointError
+    from gdm_models.training.checkpoint import CheckpointError
 
     from graphwm.config import PresetError
     from graphwm.store.files import CorruptFileError

@@ -85,50 +85,61 @@ def _model(env: str, model: str, device: str):
     return built.to(device), eps, preset
 
 
-def _time_training(model, episodes, schema, preset, steps: int, device: str) -> float:
-    """Seconds per training step as ``gdm_models.train`` runs it on ``device``: the static
-    step captured as one CUDA graph on CUDA, the eager step elsewhere."""
+def _engine_step(models, episodes, schema, preset, device: str, strategy: str, seed0: int = 0):
+    """One training step of ``models`` (1 model, or K members) exactly as ``gdm_models.train``
+    (``strategy="loop"``) or ``train_ensemble`` runs it on ``device``: the trainers' engine
+    (``gdm_models.training.engines.make_engine``, the preset's training arguments; the static
+    step captured as one CUDA graph on CUDA), each member drawing from its own sampler and
+    generator."""
     import torch
-    from gdm_models import EpisodeDataset
-    from gdm_models.capture import StaticShape, StaticTrainStep, make_adam
+    from gdm_models import EpisodeDataset, EpochSampler
+    from gdm_models.training.engines import make_engine
 
     t = preset["train"]
-    bs, seq_len, lr = int(t.get("batch_size", 8)), int(t.get("seq_len", 20)), float(t["lr"])
+    bs, seq_len = int(t.get("batch_size", 8)), int(t.get("seq_len", 20))
     ds = EpisodeDataset(episodes, schema, seq_len=seq_len)
-    rng = np.random.default_rng(0)
-    gen = torch.Generator(device=device)
-    gen.manual_seed(0)
-    dev = torch.device(device)
-    params = [p for p in model.parameters() if p.requires_grad]
-    if dev.type == "cuda":
-        static = StaticTrainStep(
-            model, make_adam(params, lr, dev), params, gen, 100.0,
-            StaticShape.for_dataset(ds, bs, seq_len),
-        )  # fmt: skip
-        while static.calls <= static.warmup:  # warm-up, capture and the first replay
-            static(ds.sample_batch(bs, rng))
+    for m in models:
+        m.to(device).train()
+    engine = make_engine(
+        models, ds, batch_size=bs, seq_len=seq_len,
+        **{k: v for k, v in t.items() if k in ("lr", "grad_clip", "precision")},
+        strategy=strategy,
+    )  # fmt: skip
+    engine.build(list(range(len(models))), None)
+    samplers = [EpochSampler(ds, bs, seq_len, seed=seed0 + s) for s in range(len(models))]
+    gens = [torch.Generator(device=device).manual_seed(seed0 + s) for s in range(len(models))]
 
-        def step() -> None:
-            static(ds.sample_batch(bs, rng))
-    else:
-        opt = torch.optim.Adam(params, lr=lr)
+    def step() -> None:
+        engine.step(samplers, gens)
+        for k in range(len(gens)):  # a failed capture hands fresh generators
+            gens[k] = engine.current_generator(gens[k])
 
-        def step() -> None:
-            batch = ds.sample_batch(bs, rng).to(device)
-            loss, _ = model.training_loss(batch, generator=gen)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
+    return step
 
-    elapsed = 0.0
-    for i in range(steps + 1):  # step 0 warms up
-        start = time.perf_counter()
-        step()
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
-        if i:
-            elapsed += time.perf_counter() - start
-    return elapsed / steps
+
+def _timed(steps_fns, steps: int, device: str, warmup: int = 4) -> list[float]:
+    """Seconds per call of each function, timed alternately after ``warmup`` calls (on CUDA
+    the warm-up and the capture of the static step)."""
+    import torch
+
+    for _ in range(warmup):
+        for fn in steps_fns:
+            fn()
+    elapsed = [0.0] * len(steps_fns)
+    for _ in range(steps):
+        for i, fn in enumerate(steps_fns):
+            start = time.perf_counter()
+            fn()
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            elapsed[i] += time.perf_counter() - start
+    return [e / steps for e in elapsed]
+
+
+def _time_training(model, episodes, schema, preset, steps: int, device: str) -> float:
+    """Seconds per training step as ``gdm_models.train`` runs it on ``device`` (its engine)."""
+    step = _engine_step([model], episodes, schema, preset, device, "loop")
+    return _timed([step], steps, device)[0]
 
 
 def _time_ensemble_ratio(
@@ -138,50 +149,22 @@ def _time_ensemble_ratio(
     ``train_ensemble`` runs them: the member engine (on CUDA its static step captured as one
     CUDA graph) for a model that supports it, else the per-member loop."""
     import torch
-    from gdm_models import EpisodeDataset, EpochSampler, FeatureScaler, make_model
-    from gdm_models.capture import StaticShape
-    from gdm_models.ensemble_engines import LoopEngine, MemberEngine
+    from gdm_models import FeatureScaler, make_model
 
     schema = env_schema(env)
-    t = preset["train"]
-    bs, seq_len, lr = int(t.get("batch_size", 8)), int(t.get("seq_len", 20)), float(t["lr"])
-    ds = EpisodeDataset(episodes, schema, seq_len=seq_len)
     scaler = FeatureScaler.fit(episodes, schema)
-    autocast = torch.autocast(torch.device(device).type, enabled=False)
 
     def engine(n: int):
         members = []
         for s in range(n):
             torch.manual_seed(s)
-            members.append(make_model(name, schema, scaler, **preset["model"]).to(device).train())
-        # train_ensemble's "auto": the member engine for models that support it (static and
-        # captured on CUDA), else the loop
-        eng: MemberEngine | LoopEngine
-        if members[0].supports_members:
-            cuda = torch.device(device).type == "cuda"
-            static = StaticShape.for_dataset(ds, bs, seq_len) if cuda else None
-            eng = MemberEngine(members, lr=lr, clip=100.0, autocast=autocast, static_shape=static)
-        else:
-            eng = LoopEngine(members, lr=lr, clip=100.0, autocast=autocast, compile=False)
-        eng.build(list(range(n)), None)
-        samplers = [EpochSampler(ds, bs, seq_len, seed=s) for s in range(n)]
-        gens = [torch.Generator(device=device).manual_seed(s) for s in range(n)]
-        return lambda: eng.step(samplers, gens)
+            members.append(make_model(name, schema, scaler, **preset["model"]))
+        # train_ensemble's "auto": the member engine for models that support it, else the loop
+        strategy = "members" if members[0].supports_members else "loop"
+        return _engine_step(members, episodes, schema, preset, device, strategy)
 
-    single, ensemble = engine(1), engine(k)
-    for _ in range(4):  # warm-up, then capture (on CUDA)
-        single()
-        ensemble()
-    elapsed = [0.0, 0.0]
-    for step in range(steps + 1):  # step 0 warms up
-        for i, fn in enumerate((single, ensemble)):
-            start = time.perf_counter()
-            fn()
-            if device.startswith("cuda"):
-                torch.cuda.synchronize()
-            if step:
-                elapsed[i] += time.perf_counter() - start
-    return elapsed[1] / elapsed[0]
+    single, ensemble = _timed([engine(1), engine(k)], steps, device)
+    return ensemble / single
 
 
 def _time_transition(model, env: str, n: int, kappa: int) -> float:

@@ -27,6 +27,7 @@ import argparse
 import statistics
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 
 import numpy as np
 import torch
@@ -34,6 +35,7 @@ from gdm_models import EpisodeDataset, FeatureScaler, get_preset, make_model
 from gdm_models.data import OBS_KEYS
 from gdm_models.reference import grssm_loss_reference, gwm_loss_reference
 from gdm_models.synthetic import schema_episode
+from gdm_models.training.step import train_step
 
 SCHEMAS = {
     "OD": {
@@ -75,12 +77,10 @@ def step_fn(model, batch, path: str, compile_mode: str | None = None) -> Callabl
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
     gen = torch.Generator(device=model.device).manual_seed(0)
 
-    def step() -> None:
-        loss, _ = loss_fn(batch, gen)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 100.0)
-        opt.step()
+    params = list(model.parameters())
+
+    def step() -> None:  # the trainer's step (loss, backward, clipping, Adam) on this loss
+        train_step(lambda: loss_fn(batch, gen), opt, params, 100.0, nullcontext())
 
     return step
 

@@ -4,9 +4,9 @@ For each model (GDM and the baselines, paper presets of OD, OD's feature schema,
 windows of L = 20 transitions on 15-25-node graphs with mean degree ~4, as
 ``bench_baselines.py``) it times, in the same run and on the same data:
 
-* ``single``: one step of the existing trainer (``gdm_models.train_step.train_step``: loss,
-  backward, ``clip_grad_norm_``, Adam) of one model;
-* ``members K`` / ``loop K``: one step of a K-member ensemble (``gdm_models.ensemble_engines``;
+* ``single``: one step of the trainer (``gdm_models.training.step.train_step``: loss,
+  backward, clipping, Adam) of one model;
+* ``members K`` / ``loop K``: one step of a K-member ensemble (``gdm_models.training.engines``;
   members: one member model whose layers hold the K members' parameters, the members'
   batches folded into one; loop: the single step per member); with ``--capture`` also
   ``members+capture K`` (the static member step, one CUDA graph on CUDA) and with
@@ -62,11 +62,11 @@ from collections.abc import Callable
 import numpy as np
 import torch
 from gdm_models import EpisodeDataset, EpochSampler, FeatureScaler, get_preset, make_model
-from gdm_models.capture import CaptureFallbackWarning, StaticShape, StaticTrainStep, make_adam
 from gdm_models.compiling import CompileFallbackWarning
-from gdm_models.ensemble_engines import LoopEngine, MemberEngine
 from gdm_models.synthetic import schema_episode
-from gdm_models.train_step import batch_to_device, train_step
+from gdm_models.training.capture import CaptureFallbackWarning, StaticShape, StaticTrainStep
+from gdm_models.training.engines import LoopEngine, MemberEngine
+from gdm_models.training.step import batch_to_device, make_adam, train_step
 from torch.profiler import ProfilerActivity, profile
 
 OD = {
@@ -271,7 +271,7 @@ def warm_up(step: Callable[[], object], engine: object, dev: torch.device) -> tu
 def captured_single(
     name: str, dev: torch.device, steps: int, single: Callable[[], object], count_ops: bool
 ) -> Callable[[], object]:
-    """Time the static-shape step (:mod:`gdm_models.capture`; one CUDA graph on CUDA) of a
+    """Time the static-shape step (:mod:`gdm_models.training.capture`; one CUDA graph on CUDA) of a
     second copy of the model against the eager single step, alternately; print both, their
     ratio, the time the capture took (warm-up steps included) and, with ``count_ops``, the
     aten ops and kernels of one eager static step against one replay."""
@@ -338,7 +338,7 @@ def bench(
 
         def single() -> None:
             batch = batch_to_device(sampler.next_batch(), dev)
-            train_step(model, opt, params, batch, gen, 100.0, autocast)
+            train_step(lambda: model.training_loss(batch, gen), opt, params, 100.0, autocast)
 
         return single
 

@@ -27,6 +27,7 @@ import os
 import resource
 import sys
 import time
+from contextlib import nullcontext
 
 import numpy as np
 import torch
@@ -35,6 +36,7 @@ from gdm_models.data import OBS_KEYS
 from gdm_models.gdm import Noise
 from gdm_models.reference import gdm_loss_tensors_reference
 from gdm_models.synthetic import SYNTHETIC_SCHEMA, random_episode, random_graph
+from gdm_models.training.step import train_step
 from torch.profiler import ProfilerActivity, profile
 
 OBS = OBS_KEYS
@@ -64,15 +66,13 @@ def _train_stats(model, batches, dev, reference: bool, steps: int) -> dict[str, 
     opt = torch.optim.Adam(model.parameters(), lr=1e-6)
     gen = torch.Generator(device=dev).manual_seed(0)
 
-    def step(b):
-        if reference:
-            loss, _ = gdm_loss_tensors_reference(model, b, Noise(gen, dev))
-        else:
-            loss, _ = model.loss_tensors(b, Noise(gen, dev))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 100.0)
-        opt.step()
+    params = list(model.parameters())
+
+    def loss_fn(m, b, noise):
+        return gdm_loss_tensors_reference(m, b, noise) if reference else m.loss_tensors(b, noise)
+
+    def step(b):  # the trainer's step (loss, backward, clipping, Adam) on this loss
+        train_step(lambda: loss_fn(model, b, Noise(gen, dev)), opt, params, 100.0, nullcontext())
 
     t0 = time.perf_counter()
     step(batches[0])  # warm-up (compilation happens here)

@@ -3,7 +3,10 @@
 For each model (paper presets of OD, B = 8, L = 20, as ``bench_ensemble.py``): train
 ``--steps`` steps twice with one seed and compare the weights (determinism of the replayed
 graph, its noise included); train half the steps, resume from the checkpoint to the end and
-compare with the straight run (exact resume: the graph is captured again after the resume);
+compare with the straight run (exact resume: the graph is captured again after the resume).
+Weights pass when equal within a tolerance (:data:`RTOL`, :data:`ATOL`: CUDA's scatter is not
+bitwise deterministic); the script prints whether they are bitwise equal and the largest
+difference;
 print the mean time per step of the straight run (progress bar off, one log row every 10
 steps, the warm-up and capture included) and whether the step was captured.
 
@@ -49,6 +52,22 @@ def _weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
+#: weights agree within this tolerance (``torch.allclose``): CUDA's scatter (the GDM's message
+#: passing) is not bitwise deterministic, ~2e-7 apart after a few steps
+RTOL, ATOL = 1e-5, 1e-6
+
+
+def compare(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> tuple[bool, bool, float]:
+    """(bitwise equal, equal within :data:`RTOL` / :data:`ATOL`, largest absolute difference)
+    of two state dicts."""
+    exact = all(torch.equal(a[k], b[k]) for k in a)
+    close = all(torch.allclose(a[k].float(), b[k].float(), rtol=RTOL, atol=ATOL) for k in a)
+    diff = max(
+        ((a[k].float() - b[k].float()).abs().max().item() for k in a if a[k].numel()), default=0.0
+    )
+    return exact, close, diff
+
+
 def check(name: str, dev: torch.device, steps: int, quick: bool, capture: bool | None) -> bool:
     ds, scaler = _data()
     cfg = dict(get_preset(name, "OD")["model"])
@@ -82,19 +101,19 @@ def check(name: str, dev: torch.device, steps: int, quick: bool, capture: bool |
             train(half, ds, steps=steps // 2, checkpoint_dir=tmp, checkpoint_every=steps, **kw)
             resumed = fresh()
             train(resumed, ds, steps=steps, checkpoint_dir=tmp, checkpoint_every=steps, **kw)
-    same = all(torch.equal(runs[0][k], runs[1][k]) for k in runs[0])
-    res = _weights(resumed)
-    exact = all(torch.equal(runs[0][k], res[k]) for k in res)
-    diff = max((runs[0][k].float() - res[k].float()).abs().max().item() for k in res)
+    same, same_close, same_diff = compare(runs[0], runs[1])
+    exact, close, diff = compare(runs[0], _weights(resumed))
     notes = sorted({f"{w.category.__name__}: {w.message}" for w in caught})
+    tol = f"within rtol {RTOL:g} / atol {ATOL:g}"
     print(
         f"[{name}] train() {steps} steps on {dev}: {first_ms:.1f} ms/step (warm-up and capture "
-        f"included); same seed twice -> identical weights: {same}; resumed at {steps // 2} -> "
-        f"identical to the straight run: {exact} (max |diff| {diff:.3g})"
+        f"included); same seed twice -> identical weights: {same}, {tol}: {same_close} (max "
+        f"|diff| {same_diff:.3g}); resumed at {steps // 2} -> identical to the straight run: "
+        f"{exact}, {tol}: {close} (max |diff| {diff:.3g})"
         + "".join(f"\n[{name}]   warning {n}" for n in notes),
         flush=True,
     )
-    return same and exact
+    return same_close and close
 
 
 def main(argv: list[str] | None = None) -> None:

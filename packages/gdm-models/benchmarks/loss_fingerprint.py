@@ -7,7 +7,9 @@ ablations and the three baselines it prints, on fixed synthetic batches with fix
 * the training-loss terms (full float ``repr``) and a SHA-256 of all parameter gradients;
 * the step-by-step reference loss (:mod:`gdm_models.reference`) on the same batch;
 * ``observe`` / ``observe_at`` / ``imagine_multi`` samples (hashes and a few values);
-* the parameters after a few optimiser steps of :func:`gdm_models.train`.
+* the parameters after a few optimiser steps of :func:`gdm_models.train` (also with clipping
+  that bites and the static step) and of :func:`gdm_models.train_ensemble` (member and loop
+  engines, eager and static).
 
 Run (CPU, about a minute):
     uv run python packages/gdm-models/benchmarks/loss_fingerprint.py > fingerprint.txt
@@ -20,7 +22,14 @@ from typing import Any
 
 import numpy as np
 import torch
-from gdm_models import OBS_KEYS, EpisodeDataset, FeatureScaler, make_model, train
+from gdm_models import (
+    OBS_KEYS,
+    EpisodeDataset,
+    FeatureScaler,
+    make_model,
+    train,
+    train_ensemble,
+)
 from gdm_models import reference as ref
 from gdm_models.gdm import Noise
 from gdm_models.synthetic import SYNTHETIC_SCHEMA, TINY_GDM_CONFIG, random_episode
@@ -146,6 +155,36 @@ def main() -> None:
                     progress=False, keep_history=True)  # fmt: skip
         print(f"train params {_tensor_digest(list(fresh.parameters()))}")
         print(f"train last {_terms(res.history[-1])}")
+        _training_variants(name, overrides, scaler, dataset)
+
+
+def _training_variants(
+    name: str, overrides: dict[str, Any], scaler: FeatureScaler, dataset: EpisodeDataset
+) -> None:
+    """The trainer's other paths: clipping that bites, the static (capture) step on the CPU,
+    and the ensemble engines (members and loop, eager and static)."""
+    kw = dict(steps=3, batch_size=2, seq_len=3, lr=1e-3, progress=False, keep_history=True)
+    for label, extra in (("clip", {"grad_clip": 0.01}), ("static", {"capture": True})):
+        torch.manual_seed(7)
+        fresh = make_model(name, SYNTHETIC_SCHEMA, scaler, **overrides)
+        res = train(fresh, dataset, seed=4, **kw, **extra)  # type: ignore[arg-type]
+        print(f"train[{label}] params {_tensor_digest(list(fresh.parameters()))}")
+        print(f"train[{label}] last {_terms(res.history[-1])}")
+    strategies = (
+        ("members", "loop")
+        if make_model(name, SYNTHETIC_SCHEMA, scaler, **overrides).supports_members
+        else ("loop",)
+    )
+    for strategy in strategies:
+        for capture in (False, True):
+            ens = train_ensemble(
+                name, [4, 9], dataset, scaler=scaler, model_config=overrides,
+                strategy=strategy, capture=capture, grad_clip=0.05, **kw,
+            )  # fmt: skip
+            for m, member in zip(ens.models, ens.members, strict=True):
+                tag = f"ensemble[{strategy},capture={capture},seed={member.seed}]"
+                print(f"{tag} params {_tensor_digest(list(m.parameters()))}")
+                print(f"{tag} last {_terms(member.history[-1])}")
 
 
 if __name__ == "__main__":

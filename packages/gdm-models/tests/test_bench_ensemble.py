@@ -98,18 +98,18 @@ def test_batch_scaling_step_trains_the_model_on_k_times_the_windows(bench, monke
     """In ``bench(..., batching=True)`` the K x B step is the single model's training step on
     K x B windows (so the ratio measures K-fold arithmetic, not the same batch again)."""
     sizes: list[int] = []
-    real_step = bench.train_step
+    real_to_device = bench.batch_to_device
 
-    def spy_step(model, opt, params, batch, *args):
+    def spy_to_device(batch, dev):  # each single step moves its batch, then trains on it
         sizes.append(batch.batch_size)
-        return real_step(model, opt, params, batch, *args)
+        return real_to_device(batch, dev)
 
     def call_once(fns, dev, steps, threads=None):
         for fn in fns:
             fn()
         return [1.0] * len(fns)
 
-    monkeypatch.setattr(bench, "train_step", spy_step)
+    monkeypatch.setattr(bench, "batch_to_device", spy_to_device)
     monkeypatch.setattr(bench, "_time", call_once)
     # K = 10: 80 windows, more than the 32 episodes of the ensemble rows' data
     bench.bench("vanilla-gwm", torch.device("cpu"), [10], 1, False, batching=True, ensembles=False)

@@ -1,4 +1,4 @@
-"""The static-shape training step (gdm_models.capture) and the host-sync detector.
+"""The static-shape training step (gdm_models.training.capture) and the host-sync detector.
 
 On this CPU the step runs eagerly up to the CUDA-only calls; the CUDA graph itself is checked
 by benchmarks/gpu_check.sh on a GPU.
@@ -12,16 +12,16 @@ import numpy as np
 import pytest
 import torch
 from gdm_models import make_model, train
-from gdm_models.capture import (
+from gdm_models.data import EpochSampler
+from gdm_models.synthetic import SYNTHETIC_SCHEMA
+from gdm_models.training.capture import (
     CaptureFallbackWarning,
     StaticShape,
     StaticTrainStep,
-    make_adam,
     pad_batch,
 )
-from gdm_models.data import EpochSampler
-from gdm_models.host_sync import HostSyncError, forbid_host_sync
-from gdm_models.synthetic import SYNTHETIC_SCHEMA
+from gdm_models.training.host_sync import HostSyncError, forbid_host_sync
+from gdm_models.training.step import make_adam
 
 from .conftest import TINY
 
@@ -305,7 +305,7 @@ def test_scaler_device_copies_are_made_once_and_never_inside_a_transform(scaler)
 def test_static_member_step_has_no_host_sync(name, scaler, dataset):
     """The member engine's captured body (each member's noise, the member model's losses,
     backward, per-member clipping, fused Adam) stays on the device: it can be one CUDA graph."""
-    from gdm_models.ensemble_engines import MemberEngine
+    from gdm_models.training.engines import MemberEngine
 
     models = [_model(name, scaler, seed=s) for s in (1, 2, 3)]
     engine = MemberEngine(

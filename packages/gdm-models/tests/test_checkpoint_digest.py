@@ -6,14 +6,14 @@ import json
 
 import pytest
 from gdm_models import EpisodeDataset, train
-from gdm_models.checkpoint import (
+from gdm_models.synthetic import SYNTHETIC_SCHEMA
+from gdm_models.training.checkpoint import (
     CheckpointError,
     checkpoint_digest,
     load_checkpoint,
     seal_checkpoint,
     verify_checkpoint,
 )
-from gdm_models.synthetic import SYNTHETIC_SCHEMA
 
 
 def _edit_manifest(path, edit):
@@ -87,7 +87,7 @@ def test_model_name_is_checked(make_tiny, tmp_path):
 def test_weights_that_are_not_safetensors_raise_checkpoint_error(make_tiny, tmp_path):
     """A pickle under the safetensors name (digest resealed) names the file, not the parser."""
     import torch
-    from gdm_models import checkpoint as ck
+    from gdm_models.training import checkpoint as ck
 
     model = make_tiny()
     path = model.save(tmp_path / "ck")

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from gdm_models import checkpoint as ck
-from gdm_models.checkpoint import CheckpointError, load_checkpoint
+from gdm_models.training import checkpoint as ck
+from gdm_models.training.checkpoint import CheckpointError, load_checkpoint
 
 
 def _resigned(path, edit) -> None:

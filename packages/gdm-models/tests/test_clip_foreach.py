@@ -1,4 +1,4 @@
-"""The static step's clipping (:func:`gdm_models.capture.clip_grad_norm_foreach_`) gives
+"""The static step's clipping (:func:`gdm_models.training.step.clip_grad_norms_`) gives
 torch's ``clip_grad_norm_`` numbers bit for bit, in a few foreach ops."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from gdm_models.capture import clip_grad_norm_foreach_
+from gdm_models.training.step import clip_grad_norms_
 
 
 def _params(seed: int, scale: float) -> list[torch.nn.Parameter]:
@@ -23,7 +23,7 @@ def _params(seed: int, scale: float) -> list[torch.nn.Parameter]:
 @pytest.mark.parametrize("seed,scale", [(0, 1.0), (1, 1e-3), (2, 50.0)])
 def test_equals_torch_clip_grad_norm_bit_for_bit(max_norm, seed, scale):
     ours, ref = _params(seed, scale), _params(seed, scale)
-    total = clip_grad_norm_foreach_(ours, max_norm)
+    total = clip_grad_norms_(ours, max_norm)
     expected = torch.nn.utils.clip_grad_norm_(ref, max_norm)
     assert torch.equal(total, expected)
     for a, b in zip(ours, ref, strict=True):
@@ -37,10 +37,8 @@ def test_skips_missing_gradients_and_handles_none_at_all():
     params[1].grad = None
     ref = _params(0, 1.0)
     ref[1].grad = None
-    assert torch.equal(
-        clip_grad_norm_foreach_(params, 1.0), torch.nn.utils.clip_grad_norm_(ref, 1.0)
-    )
-    assert float(clip_grad_norm_foreach_([torch.nn.Parameter(torch.zeros(2))], 1.0)) == 0.0
+    assert torch.equal(clip_grad_norms_(params, 1.0), torch.nn.utils.clip_grad_norm_(ref, 1.0))
+    assert float(clip_grad_norms_([torch.nn.Parameter(torch.zeros(2))], 1.0)) == 0.0
 
 
 def _profiled_aten_ops(fn) -> int:
@@ -63,9 +61,7 @@ def _grads(n: int) -> list[torch.nn.Parameter]:
 def test_fewer_dispatches_than_torch_clip_grad_norm():
     """torch's version calls ``.to(first device)`` on each parameter's norm (a dispatch per
     parameter); this one skips it: 45 more parameters cost 45 fewer ops here than there."""
-    ours = [
-        _profiled_aten_ops(lambda n=n: clip_grad_norm_foreach_(_grads(n), 1.0)) for n in (5, 50)
-    ]
+    ours = [_profiled_aten_ops(lambda n=n: clip_grad_norms_(_grads(n), 1.0)) for n in (5, 50)]
     ref = [
         _profiled_aten_ops(lambda n=n: torch.nn.utils.clip_grad_norm_(_grads(n), 1.0, foreach=True))
         for n in (5, 50)

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 import torch
 from gdm_models import CheckpointError, load_checkpoint, make_model, train, train_ensemble
-from gdm_models.ensemble import verify_ensemble_state
-from gdm_models.ensemble_engines import clip_grad_norms_, member_opt_state, stack_opt_states
 from gdm_models.synthetic import SYNTHETIC_SCHEMA
+from gdm_models.training.ensemble import verify_ensemble_state
+from gdm_models.training.members import member_opt_state, stack_opt_states
+from gdm_models.training.step import clip_grad_norms_
 
 from .conftest import TINY
 
@@ -254,7 +255,10 @@ def test_per_member_clipping_is_clip_grad_norm(scaler):
     grads = [torch.randn(3, *s) for s in shapes]
     grads[0][1] *= 1e4  # member 1: a huge gradient
     ref = [[g[k].clone() for g in grads] for k in range(3)]
-    norms = clip_grad_norms_(grads, 1.0)
+    stacked = [torch.nn.Parameter(torch.zeros_like(g)) for g in grads]
+    for p, g in zip(stacked, grads, strict=True):
+        p.grad = g
+    norms = clip_grad_norms_(stacked, 1.0, members=3)
     for k in range(3):
         params = [torch.nn.Parameter(torch.zeros(s)) for s in shapes]
         for p, g in zip(params, ref[k], strict=True):

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 from gdm_models import load_checkpoint, make_model, train, train_ensemble
-from gdm_models.checkpoint import kept_checkpoint_dir
 from gdm_models.synthetic import SYNTHETIC_SCHEMA
+from gdm_models.training.checkpoint import kept_checkpoint_dir
 
 KW = dict(batch_size=2, seq_len=3, lr=1e-3, device="cpu", progress=False)
 

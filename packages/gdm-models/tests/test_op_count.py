@@ -92,7 +92,7 @@ MEMBER_OPS_RATIO = 1.15
 def test_member_engine_runs_ten_members_in_the_ops_of_one(name, scaler, dataset):
     """K = 10 members as one member model cost at most 1.15x the aten ops of one single step
     (the issue-27 target); the loop engine, for contrast, grows K-fold."""
-    from gdm_models.ensemble_engines import LoopEngine, MemberEngine
+    from gdm_models.training.engines import LoopEngine, MemberEngine
 
     single = _aten_ops_per_step(LoopEngine, name, 1, scaler, dataset)
     ten = _aten_ops_per_step(MemberEngine, name, 10, scaler, dataset)

@@ -10,14 +10,14 @@ import pytest
 pytest.importorskip("tensorboard")  # the optional extra; the workspace's dev group installs it
 
 from gdm_models import train, train_ensemble  # noqa: E402
-from gdm_models.tensorboard_log import (  # noqa: E402
+from gdm_models.training.tensorboard_log import (  # noqa: E402
     TeeLog,
     TensorBoardLog,
     read_scalars,
     tee,
     tee_members,
 )
-from gdm_models.trainer import CsvLog  # noqa: E402
+from gdm_models.training.trainer import CsvLog  # noqa: E402
 
 from .conftest import TINY  # noqa: E402
 

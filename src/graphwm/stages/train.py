@@ -120,7 +120,7 @@ class TrainJob:
             raise ValueError(
                 f"{self.reldir} keeps no checkpoint of step {step}; it keeps {self.kept_steps()}"
             )
-        return folder / f"step_{step:06d}"  # gdm_models.checkpoint.kept_checkpoint_dir
+        return folder / f"step_{step:06d}"  # gdm_models.training.checkpoint.kept_checkpoint_dir
 
     def kept_steps(self) -> tuple[int, ...]:
         """The steps whose checkpoints this job keeps: every ``keep_every``-th and the last
@@ -236,7 +236,7 @@ def keep_option(job: TrainJob) -> dict[str, Any]:
 def train_record(job: TrainJob, result: Any, run_dir: Path) -> TrainRecord:
     """The record of ``job``'s finished training (``result``: a single run's ``TrainResult``
     or an ensemble member's result, both with ``steps``, ``resumed_from``, ``last_terms``)."""
-    from gdm_models.checkpoint import checkpoint_digest
+    from gdm_models.training.checkpoint import checkpoint_digest
 
     final = job.checkpoint(run_dir)
     log = job.dir(run_dir) / "log.csv"
@@ -270,7 +270,7 @@ def checkpoint_size_problem(path: Path) -> str | None:
     import json
     import struct
 
-    from gdm_models.checkpoint import WEIGHTS_FILE, CheckpointError, read_manifest
+    from gdm_models.training.checkpoint import WEIGHTS_FILE, CheckpointError, read_manifest
 
     from graphwm.checks import memory_bytes
 
@@ -312,7 +312,7 @@ def checkpoint_size_problem(path: Path) -> str | None:
 
 def _refuse_unloadable(path: Path) -> None:
     """Raise ``CheckpointError`` where :func:`checkpoint_size_problem` finds one."""
-    from gdm_models.checkpoint import CheckpointError
+    from gdm_models.training.checkpoint import CheckpointError
 
     problem = checkpoint_size_problem(path)
     if problem is not None:
@@ -321,10 +321,10 @@ def _refuse_unloadable(path: Path) -> None:
 
 def verify_resumable(latest: Path) -> dict[str, Any]:
     """A training job's ``latest/`` state before resuming: intact and sealed
-    (``gdm_models.trainer.verify_trainer_state``) and loadable for its sizes
+    (``gdm_models.training.trainer.verify_trainer_state``) and loadable for its sizes
     (:func:`checkpoint_size_problem`); else ``CheckpointError``, and
     :func:`~graphwm.store.checkpoints.recover_latest` quarantines it."""
-    from gdm_models.trainer import verify_trainer_state
+    from gdm_models.training.trainer import verify_trainer_state
 
     meta = verify_trainer_state(latest)
     _refuse_unloadable(Path(latest))
@@ -333,8 +333,9 @@ def verify_resumable(latest: Path) -> dict[str, Any]:
 
 def verify_resumable_ensemble(latest: Path) -> dict[str, Any]:
     """:func:`verify_resumable` for an ensemble's ``latest/`` state: the state
-    (``gdm_models.ensemble.verify_ensemble_state``) and every member checkpoint it holds."""
-    from gdm_models.ensemble import verify_ensemble_state
+    (``gdm_models.training.ensemble.verify_ensemble_state``) and every member checkpoint it
+    holds."""
+    from gdm_models.training.ensemble import verify_ensemble_state
 
     meta = verify_ensemble_state(latest)
     for s in meta["seeds"]:
@@ -365,7 +366,7 @@ def verify_trained(run_dir: Path, record: TrainRecord, job: TrainJob | None = No
     job's ``log.csv`` must read (else the whole job folder is what ``--redo-corrupt``
     quarantines, so the job trains again).
     """
-    from gdm_models.checkpoint import CheckpointError, checkpoint_digest
+    from gdm_models.training.checkpoint import CheckpointError, checkpoint_digest
 
     from graphwm.store.records import ResultsFormatError
     from graphwm.store.training_log import read_log

@@ -20,14 +20,14 @@ __all__ = ["recover_latest"]
 def recover_latest(run_dir: Path, folder: Path, verify: Callable[[Path], object]) -> None:
     """Make ``folder/latest`` a verified state, an earlier good one, or absent.
 
-    ``verify(path)`` raises :class:`~gdm_models.checkpoint.CheckpointError` for a state that
-    is damaged or incomplete (``gdm_models.trainer.verify_trainer_state`` for a training job,
-    ``gdm_models.ensemble.verify_ensemble_state`` for an ensemble). A corrupt ``latest/`` is
-    quarantined; ``.latest_old`` (the previous state, left when a save was cut short) replaces
-    it if it verifies, else training restarts from step 0. Each step is said in the log and in
-    ``RUN_DIR/events.log``.
+    ``verify(path)`` raises :class:`~gdm_models.training.checkpoint.CheckpointError` for a state
+    that is damaged or incomplete (``gdm_models.training.trainer.verify_trainer_state`` for a
+    training job, ``gdm_models.training.ensemble.verify_ensemble_state`` for an ensemble). A corrupt
+    ``latest/`` is quarantined; ``.latest_old`` (the previous state, left when a save was cut short)
+    replaces it if it verifies, else training restarts from step 0. Each step is said in the log and
+    in ``RUN_DIR/events.log``.
     """
-    from gdm_models.checkpoint import CheckpointError
+    from gdm_models.training.checkpoint import CheckpointError
 
     latest, old = folder / "latest", folder / ".latest_old"
     problem = None

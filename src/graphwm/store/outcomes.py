@@ -65,7 +65,7 @@ def is_deterministic(err: BaseException) -> bool:
     """Whether rerunning the job would raise ``err`` again: an error of the job's own code,
     not of the machine (memory, files, a killed process) nor of a store file (a corrupt input,
     which ``--redo-corrupt`` recomputes)."""
-    from gdm_models.checkpoint import CheckpointError
+    from gdm_models.training.checkpoint import CheckpointError
 
     from graphwm.store.files import CorruptFileError
 

@@ -115,8 +115,8 @@ class StatePusher:
 
     def push(self) -> None:
         # the trainers' own seals (graphwm.stages.train adds size checks, done on resume)
-        from gdm_models.ensemble import verify_ensemble_state
-        from gdm_models.trainer import verify_trainer_state
+        from gdm_models.training.ensemble_state import verify_ensemble_state
+        from gdm_models.training.state import verify_trainer_state
 
         folder = self.run_dir / self.job.reldir
         latest = folder / "ckpt" / "latest"

@@ -10,25 +10,34 @@ Public API::
 Modules in layers, each importing only those below it (checked by import-linter, see the root
 pyproject.toml):
 
-1. ``trainer`` - the training loop; ``checkpoint`` - save / verify / load;
+1. ``training`` - the training package (:mod:`gdm_models.training`: ``train``,
+   ``train_ensemble``, the one training step, the engines, checkpoints, logs);
 2. ``registry`` - every model by name (one line per model); ``reference`` - slow reference
    losses for tests and benchmarks;
 3. the models: ``gdm`` (the GDM and its ablations), ``baselines`` (Vanilla / EA-GWM, G-RSSM);
 4. ``world_model`` (the ``WorldModel`` base class), ``encoder``, ``decoder``, ``losses``;
-5. leaves: ``schema``, ``scaling``, ``data``, ``layers``, ``adjacency``, ``message_passing``,
-   ``compiling``, ``presets`` (hyperparameters of every model, plain data), ``synthetic``,
-   ``tensorboard_log`` (TensorBoard event files beside the CSV log; optional extra).
+5. ``member_layers`` (the member axis of a member model's layers);
+6. leaves: ``scaling``, ``data``, ``layers``, ``adjacency``, ``message_passing``,
+   ``compiling``, ``presets`` (hyperparameters of every model, plain data), ``synthetic``;
+   below them ``member_ops``, then ``schema``.
 """
 
-from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .data import OBS_KEYS, Batch, DataError, EpisodeDataset, EpochSampler
-from .ensemble import EnsembleResult, MemberResult, train_ensemble
 from .gdm import GDM, GDMConfig
 from .presets import ENV_IDS, default_preset, get_preset, register_preset
 from .registry import available_models, make_model, register_model
 from .scaling import FeatureScaler
 from .schema import Schema, SchemaError, parse_schema
-from .trainer import TrainResult, train
+from .training import (
+    CheckpointError,
+    EnsembleResult,
+    MemberResult,
+    TrainResult,
+    load_checkpoint,
+    save_checkpoint,
+    train,
+    train_ensemble,
+)
 from .world_model import (
     PREDICTION_KEYS,
     StepResult,

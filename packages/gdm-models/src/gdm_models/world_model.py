@@ -56,8 +56,8 @@ can be replaced (autoreset) with :meth:`WorldModel.replace_rows` without knowing
 With one generator, ``start`` + k calls of ``step`` draw exactly what ``observe`` +
 ``imagine_multi`` over the same k actions draw. Neither switches autograd off.
 
-Saving and loading go through :mod:`gdm_models.checkpoint` (``model.save(path)``,
-``WorldModel.load(path)`` / :func:`gdm_models.checkpoint.load_checkpoint`).
+Saving and loading go through :mod:`gdm_models.training.checkpoint` (``model.save(path)``,
+``WorldModel.load(path)`` / :func:`gdm_models.training.checkpoint.load_checkpoint`).
 """
 
 from __future__ import annotations
@@ -541,7 +541,7 @@ class WorldModel(nn.Module, abc.ABC):
 
     def save(self, path: str | Path) -> Path:
         """Save weights, config, schema and scaler
-        (:func:`gdm_models.checkpoint.save_checkpoint`)."""
+        (:func:`gdm_models.training.checkpoint.save_checkpoint`)."""
         return _checkpoint_io().save(self, path)
 
     @classmethod
@@ -553,7 +553,7 @@ class WorldModel(nn.Module, abc.ABC):
         device: torch.device | str = "cpu",
     ) -> WorldModel:
         """Load a checkpoint written by :meth:`save`; optionally require a given schema
-        (:func:`gdm_models.checkpoint.load_checkpoint`)."""
+        (:func:`gdm_models.training.checkpoint.load_checkpoint`)."""
         model = _checkpoint_io().load(path, schema=schema, device=device)
         if cls is not WorldModel and not isinstance(model, cls):
             raise TypeError(f"checkpoint holds a {type(model).__name__}, not a {cls.__name__}")

@@ -39,7 +39,7 @@ def window_targets(
     trans_valid)``: observation terms count at t = 0 and at real steps, transition terms at
     real steps t >= 1 only. A window's first transition is always real, so observation 0
     counts exactly in the real windows: a padding row (every ``step_mask`` False, see
-    :func:`gdm_models.capture.pad_batch`) counts nowhere.
+    :func:`gdm_models.training.capture.pad_batch`) counts nowhere.
     """
     B = batch.batch_size
     target = {k: v.reshape(v.shape[0] * v.shape[1], *v.shape[2:]) for k, v in obs.items()}

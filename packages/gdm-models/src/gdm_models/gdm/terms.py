@@ -52,7 +52,7 @@ def _term_weights(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The loss weights of ``keys`` and their "pred_" indicator as tensors on ``like``'s
     device, made once per keys, device and dtype (``cache``): a host-to-device copy at every
-    step would block CUDA-graph capture (:mod:`gdm_models.capture`)."""
+    step would block CUDA-graph capture (:mod:`gdm_models.training.capture`)."""
     key = (tuple(keys), tuple(scale[k] for k in keys), like.device, like.dtype)
     if key not in cache:
         cache[key] = (

@@ -1,7 +1,8 @@
-"""A training run's state on disk: the ``latest/`` folder of :func:`~gdm_models.trainer.train`
-(model checkpoint + ``trainer_state.pt`` + ``trainer_state.json``, sealed into the checkpoint's
-digest), written atomically, verified and read back; shared by the single run and the members
-of :func:`~gdm_models.ensemble.train_ensemble`."""
+"""A training run's state on disk: the ``latest/`` folder of
+:func:`~gdm_models.training.trainer.train` (model checkpoint + ``trainer_state.pt`` +
+``trainer_state.json``, sealed into the checkpoint's digest), written atomically, verified and read
+back; shared by the single run and the members of
+:func:`~gdm_models.training.ensemble.train_ensemble`."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file
 
+from ..world_model import WorldModel
 from .checkpoint import (
     WEIGHTS_FILE,
     CheckpointError,
@@ -24,7 +26,6 @@ from .checkpoint import (
     seal_checkpoint,
     verify_checkpoint,
 )
-from .world_model import WorldModel
 
 __all__ = [
     "TRAINER_STATE_FILES",
@@ -88,7 +89,7 @@ def verify_trainer_state(path: str | Path) -> dict[str, Any]:
     """Check that ``path`` is a complete, intact trainer state; return its
     ``trainer_state.json`` (step, sampler state, training arguments).
 
-    The checkpoint must verify (:func:`~gdm_models.checkpoint.verify_checkpoint`: weights,
+    The checkpoint must verify (:func:`~gdm_models.training.checkpoint.verify_checkpoint`: weights,
     manifest and the sealed trainer state), hold both trainer-state files, and they must load
     as resuming loads them (``trainer_state.pt`` with ``weights_only=True``, so a pickle is
     refused).

@@ -1,7 +1,8 @@
 """Find host synchronisations in a training step, on any device.
 
-A training step captured as one CUDA graph (:mod:`gdm_models.capture`) must never make the
-host wait for the device (``.item()``, ``bool(t)``, ``.tolist()``, ``nonzero``) nor copy host
+A training step captured as one CUDA graph (:mod:`gdm_models.training.capture`) must never make the
+host wait for the device (``.item()``, ``bool(t)``, ``.tolist()``, ``nonzero``, boolean-mask
+indexing ``x[mask]``) nor copy host
 data to the device (``torch.as_tensor(numpy_array, device="cuda")``, ``torch.tensor(0.5)``):
 either one breaks the capture, and on an eager GPU step each one stalls the launch queue.
 
@@ -9,8 +10,8 @@ either one breaks the capture, and on an eager GPU step each one stalls the laun
 the CPU too (where nothing really synchronises), so the property is tested in every run:
 
 * a ``TorchDispatchMode`` sees every aten op of the forward and the backward and refuses the
-  ones whose result the host must read (:data:`SYNC_OPS`) and copies between the host and a
-  device;
+  ones whose result the host must read (:data:`SYNC_OPS`, and indexing with a boolean mask)
+  and copies between the host and a device;
 * ``torch.tensor`` / ``torch.as_tensor`` / ``torch.from_numpy`` on host data (anything that is
   not already a tensor) and ``Tensor.numpy`` are refused while the context is active;
 * on CUDA, ``torch.cuda.set_sync_debug_mode("error")`` refuses what the dispatcher cannot see.
@@ -58,9 +59,26 @@ SYNC_OPS: frozenset[Any] = frozenset(
 
 _COPY_OPS = frozenset({_aten._to_copy.default, _aten.copy_.default, _aten.to.device})
 
+#: indexing ops: with a boolean mask among the indices (``x[mask]``, ``x[mask] = v``) the
+#: kernel counts the mask's True entries on the host (a nonzero the dispatcher does not show)
+_INDEX_OPS = frozenset(
+    {
+        _aten.index.Tensor,
+        _aten.index_put.default,
+        _aten.index_put_.default,
+        _aten._index_put_impl_.default,
+    }
+)
+
 
 def _device_of(x: Any) -> torch.device | None:
     return x.device if isinstance(x, torch.Tensor) else None
+
+
+def _has_mask(indices: Any) -> bool:
+    return any(
+        isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in indices
+    )
 
 
 class _SyncDetector(TorchDispatchMode):
@@ -70,6 +88,11 @@ class _SyncDetector(TorchDispatchMode):
             raise HostSyncError(f"host synchronisation: aten.{func.__name__} in the training step")
         if func in _COPY_OPS:
             self._check_copy(func, args, kwargs)
+        if func in _INDEX_OPS and _has_mask(args[1] if len(args) > 1 else kwargs["indices"]):
+            raise HostSyncError(
+                f"host synchronisation: boolean-mask indexing (aten.{func.__name__}) in the "
+                "training step; use torch.where or a multiplication by the mask"
+            )
         return func(*args, **kwargs)
 
     @staticmethod
@@ -110,7 +133,7 @@ def forbid_host_sync(cuda: bool | None = None) -> Iterator[None]:
 
     Example:
         >>> import torch
-        >>> from gdm_models.host_sync import HostSyncError, forbid_host_sync
+        >>> from gdm_models.training.host_sync import HostSyncError, forbid_host_sync
         >>> x = torch.ones(3)
         >>> with forbid_host_sync():
         ...     y = (x * 2).sum()  # stays on the device

@@ -12,7 +12,7 @@ launch cost without changing the math or needing a compiler (no inductor):
 * **no host synchronisation**: the model's loss reads its scaler's statistics from device
   copies; gradient clipping, the non-finite check and Adam (``fused``, ``capturable`` on CUDA)
   stay on the device; logged values are read by the trainer every ``log_every`` steps only.
-  :func:`~gdm_models.host_sync.forbid_host_sync` checks this on any device;
+  :func:`~gdm_models.training.host_sync.forbid_host_sync` checks this on any device;
 * **one CUDA graph**: after ``warmup`` eager steps on a side stream (real training steps on
   real batches; they also create Adam's state), forward, backward, clipping, Adam and the
   non-finite check are captured once into a ``torch.cuda.CUDAGraph``, with the model's noise
@@ -33,9 +33,10 @@ from typing import Any, Generic, TypeVar, cast
 
 import torch
 
-from .data import Batch, EpisodeDataset
-from .host_sync import HostSyncError, forbid_host_sync
-from .world_model import WorldModel
+from ..data import Batch, EpisodeDataset
+from ..world_model import WorldModel
+from .host_sync import forbid_host_sync
+from .step import StepOutput, train_step
 
 __all__ = [
     "CaptureFallbackWarning",
@@ -44,12 +45,8 @@ __all__ = [
     "StaticShape",
     "StaticTrainStep",
     "pad_batch",
-    "make_adam",
-    "configure_adam",
-    "clip_grad_norm_foreach_",
 ]
 
-StepOutput = tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]
 T = TypeVar("T")
 
 
@@ -105,57 +102,12 @@ def pad_batch(batch: Batch, shape: StaticShape) -> Batch:
     return Batch(**rows)
 
 
-def clip_grad_norm_foreach_(params: list[torch.nn.Parameter], max_norm: float) -> torch.Tensor:
-    """:func:`torch.nn.utils.clip_grad_norm_` (2-norm, ``foreach=True``) with the same numbers
-    in a few foreach ops, for the static step: the total norm of the per-parameter norms, and
-    the gradients scaled by ``min(1, max_norm / (norm + 1e-6))``. Torch's version also moves
-    each parameter's norm to the first device (one op per parameter, a no-op on one device),
-    which a launch-bound step pays for. All gradients must sit on one device; returns the
-    total norm (a device tensor: no host sync)."""
-    grads = [p.grad for p in params if p.grad is not None]
-    if not grads:  # nothing to clip: a zero norm where the parameters live
-        return torch.zeros((), device=params[0].device if params else None)
-    total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
-    coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
-    torch._foreach_mul_(grads, coef)
-    return total
-
-
-def make_adam(
-    params: Sequence[torch.nn.Parameter], lr: float, device: torch.device
-) -> torch.optim.Adam:
-    """Adam for the static step: the fused kernel, capturable on CUDA (step counters on the
-    device: no ``item()`` per parameter)."""
-    return torch.optim.Adam(params, lr=lr, fused=True, capturable=device.type == "cuda")
-
-
-def configure_adam(opt: torch.optim.Optimizer, *, fused: bool, capturable: bool) -> None:
-    """Set ``opt``'s implementation flags after ``load_state_dict`` (which restores the flags
-    saved with the state: a checkpoint written by an eager run would otherwise turn a captured
-    run's Adam back into the host-synchronising one) and put the step counters where that
-    implementation keeps them (on the parameter's device for fused or capturable Adam, on the
-    host otherwise). The numbers are unchanged."""
-    for group in opt.param_groups:
-        group["fused"] = fused or None
-        group["capturable"] = capturable
-        if fused:
-            group["foreach"] = None
-        for p in group["params"]:
-            st = opt.state.get(p)
-            if not st or "step" not in st:
-                continue
-            step = st["step"]
-            dtype = step.dtype if isinstance(step, torch.Tensor) else torch.float32
-            dev = p.device if (fused or capturable) else torch.device("cpu")
-            st["step"] = torch.as_tensor(step, dtype=dtype).to(dev)
-
-
 class GraphRunner(Generic[T]):
     """Run ``body()`` (a function of static device buffers only) eagerly for ``warmup`` calls,
     then capture it as one CUDA graph and replay it at every later call.
 
     Warm-up calls run on a side stream (as torch's CUDA-graph notes ask), the last of them
-    under :func:`~gdm_models.host_sync.forbid_host_sync` (a body that synchronises is named
+    under :func:`~gdm_models.training.host_sync.forbid_host_sync` (a body that synchronises is named
     and never captured); ``before()`` runs before each eager call and before the capture (the
     trainers' ``zero_grad``, so gradients are allocated in the graph's memory pool). The
     ``generators`` the body draws from are registered with the graph, so every replay draws
@@ -209,14 +161,17 @@ class GraphRunner(Generic[T]):
         return out
 
     def _probe(self) -> T:
-        """The last warm-up call under :func:`~gdm_models.host_sync.forbid_host_sync`: a body
+        """The last warm-up call under :func:`~.host_sync.forbid_host_sync`: a body
         that synchronises cannot be captured, so it is found here, named, and run eagerly,
         before any generator is registered with a graph."""
         try:
             with forbid_host_sync(cuda=self.cuda):
                 return self._eager()
-        except HostSyncError as err:
-            self._fallback(f"HostSyncError: {err}")
+        except RuntimeError as err:
+            # HostSyncError (the dispatcher's detector), or the plain RuntimeError that CUDA's
+            # sync debug mode raises for what the dispatcher cannot see: both mean "cannot
+            # be captured"; a genuine error of the body raises again from the eager call
+            self._fallback(f"{type(err).__name__}: {err}".splitlines()[0])
             return self._eager()
 
     def _fallback(self, reason: str) -> None:
@@ -231,6 +186,7 @@ class GraphRunner(Generic[T]):
     def _capture(self) -> T:
         """Capture the body as one graph and replay it; eager (with a warning) on failure."""
         states = [g.get_state() for g in self.generators]
+        default = _SavedDefaultGenerator(self.device)
         try:
             graph = torch.cuda.CUDAGraph()
             for g in self.generators:
@@ -242,6 +198,7 @@ class GraphRunner(Generic[T]):
         except Exception as err:  # noqa: BLE001 - any failure means: run eagerly, say why
             if self.cuda:
                 torch.cuda.synchronize(self.device)
+            default.restore()  # capture_begin put it in capture mode: a later draw would fail
             # a generator registered with a failed capture cannot draw eagerly any more: go
             # on with fresh ones in the same state (owners read them from self.generators)
             fresh = []
@@ -261,6 +218,31 @@ class GraphRunner(Generic[T]):
         """The generator that now stands for ``generator`` (a fresh one after a failed
         capture, else ``generator`` itself)."""
         return self.replaced.get(id(generator), generator)
+
+
+class _SavedDefaultGenerator:
+    """The state of ``device``'s default generator before a capture, to restore after a
+    failed one: a capture registers it with the graph and puts it in capture mode, and a
+    capture that fails midway may leave it there (every later draw from it would fail). On
+    CUDA its whole state object is swapped back (``graphsafe_set_state``: the capture flag
+    included); elsewhere its state is set back."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.saved: Any
+        if self.cuda:
+            index = device.index if device.index is not None else torch.cuda.current_device()
+            self.gen = torch.cuda.default_generators[index]
+            self.saved = self.gen.clone_state()
+        else:
+            self.gen = torch.default_generator
+            self.saved = self.gen.get_state()
+
+    def restore(self) -> None:
+        if self.cuda:
+            self.gen.graphsafe_set_state(self.saved)
+        else:
+            self.gen.set_state(self.saved)
 
 
 class StaticBuffers:
@@ -291,7 +273,7 @@ class StaticTrainStep:
 
     Args:
         model: the world model (its ``training_loss(batch, generator)`` must not synchronise).
-        opt: its optimizer (:func:`make_adam`).
+        opt: its optimizer (:func:`~gdm_models.training.step.make_adam`).
         params: the parameters to clip and update.
         generator: the model's noise generator (registered with the graph on CUDA).
         grad_clip: max global gradient norm (``math.inf``: none).
@@ -318,8 +300,6 @@ class StaticTrainStep:
         self.clip, self.shape = float(grad_clip), shape
         self.device = self.params[0].device if self.params else torch.device("cpu")
         self.autocast_dtype = autocast_dtype
-        #: True on the device once any step's loss was not finite (read by the trainer)
-        self.nonfinite = torch.zeros((), dtype=torch.bool, device=self.device)
         self.buffers = StaticBuffers(self.device)
         cuda = self.device.type == "cuda"
         self.runner: GraphRunner[StepOutput] = GraphRunner(
@@ -367,14 +347,12 @@ class StaticTrainStep:
         )
 
     def _step(self, batch: Batch) -> StepOutput:
-        """Forward, backward, clipping, Adam and the non-finite flag; nothing leaves the device."""
-        with self._autocast():
-            loss, terms = self.model.training_loss(batch, self.generator)  # the runner's
-        loss.backward()
-        gn = clip_grad_norm_foreach_(self.params, self.clip)
-        self.opt.step()
-        self.nonfinite.logical_or_(~torch.isfinite(loss.detach()))
-        return loss.detach(), gn, terms
+        """The training step (:func:`~gdm_models.training.step.train_step`) on ``batch``, the
+        noise drawn from the runner's generator; nothing leaves the device."""
+        return train_step(
+            lambda: self.model.training_loss(batch, self.generator),
+            self.opt, self.params, self.clip, self._autocast(),
+        )  # fmt: skip
 
     def _body(self) -> StepOutput:
         assert self.buffers.batch is not None  # loaded before every call

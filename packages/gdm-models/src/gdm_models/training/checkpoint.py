@@ -32,10 +32,10 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from .registry import make_model
-from .scaling import FeatureScaler
-from .schema import Schema
-from .world_model import WorldModel
+from ..registry import make_model
+from ..scaling import FeatureScaler
+from ..schema import Schema
+from ..world_model import WorldModel
 
 __all__ = [
     "CheckpointError",

@@ -1,146 +1,52 @@
-"""The ways :func:`gdm_models.ensemble.train_ensemble` steps K members.
+"""The ways :func:`gdm_models.training.ensemble.train_ensemble` steps K members.
 
 * :class:`MemberEngine` (strategy ``"members"``, the default for every model that supports it,
   :attr:`~gdm_models.world_model.WorldModel.supports_members`) - one *member model*
-  (:func:`~gdm_models.member_layers.stack_members`: every layer holds the K members'
-  parameters on a leading axis) runs the K members' batches folded into one batch,
-  member-major; its :meth:`~gdm_models.world_model.WorldModel.member_loss` returns the K
-  losses, and one backward of their sum gives each member exactly its own gradients (no
-  parameter of member k touches another member's rows). Per-member gradient-norm clipping
-  (:func:`clip_grad_norms_`) and one ``torch.optim.Adam`` over the stacked parameters
-  (elementwise, so K Adams; the step count is shared: all members step together) finish the
-  step: about the aten ops of one single step, at any K. With a static shape the whole step
+  (:func:`~gdm_models.member_layers.stack_members`: every layer holds the K members' parameters on a
+  leading axis) runs the K members' batches folded into one batch, member-major; its
+  :meth:`~gdm_models.world_model.WorldModel.member_loss` returns the K losses, and one backward of
+  their sum gives each member exactly its own gradients (no parameter of member k touches another
+  member's rows). Per-member gradient-norm clipping
+  (:func:`~gdm_models.training.step.clip_grad_norms_`) and one ``torch.optim.Adam`` over the stacked
+  parameters (elementwise, so K Adams; the step count is shared: all members step together) finish
+  the step: about the aten ops of one single step, at any K. With a static shape the whole step
   (each member's noise, the loss, backward, clipping, Adam) is one CUDA graph on CUDA
-  (:class:`~gdm_models.capture.GraphRunner`).
+  (:class:`~gdm_models.training.capture.GraphRunner`).
 * :class:`LoopEngine` (strategy ``"loop"``) - K ordinary models and K Adams, one
-  :func:`gdm_models.train_step.train_step` per member: the single run's step itself.
+  :func:`gdm_models.training.step.train_step` per member: the single run's step itself.
 
 Both expose each member as an ordinary model plus a ``torch.optim.Adam`` state dict of the
 single run's format (:meth:`export`), so the ensemble's checkpoints are per-member
-:func:`~gdm_models.trainer.train` states and either engine can resume from them.
+:func:`~gdm_models.training.trainer.train` states and either engine can resume from them.
 """
 
 from __future__ import annotations
 
-import copy
+import math
 from collections.abc import Mapping, Sequence
-from typing import Any
 
-import numpy as np
 import torch
 
-from .capture import (
-    GraphRunner,
-    StaticBuffers,
-    StaticShape,
-    StaticTrainStep,
+from ..data import Batch, EpisodeDataset, EpochSampler
+from ..member_layers import member_state, stack_members
+from ..world_model import WorldModel
+from .capture import GraphRunner, StaticBuffers, StaticShape, StaticTrainStep, pad_batch
+from .members import OptState, concat_batches, member_opt_state, stack_opt_states
+from .step import (
+    StepOutput,
+    batch_to_device,
     configure_adam,
+    enable_model_compile,
     make_adam,
-    pad_batch,
+    train_step,
 )
-from .data import Batch, EpochSampler
-from .member_layers import member_state, stack_members
-from .train_step import batch_to_device, enable_model_compile, train_step
-from .world_model import WorldModel
 
-__all__ = [
-    "MemberEngine",
-    "LoopEngine",
-    "clip_grad_norms_",
-    "concat_batches",
-    "member_opt_state",
-    "stack_opt_states",
-]
+__all__ = ["DEFAULT_GRAD_CLIP", "MemberEngine", "LoopEngine", "make_engine"]
+
+#: the trainers' default ``grad_clip`` (max global gradient norm)
+DEFAULT_GRAD_CLIP = 100.0
 
 Terms = dict[str, torch.Tensor]
-OptState = dict[str, Any]
-
-
-def clip_grad_norms_(grads: Sequence[torch.Tensor], max_norm: float) -> torch.Tensor:
-    """Per-member :func:`torch.nn.utils.clip_grad_norm_` of member-stacked gradients.
-
-    ``grads``: the gradients of all parameters, each [K, ...] (member k's gradient is
-    ``g[k]``). Member k's norm is the 2-norm of its per-parameter 2-norms (the formula of
-    ``clip_grad_norm_``); its gradients are scaled in place by ``min(1, max_norm / (norm +
-    1e-6))``. Returns the K norms before clipping. A member's non-finite norm touches only its
-    own gradients (as in ``clip_grad_norm_``, they become non-finite).
-    """
-    if not grads:
-        raise ValueError("clip_grad_norms_ needs at least one gradient")
-    k = grads[0].shape[0]
-    per_param = torch.stack([torch.linalg.vector_norm(g.reshape(k, -1), 2, dim=1) for g in grads])
-    norms = torch.linalg.vector_norm(per_param, 2, dim=0)
-    coef = torch.clamp(max_norm / (norms + 1e-6), max=1.0)
-    for g in grads:
-        g.mul_(coef.reshape(k, *([1] * (g.dim() - 1))))
-    return norms
-
-
-def concat_batches(batches: Sequence[Batch], n: int) -> Batch:
-    """Member batches (on the CPU) zero-padded to ``n`` nodes and concatenated on the batch
-    axis, member-major (the folded batch of a member model; padded nodes are masked out as in
-    :meth:`~gdm_models.data.Batch.pad_nodes`). Assembled in numpy: no torch op per member."""
-    out = {}
-    for name in Batch.__dataclass_fields__:
-        parts = [getattr(b, name).numpy() for b in batches]
-        shape = [sum(p.shape[0] for p in parts)]
-        shape += [
-            n if ax in _NODE_AXES[name] else parts[0].shape[ax] for ax in range(1, parts[0].ndim)
-        ]
-        arr = np.zeros(shape, dtype=parts[0].dtype)
-        row = 0
-        for p in parts:
-            arr[(slice(row, row + p.shape[0]), *(slice(0, d) for d in p.shape[1:]))] = p
-            row += p.shape[0]
-        out[name] = torch.from_numpy(arr)
-    return Batch(**out)
-
-
-#: the node axes of each :class:`~gdm_models.data.Batch` field
-_NODE_AXES: dict[str, tuple[int, ...]] = {
-    "adjacency": (2, 3),
-    "node_continuous": (2,),
-    "node_categorical": (2,),
-    "action_mask": (2,),
-    "action_nodes": (2,),
-    "node_mask": (1,),
-}
-_NODE_AXES.update({k: () for k in Batch.__dataclass_fields__ if k not in _NODE_AXES})
-
-
-def member_opt_state(stacked: Mapping[str, Any], i: int) -> OptState:
-    """Member ``i``'s slice of a stacked Adam's state dict: a single Adam's state dict (the
-    shared step count stays a scalar)."""
-    state = {
-        idx: {
-            name: v.clone() if name == "step" or not torch.is_tensor(v) else v[i].clone()
-            for name, v in st.items()
-        }
-        for idx, st in stacked["state"].items()
-    }
-    return {"state": state, "param_groups": copy.deepcopy(stacked["param_groups"])}
-
-
-def stack_opt_states(states: Sequence[Mapping[str, Any]]) -> OptState:
-    """Stack single-Adam state dicts of the members (inverse of :func:`member_opt_state`)."""
-    indices = [set(s["state"]) for s in states]
-    if any(ix != indices[0] for ix in indices):
-        raise ValueError("the members' optimizer states cover different parameters")
-    out: dict[Any, dict[str, Any]] = {}
-    for idx in indices[0]:
-        parts = [s["state"][idx] for s in states]
-        entry: dict[str, Any] = {}
-        for name, v in parts[0].items():
-            if name == "step" or not torch.is_tensor(v):
-                if any(
-                    not torch.equal(torch.as_tensor(p[name]), torch.as_tensor(v)) for p in parts
-                ):
-                    raise ValueError("the members' optimizer step counts differ")
-                entry[name] = v
-            else:
-                entry[name] = torch.stack([p[name] for p in parts])
-        out[idx] = entry
-    return {"state": out, "param_groups": copy.deepcopy(states[0]["param_groups"])}
 
 
 class MemberEngine:
@@ -190,7 +96,10 @@ class MemberEngine:
         dict per member, in the single run's parameter order) if given."""
         self.members = list(members)
         self.model = None
-        self._runner = None  # new stacked tensors: capture again
+        # new stacked tensors, and static buffers of the new K x B rows: warm up and capture
+        # again (a member dropped under a static shape leaves (K - 1) x B rows)
+        self._runner = None
+        self._static = None
         if not self.members:
             return
         model = stack_members([self.models[k] for k in self.members])
@@ -261,32 +170,31 @@ class MemberEngine:
             )
             for ws, g in zip(windows, gens, strict=True)
         ]
-        self.opt.zero_grad(set_to_none=True)
         return self._update(batch, noises)
 
     def _update(
         self, batch: Batch, noises: Sequence[tuple[torch.Tensor | None, ...]]
-    ) -> tuple[torch.Tensor, torch.Tensor, Terms]:
-        """The K losses, one backward, per-member clipping and one Adam step."""
+    ) -> StepOutput:
+        """The training step (:func:`~gdm_models.training.step.train_step`) of the member
+        model: the K losses, one backward, per-member clipping, one Adam step."""
         model = self.model
         assert model is not None
         noise = tuple(
             None if parts[0] is None else torch.cat(list(parts))
             for parts in zip(*noises, strict=True)
         )
-        with self.autocast:
-            loss, terms = model.member_loss(batch, noise, len(self.members))
-        loss.sum().backward()  # member k's parameters get the gradient of loss[k] alone
-        grads = [p.grad for p in self.params if p.grad is not None]
-        norms = clip_grad_norms_(grads, self.clip)
-        self.opt.step()
-        return loss.detach(), norms, terms
+        k = len(self.members)
+        return train_step(
+            lambda: model.member_loss(batch, noise, k),
+            self.opt, self.params, self.clip, self.autocast, members=k,
+        )  # fmt: skip
 
     def _static_step(
         self, batches: Sequence[Batch], gens: Sequence[torch.Generator]
     ) -> tuple[torch.Tensor, torch.Tensor, Terms]:
         """:meth:`step` on batches padded to the static shape, the noise drawn at that shape
-        inside the step (so a CUDA graph replays it: :class:`~gdm_models.capture.GraphRunner`)."""
+        inside the step (so a CUDA graph replays it:
+        :class:`~gdm_models.training.capture.GraphRunner`)."""
         assert self.static_shape is not None
         n = self.static_shape.num_nodes
         host = concat_batches([pad_batch(b, self.static_shape) for b in batches], n)
@@ -321,9 +229,9 @@ class MemberEngine:
 
 class LoopEngine:
     """K ordinary models and K Adams, stepped one after the other: the single run's step
-    (:func:`~gdm_models.train_step.train_step`; a single run is this engine with K = 1).
+    (:func:`~gdm_models.training.step.train_step`; a single run is this engine with K = 1).
 
-    ``static_shape``: each member's step is a :class:`~gdm_models.capture.StaticTrainStep`
+    ``static_shape``: each member's step is a :class:`~gdm_models.training.capture.StaticTrainStep`
     (batches padded to that shape, fused Adam, one CUDA graph on CUDA), with bf16 autocast when
     ``static_dtype`` is ``torch.bfloat16``. ``compile``: each model's ``enable_compile``.
     """
@@ -402,7 +310,7 @@ class LoopEngine:
     def step(
         self, samplers: Sequence[EpochSampler], gens: Sequence[torch.Generator]
     ) -> tuple[torch.Tensor, torch.Tensor, Terms]:
-        """One :func:`~gdm_models.train_step.train_step` (or static step) per member on its
+        """One :func:`~gdm_models.training.step.train_step` (or static step) per member on its
         sampler's next batch; results stacked [K]."""
         out = []
         for k, s, g in zip(self.members, samplers, gens, strict=True):
@@ -411,10 +319,44 @@ class LoopEngine:
                 out.append(self._static_step(k, g)(s.next_batch()))
                 continue
             batch = batch_to_device(s.next_batch(), m.device)
-            out.append(
-                train_step(m, self.opts[k], self.params[k], batch, g, self.clip, self.autocast)
-            )
+            loss_fn = lambda m=m, batch=batch, g=g: m.training_loss(batch, generator=g)  # noqa: E731
+            out.append(train_step(loss_fn, self.opts[k], self.params[k], self.clip, self.autocast))
         loss = torch.stack([o[0].detach() for o in out])
         norms = torch.stack([o[1].detach() for o in out])
         terms = {t: torch.stack([o[2][t] for o in out]) for t in out[0][2]}
         return loss, norms, terms
+
+
+def make_engine(
+    models: Sequence[WorldModel],
+    dataset: EpisodeDataset,
+    *,
+    batch_size: int,
+    seq_len: int,
+    lr: float = 1e-3,
+    grad_clip: float | None = DEFAULT_GRAD_CLIP,
+    precision: str = "fp32",
+    compile: bool = False,
+    capture: bool | None = None,
+    strategy: str = "loop",
+) -> MemberEngine | LoopEngine:
+    """The engine that :func:`~gdm_models.training.trainer.train` (``strategy="loop"``, one
+    model) and :func:`~gdm_models.training.ensemble.train_ensemble` step, from their
+    arguments (see there), for ``models`` already on their device; what a benchmark or a cost
+    estimate times to time the trainers' step.
+
+    ``capture=None``: the static (captured) step on CUDA unless ``compile``.
+    """
+    device = models[0].device
+    static = (device.type == "cuda" and not compile) if capture is None else bool(capture)
+    if static and compile:
+        raise ValueError("capture and compile are alternatives: ask for one of them")
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+    clip = math.inf if grad_clip is None else float(grad_clip)
+    shape = StaticShape.for_dataset(dataset, batch_size, seq_len) if static else None
+    if strategy == "members":
+        return MemberEngine(models, lr=lr, clip=clip, autocast=autocast, static_shape=shape)
+    return LoopEngine(
+        models, lr=lr, clip=clip, autocast=autocast, compile=compile, static_shape=shape,
+        static_dtype=torch.bfloat16 if precision == "bf16" else None,
+    )  # fmt: skip

@@ -1,6 +1,6 @@
 """TensorBoard event files of a training run, beside its CSV log (the CSV stays the record).
 
-:class:`TensorBoardLog` has the interface of :class:`gdm_models.trainer.CsvLog`
+:class:`TensorBoardLog` has the interface of :class:`gdm_models.training.trainer.CsvLog`
 (``write(row)`` with a ``step`` key, ``flush()``, ``close()``): every other numeric key of a
 row becomes a scalar ``<prefix><key>`` at that step, so ``tensorboard --logdir DIR`` shows the
 loss and each loss term live while the run trains. :func:`tee` joins it to a CSV log so that a
@@ -36,7 +36,7 @@ _MISSING = (
 
 
 class LogWriter(Protocol):
-    """What a trainer writes its logged rows to (:class:`~gdm_models.trainer.CsvLog`,
+    """What a trainer writes its logged rows to (:class:`~gdm_models.training.trainer.CsvLog`,
     :class:`TensorBoardLog`, :class:`TeeLog`)."""
 
     def write(self, row: Mapping[str, float]) -> None:
