@@ -343,8 +343,9 @@ def test_a_damaged_ensemble_latest_recovers_as_a_single_jobs(interrupted, tmp_pa
 @pytest.mark.parametrize("case", ["extra member", "members at other steps"])
 def test_an_ensemble_latest_of_other_members_is_refused(interrupted, tmp_path, case):
     """An intact ``latest/`` that is not this ensemble's is refused naming it, not
-    quarantined (nor replaced by ``.latest_old``)."""
-    from gdm_models.training.checkpoint import CheckpointError
+    quarantined (nor replaced by ``.latest_old``); the refusal is the job's failure (every other
+    job still runs: graphwm.store.outcomes.JobsFailed names it with its cause)."""
+    from graphwm.store.outcomes import JobsFailed
 
     _, _, snapshots = interrupted
     run, _, folder = _killed_copy(interrupted, tmp_path / "run")
@@ -358,7 +359,7 @@ def test_an_ensemble_latest_of_other_members_is_refused(interrupted, tmp_path, c
         shutil.rmtree(latest / "seed1")
         shutil.copytree(snapshots / "step2" / "seed1", latest / "seed1")
         message = r"disagree on the step \(ensemble.json: 4, seed0: 4, seed1: 2\)"
-    with pytest.raises(CheckpointError, match=message) as err:
+    with pytest.raises(JobsFailed, match=rf"CheckpointError: .*{message}") as err:
         stage_train(interrupted[0], run, progress=False)
     assert f"cannot resume from {latest}" in str(err.value)
     assert (latest / "ensemble.json").is_file() and not (run.root / "quarantine").exists()
