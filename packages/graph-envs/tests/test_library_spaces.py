@@ -119,3 +119,15 @@ def test_tianshou_layout_and_refusals():
     assert isinstance(reward, float) and obs["mask"].all()
     with pytest.raises(ValueError, match="action_mode='pair'"):
         TianshouMask(gym.make("graphenv/RGC-v0", num_nodes=8))
+
+
+@pytest.mark.parametrize("env_id", graphwm_envs.ENV_IDS)
+def test_arrays_of_the_old_multibinary_spaces_fit_the_new_boxes(env_id):
+    """Data recorded under the MultiBinary spaces (before issue 35) is in the Box spaces."""
+    space = gym.make(env_id, num_nodes=6).observation_space
+    old = {"adjacency": spaces.MultiBinary((6, 6)), "action_mask": spaces.MultiBinary(6)}
+    for key, old_space in old.items():
+        old_space.seed(0)
+        for _ in range(5):
+            x = old_space.sample()
+            assert x.dtype == space[key].dtype and space[key].contains(x), key
