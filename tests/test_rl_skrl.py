@@ -111,7 +111,8 @@ def test_masked_ppo_trains_with_no_invalid_action(name):
             "experiment": {"write_interval": 0, "checkpoint_interval": 0},
         },
     )
-    cfg = {"timesteps": 48, "disable_progressbar": True, "close_environment_at_exit": False}
+    cfg = {"timesteps": 48, "headless": True, "disable_progressbar": True}
+    cfg["close_environment_at_exit"] = False
     SequentialTrainer(env=env, agents=agent, cfg=cfg).train()  # 3 PPO updates
     assert sum(c.steps for c in counters) == 2 * 48
     assert sum(c.invalid for c in counters) == 0
