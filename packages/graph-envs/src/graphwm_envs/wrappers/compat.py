@@ -10,8 +10,9 @@ The plain envs already work with torchrl, skrl and SB3 (every observation key is
   selections (the node mask once per component). A value-based agent masks its Q-values with
   it (e.g. torchrl's ``ActionMask`` transform, ``action_key``-shaped masks).
 * :class:`TianshouMask`: tianshou's convention, an observation ``{"obs": ..., "mask": ...}``
-  whose ``mask`` its discrete policies read (``DiscreteQLearningPolicy``,
-  ``ProbabilisticActorPolicy`` via the actor); a one-node ``MultiDiscrete([N])`` action space
+  whose ``mask`` its Q-learning policies (DQN, IQN, FQF, BDQN: masked Q-values and masked
+  epsilon-greedy draws) and its random policy read (an actor-critic's actor gets
+  ``batch.obs`` and masks its logits itself); a one-node ``MultiDiscrete([N])`` action space
   is presented as ``Discrete(N)``, which tianshou's discrete policies require.
 
 Neither wrapper changes the env's dynamics; both read the mask after every ``reset``/``step``.
