@@ -3,7 +3,14 @@ folder on ``sys.path`` for the tests' helper module ``tiny_models`` (tiny traine
 
 from __future__ import annotations
 
-import copy
+import os
+
+# tianshou's numba kernels (test_rl_tianshou.py) compile for tens of seconds on first use; the
+# tests' tiny buffers run them as Python. Numba reads this when first imported, which must
+# come after it (torch_geometric imports numba when present): so here, before any import.
+os.environ.setdefault("NUMBA_DISABLE_JIT", "1")
+
+import copy  # noqa: E402
 import sys
 from collections.abc import Callable
 from pathlib import Path

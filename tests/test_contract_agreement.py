@@ -36,6 +36,12 @@ def _columns(schema) -> dict[str, tuple]:
     return out
 
 
+def _contract_spaces() -> dict[str, str]:
+    """key -> Gymnasium space class from the observation table of docs/contract.md."""
+    rows = re.findall(r"^\| `(\w+)` \| [^|]+ \| \w+ \| `(\w+)\(", CONTRACT.read_text(), flags=re.M)
+    return dict(rows)
+
+
 def _contract_table() -> dict[str, str]:
     """key -> dtype from the observation table of docs/contract.md."""
     rows = re.findall(r"^\| `(\w+)` \| [^|]+ \| (\w+) \|", CONTRACT.read_text(), flags=re.M)
@@ -111,3 +117,17 @@ def test_dtype_tables_agree(env_id):
         if key in obs:  # the env's actual arrays and its declared observation space
             assert obs[key].dtype == want, key
             assert env.observation_space[key].dtype == want, key
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_space_types_agree_with_the_contract(env_id):
+    """docs/contract.md's space column is the env's space; the 0/1 arrays are int8 Box(0, 1)
+    (issue 35: torchrl and skrl read no MultiBinary)."""
+    env = gym.make(env_id, num_nodes=8).unwrapped
+    spaces = _contract_spaces()
+    assert set(spaces) == set(OBS_KEYS)
+    for key, space in env.observation_space.spaces.items():
+        assert type(space).__name__ == spaces[key], key
+    for key in ("adjacency", "action_mask"):
+        space = env.observation_space[key]
+        assert space.dtype == np.int8 and (space.low == 0).all() and (space.high == 1).all()

@@ -364,7 +364,7 @@ def test_no_unreachable_penalty_while_escorting():
     state = hand_state(PATH, [1, 0.7, 0.55, 0.9, 0.9], location=2, survivors=(3,), escorting=True)
     env = env_with(state, loss=LOSS)
     _, reward, term, _, info = env.step(1)
-    assert reward == -1.0 and not term and info["outcome"] is None
+    assert reward == -1.0 and not term and info["outcome"] == "none"
 
 
 def test_no_stability_loss_at_the_exit_and_exit_edges_never_collapse():

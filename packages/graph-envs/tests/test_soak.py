@@ -60,12 +60,12 @@ def _env_specific_checks(
         assert total == state.num_initial_survivors
         base = -1.0 + 1.0 * info["collected"] + 10.0 * info["delivered"]
         extra = {
-            None: 0.0,
+            "none": 0.0,
             "all_rescued": 5.0,
             "stranded": -30.0 - 5.0 * state.num_remaining,
             "survivors_unreachable": -5.0 * state.num_remaining,
         }[info["outcome"]]
-        assert reward == base + extra and terminated == (info["outcome"] is not None)
+        assert reward == base + extra and terminated == (info["outcome"] != "none")
     elif name == "RGCEnv":
         from graphwm_envs.rgc.robustness import targeted_robustness
 

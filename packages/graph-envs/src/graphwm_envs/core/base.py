@@ -506,6 +506,10 @@ class GraphEnv(gym.Env[dict[str, np.ndarray], Any], ABC):
             return int(arr)
         if isinstance(space, spaces.MultiDiscrete):
             arr = np.asarray(action)
+            if arr.shape == () and space.shape == (1,):
+                # a one-node selection as a scalar: torchrl turns MultiDiscrete([N]) into
+                # Categorical(N) and passes the node itself
+                arr = arr.reshape(1)
             if arr.shape != space.shape or not np.issubdtype(arr.dtype, np.integer):
                 raise ValueError(
                     f"action {action!r} must be an integer array of shape {space.shape} for {space}"

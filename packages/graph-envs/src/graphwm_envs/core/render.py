@@ -150,6 +150,7 @@ def outcome_text(trace: EpisodeTrace, env: Any = None) -> str:
         return "running"
     text = "terminated" if trace.terminated else "truncated"
     outcome = trace.info.get("outcome")
+    outcome = None if outcome == "none" else outcome  # SAR's value for "no outcome"
     viewer = viewer_of(env) if env is not None else None
     if not outcome and trace.terminated and viewer is not None and hasattr(viewer, "end_reason"):
         outcome = viewer.end_reason(env)

@@ -5,18 +5,22 @@ Every env's observation is a ``spaces.Dict`` with these keys and shapes for N no
 ========================  ====================================  ==========
 key                       space                                 dtype
 ========================  ====================================  ==========
-``adjacency``             ``MultiBinary((N, N))``               int8
+``adjacency``             ``Box(0, 1, (N, N))``                 int8
 ``node_continuous``       ``Box((N, Fnc))`` with feature ranges float32
 ``node_categorical``      ``Box((N, Fnk))``, ``[0, card-1]``    int64
 ``graph_continuous``      ``Box((Fgc,))`` with feature ranges   float32
 ``graph_categorical``     ``MultiDiscrete(cards)``              int64
-``action_mask``           ``MultiBinary(N)``                    int8
+``action_mask``           ``Box(0, 1, (N,))``                   int8
 ========================  ====================================  ==========
 
-Node categorical features use an integer ``Box`` rather than a 2-D ``MultiDiscrete``: SB3's
-``check_env`` accepts a 2-D ``MultiDiscrete`` but its policies then fail to build, while an
-integer ``Box`` trains. A constant continuous feature's upper bound is widened by one float32
-ulp (Gymnasium warns about a Box whose low equals its high).
+The 0/1 arrays and the node categorical features are integer ``Box`` spaces, the one space
+type every RL library reads: torchrl cannot convert a 2-D ``MultiBinary`` (its spec converter
+takes ``MultiBinary.n`` as an int), skrl refuses ``MultiBinary`` altogether, and SB3's
+``check_env`` accepts a 2-D ``MultiDiscrete`` whose policies then fail to build. An int8
+``Box(0, 1)`` holds the same arrays as ``MultiBinary`` (same dtype, same values), so recorded
+data and trained agents are unaffected (SB3 preprocesses both as ``obs.float()``). A constant
+continuous feature's upper bound is widened by one float32 ulp (Gymnasium warns about a Box
+whose low equals its high).
 
 A feature type an env lacks (RGC's node features, OD's graph categorical features, ...) is
 **absent** from both the space and the observation: a zero-width array would break SB3's
@@ -47,6 +51,11 @@ def _continuous_box(schema: FeatureSchema, names: tuple[str, ...], shape: tuple[
     )
 
 
+def binary_box(shape: tuple[int, ...]) -> spaces.Box:
+    """The int8 ``Box(0, 1, shape)`` of ``adjacency`` and ``action_mask``."""
+    return spaces.Box(low=0, high=1, shape=shape, dtype=np.int8)
+
+
 def _categorical_box(cards: list[int], shape: tuple[int, ...]) -> spaces.Box:
     high = np.broadcast_to(np.array(cards, dtype=np.int64) - 1, shape).copy()
     return spaces.Box(low=0, high=high, shape=shape, dtype=np.int64)
@@ -67,7 +76,7 @@ def build_observation_space(schema: FeatureSchema, num_nodes: int) -> spaces.Dic
     n = num_nodes
     node_cards = [c for _, c in schema.node_categorical]
     graph_cards = [c for _, c in schema.graph_categorical]
-    candidates: dict[str, spaces.Space] = {"adjacency": spaces.MultiBinary((n, n))}
+    candidates: dict[str, spaces.Space] = {"adjacency": binary_box((n, n))}
     if schema.node_continuous:
         candidates["node_continuous"] = _continuous_box(
             schema, schema.node_continuous, (n, len(schema.node_continuous))
@@ -82,5 +91,5 @@ def build_observation_space(schema: FeatureSchema, num_nodes: int) -> spaces.Dic
         candidates["graph_categorical"] = spaces.MultiDiscrete(
             np.array(graph_cards), dtype=np.int64
         )
-    candidates["action_mask"] = spaces.MultiBinary(n)
+    candidates["action_mask"] = binary_box((n,))
     return spaces.Dict(candidates)

@@ -32,7 +32,8 @@ class ODEnv(GraphEnv):
     ## Action Space
 
     ``MultiDiscrete([N] * k)``: the selected nodes; repeats count once. Every node is always
-    valid (the mask is all ones), so no in-space action is invalid.
+    valid (the mask is all ones), so no in-space action is invalid. At k = 1 (N <= 20) a
+    scalar node is accepted too (torchrl's ``Categorical(N)`` passes one).
 
     ## Observation Space
 

@@ -18,6 +18,10 @@ from graphwm_envs.sar.dynamics import collapse_edges, visible_nodes
 from graphwm_envs.sar.generator import SARGenerator
 from graphwm_envs.sar.types import SARParams, SARState
 
+#: ``info["outcome"]`` of a step that does not terminate: info values are never ``None``
+#: (tianshou's buffer reads ``None`` as NaN, torchrl's vector info reader fails on it)
+NO_OUTCOME = "none"
+
 
 class SAREnv(GraphEnv):
     """``graphenv/SAR-v0``: Search and Rescue.
@@ -168,7 +172,7 @@ class SAREnv(GraphEnv):
         info["outcome"] = outcome
         return reward + extra, terminated, info
 
-    def _termination(self) -> tuple[float, bool, str | None]:
+    def _termination(self) -> tuple[float, bool, str]:
         """Terminal bonus/penalty, in the order: all rescued, stranded, nothing reachable."""
         s, p = self._state, self.params
         remaining = s.num_remaining
@@ -178,7 +182,7 @@ class SAREnv(GraphEnv):
             return p.stranded_penalty + p.per_survivor_penalty * remaining, True, "stranded"
         if not s.escorting and not np.any(s.survivors & s.exit_reachable):
             return p.per_survivor_penalty * remaining, True, "survivors_unreachable"
-        return 0.0, False, None
+        return 0.0, False, NO_OUTCOME
 
     def _node_features(self) -> tuple[np.ndarray, np.ndarray]:
         s = self._state

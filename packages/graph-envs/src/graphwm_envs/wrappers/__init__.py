@@ -1,0 +1,8 @@
+"""Wrappers for RL libraries with conventions of their own (docs/envs.md, "Other RL
+libraries"): :class:`ActionMasksObservation` (the action mask as an observation key, e.g.
+RGC's pair mask for value-based agents) and :class:`TianshouMask` (tianshou's
+``{"obs", "mask"}`` observation)."""
+
+from graphwm_envs.wrappers.compat import ACTION_MASKS_KEY, ActionMasksObservation, TianshouMask
+
+__all__ = ["ACTION_MASKS_KEY", "ActionMasksObservation", "TianshouMask"]
