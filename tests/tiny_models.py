@@ -70,7 +70,7 @@ def tiny_ending_model(env_name: str, *, num_nodes: int = 8, continuation_shift: 
 
     model = copy.deepcopy(tiny_trained_model("gdm", env_name, num_nodes=num_nodes))
     with torch.no_grad():
-        model.get_submodule("graph_heads.continuation").bias.add_(continuation_shift)
+        model.get_submodule("cell.decoder.graph_heads.continuation").bias.add_(continuation_shift)
     return model
 
 
