@@ -172,7 +172,7 @@ def test_a_latent_of_a_model_of_other_sizes_is_named(name, scaler, trajectory):
         wider["hidden_dim"] = 2 * small.config.hidden_dim
     large = make_model(name, SYNTHETIC_SCHEMA, scaler, **wider).eval()
     latent = small.observe(obs, actions, generator=0)
-    with pytest.raises(DataError, match="latent comes from a model of other sizes"):
+    with pytest.raises(DataError, match="the latent comes from a model of other sizes"):
         large.imagine(latent, actions[0], 2, generator=0)
     small.imagine(latent, actions[0], 2, generator=0)  # its own model takes it
 

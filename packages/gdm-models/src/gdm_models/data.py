@@ -24,7 +24,6 @@ padding overhead small.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
@@ -33,6 +32,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .inputs import DataError, check_binary, check_categorical, check_finite
 from .schema import Schema
 
 __all__ = [
@@ -99,72 +99,6 @@ def complete_observation(obs: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-class DataError(ValueError):
-    """Raised when an observation, episode or action does not follow the data contract."""
-
-
-#: dtype kinds a numeric input may have: bool, signed and unsigned integers, floats (never
-#: complex, object or string arrays, which a cast would silently change)
-_NUMERIC_KINDS = "biuf"
-
-
-def _index(where: np.ndarray) -> tuple[int, ...]:
-    """The first index where a boolean array is true, as plain ints (for messages)."""
-    return tuple(int(i) for i in np.argwhere(where)[0])
-
-
-def _check_numeric(name: str, a: np.ndarray) -> None:
-    """Refuse a dtype a cast to the model's float32/int64 would silently change (complex
-    loses its imaginary part; object and string arrays are not numbers)."""
-    if a.dtype.kind not in _NUMERIC_KINDS:
-        raise DataError(f"{name} must be a real numeric array, got dtype {a.dtype}")
-
-
-def _check_finite(name: str, a: np.ndarray) -> None:
-    """Every value finite, and still finite as float32, the dtype the models compute in (a
-    float64 1e39 would become inf)."""
-    _check_numeric(name, a)
-    if a.dtype.kind != "f" or not a.size:
-        return
-    nan = np.isnan(a)
-    if nan.any():
-        raise DataError(f"{name} contains NaN (at index {_index(nan)})")
-    with np.errstate(over="ignore"):  # the overflow is what is being looked for
-        as32 = np.isfinite(a.astype(np.float32))
-    if not as32.all():
-        at = _index(~as32)
-        value = a[at].item()
-        what = "inf" if math.isinf(value) else f"{value!r}, beyond float32's range (3.4e38)"
-        raise DataError(f"{name} contains {what} at index {at}; values must be finite")
-
-
-def _check_binary(name: str, a: np.ndarray) -> None:
-    """Exactly 0 or 1 everywhere (0.5 is not an edge, nor half an action)."""
-    _check_finite(name, a)
-    if not a.size:
-        return
-    bad = (a != 0) & (a != 1)
-    if bad.any():
-        at = _index(bad)
-        raise DataError(
-            f"{name} must contain only 0/1 values, found {a[at].item()!r} at index {at}"
-        )
-
-
-def _check_categorical(name: str, a: np.ndarray, cards: tuple[int, ...]) -> None:
-    if not a.size:
-        return
-    if a.dtype.kind not in "iub":
-        raise DataError(f"{name} must be an integer array, got dtype {a.dtype}")
-    for col, k in enumerate(cards):
-        v = a[..., col]
-        if v.min() < 0 or v.max() >= k:
-            raise DataError(
-                f"{name} column {col} has values outside [0, {k - 1}] "
-                f"(found range [{v.min()}, {v.max()}])"
-            )
-
-
 def validate_observation_sequence(obs: Mapping[str, Any], schema: Schema, *, lead: int) -> int:
     """Validate observation arrays with ``lead`` leading axes (0 = one observation).
 
@@ -198,22 +132,35 @@ def validate_observation_sequence(obs: Mapping[str, Any], schema: Schema, *, lea
             raise DataError(
                 f"{k} has shape {arr[k].shape}, expected {shape} (node count N={n} from adjacency)"
             )
-    _check_binary("adjacency", adj)
+    check_binary("adjacency", adj)
     if not np.array_equal(adj, np.swapaxes(adj, -1, -2)):
         raise DataError("adjacency must be symmetric (undirected graph)")
     if n and np.any(np.diagonal(adj, axis1=-2, axis2=-1)):
         raise DataError("adjacency must have a zero diagonal (no self-loops)")
-    _check_finite("node_continuous", arr["node_continuous"])
-    _check_finite("graph_continuous", arr["graph_continuous"])
-    _check_categorical("node_categorical", arr["node_categorical"], schema.node_cardinalities)
-    _check_categorical("graph_categorical", arr["graph_categorical"], schema.graph_cardinalities)
-    _check_binary("action_mask", arr["action_mask"])
+    check_finite("node_continuous", arr["node_continuous"])
+    check_finite("graph_continuous", arr["graph_continuous"])
+    check_categorical("node_categorical", arr["node_categorical"], schema.node_cardinalities)
+    check_categorical("graph_categorical", arr["graph_categorical"], schema.graph_cardinalities)
+    check_binary("action_mask", arr["action_mask"])
     return n
 
 
 def validate_observation(obs: Mapping[str, Any], schema: Schema) -> int:
     """Validate one observation dict against ``schema``; return its node count N."""
     return validate_observation_sequence(obs, schema, lead=0)
+
+
+def validate_start_observations(obs: Mapping[str, Any], schema: Schema) -> int:
+    """B start observations (tensors or arrays with a leading B axis, ``WorldModel.start``)
+    checked as :func:`validate_observation_sequence` checks a trajectory (one copy to the host
+    per start, not per step); returns N."""
+    if not isinstance(obs, Mapping):
+        raise TypeError(f"start takes a dict of observation tensors, got {type(obs).__name__}")
+    host = {
+        k: v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else np.asarray(v)
+        for k, v in obs.items()
+    }
+    return validate_observation_sequence(host, schema, lead=1)
 
 
 def validate_action_nodes(action_nodes: Any, n: int, *, lead: int = 0) -> np.ndarray:
@@ -223,7 +170,7 @@ def validate_action_nodes(action_nodes: Any, n: int, *, lead: int = 0) -> np.nda
         raise DataError(
             f"action_nodes has shape {a.shape}, expected {lead} leading axes and N={n} nodes"
         )
-    _check_binary("action_nodes", a)
+    check_binary("action_nodes", a)
     return a.astype(np.int8)
 
 
@@ -247,7 +194,7 @@ def validate_episode(ep: Mapping[str, Any], schema: Schema) -> tuple[int, int]:
         a = np.asarray(ep[k])
         if a.shape != (t,):
             raise DataError(f"{k} has shape {a.shape}, expected ({t},)")
-    _check_finite("reward", np.asarray(ep["reward"], dtype=np.float64))
+    check_finite("reward", np.asarray(ep["reward"], dtype=np.float64))
     term = np.asarray(ep["terminated"]).astype(bool)
     if term[:-1].any():
         raise DataError("terminated is True before the last transition of the episode")
@@ -280,6 +227,27 @@ def observation_to_tensors(
         else:
             t = torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32))
         out[k] = t.to(device) if device is not None else t
+    return out
+
+
+PREDICTION_KEYS: tuple[str, ...] = OBS_KEYS + ("reward", "continuation")
+
+#: numpy dtypes of a sampled prediction: the contract's observation dtypes, reward and
+#: continuation (:data:`gdm_models.data.OBSERVATION_DTYPES`)
+NP_DTYPES: dict[str, type] = {**OBSERVATION_DTYPES, "reward": np.float32, "continuation": np.int64}
+
+
+def predictions_to_numpy(pred: Mapping[str, torch.Tensor]) -> dict[str, np.ndarray]:
+    """Convert a dict of predicted tensors to numpy arrays with the environment's dtypes."""
+    missing = [k for k in PREDICTION_KEYS if k not in pred]
+    if missing:
+        raise KeyError(f"prediction is missing keys {missing}")
+    out: dict[str, np.ndarray] = {}
+    for k in PREDICTION_KEYS:
+        a = pred[k].detach().cpu()
+        if NP_DTYPES[k] in (np.int8, np.int64):
+            a = a.round() if a.is_floating_point() else a
+        out[k] = np.ascontiguousarray(a.numpy().astype(NP_DTYPES[k]))
     return out
 
 

@@ -1,5 +1,5 @@
 """The ``WorldModel`` base class shared by the GDM and every baseline, and the conversion of
-its predictions to the environment's dtypes.
+its predictions to the environment's dtypes (:mod:`gdm_models.data`).
 
 Contract for implementers (GDM, Vanilla GWM, EA-GWM, G-RSSM, ...)
 ----------------------------------------------------------------
@@ -38,23 +38,10 @@ Subclass :class:`WorldModel` and
   :meth:`WorldModel.member_loss` (per-member means; weights used outside their module read
   through :mod:`gdm_models.member_ops`). Without them ensembles train member by member.
 
-Batched stepping (what DreamerV3's ``obs_step`` / ``img_step`` are to its RSSM)
-------------------------------------------------------------------------------
-A *state* is a ``dict[str, torch.Tensor]`` whose tensors all have the batch axis first: row b
-is one independent rollout (an episode of a dream env, a sample of ``imagine_multi``), so rows
-can be replaced (autoreset) with :meth:`WorldModel.replace_rows` without knowing the model.
-
-* ``start(obs, generator)``: the state after observing B start observations, tensors with a
-  leading B axis (as :func:`~gdm_models.data.observation_to_tensors` gives for stacked
-  observations; every node real). For B = 1 it equals ``observe`` of that one observation.
-* ``step(state, actions, generator, batched=False)``: one imagined transition of the B rows
-  for (B, N) float node indicators; returns the prediction tensors (the keys of
-  :data:`PREDICTION_KEYS`, sampled, in environment units; :func:`predictions_to_numpy`
-  converts them) and the next state. ``batched=True`` lets a model pick an implementation for
-  many independent rows that draws different (equally distributed) samples.
-
-With one generator, ``start`` + k calls of ``step`` draw exactly what ``observe`` +
-``imagine_multi`` over the same k actions draw. Neither switches autograd off.
+Batched stepping (``start`` / ``step``, what DreamerV3's ``obs_step`` / ``img_step`` are to
+its RSSM): a state is a ``dict[str, torch.Tensor]`` with one row per independent rollout;
+with one generator, ``start`` + k ``step`` calls draw what ``observe`` + ``imagine_multi`` draw
+(docs/models.md, "The WorldModel API"). Inputs are checked by :mod:`gdm_models.inputs`.
 
 Saving and loading go through :mod:`gdm_models.training.checkpoint` (``model.save(path)``,
 ``WorldModel.load(path)`` / :func:`gdm_models.training.checkpoint.load_checkpoint`).
@@ -74,17 +61,21 @@ from torch import nn
 
 from .compiling import compile_or_eager, default_compile_mode
 from .config_checks import check_config_types
-from .data import (
+from .data import (  # (PREDICTION_KEYS, predictions_to_numpy: re-exported, their old home)
+    NP_DTYPES,
     OBS_KEYS,
-    OBSERVATION_DTYPES,
+    PREDICTION_KEYS,
     Batch,
     DataError,
     TensorObs,
     observation_to_tensors,
+    predictions_to_numpy,
     stack_observations,
     validate_action_nodes,
     validate_observation_sequence,
+    validate_start_observations,
 )
+from .inputs import check_seed, check_step_actions, check_steps
 from .scaling import FeatureScaler
 from .schema import Schema
 
@@ -102,31 +93,11 @@ StepState = dict[str, torch.Tensor]
 #: what :meth:`WorldModel.step` returns: (sampled prediction tensors, next state)
 StepResult = tuple[dict[str, torch.Tensor], StepState]
 
-PREDICTION_KEYS: tuple[str, ...] = OBS_KEYS + ("reward", "continuation")
-
-#: numpy dtypes of a sampled prediction: the contract's observation dtypes, reward and
-#: continuation (:data:`gdm_models.data.OBSERVATION_DTYPES`)
-NP_DTYPES: dict[str, type] = {**OBSERVATION_DTYPES, "reward": np.float32, "continuation": np.int64}
-
 
 def terms_to_floats(terms: Mapping[str, torch.Tensor]) -> dict[str, float]:
     """Detached 0-d loss-term tensors -> python floats with one host transfer (``loss``)."""
     values = torch.stack(list(terms.values())).tolist()
     return dict(zip(terms, values, strict=True))
-
-
-def predictions_to_numpy(pred: Mapping[str, torch.Tensor]) -> dict[str, np.ndarray]:
-    """Convert a dict of predicted tensors to numpy arrays with the environment's dtypes."""
-    missing = [k for k in PREDICTION_KEYS if k not in pred]
-    if missing:
-        raise KeyError(f"prediction is missing keys {missing}")
-    out: dict[str, np.ndarray] = {}
-    for k in PREDICTION_KEYS:
-        a = pred[k].detach().cpu()
-        if NP_DTYPES[k] in (np.int8, np.int64):
-            a = a.round() if a.is_floating_point() else a
-        out[k] = np.ascontiguousarray(a.numpy().astype(NP_DTYPES[k]))
-    return out
 
 
 class WorldModel(nn.Module, abc.ABC):
@@ -203,17 +174,7 @@ class WorldModel(nn.Module, abc.ABC):
     @staticmethod
     def check_steps(steps: Sequence[int], num_observations: int) -> list[int]:
         """Validate ``observe_at`` step indices against T+1 observations."""
-        flat = np.asarray(steps).reshape(-1)
-        if flat.size and flat.dtype.kind not in "iu":  # 1.5 is not step 1, nor True step 1
-            raise DataError(f"observe_at steps must be integers, got {list(flat)!r}")
-        idx = [int(t) for t in flat]
-        bad = [t for t in idx if not 0 <= t < num_observations]
-        if bad:
-            raise DataError(
-                f"observe_at steps {bad} outside [0, {num_observations - 1}] "
-                f"for a trajectory of {num_observations} observations"
-            )
-        return idx
+        return check_steps(steps, num_observations)
 
     @torch.no_grad()
     def imagine_multi(
@@ -271,55 +232,15 @@ class WorldModel(nn.Module, abc.ABC):
 
         Raises ``TypeError`` for actions that are not a tensor and :class:`DataError` for
         actions of the wrong shape, or not exactly 0/1 (NaN, inf, 2.0, 0.5)."""
-        self._check_step_actions(state, actions)
+        check_step_actions(state, actions)
         if batched:
             return self._step_batched(state, actions, generator)
         return self._step(state, actions, generator)
 
     def check_start_observations(self, obs: Mapping[str, Any]) -> None:
-        """What every model's :meth:`start` checks first: B observations (tensors or arrays
-        with a leading B axis) against the data contract and this model's schema, as
-        :meth:`observe` checks its own (one copy to the host per start, not per step)."""
-        if not isinstance(obs, Mapping):
-            raise TypeError(f"start takes a dict of observation tensors, got {type(obs).__name__}")
-        host = {
-            k: v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else np.asarray(v)
-            for k, v in obs.items()
-        }
-        validate_observation_sequence(host, self.schema, lead=1)
-
-    def _check_step_actions(self, state: StepState, actions: Any) -> None:
-        """The actions of :meth:`step`: a (B, N) tensor of 0/1 node indicators for the B rows
-        and N nodes of ``state`` (one device-to-host read; a step is never captured)."""
-        if not isinstance(actions, torch.Tensor):
-            raise TypeError(
-                "step takes the actions as a torch.Tensor of (B, N) 0/1 node indicators, got "
-                f"{type(actions).__name__} (convert with torch.as_tensor(..., device=model.device))"
-            )
-        rows, nodes = self._state_shape(state)
-        if tuple(actions.shape) != (rows, nodes):
-            raise DataError(
-                f"step actions have shape {tuple(actions.shape)}, expected (B, N) = "
-                f"({rows}, {nodes}) for the state's rows and nodes"
-            )
-        if actions.is_complex() or actions.dtype == torch.bool:
-            return  # (bool: 0/1 by type; complex: refused by the cast below)
-        bad = (actions != 0) & (actions != 1)
-        if bool(bad.any()):
-            value = actions[bad][0].item()
-            raise DataError(f"step actions must be exactly 0 or 1, found {value!r}")
-
-    @staticmethod
-    def _state_shape(state: StepState) -> tuple[int, int]:
-        """(B, N) of a stepping state: its rows, and its nodes from ``adjacency`` (B, N, N)
-        or else the first per-node tensor (B, N, ...)."""
-        if "adjacency" in state:
-            adj = state["adjacency"]
-            return int(adj.shape[0]), int(adj.shape[-1])
-        per_node = [v for v in state.values() if v.dim() >= 3]
-        if not per_node:
-            raise TypeError("a stepping state needs a per-node tensor (B, N, ...)")
-        return int(per_node[0].shape[0]), int(per_node[0].shape[1])
+        """What every model's :meth:`start` checks first: B observations against the data
+        contract and this model's schema (:func:`~gdm_models.data.validate_start_observations`)."""
+        validate_start_observations(obs, self.schema)
 
     @abc.abstractmethod
     def _step(
@@ -473,15 +394,8 @@ class WorldModel(nn.Module, abc.ABC):
         g = torch.Generator(device=self.device)
         if generator is None:
             seed = int(np.random.SeedSequence().generate_state(1, dtype=np.uint64)[0] >> 1)
-        elif isinstance(generator, bool) or not isinstance(generator, int | np.integer):
-            raise TypeError(
-                "generator must be a torch.Generator, an integer seed or None, got "
-                f"{generator!r} ({type(generator).__name__})"
-            )
-        elif not 0 <= generator < 2**64:  # what torch.Generator.manual_seed takes
-            raise ValueError(f"generator seed must be in [0, 2**64 - 1], got {generator}")
         else:
-            seed = int(generator)
+            seed = check_seed(generator)
         g.manual_seed(seed)
         return g
 

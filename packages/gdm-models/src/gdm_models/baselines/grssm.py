@@ -1,9 +1,8 @@
 """G-RSSM (Karacelebi et al. 2026), adapted to multimodal, variable-size graph environments
 (paper, "Related Work" and appendix "Baseline Implementations").
 
-Per-node RSSM latents: a deterministic state h(v) (GRU) and a categorical stochastic state z(v)
-(``groups x classes`` one-hot, straight-through samples, 1% unimix) for every node v. One
-recurrent step (paper, "Background")::
+Per-node RSSM latents: deterministic h(v) (GRU), categorical z(v) (``groups x classes`` one-hot,
+straight-through, 1% unimix) for every node v. One recurrent step (paper, "Background")::
 
     x(v)      = SiLU(W_in [h_{t-1}(v), z_{t-1}(v), a_t(v)])      a_t(v): node-set action indicator
     x         <- LayerNorm(x + AllPairsAttention(x))            (L rounds, all node pairs)
@@ -42,9 +41,8 @@ loss draws the posterior noise of all steps at once (on the CPU the same numbers
 per step), applies the time-independent parts of the input and posterior layers (action
 column, the observation embedding's columns, biases) to all steps in one product, runs only
 the cell ``h -> x -> attention -> GRU -> posterior sample`` inside the recurrence and the
-prior net on all steps afterwards, and syncs with the host once per call for the logged terms.
-:meth:`GRSSM.enable_compile` compiles the whole tensor-only loss.
-"""
+prior net on all steps afterwards, and syncs with the host once per call for the logged terms
+(:meth:`GRSSM.enable_compile` compiles the whole tensor-only loss)."""
 
 from __future__ import annotations
 
@@ -56,7 +54,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..data import OBS_KEYS, Batch, DataError, TensorObs
+from ..data import OBS_KEYS, Batch, TensorObs
+from ..inputs import check_latent_widths
 from ..layers import (
     gumbel_from_uniform,
     sample_onehot_st,
@@ -438,14 +437,10 @@ class GRSSM(WorldModel):
     def _latent_num_nodes(self, latent: Any) -> int:
         if not isinstance(latent, GRSSMLatent):
             raise TypeError(f"expected a GRSSMLatent from observe(), got {type(latent).__name__}")
-        c = self.config
-        want = (c.hidden_dim, c.latent_groups, c.latent_classes)
+        c, want = self.config, ("hidden", "groups", "classes")  # another G-RSSM's sizes: named
         got = (latent.h.shape[-1], *latent.posterior.shape[-2:])
-        if got != want:  # a latent of another G-RSSM (torch would say "inconsistent ...")
-            raise DataError(
-                f"latent has (hidden, groups, classes) = {got}, this model's are {want}: the "
-                "latent comes from a model of other sizes"
-            )
+        mine = (c.hidden_dim, c.latent_groups, c.latent_classes)
+        check_latent_widths(dict(zip(want, got, strict=True)), dict(zip(want, mine, strict=True)))
         return latent.num_nodes
 
     def start(self, obs: Mapping[str, torch.Tensor], generator: torch.Generator) -> StepState:

@@ -19,7 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..data import Batch, DataError, TensorObs
+from ..data import Batch, TensorObs
+from ..inputs import check_latent_widths
 from ..scaling import FeatureScaler
 from ..schema import Schema
 from ..world_model import StepResult, StepState, WorldModel, terms_to_floats
@@ -246,14 +247,10 @@ class GDM(WorldModel):
         if not isinstance(latent, GDMLatent):
             raise TypeError("latent must be a GDMLatent returned by GDM.observe")
         c = self.config
-        want = {"h_n": c.hidden_dim, "z_n": c.node_latent_groups * c.node_latent_classes}
-        for name, width in want.items():
-            got = getattr(latent, name).shape[-1]
-            if got != width:  # a latent of another GDM (torch would say "inconsistent ...")
-                raise DataError(
-                    f"latent.{name} has width {got}, this model's is {width}: the latent comes "
-                    "from a model of other sizes"
-                )
+        got = {name: getattr(latent, name).shape[-1] for name in ("h_n", "z_n")}
+        check_latent_widths(
+            got, {"h_n": c.hidden_dim, "z_n": c.node_latent_groups * c.node_latent_classes}
+        )
         return latent.num_nodes
 
     # ================================================================== batched stepping
