@@ -84,7 +84,7 @@ class ActionMasksObservation(gym.ObservationWrapper):
         if key in space.spaces:
             raise ValueError(f"the observation already has a key {key!r}")
         self.key = key
-        n = int(space["adjacency"].shape[0])
+        n = _num_nodes(space)
         length = _mask_length(env.action_space, n)
         self.observation_space = spaces.Dict(
             {**space.spaces, key: spaces.Box(0, 1, (length,), np.int8)}
@@ -126,7 +126,7 @@ class TianshouMask(gym.Wrapper):
                     "selects several nodes (RGC: gym.make(..., action_mode='pair'))"
                 )
             action_space = spaces.Discrete(int(action_space.nvec[0]))
-        n = int(space["adjacency"].shape[0])
+        n = _num_nodes(space)
         length = _mask_length(action_space, n)
         self.action_space = action_space
         self.observation_space = spaces.Dict(
@@ -145,3 +145,11 @@ class TianshouMask(gym.Wrapper):
         """Step the env with a tianshou action (an int for a one-node selection)."""
         observation, reward, terminated, truncated, info = self.env.step(action)
         return self._wrap(observation), float(reward), terminated, truncated, info
+
+
+def _num_nodes(space: spaces.Dict) -> int:
+    """N from the observation space's (N, N) adjacency."""
+    shape = space["adjacency"].shape
+    if not shape:
+        raise TypeError(f"the observation space's adjacency has no shape: {space['adjacency']}")
+    return int(shape[0])
