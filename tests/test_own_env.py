@@ -330,6 +330,8 @@ def test_pool_workers_resolve_the_env_by_its_name(own_run):
     assert [r.gdd for r in pool] == [r.gdd for r in local]
 
 
+# slow: the pool test above already resolves the env by name in fresh worker processes
+@pytest.mark.slow
 def test_a_ray_worker_resolves_the_env_by_its_name(own_run, monkeypatch):
     """The same self-GDD job on Ray as in the local run: the Ray worker imports the
     registering module from the ``module:id`` name. The module must be importable there:
