@@ -88,3 +88,19 @@ def test_sample_valid_action_names_a_missing_generator(rng):
     fresh = gym.make("graphenv/OD-v0", num_nodes=20).unwrapped
     with pytest.raises(RuntimeError, match="reset"):
         fresh.sample_valid_action(np.random.default_rng(0))
+
+
+@pytest.mark.parametrize(
+    "env_id", ["graphenv/RGC-v0", "graphenv/OD-v0", "graphenv/SAR-v0", "graphenv/CF-v0"]
+)
+def test_action_to_nodes_refuses_a_node_off_the_graph(env_id):
+    env = gym.make(env_id, num_nodes=20).unwrapped
+    env.reset(seed=0)
+    good = env.sample_valid_action(env.np_random)
+    assert env.action_to_nodes(good).sum() >= 1
+    bad = -1 if np.ndim(good) == 0 else np.full(np.shape(good), -1)
+    with pytest.raises(ValueError, match="outside the action space"):
+        env.action_to_nodes(bad)  # was node N - 1 (a negative index wraps around)
+    big = 999 if np.ndim(good) == 0 else np.full(np.shape(good), 999)
+    with pytest.raises(ValueError, match="outside the action space"):
+        env.action_to_nodes(big)  # was an IndexError

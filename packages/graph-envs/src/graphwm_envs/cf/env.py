@@ -154,6 +154,7 @@ class CFEnv(GraphEnv):
 
     def action_to_nodes(self, action: Any) -> np.ndarray:
         """One-hot (N,) int8 of the node the agent disconnects."""
+        action = self._coerce_action(action)  # -1 or N: refused, not wrapped around
         nodes = np.zeros(self.num_nodes, dtype=np.int8)
         nodes[int(action)] = 1
         return nodes

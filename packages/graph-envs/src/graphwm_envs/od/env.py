@@ -157,6 +157,7 @@ class ODEnv(GraphEnv):
 
     def action_to_nodes(self, action: Any) -> np.ndarray:
         """(N,) int8 indicator of the selected nodes (repeats count once)."""
+        action = self._coerce_action(action)  # -1 or N: refused, not wrapped around
         nodes = np.zeros(self.num_nodes, dtype=np.int8)
         nodes[np.asarray(action, dtype=np.int64)] = 1
         return nodes

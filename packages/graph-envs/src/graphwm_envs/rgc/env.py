@@ -188,6 +188,7 @@ class RGCEnv(GraphEnv):
     def endpoints(self, action: Any) -> tuple[int, int]:
         """The two nodes ``(i, j)`` of an action of either mode (``i == j`` possible in
         ``"nodes"`` mode)."""
+        action = self._coerce_action(action)  # -1 is refused, not wrapped around
         if self.action_mode == "pair":
             index = int(action)
             return int(self._pair_rows[index]), int(self._pair_cols[index])
@@ -248,6 +249,7 @@ class RGCEnv(GraphEnv):
 
     def action_to_nodes(self, action: Any) -> np.ndarray:
         """(N,) int8 indicator of the two endpoints (a single node when ``i == j``)."""
+        action = self._coerce_action(action)  # -1 or N: refused, not wrapped around
         nodes = np.zeros(self.num_nodes, dtype=np.int8)
         nodes[list(self.endpoints(action))] = 1
         return nodes

@@ -210,6 +210,7 @@ class SAREnv(GraphEnv):
 
     def action_to_nodes(self, action: Any) -> np.ndarray:
         """One-hot (N,) int8 of the target node."""
+        action = self._coerce_action(action)  # -1 or N: refused, not wrapped around
         nodes = np.zeros(self.num_nodes, dtype=np.int8)
         nodes[int(action)] = 1
         return nodes
