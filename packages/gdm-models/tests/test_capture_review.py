@@ -72,7 +72,7 @@ def test_static_ensemble_goes_on_after_a_nan_member(scaler, dataset, tmp_path):
         m = make_model("gdm", SYNTHETIC_SCHEMA, scaler, **TINY)
         if torch.initial_seed() == 5:
             with torch.no_grad():
-                m.node_heads.cont.weight[0, 0] = float("nan")
+                m.cell.decoder.node_heads.cont.weight[0, 0] = float("nan")
         return m
 
     res = train_ensemble(
