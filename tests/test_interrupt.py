@@ -200,9 +200,12 @@ from graphwm.store.results import ResultStore
 class Job:
     kind, env, model = "train", "SAR", "gdm"
 
-    def __init__(self, seed):
+    def __init__(self, seed, marker_dir):
         self.key = f"train-sleep{{seed}}"
         self.seed = seed
+        # where a started job says so: an absolute path of the driver's machine (a Ray job
+        # runs in a private run directory of its node, the driver-owned store's design)
+        self.marker_dir = str(marker_dir)
 
     def describe(self):
         return {{"kind": self.kind}}
@@ -215,7 +218,7 @@ def sleep_job(job, run_dir):
 
 def run(args):
     root = Path(sys.argv[1])
-    run_jobs(sleep_job, [Job(0), Job(1), Job(2)], ResultStore(root / "store"), root,
+    run_jobs(sleep_job, [Job(i, root) for i in range(3)], ResultStore(root / "store"), root,
              progress=False, {executor})
     return 0
 
@@ -264,7 +267,7 @@ def test_a_signal_stops_the_pool_workers_at_once(tmp_path, sig):
 # ... and the same on a local Ray, whose workers do not print to the driver: a file says the
 # job started (and holds the worker's pid)
 SLEEPING_RAY = _SLEEPING_RUN.format(
-    started='(Path(run_dir) / f"started-{job.seed}").write_text(str(os.getpid()))',
+    started='(Path(job.marker_dir) / f"started-{job.seed}").write_text(str(os.getpid()))',
     executor='executor="ray"',
 )
 
