@@ -186,6 +186,8 @@ def _long_preset(runs: Path) -> Path:
         ('ablations = ["gdm:no-h-plus"]', "ablations = []"),
         ("steps = 4\n", "steps = 300\n"),
         ("checkpoint_every = 2\n", "checkpoint_every = 10\n"),
+        # a preset holds override tables only for the models it runs
+        ("[train.model_overrides.vanilla-gwm]\nhidden_dim = 8\n", ""),
     ):
         assert old in text
         text = text.replace(old, new)

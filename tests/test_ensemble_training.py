@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from graphwm.checks import parse_checked
+from graphwm.config import keep_models
 from graphwm.jobs import train_job_for
 from graphwm.pipeline import (
     RunPaths,
@@ -32,9 +33,10 @@ from graphwm.stages.ensemble import EnsembleJob, ensemble_groups, training_units
 from graphwm.store.results import ResultStore
 
 
-def _preset(seeds=(0, 1), k: int = 2, steps: int = 4, every: int = 2) -> dict:
+def _preset(seeds=(0, 1), k: int = 2, steps: int = 4, every: int = 2, models=("gdm",)) -> dict:
     preset = load_preset("tiny")
-    preset.update(envs=["SAR"], models=["gdm"], ablations=[], seeds=list(seeds))
+    preset.update(envs=["SAR"], ablations=[], seeds=list(seeds))
+    preset = keep_models(preset, list(models))  # and their overrides only
     preset.pop("multi_step")
     preset.pop("downstream", None)
     preset["train"] = {**preset["train"], "steps": steps, "checkpoint_every": every}
@@ -234,8 +236,7 @@ def interrupted(data, tmp_path_factory):
     its ``latest/`` after each save (``snapshots/step<k>``)."""
     import gdm_models.training.callbacks as callbacks
 
-    preset = _preset(steps=4, every=2)
-    preset["models"] = ["vanilla-gwm"]
+    preset = _preset(steps=4, every=2, models=("vanilla-gwm",))
     root = tmp_path_factory.mktemp("interrupted")
     snapshots = root / "snapshots"
     real = callbacks.save_ensemble_state
@@ -370,6 +371,7 @@ def test_cost_estimate_counts_ensembles_at_their_measured_step_ratio():
 
     preset = load_preset("tiny")
     preset.update(envs=["RGC"], models=["vanilla-gwm"], ablations=[], seeds=[0, 1, 2])
+    preset = keep_models(preset, preset["models"])  # their overrides only
     preset["train"]["ensemble"] = 2
     (line,) = estimate(preset, "cpu", steps=1, probe_sizes=(8, 12))
     assert line.groups == (2, 1) and line.train_jobs == 3 and line.train_units == 2

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from graphwm.config import keep_models
 from graphwm.pipeline import load_preset, reproduce, stage_train
 from graphwm.report.build import load_results
 from graphwm.store.files import CorruptFileError
@@ -23,6 +24,7 @@ def small_preset() -> dict:
     """The tiny preset cut to one env and one fast model (seconds per run)."""
     preset = load_preset("tiny")
     preset.update(envs=["SAR"], models=["vanilla-gwm"], ablations=[])
+    preset = keep_models(preset, preset["models"])  # their overrides only
     preset.pop("multi_step")
     preset.pop("downstream", None)  # the downstream stage has its own tests
     preset["evaluate"] = {"num_samples": 4, "reference_transitions": 2, "max_episodes": 1}

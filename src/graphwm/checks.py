@@ -130,7 +130,14 @@ def check_trainer_value(name: str, value: Any, key: str) -> None:
     read_value(type_hints(TrainerSettings)[name], value, PRESET, key, field.metadata)
 
 
-def _check_models(p: Preset) -> None:
+def _base(name: str) -> str:
+    return str(name).split(":", 1)[0]
+
+
+def _check_models(p: Preset, listed: Iterable[str] | None = None) -> None:
+    """Model names, and ``train.model_overrides``: each names a model the preset lists
+    (``listed``: the bases of the preset file's own ``models`` and ``ablations``, which
+    ``--models`` may narrow; default: this preset's), and its values fit that model."""
     for key, names in (("models", p.models), ("ablations", p.ablations)):
         for i, name in enumerate(names):
             for env in p.envs:
@@ -139,6 +146,7 @@ def _check_models(p: Preset) -> None:
     from gdm_models import available_models
 
     registered = available_models()
+    runs = sorted({_base(m) for m in (*p.models, *p.ablations)} | {_base(m) for m in listed or ()})
     for base, values in p.train.model_overrides.items():
         key = f"train.model_overrides.{base}"
         if base not in registered:
@@ -147,8 +155,14 @@ def _check_models(p: Preset) -> None:
                 f"preset key {key!r} is unknown: {base!r} is not a model name; known keys "
                 f"here: {registered}"
             )
-        used = [(env, m) for env, ms in trained.items() for m in ms if m.split(":", 1)[0] == base]
-        if not used:  # overrides kept for a model left out (e.g. by --models): check them too
+        if base not in runs:
+            # overrides of a model that never trains would be accepted and do nothing
+            raise PresetError(
+                f"preset key {key!r}: the preset does not run {base!r} (its models and "
+                f"ablations: {runs}); add it to 'models' or remove the table"
+            )
+        used = [(env, m) for env, ms in trained.items() for m in ms if _base(m) == base]
+        if not used:  # overrides kept for a model left out by --models: checked too
             used = [(env, base) for env in p.envs if _has_preset(base, env)][:1]
         for env, model in used:
             check_model_values(model, env, values, key)
@@ -426,11 +440,13 @@ def _check_envs(p: Preset) -> None:
                 raise PresetError(f"preset key '{key}[{i}]' ({name!r}): {err}") from None
 
 
-def check_preset(p: Preset) -> None:
-    """Every check of this module except the machine's (see the module docstring)."""
+def check_preset(p: Preset, listed: Iterable[str] | None = None) -> None:
+    """Every check of this module except the machine's (see the module docstring);
+    ``listed``: the models the preset file itself lists, where the command line narrowed
+    ``models`` (their ``train.model_overrides`` stay accepted)."""
     _check_envs(p)
     _check_selection(p)
-    _check_models(p)
+    _check_models(p, listed)
     _check_grid(p)
     _check_limits(p)
     _check_tables_filled(p)
@@ -484,13 +500,16 @@ class CheckedPreset(Preset):
     """
 
 
-def parse_checked(raw: Mapping[str, Any] | Preset) -> CheckedPreset:
+def parse_checked(
+    raw: Mapping[str, Any] | Preset, listed: Iterable[str] | None = None
+) -> CheckedPreset:
     """:meth:`Preset.parse` and :func:`check_preset`: every preset value checked, including
     what needs the envs and the models, before any work (what the pipeline's entry points
     call; this machine's device is :func:`check_machine`'s). A :class:`CheckedPreset` is
-    returned as it is."""
+    returned as it is. ``listed``: the models (and ablations) the preset file lists where a
+    command narrowed ``models`` (``--models``): overrides of those stay accepted."""
     if isinstance(raw, CheckedPreset):
         return raw
     preset = Preset.parse(raw)
-    check_preset(preset)
+    check_preset(preset, listed)
     return CheckedPreset(**{f.name: getattr(preset, f.name) for f in dataclasses.fields(Preset)})

@@ -190,7 +190,13 @@ def _checked(name_or_path: str, overrides: dict) -> CheckedPreset:
     from graphwm.checks import parse_checked
     from graphwm.config import apply_overrides, read_preset
 
-    return parse_checked(apply_overrides(read_preset(name_or_path), overrides))
+    raw = read_preset(name_or_path)
+    # the preset file's own models and ablations: `--models` may narrow them, and the
+    # train.model_overrides of a model it leaves out stay accepted (a value of another type
+    # is left for the preset check to word)
+    listed = [m for key in ("models", "ablations") if isinstance(raw.get(key), list)
+              for m in raw[key] if isinstance(m, str)]  # fmt: skip
+    return parse_checked(apply_overrides(raw, overrides), listed)
 
 
 def _ablations_of(ablations: list, models: list[str]) -> list:

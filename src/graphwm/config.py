@@ -512,3 +512,21 @@ def apply_overrides(raw: Mapping[str, Any], overrides: Mapping[str, Any] | None)
                 raise PRESET.fail(where, f"must be a table (to set {key!r})", table)
         table[leaf] = value
     return out
+
+
+
+def keep_models(raw: Mapping[str, Any], models: Sequence[str]) -> dict:
+    """A copy of the preset dict ``raw`` that runs only ``models`` (what ``--models`` selects,
+    for a preset handled as a dict): ``models`` set, and the ``train.model_overrides`` tables
+    of the base models it no longer runs (neither in ``models`` nor in its ``ablations``)
+    removed: a preset holds override tables only for models it runs (``graphwm.checks``
+    refuses the others). Values of another type are left for the preset check to word."""
+    out = copy.deepcopy(dict(raw))
+    out["models"] = list(models)
+    ablations = out.get("ablations") if isinstance(out.get("ablations"), list) else []
+    runs = {str(m).split(":", 1)[0] for m in (*models, *ablations)}
+    train = out.get("train")
+    if isinstance(train, dict) and isinstance(train.get("model_overrides"), dict):
+        overrides = train["model_overrides"]
+        train["model_overrides"] = {k: v for k, v in overrides.items() if k in runs}
+    return out

@@ -29,6 +29,7 @@ from graphwm.config import (
     Preset,
     PresetError,
     apply_overrides,
+    keep_models,
     read_preset,
 )
 from graphwm.stages.collect import DataRef, collect
@@ -77,11 +78,21 @@ def load_preset(name_or_path: str | Path, overrides: dict[str, Any] | None = Non
     """A validated preset dict by name (``smoke``, ``paper``, ``tiny``) or from a TOML file.
 
     ``overrides`` replace top-level keys (``"train.precision"`` style keys set nested ones;
-    ``None`` values are skipped). Raises :class:`PresetError` naming a bad key.
+    ``None`` values are skipped). Raises :class:`PresetError` naming a bad key. A
+    ``"models"`` override narrows the file's models as ``--models`` does: the
+    ``train.model_overrides`` of the models it leaves out are checked, then dropped from the
+    dict returned (:func:`graphwm.config.keep_models`).
     """
-    raw = apply_overrides(read_preset(name_or_path), overrides)
-    parse_checked(raw)
-    return raw
+    file = read_preset(name_or_path)
+    raw = apply_overrides(file, overrides)
+    models = (overrides or {}).get("models")
+    if not isinstance(models, list):
+        parse_checked(raw)
+        return raw
+    listed = [m for k in ("models", "ablations") if isinstance(file.get(k), list)
+              for m in file[k] if isinstance(m, str)]  # fmt: skip
+    parse_checked(raw, listed)
+    return keep_models(raw, models)
 
 
 def _preset(preset: PresetLike) -> CheckedPreset:
