@@ -452,6 +452,9 @@ def check_preset(p: Preset, listed: Iterable[str] | None = None) -> None:
     _check_tables_filled(p)
     _check_memory(p)
     _check_work(p)
+    from graphwm.work_bounds import check_work_bounds
+
+    check_work_bounds(p, memory_bytes())  # the multi-step horizon, a training step's memory
 
 
 # ---------------------------------------------------------------------------------------------

@@ -514,7 +514,6 @@ def apply_overrides(raw: Mapping[str, Any], overrides: Mapping[str, Any] | None)
     return out
 
 
-
 def keep_models(raw: Mapping[str, Any], models: Sequence[str]) -> dict:
     """A copy of the preset dict ``raw`` that runs only ``models`` (what ``--models`` selects,
     for a preset handled as a dict): ``models`` set, and the ``train.model_overrides`` tables

@@ -37,6 +37,7 @@ from graphwm.stages.curve import curve_job
 from graphwm.stages.ensemble import EnsembleJob, train_unit, training_units, unit_members
 from graphwm.stages.evaluate import EvalJob, multi_step_job, self_gdd_job, single_step_job
 from graphwm.stages.fit import FitJob, run_fit
+from graphwm.stages.tensorboard import check_tensorboard, write_from_logs
 from graphwm.stages.train import TrainJob, verify_trained
 from graphwm.store.executors import run_jobs
 from graphwm.store.files import atomic_write_json, read_json, run_lock
@@ -344,10 +345,13 @@ def _train(p: CheckedPreset, paths: RunPaths, progress: bool, failed: _Failed) -
 
     units = jobs.training_units(p)  # the preset's seeds in one pass
     train = [job for unit in units for job in unit_members(unit)]
+    check_tensorboard(p, paths.root, units)  # before any work
     _collect(p, paths, progress)
     _fit(p, paths)
     _update_run_record(paths, code=code_record())
     records = failed.run(lambda: _run_units(p, paths, units, "train", progress))
+    # jobs trained earlier without --tensorboard: their curves from their stored log.csv
+    write_from_logs(p, paths.root, units, [j.key for j in train if j.key not in failed.keys])
     _update_run_record(
         paths,
         preset=p.name,
