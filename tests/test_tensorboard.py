@@ -56,6 +56,26 @@ def test_every_single_job_writes_its_loss_curves(tmp_path, one_torch_thread):
     # without the setting no event file is written
     stage_train(plain, RunPaths(tmp_path / "plain"), progress=False)
     assert not list((tmp_path / "plain").rglob("events.out.tfevents.*"))
+    # --tensorboard on that finished run (issue 38): no job trains again, and each job's
+    # curves are written from its stored log.csv (before, nothing was written or said)
+    logs = {job.key: (job.dir(tmp_path / "plain") / "log.csv").read_bytes() for job in jobs}
+    stage_train(preset, RunPaths(tmp_path / "plain"), progress=False)
+    for job in jobs:
+        folder = job.dir(tmp_path / "plain")
+        assert (folder / "log.csv").read_bytes() == logs[job.key]
+        _assert_same(read_scalars(folder / TENSORBOARD_DIRNAME), _rows(folder / "log.csv"))
+
+
+def test_a_tensorboard_folder_that_is_a_file_is_refused_before_any_work(tmp_path):
+    """Issue 38: it failed after collect and fit; now before collect, naming the file."""
+    preset = _preset()
+    job = training_jobs(preset)[0]
+    blocker = job.dir(tmp_path) / TENSORBOARD_DIRNAME
+    blocker.parent.mkdir(parents=True)
+    blocker.write_text("not a folder")
+    with pytest.raises(NotADirectoryError, match=rf"{blocker.name} is a file, not a folder"):
+        stage_train(preset, RunPaths(tmp_path), progress=False)
+    assert not (tmp_path / "data").exists()
 
 
 def test_ensemble_members_write_one_run_each(tmp_path, one_torch_thread):
