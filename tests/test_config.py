@@ -181,9 +181,9 @@ def _count_checks(monkeypatch) -> list:
     calls: list = []
     real = checks.check_preset
 
-    def counted(preset):
+    def counted(preset, *listed):
         calls.append(preset)
-        real(preset)
+        real(preset, *listed)
 
     monkeypatch.setattr(checks, "check_preset", counted)
     return calls
