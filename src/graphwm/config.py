@@ -522,8 +522,9 @@ def keep_models(raw: Mapping[str, Any], models: Sequence[str]) -> dict:
     refuses the others). Values of another type are left for the preset check to word."""
     out = copy.deepcopy(dict(raw))
     out["models"] = list(models)
-    ablations = out.get("ablations") if isinstance(out.get("ablations"), list) else []
-    runs = {str(m).split(":", 1)[0] for m in (*models, *ablations)}
+    ablations = out.get("ablations")
+    kept = [*models, *(ablations if isinstance(ablations, list) else [])]
+    runs = {str(m).split(":", 1)[0] for m in kept}
     train = out.get("train")
     if isinstance(train, dict) and isinstance(train.get("model_overrides"), dict):
         overrides = train["model_overrides"]

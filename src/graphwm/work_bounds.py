@@ -79,10 +79,15 @@ def training_peak(p: Preset, env: str, model: str) -> tuple[int | None, dict[str
     config = {**preset["model"], **p.train.model_overrides.get(base, {})}
     trainer = {**preset["train"], **p.train.train_overrides}
     episodes = p.collect.train_episodes * len(p.collect.train_sizes)
-    built = _meta_model(model, env, json.dumps(config, sort_keys=True))
+    try:
+        built = _meta_model(model, env, json.dumps(config, sort_keys=True))
+    except (RuntimeError, NotImplementedError):  # a model of one's own that meta cannot build
+        return None, {}
     sizes = {
-        "batch": min(int(trainer["batch_size"]), episodes),  # an epoch's batches are no larger
-        "seq_len": int(trainer["seq_len"]),
+        # gdm_models.train's defaults where a preset of one's own leaves them out; an epoch's
+        # batches are never larger than the training episodes
+        "batch": min(int(trainer.get("batch_size", 8)), episodes),
+        "seq_len": int(trainer.get("seq_len", 20)),
         "nodes": max(p.collect.train_sizes),
         "members": min(p.train.ensemble, len(p.seeds)) if built.supports_members else 1,
     }
