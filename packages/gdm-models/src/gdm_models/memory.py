@@ -24,8 +24,10 @@ synthetic episodes, at N = 20 to 160, B x L = 20 to 160, and varied widths, laye
 sizes (11 configurations per model). The fits are within 10% of every measured GDM and G-RSSM
 peak and within 30% of every GWM one; :data:`SAFETY` (1.35) on top makes the estimate an upper
 bound of every measured peak, at most 2x above it (``tests/test_training_memory.py``
-measures one configuration per model again). K ensemble members trained as one member model
-hold K times the activations.
+measures a GDM step again; ``benchmarks/bench_training_memory.py`` measures any model and
+size: at N = 30 and 60, unfitted sizes, the estimate was 1.08-1.35x the measured peak of the
+three baselines). K ensemble members trained as one member model hold K times the
+activations.
 """
 
 from __future__ import annotations
