@@ -7,6 +7,8 @@ the model's config dataclass
 (the config of a model built by :func:`gdm_models.make_model` on the env's schema), and every
 size and count against the limits below. :func:`check_machine` (run before any work) checks
 that this machine has the preset's device. Each error is a :class:`PresetError` naming the key.
+Bounds that build a model or an env (a training step's memory, the multi-step horizon) are
+:mod:`graphwm.work_bounds`', run last by :func:`check_preset`.
 
 Limits (docs/reproducing.md, "Limits"):
 
