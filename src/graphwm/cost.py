@@ -147,9 +147,9 @@ def _time_ensemble_ratio(
 ) -> float:
     """One k-member ensemble step / one single step, timed alternately on ``device``, both as
     ``train_ensemble`` runs them: the member engine (on CUDA its static step captured as one
-    CUDA graph) for a model that supports it, else the per-member loop."""
+    CUDA graph) for a :class:`~gdm_models.MemberModel`, else the per-member loop."""
     import torch
-    from gdm_models import FeatureScaler, make_model
+    from gdm_models import FeatureScaler, MemberModel, make_model
 
     schema = env_schema(env)
     scaler = FeatureScaler.fit(episodes, schema)
@@ -159,8 +159,8 @@ def _time_ensemble_ratio(
         for s in range(n):
             torch.manual_seed(s)
             members.append(make_model(name, schema, scaler, **preset["model"]))
-        # train_ensemble's "auto": the member engine for models that support it, else the loop
-        strategy = "members" if members[0].supports_members else "loop"
+        # train_ensemble's "auto": the member engine for a MemberModel, else the loop
+        strategy = "members" if isinstance(members[0], MemberModel) else "loop"
         return _engine_step(members, episodes, schema, preset, device, strategy)
 
     single, ensemble = _timed([engine(1), engine(k)], steps, device)
