@@ -84,6 +84,7 @@ _REPORT_KEYS = {
     "num_permutations",
     "alpha",
     "num_transitions",
+    "gdd_transitions",
     "horizons",
     "invalid_rate_model",
     "invalid_rate_env",
