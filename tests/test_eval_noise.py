@@ -150,9 +150,121 @@ def test_tables_show_the_eval_sd_after_the_seed_interval_and_say_which_is_which(
     table.rows.append(Row(["GDM"], [Cell(SeedStats(0.624, 0.061, 3), noise=0.0123)]))
     table.rows.append(Row(["Vanilla GWM"], [Cell(SeedStats(0.8, 0.02, 3))]))
     md = to_markdown(table)
-    assert "| GDM | **0.624 ± 0.061** (eval ±0.012) |" in md
+    assert "| GDM | 0.624 ± 0.061 (eval ±0.012) |" in md
     assert "| Vanilla GWM | 0.800 ± 0.020 |" in md
     assert EVAL_NOISE_NOTE in md and "95% CI over seeds" in EVAL_NOISE_NOTE
     assert "(eval $\\pm$0.012)" in to_latex(table)
     table.rows[0].cells[0].noise = None  # no band: no note
     assert EVAL_NOISE_NOTE not in to_markdown(table)
+
+
+def _curve_record(model: str, seed: int, step: int, values: list[list[float]]) -> dict:
+    gdd = float(np.mean([np.mean(v) for v in values]))
+    comps = {c: gdd**2 for c in ("node", "graph", "edge", "joint")}
+    return {"kind": "curve", "env": "OD", "model": model, "seed": seed, "size": 20, "step": step,
+            "gdd": gdd, "components": comps, "gdd_transitions": values}  # fmt: skip
+
+
+def test_the_curve_figure_draws_the_noise_band_and_its_table_the_eval_sd(tmp_path, monkeypatch):
+    from matplotlib.container import ErrorbarContainer
+
+    from graphwm.report import curve
+    from graphwm.report.figures import model_styles
+
+    rng = np.random.default_rng(0)
+    records = [
+        _curve_record(m, s, step, [list(rng.uniform(0.2, 0.9, 5)) for _ in range(2)])
+        for m in ("gdm", "vanilla-gwm") for s in (0, 1) for step in (10, 20, 30)
+    ]  # fmt: skip
+    drawn = {}
+    monkeypatch.setattr(curve, "_save", lambda fig, path, notes: drawn.update(fig=fig, notes=notes))
+    curve.curve_figure(records, [], tmp_path / "c.png", model_styles(["gdm", "vanilla-gwm"]))
+    gdd_axes = drawn["fig"].axes[0]
+    bars = [c for c in gdd_axes.containers if isinstance(c, ErrorbarContainer)]
+    assert len(bars) == 3  # one per model, and the legend's grey entry
+    assert curve.EVAL_NOISE_LABEL in gdd_axes.get_legend_handles_labels()[1]
+    assert curve.BANDS_NOTE in drawn["notes"].text()
+    # the band of each point: the models' bootstrap SD over their two seeds
+    _, noise = curve.noise_series(records, "OD", "gdm")
+    seeds = [bootstrap_sd(r["gdd_transitions"]) for r in records[:6:3]]
+    assert noise[0] == pytest.approx(math.sqrt(sum(s * s for s in seeds)) / 2)
+    text = to_markdown(curve.curve_table(records))
+    assert f"(eval ±{noise[0]:.3f})" in text and EVAL_NOISE_NOTE in text
+    assert "x its evaluation-noise SD" in text  # the verdicts set the last change against it
+    # averaging the last checkpoints: a table only when asked for
+    (gdm,) = [
+        r for r in curve.last_checkpoints(records, 2) if (r["model"], r["seed"]) == ("gdm", 0)
+    ]
+    assert gdm["steps"] == [20, 30] and gdm["gdd"] == pytest.approx(
+        np.mean([records[1]["gdd"], records[2]["gdd"]])
+    )
+    last = to_markdown(curve.last_checkpoints_table(records, 2))
+    assert "mean of last 2" in last and "GDD of the final checkpoint" in last
+    with pytest.raises(ValueError, match="last checkpoints to average must be >= 1, got 0"):
+        curve.last_checkpoints(records, 0)
+
+
+def test_report_average_last_is_off_by_default(noise_run):
+    from graphwm.report.build import build_report
+
+    paths, _ = noise_run
+    assert "gdd_last_checkpoints" not in build_report(paths.root).tables_md
+    report = build_report(paths.root, average_last=2)
+    assert "mean of last 2" in report.tables_md["gdd_last_checkpoints"].read_text()
+    assert "(eval ±" in report.tables_md["gdd_curve"].read_text()
+    assert main(["report", str(paths.root)]) == 0  # the default drops the table again
+    assert not (paths.root / "report" / "gdd_last_checkpoints.md").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# The long preset (config level: a 2-step run of it would collect medium's data)
+# ---------------------------------------------------------------------------------------------
+def test_long_preset_fits_its_2_hour_sizing_with_a_curve_every_10_percent():
+    import re
+    from importlib import resources
+
+    from graphwm.config import Preset
+    from graphwm.jobs import training_units
+    from graphwm.stages.ensemble import EnsembleJob
+
+    raw = load_preset("long", {"device": "cpu"})  # validated (no GPU needed here)
+    long = Preset.parse(raw)
+    assert long.envs == ("OD", "SAR") and long.models == ("gdm", "vanilla-gwm")
+    assert long.seeds == (0, 1) and long.train.ensemble == 2 and long.ablations == ()
+    medium = Preset.parse(load_preset("medium"))
+    assert long.collect == medium.collect and long.train.model_overrides == {}
+    # the curve: every 10% of training, the final checkpoint last, every test episode
+    train = training_units(parse_checked_long(raw))
+    assert all(isinstance(u, EnsembleJob) for u in train) and len(train) == 4
+    steps = long.train.steps
+    assert train[0].parts[0].kept_steps() == tuple(range(steps // 10, steps + 1, steps // 10))
+    assert long.evaluate.curve_episodes == long.collect.test_episodes
+    jobs = curve_jobs(raw)
+    assert len(jobs) == 4 * 2 * 10 and {j.max_episodes for j in jobs} == {10}
+    # the sizing lines agree with the preset and the 2-hour budget
+    text = resources.files("graphwm.presets").joinpath("long.toml").read_text()
+    sizing = dict(re.findall(r"^#\s+sizing ([\w-]+) = (\d+)", text, flags=re.MULTILINE))
+    per_unit = {
+        (env, model): int(ms)
+        for env, model, ms in re.findall(r"^#\s+sizing (\w+) ([\w-]+) = (\d+)", text, re.M)
+    }
+    assert list(per_unit) == [(u.env, u.model) for u in train]
+    medium_text = resources.files("graphwm.presets").joinpath("medium.toml").read_text()
+    for (env, model), ms in per_unit.items():  # medium's K = 3 step times 2/3
+        (k3,) = re.findall(rf"^#\s+sizing {env} {model} = (\d+)", medium_text, re.M)
+        assert ms == round(int(k3) * 2 / 3)
+    free = [0, 0]
+    for ms in per_unit.values():
+        free[free.index(min(free))] += ms
+    sec_per_step = max(free) / 1000
+    assert f"after {sec_per_step:.2f} s per step" in text
+    train_min = steps * sec_per_step / 60
+    assert int(sizing["steps"]) == steps and train_min <= int(sizing["training"])
+    assert f"{steps} x {sec_per_step:.2f} s = {round(train_min)} min" in text
+    assert int(sizing["training"]) + int(sizing["overhead"]) + int(sizing["curve"]) <= 120
+
+
+def parse_checked_long(raw: dict):
+    from graphwm.checks import parse_checked
+
+    return parse_checked(raw)

@@ -100,7 +100,7 @@ def _preset_name(text: str) -> str:
     """An argparse type: a non-empty preset name or TOML path."""
     if not text.strip():
         raise argparse.ArgumentTypeError(
-            "must name a preset (smoke, medium, paper, tiny) or a .toml file, got ''"
+            "must name a preset (smoke, medium, long, paper, tiny) or a .toml file, got ''"
         )
     return text
 
@@ -197,6 +197,11 @@ def _build_parser() -> argparse.ArgumentParser:
     cost.add_argument("--models", nargs="+", help="restrict to these models")
     report = sub.add_parser("report", help="rebuild tables and figures from stored results")
     report.add_argument("run_dir", type=Path, help="run directory")
+    report.add_argument(
+        "--average-last", type=_count(1), default=0, metavar="N",
+        help="add a table of the GDD curve averaged over each model's last N checkpoints "
+        "(off by default: the paper reports the final model)",
+    )  # fmt: skip
     for command in sub.choices.values():  # --debug also after the subcommand
         command.add_argument(
             "--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks"
@@ -404,7 +409,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "report":
         from graphwm.report.build import build_report
 
-        paths = build_report(args.run_dir)
+        paths = build_report(args.run_dir, average_last=args.average_last)
         _print_report(paths)
         return 0
 
