@@ -152,7 +152,7 @@ def test_tables_show_the_eval_sd_after_the_seed_interval_and_say_which_is_which(
     md = to_markdown(table)
     assert "| GDM | 0.624 ± 0.061 (eval ±0.012) |" in md
     assert "| Vanilla GWM | 0.800 ± 0.020 |" in md
-    assert EVAL_NOISE_NOTE in md and "95% CI over seeds" in EVAL_NOISE_NOTE
+    assert EVAL_NOISE_NOTE in md and "95% CI over training seeds" in EVAL_NOISE_NOTE
     assert "(eval $\\pm$0.012)" in to_latex(table)
     table.rows[0].cells[0].noise = None  # no band: no note
     assert EVAL_NOISE_NOTE not in to_markdown(table)

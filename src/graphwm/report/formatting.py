@@ -41,11 +41,12 @@ def format_mean_ci(
 
 #: the table note of the evaluation-noise SD beside the seed interval (docs/reporting.md)
 EVAL_NOISE_NOTE = (
-    "(eval ±x): the evaluation-noise SD of the mean: a bootstrap over the reference "
-    "transitions of each seed's evaluation (1000 draws, within each test episode), combined "
-    "over seeds as sqrt(sum SD^2) / n; it says how far a re-evaluation of the same "
-    "checkpoints could move the number. The ± before it is the 95% CI over seeds (training "
-    "seeds), which already contains this noise."
+    "(eval ±x): the evaluation-noise SD of the mean, a bootstrap over the reference "
+    "transitions of each seed's evaluation (1000 draws within each test episode; combined over "
+    "seeds as sqrt(sum SD^2) / n): how much the number depends on which transitions were "
+    "scored, sample noise included. It bounds what a re-evaluation with new samples moves it "
+    '(measured several times smaller: `graphwm noise`, docs/reproducing.md "Evaluation '
+    'noise"). The ± before it is the 95% CI over training seeds.'
 )
 
 
