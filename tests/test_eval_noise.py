@@ -268,3 +268,16 @@ def parse_checked_long(raw: dict):
     from graphwm.checks import parse_checked
 
     return parse_checked(raw)
+
+
+def test_the_noise_measurement_preset_validates_with_medium_s_curve_settings():
+    from pathlib import Path
+
+    from graphwm.config import Preset
+
+    path = Path(__file__).parents[1] / "benchmarks" / "eval_noise_smoke_od.toml"
+    mine, medium = Preset.parse(load_preset(path)), Preset.parse(load_preset("medium"))
+    for name in ("num_samples", "reference_transitions", "curve_episodes"):
+        assert getattr(mine.evaluate, name) == getattr(medium.evaluate, name)
+    assert min(mine.collect.test_sizes) == min(medium.collect.test_sizes) == 20
+    assert [j.step for j in curve_jobs(load_preset(path))][:3] == [40, 80, 120]
