@@ -66,12 +66,12 @@ CURVE_NOTE = (
     "(all its test episodes at that size), not re-measured on the curve's subset."
 )
 #: the legend entry of the evaluation-noise error bars, and the figure's note on both bands
-EVAL_NOISE_LABEL = "evaluation noise: ±1 SD, bootstrap over reference transitions"
+EVAL_NOISE_LABEL = "eval. noise ±1 SD"
 BANDS_NOTE = (
-    "Shaded: 95% interval over training seeds (none with one seed). Error bars (GDD row): ±1 "
-    "SD of evaluation noise, a bootstrap over each evaluation's reference transitions "
-    "(combined over seeds): how much a point depends on which transitions were scored, an "
-    "upper bound on what redrawing the samples moves it (graphwm noise measures that)."
+    "Error bars (GDD row): ±1 SD of evaluation noise, not of seeds: a bootstrap over each "
+    "evaluation's reference transitions (combined over seeds), how much a point depends on "
+    "which transitions were scored; an upper bound on what redrawing the samples moves it "
+    "(graphwm noise measures that). Shaded: 95% interval over training seeds."
 )
 
 
