@@ -141,6 +141,7 @@ def test_bootstrap_sd_is_the_standard_error_of_the_mean_of_episode_means():
     with pytest.raises(ValueError, match="every episode"):
         bootstrap_sd([[0.1, 0.2], []])
     assert record_noise({"gdd": 0.3}) is None  # a record of an older run: no band
+    assert record_noise({"gdd_transitions": [[0.3], [0.4]]}) is None  # nothing to resample
     assert mean_noise_sd([0.03, 0.04]) == pytest.approx(0.025)
     assert mean_noise_sd([0.03, None]) is None
 
@@ -150,10 +151,11 @@ def test_tables_show_the_eval_sd_after_the_seed_interval_and_say_which_is_which(
     table.rows.append(Row(["GDM"], [Cell(SeedStats(0.624, 0.061, 3), noise=0.0123)]))
     table.rows.append(Row(["Vanilla GWM"], [Cell(SeedStats(0.8, 0.02, 3))]))
     md = to_markdown(table)
-    assert "| GDM | 0.624 ± 0.061 (eval ±0.012) |" in md
+    assert "| GDM | 0.624 ± 0.061 (eval SD 0.012) |" in md
     assert "| Vanilla GWM | 0.800 ± 0.020 |" in md
     assert EVAL_NOISE_NOTE in md and "95% CI over training seeds" in EVAL_NOISE_NOTE
-    assert "(eval $\\pm$0.012)" in to_latex(table)
+    assert "±" not in EVAL_NOISE_NOTE  # a one-seed table shows no ± at all
+    assert "0.624 $\\pm$ 0.061 (eval SD 0.012)" in to_latex(table)
     table.rows[0].cells[0].noise = None  # no band: no note
     assert EVAL_NOISE_NOTE not in to_markdown(table)
 
@@ -189,7 +191,7 @@ def test_the_curve_figure_draws_the_noise_band_and_its_table_the_eval_sd(tmp_pat
     seeds = [bootstrap_sd(r["gdd_transitions"]) for r in records[:6:3]]
     assert noise[0] == pytest.approx(math.sqrt(sum(s * s for s in seeds)) / 2)
     text = to_markdown(curve.curve_table(records))
-    assert f"(eval ±{noise[0]:.3f})" in text and EVAL_NOISE_NOTE in text
+    assert f"(eval SD {noise[0]:.3f})" in text and EVAL_NOISE_NOTE in text
     assert "x its evaluation-noise SD" in text  # the verdicts set the last change against it
     # averaging the last checkpoints: a table only when asked for
     (gdm,) = [
@@ -211,7 +213,7 @@ def test_report_average_last_is_off_by_default(noise_run):
     assert "gdd_last_checkpoints" not in build_report(paths.root).tables_md
     report = build_report(paths.root, average_last=2)
     assert "mean of last 2" in report.tables_md["gdd_last_checkpoints"].read_text()
-    assert "(eval ±" in report.tables_md["gdd_curve"].read_text()
+    assert "(eval SD " in report.tables_md["gdd_curve"].read_text()
     assert main(["report", str(paths.root)]) == 0  # the default drops the table again
     assert not (paths.root / "report" / "gdd_last_checkpoints.md").exists()
 

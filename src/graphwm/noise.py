@@ -90,7 +90,7 @@ def noise_jobs(
     if steps:
         if of != "curve":
             raise PresetError("--steps selects GDD-curve points: it needs --of curve")
-        kept = {j.step for j in jobs}
+        kept = {j.step for j in jobs if j.step is not None}
         unknown = sorted(set(steps) - kept)
         if unknown:
             raise PresetError(f"--steps {unknown}: the curve evaluates steps {sorted(kept)}")

@@ -59,11 +59,13 @@ def bootstrap_sd(
 
 def record_noise(record: dict) -> float | None:
     """The bootstrap SD of one record's GDD; None for a record without ``gdd_transitions``
-    (records of older runs)."""
+    (records of older runs), without two transitions in any episode (no spread to resample)
+    or with a non-finite GDD among them."""
     transitions = record.get("gdd_transitions")
     if not transitions:
         return None
-    return bootstrap_sd(transitions)
+    sd = bootstrap_sd(transitions)
+    return sd if math.isfinite(sd) else None
 
 
 def mean_noise_sd(sds: Iterable[float | None]) -> float | None:

@@ -41,18 +41,18 @@ def format_mean_ci(
 
 #: the table note of the evaluation-noise SD beside the seed interval (docs/reporting.md)
 EVAL_NOISE_NOTE = (
-    "(eval ±x): the evaluation-noise SD of the mean, a bootstrap over the reference "
+    "(eval SD x): the evaluation-noise SD of the mean, a bootstrap over the reference "
     "transitions of each seed's evaluation (1000 draws within each test episode; combined over "
     "seeds as sqrt(sum SD^2) / n): how much the number depends on which transitions were "
     "scored, sample noise included. It bounds what a re-evaluation with new samples moves it "
     '(measured several times smaller: `graphwm noise`, docs/reproducing.md "Evaluation '
-    'noise"). The ± before it is the 95% CI over training seeds.'
+    'noise"). It is not the interval after the mean, which is the 95% CI over training seeds.'
 )
 
 
 def format_noise(noise: float, digits: int = 3, scientific: bool = False) -> str:
-    """``"(eval ±0.012)"``: the evaluation-noise SD shown after a cell's seed interval."""
-    return f"(eval ±{format_number(noise, digits, scientific)})"
+    """``"(eval SD 0.012)"``: the evaluation-noise SD shown after a cell's seed interval."""
+    return f"(eval SD {format_number(noise, digits, scientific)})"
 
 
 def _mixed_seeds(table: Table) -> bool:
@@ -148,9 +148,7 @@ def _latex_value(cell: Cell, table: Table) -> str:
         text = f"{mean} $\\pm$ {ci}"
     text = f"\\textbf{{{text}}}" if cell.bold else text
     if cell.noise is not None:
-        text += " " + format_noise(cell.noise, table.digits, table.scientific).replace(
-            "±", "$\\pm$"
-        )
+        text += " " + format_noise(cell.noise, table.digits, table.scientific)
     return text
 
 

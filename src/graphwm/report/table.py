@@ -20,7 +20,7 @@ class Cell:
     """One ``mean ± CI`` cell; ``bold`` marks the best (lowest mean) entry of its column group.
 
     ``noise``: the evaluation-noise SD of the mean (:mod:`graphwm.report.eval_noise`), shown
-    after the seed interval as ``(eval ±SD)``; None where unknown.
+    after the seed interval as ``(eval SD x)``; None where unknown.
     """
 
     stats: SeedStats
