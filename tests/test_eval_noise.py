@@ -207,15 +207,13 @@ def test_the_curve_figure_draws_the_noise_band_and_its_table_the_eval_sd(tmp_pat
 
 
 def test_report_average_last_is_off_by_default(noise_run):
-    from graphwm.report.build import build_report
-
     paths, _ = noise_run
-    assert "gdd_last_checkpoints" not in build_report(paths.root).tables_md
-    report = build_report(paths.root, average_last=2)
-    assert "mean of last 2" in report.tables_md["gdd_last_checkpoints"].read_text()
-    assert "(eval SD " in report.tables_md["gdd_curve"].read_text()
+    assert main(["report", str(paths.root), "--average-last", "2"]) == 0
+    report = paths.root / "report"
+    assert "mean of last 2" in (report / "gdd_last_checkpoints.md").read_text()
+    assert "(eval SD " in (report / "gdd_curve.md").read_text()
     assert main(["report", str(paths.root)]) == 0  # the default drops the table again
-    assert not (paths.root / "report" / "gdd_last_checkpoints.md").exists()
+    assert not (report / "gdd_last_checkpoints.md").exists()
 
 
 # ---------------------------------------------------------------------------------------------
