@@ -52,7 +52,10 @@ class EvalJob:
     ``data`` is the reference file (test or validation split, ``size`` nodes); ``train`` the
     training job of the evaluated model (None for self-GDD); ``step`` the training step of the
     checkpoint evaluated (None: the final one). ``permutations`` > 0 adds the permutation test
-    (single-step). ``threads`` does not change results (not keyed).
+    (single-step). ``threads`` does not change results (not keyed). ``repeat`` > 0: an
+    independent redraw of the model samples (and, with ``repeat_env``, of the env samples)
+    for measuring evaluation noise (:mod:`graphwm.noise`); keyed only when set, so repeat 0
+    is the evaluation itself.
     """
 
     kind: str
@@ -71,6 +74,8 @@ class EvalJob:
     device: str = "cpu"
     step: int | None = None
     threads: int = field(default=1, compare=False)
+    repeat: int = 0
+    repeat_env: bool = False
 
     @property
     def model(self) -> str | None:
@@ -94,6 +99,7 @@ class EvalJob:
             "device": self.device,
             # keyed only when set: a final evaluation's payload (and key) is unchanged
             **({"step": self.step} if self.step is not None else {}),
+            **({"repeat": self.repeat, "repeat_env": self.repeat_env} if self.repeat else {}),
         }
 
     @property
@@ -138,6 +144,8 @@ def _summarise(gdds: list[list[float]], comps: list[list[dict]]) -> dict[str, An
     return {
         "gdd": float(np.mean(per_episode)),
         "gdd_episodes": per_episode,
+        # per episode, per reference transition: the bootstrap of the noise band (graphwm.noise)
+        "gdd_transitions": [[float(x) for x in g] for g in gdds],
         "components": {k: float(np.mean([c[k] for c in flat])) for k in COMPONENTS},
         "num_transitions": len(flat),
     }
@@ -182,7 +190,7 @@ def reference_points(
             graphs, invalid = ctx.samples(
                 replay.snapshots[t],
                 episode["actions"][t : t + steps],
-                sample_seeds(seed, t, stream, kappa),
+                sample_seeds(seed, t, stream, kappa, job.repeat if job.repeat_env else 0),
             )
             yield ReferencePoint(
                 index,
@@ -203,9 +211,10 @@ class ModelSampler:
     one pass over it (``observe_at``), seeded per episode; imagination is seeded per point.
     """
 
-    def __init__(self, model, num_samples: int) -> None:
+    def __init__(self, model, num_samples: int, repeat: int = 0) -> None:
         self.model = model
         self.num_samples = num_samples
+        self.repeat = repeat  # the evaluation repeat of the model's seeds (sample_seeds)
         self._episode: int | None = None
         self._latents: dict[int, Any] = {}
 
@@ -219,12 +228,12 @@ class ModelSampler:
                 # reference_points(..., keep_observations=True) for every model job
                 assert replay.observations is not None
                 obs = {k: np.stack([o[k] for o in replay.observations]) for k in OBS_KEYS}
-                seed = sample_seeds(point.seed, 0, STREAM_POSTERIOR, 1)[0]
+                seed = sample_seeds(point.seed, 0, STREAM_POSTERIOR, 1, self.repeat)[0]
                 latents = self.model.observe_at(obs, replay.action_nodes, steps, generator=seed)
                 self._latents = dict(zip(steps, latents, strict=True))
                 self._episode = point.episode_index
             actions = replay.action_nodes[point.t : point.t + len(point.env_sets)]
-            seed = sample_seeds(point.seed, point.t, STREAM_MODEL, 1)[0]
+            seed = sample_seeds(point.seed, point.t, STREAM_MODEL, 1, self.repeat)[0]
             preds = self.model.imagine_multi(
                 self._latents[point.t], actions, self.num_samples, generator=seed
             )
@@ -259,7 +268,7 @@ def single_step_job(job: EvalJob, run_dir: str | Path) -> SingleStepRecord:
     factors: list[dict] = []
     p_values: list[float] = []
 
-    sampler = ModelSampler(model, job.num_samples)
+    sampler = ModelSampler(model, job.num_samples, job.repeat)
 
     def score(point: ReferencePoint):
         model_set = sampler(point)[0]
@@ -361,7 +370,7 @@ def multi_step_job(job: EvalJob, run_dir: str | Path) -> MultiStepRecord:
         h: {"gdd": [], **{k: [] for k in COMPONENTS}, "inv_m": [], "inv_e": []}
         for h in range(1, horizon + 1)
     }
-    sampler = ModelSampler(model, job.num_samples)
+    sampler = ModelSampler(model, job.num_samples, job.repeat)
     for point in reference_points(job, run_dir, ctx, horizon, keep_observations=True):
         model_sets = sampler(point)
         nodes = point.replay.action_nodes[point.t : point.t + len(model_sets)]
