@@ -264,11 +264,13 @@ def single_step_job(job: EvalJob, run_dir: str | Path) -> SingleStepRecord:
     def score(point: ReferencePoint):
         model_set = sampler(point)[0]
         env_set, terminal = point.env_sets[0], point.terminal[0]
-        result = ctx.gdd(model_set, env_set, terminal)
-        factors.append(factor_metrics(model_set, env_set, ctx.metric_schema, terminal))
-        if job.permutations:
+        if job.permutations:  # the GDD and the test from one Gram computation
             seed = sample_seeds(point.seed, point.t, STREAM_PERMUTATION, 1)[0]
-            p_values.append(ctx.p_value(model_set, env_set, terminal, job.permutations, seed))
+            result, p = ctx.gdd_and_p_value(model_set, env_set, terminal, job.permutations, seed)
+            p_values.append(p)
+        else:
+            result = ctx.gdd(model_set, env_set, terminal)
+        factors.append(factor_metrics(model_set, env_set, ctx.metric_schema, terminal))
         return result.gdd, _components(result)
 
     points = reference_points(job, run_dir, ctx, 1, keep_observations=True)
