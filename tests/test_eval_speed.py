@@ -73,3 +73,30 @@ def test_single_step_scoring_matches_the_old_path(name):
         assert c_new == pytest.approx(c_old, rel=1e-9, abs=1e-15)
         assert p_new == p_old
     assert len({g for g, _, _ in new}) > 1  # real, distinct transitions
+
+
+@pytest.mark.parametrize("name", ["gdm", "vanilla-gwm"])
+def test_batched_imagination_gives_the_per_transition_samples(name):
+    """The model half batched over reference transitions (a GPU's default, here on the CPU):
+    every point's rollouts from its own seed, as the per-point path draws them (the GDM as
+    one batch of all points' rows, the others through the default loop)."""
+    schema = env_schema(ENV)
+    small = [record_episode(ENV, 8, seed=s) for s in range(3)]
+    ctx = EvalContext.build(ENV, N, None)
+    torch.manual_seed(0)
+    model = make_model(name, schema, FeatureScaler.fit(small, schema), **TINY_OVERRIDES[name])
+    model.eval()
+    points = list(_points(ctx))
+    for horizon in (1, 2):  # single-step, and two-step rollouts along the reference actions
+        for point in points:
+            steps = min(horizon, len(point.replay.action_nodes) - point.t)
+            point.env_sets = point.env_sets[:1] * steps
+        single = ModelSampler(model, KAPPA, batch=False)
+        batched = ModelSampler(model, KAPPA, batch=True)
+        for point in points:
+            want, got = single(point), batched(point)
+            assert len(want) == len(got) == len(point.env_sets)
+            for w, g in zip(want, got, strict=True):
+                for key in w:
+                    np.testing.assert_array_equal(g[key], w[key])
+        assert not batched._preds  # every batched rollout was handed out
