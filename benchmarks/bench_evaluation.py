@@ -22,6 +22,12 @@ on a busy machine; time absolute numbers on an idle one.
     uv run python benchmarks/bench_evaluation.py
     uv run python benchmarks/bench_evaluation.py --envs OD --sizes 20 200 1000 --refs 1
     uv run python benchmarks/bench_evaluation.py --sizes 200 --models gdm --profile
+    uv run python benchmarks/bench_evaluation.py --metric-only --repeats 5
+
+``--metric-only`` times the metric half alone, best of ``--repeats`` old and new alternately,
+on two sets of kappa environment samples of one transition, one of them with 1.8% of its node
+pairs toggled (a freshly initialised GDM's edge-update rate, sigmoid(-4)) to stand in for
+model samples.
 """
 
 from __future__ import annotations
@@ -97,6 +103,34 @@ def _score(model, ctx, replay, latents, t, env_set, permutations: int, new: bool
     return {"imagine": mid - start, "metric": end - mid}, result.gdd, p
 
 
+def _metric_only(env: str, n: int, repeats: int, permutations: int) -> None:
+    from graphwm.metric.factor_metrics import factor_metrics
+    from graphwm.metric.graph import stack_graphs
+    from graphwm.metric.protocol import STREAM_SELF, sample_seeds
+
+    _, _, ctx, replay, _, chosen, env_sets, _, _ = _setup(env, n, 1)
+    t = chosen[0]
+    action = replay.actions[t : t + 1]
+    graphs, _ = ctx.samples(replay.snapshots[t], action, sample_seeds(7, t, STREAM_SELF, 30))
+    model_set = stack_graphs(graphs[0])
+    flip = np.triu(np.random.default_rng(0).random(model_set["adjacency"].shape) < 0.018, 1)
+    model_set["adjacency"] = model_set["adjacency"] ^ (flip | flip.transpose(0, 2, 1))
+    env_set, terminal = env_sets[t], bool(replay.terminated[t])
+    best = {"old": np.inf, "new": np.inf}
+    for _ in range(repeats):
+        for path in best:
+            start = time.perf_counter()
+            if path == "new":
+                ctx.gdd_and_p_value(model_set, env_set, terminal, permutations, 0)
+            else:
+                ctx.gdd(model_set, env_set, terminal)
+                ctx.p_value(model_set, env_set, terminal, permutations, 0)
+            factor_metrics(model_set, env_set, ctx.metric_schema, terminal)
+            best[path] = min(best[path], time.perf_counter() - start)
+    old, new = best["old"], best["new"]
+    print(f"| {env} | {n} | {1e3 * old:.1f} | {1e3 * new:.1f} | {old / new:.2f} |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--envs", nargs="+", default=["OD"])
@@ -105,7 +139,15 @@ def main() -> None:
     parser.add_argument("--refs", type=int, default=1, help="reference transitions timed")
     parser.add_argument("--permutations", type=int, default=200)
     parser.add_argument("--profile", action="store_true", help="cProfile of the new path")
+    parser.add_argument("--metric-only", action="store_true", help="the metric half alone")
+    parser.add_argument("--repeats", type=int, default=5, help="--metric-only: best of")
     args = parser.parse_args()
+    if args.metric_only:
+        print("| env | N | metric half old ms | new ms | ratio |\n|---|--:|--:|--:|--:|")
+        for env in args.envs:
+            for n in args.sizes:
+                _metric_only(env, n, args.repeats, args.permutations)
+        return
     import torch
     from gdm_models import FeatureScaler, make_model
 
