@@ -197,7 +197,7 @@ def reference_points(
 
 #: most R * kappa * N^2 entries of one batched imagination of R reference transitions (each
 #: (R * kappa, N, N) tensor of the step: 512 MiB in float32): 4 transitions at kappa = 30 and
-#: N = 1000, all 20 of an episode up to N = 460
+#: N = 1000, all 20 of an episode up to N = 470
 BATCH_PAIR_ELEMS = 1 << 27
 
 
