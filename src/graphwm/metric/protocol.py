@@ -261,6 +261,22 @@ class EvalContext:
 
         return gdd(*self.view(model_set, env_set, terminal), self.bandwidths, estimator=estimator)
 
+    def gdd_and_p_value(
+        self,
+        model_set: Mapping[str, np.ndarray],
+        env_set: Mapping[str, np.ndarray],
+        terminal: bool,
+        num_permutations: int,
+        seed: int,
+    ):
+        """``(self.gdd(...), self.p_value(...))`` from one Gram computation (gdd-metric's
+        :func:`~gdd_metric.gdd_and_permutation_test`): the same numbers, about half the cost."""
+        from gdd_metric import gdd_and_permutation_test
+
+        rng = np.random.default_rng(seed)
+        view = self.view(model_set, env_set, terminal)
+        return gdd_and_permutation_test(*view, self.bandwidths, num_permutations, rng)
+
     def p_value(
         self,
         model_set: Mapping[str, np.ndarray],

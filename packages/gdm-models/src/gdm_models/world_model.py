@@ -193,6 +193,26 @@ class WorldModel(nn.Module, abc.ABC):
         actions = self.prepare_actions(action_sequence, n, int(num_samples))
         return self._imagine(latent, actions, self.make_generator(generator))
 
+    @torch.no_grad()
+    def imagine_batch(
+        self,
+        latents: Sequence[Any],
+        action_sequences: Sequence[Any],
+        num_samples: int,
+        generators: Sequence[torch.Generator | int],
+    ) -> list[list[dict[str, np.ndarray]]]:
+        """``[imagine_multi(latent, actions, num_samples, generator) for ...]``: the rollouts
+        of several latents (an evaluation's reference transitions), each from its own
+        generator. A model may run them as one batch (the GDM does: each latent's noise drawn
+        from its own generator in its own shape, so the samples are those of the loop up to
+        float rounding); the default is the loop."""
+        return [
+            self.imagine_multi(latent, actions, num_samples, generator)
+            for latent, actions, generator in zip(
+                latents, action_sequences, generators, strict=True
+            )
+        ]
+
     @abc.abstractmethod
     def _latent_num_nodes(self, latent: Any) -> int:
         """Check that ``latent`` is what this model's :meth:`observe` returns (else a clear

@@ -15,10 +15,11 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
-from ..data import Batch, TensorObs
+from ..data import Batch, TensorObs, predictions_to_numpy
 from ..inputs import check_latent_widths
 from ..member_layers import MemberModel, MemberNoise, pad_node_axis
 from ..scaling import FeatureScaler
@@ -193,6 +194,42 @@ class GDM(WorldModel, MemberModel):
             pred, latent = self.imagine_step(latent, actions[k], noise, f"i{k}")
             preds.append(pred)
         return preds, latent
+
+    @torch.no_grad()
+    def imagine_batch(
+        self,
+        latents: Sequence[Any],
+        action_sequences: Sequence[Any],
+        num_samples: int,
+        generators: Sequence[torch.Generator | int],
+    ) -> list[list[dict[str, np.ndarray]]]:
+        """The rollouts of R latents of one graph size over K actions each, as one batch of
+        R * ``num_samples`` rows (a GPU's few large launches instead of R small ones): every
+        uniform of latent r is drawn from ``generators[r]`` in the shape of its own rollout
+        (:class:`Noise` ``blocks``), so the samples are those of
+        ``WorldModel.imagine_batch``'s loop up to float rounding of the batched products.
+        Latents of other sizes or action counts fall back to the loop."""
+        n_s = {self._latent_num_nodes(latent) for latent in latents}
+        acts = [
+            self.prepare_actions(a, self._latent_num_nodes(latent), int(num_samples))
+            for latent, a in zip(latents, action_sequences, strict=True)
+        ]
+        if len(latents) < 2 or len(n_s) > 1 or len({a.shape[0] for a in acts}) > 1:
+            return super().imagine_batch(latents, action_sequences, num_samples, generators)
+        gens = [self.make_generator(g) for g in generators]
+        rows = [latent.expand(int(num_samples)) for latent in latents]
+        latent = GDMLatent(
+            *(torch.cat(parts) for parts in zip(*map(dataclasses.astuple, rows), strict=True))
+        )
+        actions = torch.cat(acts, 1)  # (K, R * S, N)
+        noise = Noise(None, self.device, blocks=gens)
+        out: list[list[dict[str, np.ndarray]]] = [[] for _ in latents]
+        for k in range(actions.shape[0]):
+            pred, latent = self.imagine_step(latent, actions[k], noise, "i0")
+            for r, block in enumerate(out):
+                rs = slice(r * num_samples, (r + 1) * num_samples)
+                block.append(predictions_to_numpy({key: v[rs] for key, v in pred.items()}))
+        return out
 
     def imagine_step(
         self,
