@@ -67,7 +67,11 @@ def test_cost_estimate_scales_measured_unit_costs_by_job_counts():
     per = preset["evaluate"]["reference_transitions"] * preset["collect"]["test_episodes"] * 3
     assert line.eval_transitions == {7: per}
     assert line.sec_per_transition[7] >= 0
-    assert "RGC | vanilla-gwm" in format_estimate([line], "cpu")
+    # the metric half (env samples, GDD) is timed on the CPU and reported apart
+    assert line.sec_per_transition_cpu[7] > 0
+    assert line.eval_cpu_hours == line.sec_per_transition_cpu[7] * per / 3600
+    table = format_estimate([line], "cpu")
+    assert "RGC | vanilla-gwm" in table and "eval h, metric (CPU)" in table
 
 
 def test_cost_estimate_counts_the_gdd_curve_points():

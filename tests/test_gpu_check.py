@@ -29,6 +29,25 @@ def test_script_parses_and_refuses_an_unknown_stage(tmp_path):
     assert res.returncode == 2 and "unknown stage 'train'" in res.stderr
 
 
+def _help_texts(scripts: list[Path]) -> list[str]:
+    """``--help`` of each script, the processes run side by side (each imports torch)."""
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(p), "--help"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        for p in scripts
+    ]
+    texts = []
+    for proc, path in zip(procs, scripts, strict=True):
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, f"{path.name} --help failed: {err[-2000:]}"
+        texts.append(out)
+    return texts
+
+
 def test_every_benchmark_flag_the_script_uses_exists():
     text = SCRIPT.read_text()
     args_vars = {
@@ -37,12 +56,12 @@ def test_every_benchmark_flag_the_script_uses_exists():
         "bench_ensemble.py": "ens_args",
         "check_capture_train.py": "train_args",
     }
-    for bench, args_var in args_vars.items():
-        path = ROOT / "packages" / "gdm-models" / "benchmarks" / bench
+    paths = [ROOT / "packages" / "gdm-models" / "benchmarks" / bench for bench in args_vars]
+    job_script = ROOT / "benchmarks" / "job_overhead.py"
+    for bench, path in zip(args_vars, paths, strict=True):
         assert path.exists() and f"benchmarks/{bench}" in text
-        helptext = subprocess.run(
-            [sys.executable, str(path), "--help"], capture_output=True, text=True, check=True
-        ).stdout
+    *helptexts, job_help = _help_texts([*paths, job_script])
+    for (bench, args_var), helptext in zip(args_vars.items(), helptexts, strict=True):
         used = set(re.findall(rf"{args_var}\+?=\(([^)]*)\)", text))
         flags = {f for chunk in used for f in re.findall(r"--[a-z-]+", chunk)}
         assert flags, bench
@@ -51,12 +70,6 @@ def test_every_benchmark_flag_the_script_uses_exists():
         for flag in flags:
             assert flag in helptext, f"{bench} has no {flag}"
     assert (ROOT / "src" / "graphwm" / "presets" / "medium.toml").exists()
-    job_help = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "job_overhead.py"), "--help"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
     job_flags = {
         f
         for chunk in re.findall(r"job_args\+?=\(([^)]*)\)", text)

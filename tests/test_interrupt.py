@@ -272,7 +272,13 @@ SLEEPING_RAY = _SLEEPING_RUN.format(
 )
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
+# SIGINT takes the same path as SIGTERM (graphwm.store.interrupts); its Ray run (~35 s) is in
+# the slow set, the pool test above covers both signals in the default run
+@pytest.mark.parametrize(
+    "sig",
+    [signal.SIGTERM, pytest.param(signal.SIGINT, marks=pytest.mark.slow)],
+    ids=lambda s: s.name,
+)
 def test_a_signal_stops_a_local_ray_run_and_its_workers(tmp_path, sig):
     """The Ray executor under SIGTERM / SIGINT: a ``graphwm.cli.main`` process that started a
     local Ray with two tasks sleeping in their jobs and one queued ends them (the task workers

@@ -127,6 +127,9 @@ def test_env_samples_differ_from_a_shifted_transition(all_envs_run):
     assert p_far == transition_p_value(sets[0], sets[1], schema, bandwidths, False, 200, seed=1)
 
 
+# the default run checks Ray against the local executor on a whole run, byte for byte
+# (tests/test_cluster.py::test_ray_without_a_shared_disk_gives_the_local_bytes)
+@pytest.mark.slow
 def test_ray_executor_matches_local(all_envs_run, tmp_path):
     preset, paths = all_envs_run
     configs = [_self_job(preset, env) for env in ("RGC", "SAR")]

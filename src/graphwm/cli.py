@@ -1,8 +1,9 @@
 """Command line entry point ``graphwm``.
 
 Subcommands: ``demo``, ``collect``, ``fit``, ``train``, ``evaluate``, ``curve``,
-``downstream``, ``report``, ``reproduce`` and ``search``. Every stage takes ``--preset`` (a
-name or a TOML file) and ``--out`` (the run directory); rerunning a stage skips finished jobs.
+``downstream``, ``report``, ``reproduce``, ``search`` and ``noise``. Every stage takes
+``--preset`` (a name or a TOML file) and ``--out`` (the run directory); rerunning a stage
+skips finished jobs.
 
 Errors print as one line, ``graphwm: error: ...``; exit code 2 for a problem with the input
 (a bad preset value, a corrupt or missing file, a malformed result), 1 for anything else.
@@ -99,7 +100,7 @@ def _preset_name(text: str) -> str:
     """An argparse type: a non-empty preset name or TOML path."""
     if not text.strip():
         raise argparse.ArgumentTypeError(
-            "must name a preset (smoke, medium, paper, tiny) or a .toml file, got ''"
+            "must name a preset (smoke, medium, long, paper, tiny) or a .toml file, got ''"
         )
     return text
 
@@ -165,6 +166,25 @@ def _build_parser() -> argparse.ArgumentParser:
         ("search", "hyperparameter grid search selected by mean validation GDD"),
     ):
         _add_run_args(sub.add_parser(name, help=help_text))
+    noise = sub.add_parser(
+        "noise", help="evaluation noise: evaluate each checkpoint R times, report the spread"
+    )
+    _add_run_args(noise)
+    noise.add_argument(
+        "--repeats", type=_count(2), default=5, help="evaluations of each checkpoint (R >= 2)"
+    )
+    noise.add_argument(
+        "--of", choices=["final", "curve"], default="final",
+        help="the final single-step evaluations or the GDD curve's points",
+    )  # fmt: skip
+    noise.add_argument("--steps", type=_count(1), nargs="+", help="curve steps only (--of curve)")
+    noise.add_argument(
+        "--episodes", type=_count(1), help="test episodes per evaluation (the first ones)"
+    )
+    noise.add_argument(
+        "--env-samples", action="store_true",
+        help="also redraw the env samples of each reference transition (default: model only)",
+    )  # fmt: skip
     cost = sub.add_parser(
         "estimate-cost", help="measure per-job times here and estimate a preset's device-hours"
     )
@@ -177,6 +197,11 @@ def _build_parser() -> argparse.ArgumentParser:
     cost.add_argument("--models", nargs="+", help="restrict to these models")
     report = sub.add_parser("report", help="rebuild tables and figures from stored results")
     report.add_argument("run_dir", type=Path, help="run directory")
+    report.add_argument(
+        "--average-last", type=_count(1), default=0, metavar="N",
+        help="add a table of the GDD curve averaged over each model's last N checkpoints "
+        "(off by default: the paper reports the final model)",
+    )  # fmt: skip
     for command in sub.choices.values():  # --debug also after the subcommand
         command.add_argument(
             "--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks"
@@ -390,7 +415,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "report":
         from graphwm.report.build import build_report
 
-        paths = build_report(args.run_dir)
+        paths = build_report(args.run_dir, average_last=args.average_last)
         _print_report(paths)
         return 0
 
@@ -442,6 +467,15 @@ def _run(args: argparse.Namespace) -> int:
         pipeline.stage_curve(preset, run, progress)  # trains what is not trained yet
     elif args.command == "downstream":
         pipeline.stage_downstream(preset, run, progress)  # trains what is not trained yet
+    elif args.command == "noise":
+        from graphwm.noise import run_noise
+
+        result = run_noise(
+            preset, run, args.repeats, args.of, env_samples=args.env_samples,
+            steps=args.steps, episodes=args.episodes, progress=progress,
+        )  # fmt: skip
+        print(result.table)
+        print(f"written: {result.table_path} and {result.json_path}")
     elif args.command == "search":
         from graphwm.search import run_search
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from graphwm.settings import Where, defaults, parse, read_fields, setting
 
-PRESET_NAMES = ("smoke", "medium", "paper", "tiny")
+PRESET_NAMES = ("smoke", "medium", "long", "paper", "tiny")
 #: the shipped presets (package data beside this module)
 PRESETS_DIR = Path(__file__).resolve().parent / "presets"
 #: the largest preset file read (the shipped ones are a few kilobytes)

@@ -2,9 +2,16 @@
 
 ``graphwm estimate-cost --preset paper --device cuda`` measures, for every model and env of the
 preset at the paper's hyperparameters: seconds per training step (batch 8, sequence 20, on
-freshly recorded training-size episodes) and seconds per evaluated transition (posterior +
-kappa-sample imagination) at two graph sizes, extrapolated to the other test sizes with the
-O(N^2) cost of the pairwise terms. It multiplies these by the preset's job counts.
+freshly recorded training-size episodes) and seconds per evaluated transition at two graph
+sizes, extrapolated to the other test sizes with the O(N^2) cost of the pairwise terms. It
+multiplies these by the preset's job counts.
+
+An evaluated transition has two halves, reported apart: the model half (posterior +
+kappa-sample imagination) runs on the preset's device (``EvalJob.device``) and is timed on
+``device``; the metric half (kappa environment samples, the GDD, the preset's permutation test
+and the factor-wise metrics: numpy and the envs) always runs on the CPU and is timed on this
+machine's CPU. On a CPU run both are CPU-hours; on a GPU node the model half is GPU-hours and
+the metric half CPU-hours of the same node.
 
 With ``train.ensemble = K`` > 1 the seeds of a configuration train in ensembles of <= K
 (:func:`graphwm.stages.ensemble.ensemble_groups`); the estimate then also measures one ensemble
@@ -43,6 +50,8 @@ class CostLine:
     groups: tuple[int, ...] = ()
     #: measured ensemble step / single step per group size k > 1
     step_ratio: dict[int, float] = field(default_factory=dict)
+    #: seconds per transition of the metric half (env samples, GDD, test; on the CPU)
+    sec_per_transition_cpu: dict[int, float] = field(default_factory=dict)
 
     def ratio(self, k: int) -> float:
         """Cost of one step of a k-member unit in single steps (1 for a single run)."""
@@ -60,7 +69,14 @@ class CostLine:
 
     @property
     def eval_hours(self) -> float:
+        """Hours of the model half of evaluation on the measured device."""
         return sum(self.sec_per_transition[n] * c for n, c in self.eval_transitions.items()) / 3600
+
+    @property
+    def eval_cpu_hours(self) -> float:
+        """CPU-hours of the metric half of evaluation (env samples, GDD, permutation test)."""
+        per = self.sec_per_transition_cpu
+        return sum(per.get(n, 0.0) * c for n, c in self.eval_transitions.items()) / 3600
 
 
 def _episodes(env: str, sizes, per_size: int) -> list[dict]:
@@ -147,9 +163,9 @@ def _time_ensemble_ratio(
 ) -> float:
     """One k-member ensemble step / one single step, timed alternately on ``device``, both as
     ``train_ensemble`` runs them: the member engine (on CUDA its static step captured as one
-    CUDA graph) for a model that supports it, else the per-member loop."""
+    CUDA graph) for a :class:`~gdm_models.MemberModel`, else the per-member loop."""
     import torch
-    from gdm_models import FeatureScaler, make_model
+    from gdm_models import FeatureScaler, MemberModel, make_model
 
     schema = env_schema(env)
     scaler = FeatureScaler.fit(episodes, schema)
@@ -159,16 +175,39 @@ def _time_ensemble_ratio(
         for s in range(n):
             torch.manual_seed(s)
             members.append(make_model(name, schema, scaler, **preset["model"]))
-        # train_ensemble's "auto": the member engine for models that support it, else the loop
-        strategy = "members" if members[0].supports_members else "loop"
+        # train_ensemble's "auto": the member engine for a MemberModel, else the loop
+        strategy = "members" if isinstance(members[0], MemberModel) else "loop"
         return _engine_step(members, episodes, schema, preset, device, strategy)
 
     single, ensemble = _timed([engine(1), engine(k)], steps, device)
     return ensemble / single
 
 
-def _time_transition(model, env: str, n: int, kappa: int) -> float:
-    ep = record_episode(env, n, seed=20_000_000 + n)
+def _bandwidths(env: str, episodes: list[dict]):
+    """GDD bandwidths fitted on the probe's training-size episodes (as the fit stage does)."""
+    from gdd_metric import fit_bandwidths
+
+    from graphwm.metric.graph import extend_schema
+    from graphwm.stages.fit import bandwidth_transitions
+
+    pairs = bandwidth_transitions(episodes, 8, np.random.default_rng(0))
+    return fit_bandwidths(pairs, extend_schema(env_schema(env)))
+
+
+def _time_transition(
+    model, env: str, n: int, kappa: int, bandwidths=None, permutations: int = 0
+) -> tuple[float, float]:
+    """Seconds of one evaluated transition at ``n`` nodes: (model half on the model's device,
+    metric half on the CPU: kappa env samples, the GDD with ``permutations`` relabelings and the
+    factor-wise metrics, as ``single_step_job`` scores it; 0 without ``bandwidths``)."""
+    import torch
+
+    from graphwm.metric.factor_metrics import factor_metrics
+    from graphwm.metric.graph import model_samples_to_metric, stack_graphs
+    from graphwm.metric.protocol import EvalContext, sample_seeds
+
+    seed = 20_000_000 + n
+    ep = record_episode(env, n, seed=seed)
     t = min(5, len(ep["reward"]) - 1)
     obs = {
         k: ep[k][: t + 1]
@@ -177,8 +216,34 @@ def _time_transition(model, env: str, n: int, kappa: int) -> float:
     }
     start = time.perf_counter()
     latent = model.observe(obs, ep["action_nodes"][:t], generator=0)
-    model.imagine(latent, ep["action_nodes"][t], kappa, generator=1)
-    return time.perf_counter() - start
+    pred = model.imagine(latent, ep["action_nodes"][t], kappa, generator=1)
+    if model.device.type == "cuda":
+        torch.cuda.synchronize()
+    model_s = time.perf_counter() - start
+    if bandwidths is None:
+        return model_s, 0.0
+    ctx = EvalContext.build(env, n, bandwidths)
+    replay = ctx.replay(seed, ep["actions"], [t])
+    start = time.perf_counter()
+    graphs, _ = ctx.samples(
+        replay.snapshots[t], ep["actions"][t : t + 1], sample_seeds(seed, t, 0, kappa)
+    )
+    env_set, model_set = stack_graphs(graphs[0]), model_samples_to_metric(pred)
+    terminal = bool(replay.terminated[t])
+    if permutations:
+        ctx.gdd_and_p_value(model_set, env_set, terminal, permutations, 0)
+    else:
+        ctx.gdd(model_set, env_set, terminal)
+    factor_metrics(model_set, env_set, ctx.metric_schema, terminal)
+    return model_s, time.perf_counter() - start
+
+
+def _quadratic(probes: dict[int, float], sizes) -> dict[int, float]:
+    """a + b N^2 through the two probes (pairwise terms dominate at large N) at ``sizes``."""
+    (n0, s0), (n1, s1) = sorted(probes.items())
+    b = max(s1 - s0, 0.0) / (n1**2 - n0**2)
+    a = max(s0 - b * n0**2, 0.0)
+    return {n: a + b * n**2 for n in sizes}
 
 
 def estimate(
@@ -209,12 +274,12 @@ def estimate(
                 for k in sorted(set(groups) - {1})
             }
             model.eval()
+            bw = _bandwidths(env, eps)
             with torch.no_grad():
-                probes = {n: _time_transition(model, env, n, ev.num_samples) for n in probe_sizes}
-            n0, n1 = probe_sizes
-            # fit a + b N^2 through the two probes (pairwise terms dominate at large N)
-            b = max(probes[n1] - probes[n0], 0.0) / (n1**2 - n0**2)
-            a = max(probes[n0] - b * n0**2, 0.0)
+                probes = {
+                    n: _time_transition(model, env, n, ev.num_samples, bw, ev.permutations)
+                    for n in probe_sizes
+                }
             sizes = preset.test_sizes(env)
             per_size = ev.reference_transitions * c.test_episodes
             n_jobs = sum(1 for j in jobs if j.env == env and j.model == name)
@@ -229,10 +294,11 @@ def estimate(
                     sec_step,
                     n_jobs,
                     per_job,
-                    {n: a + b * n**2 for n in sizes},
+                    _quadratic({n: p[0] for n, p in probes.items()}, sizes),
                     transitions,
                     groups,
                     ratios,
+                    _quadratic({n: p[1] for n, p in probes.items()}, sizes),
                 )
             )
     return lines
@@ -243,23 +309,27 @@ def format_estimate(lines: list[CostLine], device: str) -> str:
     out = [
         f"Measured on {device}. Hours = s/step x steps x sum over training units of their "
         "step ratio (an ensemble of k seeds: its measured step / the single step; a single "
-        "job: 1) + s/transition x transitions (eval).",
+        "job: 1) + s/transition x transitions (eval). Evaluation in two halves: the model "
+        f"(posterior + imagination) on {device}, the metric (env samples, GDD, permutation "
+        "test) on this machine's CPU.",
         "",
         "| env | model | s/step | train jobs | units | step ratio (k) | steps/job | train h "
-        "| eval h |",
-        "|---|---|--:|--:|--:|--:|--:|--:|--:|",
+        f"| eval h, model ({device}) | eval h, metric (CPU) |",
+        "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for c in lines:
         ratio = ", ".join(f"{r:.2f} ({k})" for k, r in sorted(c.step_ratio.items())) or "1"
         out.append(
             f"| {c.env} | {c.model} | {c.sec_per_step:.3f} | {c.train_jobs} | "
             f"{c.train_units} | {ratio} | {c.steps_per_job} | {c.train_hours:.1f} | "
-            f"{c.eval_hours:.1f} |"
+            f"{c.eval_hours:.1f} | {c.eval_cpu_hours:.1f} |"
         )
     total_t = sum(c.train_hours for c in lines)
     total_e = sum(c.eval_hours for c in lines)
+    total_c = sum(c.eval_cpu_hours for c in lines)
     out.append(
-        f"\nTotal: {total_t:.0f} h training + {total_e:.0f} h evaluation "
-        f"= {total_t + total_e:.0f} device-hours on {device}."
+        f"\nTotal: {total_t:.0f} h training + {total_e:.0f} h evaluation (model half) "
+        f"= {total_t + total_e:.0f} device-hours on {device}, plus {total_c:.0f} CPU-hours "
+        "of evaluation (metric half)."
     )
     return "\n".join(out)

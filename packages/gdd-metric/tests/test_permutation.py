@@ -84,3 +84,24 @@ def test_argument_errors(helpers, rng):
         permutation_test(x, x, schema, bw, 10, 123)
     with pytest.raises(ValueError, match=">= 1"):
         permutation_test(x, x, schema, bw, 0, rng)
+
+
+@pytest.mark.parametrize("estimator", ["biased", "unbiased"])
+def test_gdd_and_permutation_test_equal_the_two_calls(helpers, estimator):
+    """One Gram computation for both: the GDD result and the p-value of the separate calls,
+    bit for bit (the evaluation's hot path relies on it)."""
+    from gdd_metric import gdd_and_permutation_test
+
+    schema = helpers.schema(2, 1, 1, 1)
+    rng = np.random.default_rng(5)
+    bw = helpers.bandwidths(schema, rng)
+    x = helpers.samples(schema, 7, 5, rng)
+    y = helpers.samples(schema, 6, 5, rng)
+    result, p = gdd_and_permutation_test(
+        x, y, schema, bw, 50, np.random.default_rng(9), estimator=estimator
+    )
+    assert result == gdd(x, y, schema, bw, estimator=estimator)
+    want = permutation_test(x, y, schema, bw, 50, np.random.default_rng(9), estimator=estimator)
+    assert p == want[1]
+    with pytest.raises(ValueError, match="num_permutations"):
+        gdd_and_permutation_test(x, y, schema, bw, 0, np.random.default_rng(9))

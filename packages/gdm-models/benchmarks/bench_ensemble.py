@@ -61,7 +61,14 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
-from gdm_models import EpisodeDataset, EpochSampler, FeatureScaler, get_preset, make_model
+from gdm_models import (
+    EpisodeDataset,
+    EpochSampler,
+    FeatureScaler,
+    MemberModel,
+    get_preset,
+    make_model,
+)
 from gdm_models.compiling import CompileFallbackWarning
 from gdm_models.synthetic import schema_episode
 from gdm_models.training.capture import CaptureFallbackWarning, StaticShape, StaticTrainStep
@@ -358,7 +365,7 @@ def bench(
         kinds.insert(0, "members+capture")
     if compile_:
         kinds.append("loop+compile")
-    if not model.supports_members:
+    if not isinstance(model, MemberModel):
         kinds = [k for k in kinds if k.startswith("loop")]
     single_counts: dict[str, int] = {}
     for kind in kinds:

@@ -26,6 +26,7 @@ from gdm_models import (
     OBS_KEYS,
     EpisodeDataset,
     FeatureScaler,
+    MemberModel,
     make_model,
     train,
     train_ensemble,
@@ -172,7 +173,7 @@ def _training_variants(
         print(f"train[{label}] last {_terms(res.history[-1])}")
     strategies = (
         ("members", "loop")
-        if make_model(name, SYNTHETIC_SCHEMA, scaler, **overrides).supports_members
+        if isinstance(make_model(name, SYNTHETIC_SCHEMA, scaler, **overrides), MemberModel)
         else ("loop",)
     )
     for strategy in strategies:

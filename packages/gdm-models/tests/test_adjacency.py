@@ -208,3 +208,29 @@ def test_no_grad_gate_and_xor_equal_the_autograd_path_exactly():
     a_ref, b_ref = xor_update(a_prev, ref)
     assert torch.equal(fast, ref.detach()) and torch.equal(a_fast, a_ref)
     torch.testing.assert_close(b_fast, b_ref.detach())  # forward of b_bar = A_t
+
+
+def test_forward_chunked_shares_bitwise_equal_graphs():
+    """Graphs whose projections are equal bit for bit (the kappa samples of one imagination
+    without a graph state) compute their pairwise block once: same result, bit for bit."""
+    from gdm_models.adjacency import same_rows
+
+    torch.manual_seed(0)
+    m = EdgeUpdateMLP(6, 4, 7)
+    h = torch.randn(4, 9, 6)
+    h[2] = h[0]
+    g = torch.randn(4, 4)
+    g[2] = g[0]
+    g[3] = g[1]  # same graph term, other node states: not shared
+    a = _sym_adjacency(4, 9, 0.2)
+    with torch.no_grad():
+        pc, q = m.w_i(h) + m.w_g(g)[:, None], m.w_j(h)
+    assert same_rows(pc, q) == [0, 1, 0, 3]
+    shared = m.forward_chunked(h, g, a, chunk_elems=9 * 7 * 2)  # row blocks
+    try:
+        EdgeUpdateMLP.share_identical = False
+        plain = m.forward_chunked(h, g, a, chunk_elems=9 * 7 * 2)
+    finally:
+        EdgeUpdateMLP.share_identical = True
+    assert torch.equal(shared, plain)
+    assert not torch.equal(shared[0], shared[1])

@@ -4,12 +4,22 @@ from __future__ import annotations
 
 import csv
 import shutil
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
 import torch
-from gdm_models import CheckpointError, load_checkpoint, make_model, train, train_ensemble
+from gdm_models import (
+    CheckpointError,
+    MemberModel,
+    WorldModel,
+    load_checkpoint,
+    make_model,
+    train,
+    train_ensemble,
+)
 from gdm_models.synthetic import SYNTHETIC_SCHEMA
+from gdm_models.training.engines import MemberEngine
 from gdm_models.training.ensemble import verify_ensemble_state
 from gdm_models.training.members import member_opt_state, stack_opt_states
 from gdm_models.training.step import clip_grad_norms_
@@ -426,20 +436,82 @@ def test_member_paths_for_a_pipeline(scaler, dataset, tmp_path):
     assert not (tmp_path / "ens" / f"seed{SEEDS[0]}").exists()
 
 
+@dataclass
+class _RewardConfig:
+    scale: float = 1.0
+
+
+class _MeanReward(WorldModel):
+    """A model registered by another package, written against ``WorldModel`` only (not a
+    ``MemberModel``): it learns the mean reward; only its training loss is needed here."""
+
+    def __init__(self, schema, scaler, config) -> None:
+        super().__init__(schema, scaler, config)
+        self.reward = torch.nn.Parameter(torch.zeros(()))
+
+    def training_loss(self, batch, generator=None):
+        w = batch.step_mask.to(batch.reward.dtype)
+        loss = ((batch.reward - self.reward) ** 2 * w).sum() / w.sum()
+        return loss, {"reward": loss.detach()}
+
+    def _observe_at(self, obs, actions, steps, generator):
+        raise NotImplementedError
+
+    def _latent_num_nodes(self, latent):
+        raise NotImplementedError
+
+    def start(self, obs, generator):
+        raise NotImplementedError
+
+    def state_from_latent(self, latent, num_samples, generator):
+        raise NotImplementedError
+
+    def _step(self, state, actions, generator):
+        raise NotImplementedError
+
+
+class _OldHooks(_MeanReward):
+    """Written for the hooks ``WorldModel`` had before issue 36 (``supports_members`` and a
+    ``member_loss``), without inheriting ``MemberModel``."""
+
+    supports_members = True
+
+    def member_loss(self, batch, noise, members):
+        raise AssertionError("never called: the class did not opt in")
+
+
+def test_models_opt_into_the_member_axis_by_their_class():
+    """GDM, G-RSSM and the GWMs are ``MemberModel``s by construction; ``WorldModel`` itself
+    carries no member hooks."""
+    for name in CONFIGS:
+        assert isinstance(make_model(name, SYNTHETIC_SCHEMA, None, **CONFIGS[name]), MemberModel)
+    for hook in ("supports_members", "member_noise", "pad_member_noise", "member_loss"):
+        assert not hasattr(WorldModel, hook), hook
+    assert not isinstance(_MeanReward(SYNTHETIC_SCHEMA, None, _RewardConfig()), MemberModel)
+
+
 def test_a_model_without_member_support_trains_with_the_loop(scaler, dataset):
-    """The ensemble code asks the model (``supports_members``), not its type: a model that
-    does not support member models trains member by member under "auto", and "members" is
-    refused naming why."""
+    """The ensemble code asks the model's class (``isinstance(model, MemberModel)``): a model
+    that does not opt in trains member by member under "auto", and "members" is refused
+    naming why; one written for the old hooks is told how to opt in."""
 
     def factory():
-        m = make_model("vanilla-gwm", SYNTHETIC_SCHEMA, scaler, **CONFIGS["vanilla-gwm"])
-        m.supports_members = False  # as a model registered by another package
-        return m
+        return _MeanReward(SYNTHETIC_SCHEMA, scaler, _RewardConfig())
 
     res = train_ensemble(factory, SEEDS[:2], dataset, keep_history=True, **KW)
     assert res.strategy == "loop" and all(m.ok for m in res)
-    with pytest.raises(ValueError, match="supports_members"):
+    assert all(m.reward.item() != 0.0 for m in res.models)  # trained
+    with pytest.raises(ValueError, match="does not inherit gdm_models.member_layers.MemberModel"):
         train_ensemble(factory, SEEDS[:2], dataset, strategy="members", **KW)
+    with pytest.raises(TypeError, match="MemberModel"):
+        MemberEngine([factory()], lr=1e-3, clip=1.0, autocast=torch.autocast("cpu", enabled=False))
+
+    def old():
+        return _OldHooks(SYNTHETIC_SCHEMA, scaler, _RewardConfig())
+
+    with pytest.warns(UserWarning, match="inherit MemberModel"):
+        res = train_ensemble(old, SEEDS[:2], dataset, **KW)
+    assert res.strategy == "loop" and all(m.ok for m in res)
 
 
 def test_captured_loop_members_are_bit_identical_to_captured_single_runs(scaler, dataset):

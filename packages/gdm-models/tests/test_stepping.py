@@ -90,3 +90,21 @@ def test_state_from_latent_repeats_the_latent_per_rollout(scaler, episodes):
         torch.testing.assert_close(v, getattr(latent, k).expand_as(v), rtol=0, atol=0)
     with pytest.raises(TypeError, match="GDMLatent"):
         model.state_from_latent({"adjacency": np.zeros((3, 3))}, 2, g)
+
+
+@pytest.mark.parametrize("name", ["gdm", "gdm:no-recurrent-adj", "vanilla-gwm"])
+def test_imagine_batch_draws_what_each_imagine_multi_draws(name, scaler, episodes):
+    """Several latents imagined as one batch (the GDM: each latent's noise from its own
+    generator, in its own shape) give the samples of one imagine_multi per latent."""
+    model = _model(name, scaler)
+    ep = episodes[0]
+    obs = {k: ep[k][:6] for k in OBS_KEYS}
+    latents = model.observe_at(obs, ep["action_nodes"][:5], [1, 3, 5], generator=2)
+    actions = [ep["action_nodes"][t : t + 2] for t in (1, 3, 5)]
+    got = model.imagine_batch(latents, actions, 4, [11, 12, 13])
+    for latent, acts, seed, rollout in zip(latents, actions, (11, 12, 13), got, strict=True):
+        want = model.imagine_multi(latent, acts, 4, generator=seed)
+        assert len(rollout) == len(want) == 2
+        for w, g in zip(want, rollout, strict=True):
+            for key in PREDICTION_KEYS:
+                np.testing.assert_array_equal(g[key], w[key], err_msg=key)

@@ -57,10 +57,11 @@ def _masked_sample(space: spaces.Space, mask: np.ndarray, rng: np.random.Generat
 
 
 @pytest.mark.parametrize("env_id", graphwm_envs.ENV_IDS)
-def test_make_vec_with_a_masked_sampler_runs_10k_steps(env_id):
+def test_make_vec_with_a_masked_sampler_runs_2k_steps(env_id):
     """Next-step autoreset hands the terminal observation to the sampler: its mask must be
-    usable, and the vector env must never step a finished sub-env."""
-    num_envs, vector_steps = 4, 2_500  # 10,000 env steps
+    usable, and the vector env must never step a finished sub-env. 2,000 env steps at N = 8
+    end 36 (OD) to 451 (RGC) episodes at seed 0."""
+    num_envs, vector_steps = 4, 500  # 2,000 env steps
     vec = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync", num_nodes=8)
     single = vec.single_action_space
     rng = np.random.default_rng(0)
@@ -71,7 +72,7 @@ def test_make_vec_with_a_masked_sampler_runs_10k_steps(env_id):
         obs, _, terminated, truncated, _ = vec.step(actions)
         episodes += int(np.sum(terminated | truncated))
     vec.close()
-    assert episodes >= num_envs  # every run saw terminal observations
+    assert episodes >= 5 * num_envs  # every run saw many terminal observations
 
 
 @pytest.mark.parametrize("env_id", graphwm_envs.ENV_IDS)

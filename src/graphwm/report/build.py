@@ -84,6 +84,7 @@ _REPORT_KEYS = {
     "num_permutations",
     "alpha",
     "num_transitions",
+    "gdd_transitions",
     "horizons",
     "invalid_rate_model",
     "invalid_rate_env",
@@ -186,6 +187,7 @@ _TABLE_NAMES = (
     "gdd_components",
     "factor_metrics",
     report_curve.CURVE_NAME,
+    report_curve.LAST_NAME,
 )
 
 
@@ -216,11 +218,13 @@ def _index(tables: list[Table], figures: dict[str, Path]) -> str:
     return "\n".join(parts)
 
 
-def build_report(run_dir: Path | str) -> ReportPaths:
+def build_report(run_dir: Path | str, average_last: int = 0) -> ReportPaths:
     """Write every table (``.md`` + ``.tex``) and figure (``.png``) into ``RUN_DIR/report/``.
 
     Uses only the stored results and training logs; tables and figures whose inputs are absent
     are skipped (and a stale file of that name from an earlier build is removed).
+    ``average_last`` = n > 0 adds the table of each model's curve GDD averaged over its last n
+    evaluated checkpoints (off by default: the paper reports the final model).
 
     Raises:
         FileNotFoundError: ``run_dir`` is missing, or holds neither results nor training logs.
@@ -247,6 +251,9 @@ def build_report(run_dir: Path | str) -> ReportPaths:
     curve_table = report_curve.curve_table(curve)
     if curve_table is not None:
         tables.append(curve_table)
+    last_table = report_curve.last_checkpoints_table(curve, average_last) if average_last else None
+    if last_table is not None:
+        tables.append(last_table)
     tables_md, tables_tex = {}, {}
     for table in tables:
         if missing:

@@ -39,6 +39,22 @@ def format_mean_ci(
     return f"{mean} ± {format_number(s.ci, digits, scientific)}"
 
 
+#: the table note of the evaluation-noise SD beside the seed interval (docs/reporting.md)
+EVAL_NOISE_NOTE = (
+    "(eval SD x): the evaluation-noise SD of the mean, a bootstrap over the reference "
+    "transitions of each seed's evaluation (1000 draws within each test episode; combined over "
+    "seeds as sqrt(sum SD^2) / n): how much the number depends on which transitions were "
+    "scored, sample noise included. It bounds what a re-evaluation with new samples moves it "
+    '(measured several times smaller: `graphwm noise`, docs/reproducing.md "Evaluation '
+    'noise"). It is not the interval after the mean, which is the 95% CI over training seeds.'
+)
+
+
+def format_noise(noise: float, digits: int = 3, scientific: bool = False) -> str:
+    """``"(eval SD 0.012)"``: the evaluation-noise SD shown after a cell's seed interval."""
+    return f"(eval SD {format_number(noise, digits, scientific)})"
+
+
 def _mixed_seeds(table: Table) -> bool:
     """Some cells have one seed and others more: only then are the one-seed cells marked."""
     counts = table.seed_counts()
@@ -63,6 +79,8 @@ def _footnotes(table: Table) -> list[str]:
     """Notes printed under the table: the table's own, then the single-seed dagger (only
     when one-seed cells stand beside cells with intervals)."""
     notes = list(table.notes)
+    if table.has_noise():
+        notes.append(EVAL_NOISE_NOTE)
     if _mixed_seeds(table):
         notes.append(NO_INTERVAL_NOTE)
     return notes
@@ -91,7 +109,10 @@ def to_markdown(table: Table) -> str:
             text = format_mean_ci(
                 cell.stats, table.digits, table.scientific, mark_one_seed=_mixed_seeds(table)
             )
-            texts.append(f"**{text}**" if cell.bold else text)
+            text = f"**{text}**" if cell.bold else text
+            if cell.noise is not None:
+                text += " " + format_noise(cell.noise, table.digits, table.scientific)
+            texts.append(text)
         lines.append("| " + " | ".join(texts) + " |")
     notes = _footnotes(table)
     if notes:
@@ -125,7 +146,10 @@ def _latex_value(cell: Cell, table: Table) -> str:
         text = mean + ("$^\\dagger$" if _mixed_seeds(table) else "")
     else:
         text = f"{mean} $\\pm$ {ci}"
-    return f"\\textbf{{{text}}}" if cell.bold else text
+    text = f"\\textbf{{{text}}}" if cell.bold else text
+    if cell.noise is not None:
+        text += " " + format_noise(cell.noise, table.digits, table.scientific)
+    return text
 
 
 def to_latex(table: Table) -> str:

@@ -17,10 +17,15 @@ __all__ = ["Cell", "Row", "Table", "mark_best"]
 
 @dataclass
 class Cell:
-    """One ``mean ± CI`` cell; ``bold`` marks the best (lowest mean) entry of its column group."""
+    """One ``mean ± CI`` cell; ``bold`` marks the best (lowest mean) entry of its column group.
+
+    ``noise``: the evaluation-noise SD of the mean (:mod:`graphwm.report.eval_noise`), shown
+    after the seed interval as ``(eval SD x)``; None where unknown.
+    """
 
     stats: SeedStats
     bold: bool = False
+    noise: float | None = None
 
 
 @dataclass
@@ -45,6 +50,10 @@ class Table:
     scientific: bool = False
     bold_best: bool = True
     notes: list[str] = field(default_factory=list)  # footnotes under the table
+
+    def has_noise(self) -> bool:
+        """Whether some cell carries an evaluation-noise SD."""
+        return any(c is not None and c.noise is not None for row in self.rows for c in row.cells)
 
     def seed_counts(self) -> list[int]:
         """Number of seeds of every present cell."""

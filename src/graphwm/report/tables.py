@@ -13,6 +13,7 @@ import operator
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 
+from graphwm.report.eval_noise import mean_noise_sd, record_noise
 from graphwm.report.formatting import (
     format_mean_ci,
     format_number,
@@ -138,6 +139,16 @@ def reference_size(records: Iterable[dict], env: str) -> int | None:
     return min(sizes) if sizes else None
 
 
+def group_noise(records: Iterable[dict], key: Callable[[dict], tuple]) -> dict[tuple, float | None]:
+    """Per group of ``key``: the evaluation-noise SD of the group's mean over seeds
+    (:func:`~graphwm.report.eval_noise.mean_noise_sd` of each record's bootstrap SD); None
+    for a group with a record of an older run (no ``gdd_transitions``)."""
+    groups: dict[tuple, list[float | None]] = defaultdict(list)
+    for record in records:
+        groups[key(record)].append(record_noise(record))
+    return {k: mean_noise_sd(v) for k, v in groups.items()}
+
+
 # ---------------------------------------------------------------------------------------------
 # Builders (each returns None when its kind is absent)
 # ---------------------------------------------------------------------------------------------
@@ -148,12 +159,18 @@ def _model_size_table(
     if not records:
         return None
     agg = aggregate(records, lambda r: (r["env"], r["model"], r["size"]), lambda r: r["gdd"])
+    noise = group_noise(records, lambda r: (r["env"], r["model"], r["size"]))
     sizes = sorted({r["size"] for r in records})
     table = Table(name, caption, ["Env", "Model"], [f"N={n}" for n in sizes])
     for env in order_envs(r["env"] for r in records):
         env_rows = []
         for model in models_of_env(env):
-            cells = [Cell(agg[(env, model, n)]) if (env, model, n) in agg else None for n in sizes]
+            cells = [
+                Cell(agg[(env, model, n)], noise=noise[(env, model, n)])
+                if (env, model, n) in agg
+                else None
+                for n in sizes
+            ]
             if any(c is not None for c in cells):
                 env_rows.append(Row(["", model_display(model)], cells))
         if not env_rows:

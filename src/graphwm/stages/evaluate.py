@@ -52,7 +52,10 @@ class EvalJob:
     ``data`` is the reference file (test or validation split, ``size`` nodes); ``train`` the
     training job of the evaluated model (None for self-GDD); ``step`` the training step of the
     checkpoint evaluated (None: the final one). ``permutations`` > 0 adds the permutation test
-    (single-step). ``threads`` does not change results (not keyed).
+    (single-step). ``threads`` does not change results (not keyed). ``repeat`` > 0: an
+    independent redraw of the model samples (and, with ``repeat_env``, of the env samples)
+    for measuring evaluation noise (:mod:`graphwm.noise`); keyed only when set, so repeat 0
+    is the evaluation itself.
     """
 
     kind: str
@@ -71,6 +74,8 @@ class EvalJob:
     device: str = "cpu"
     step: int | None = None
     threads: int = field(default=1, compare=False)
+    repeat: int = 0
+    repeat_env: bool = False
 
     @property
     def model(self) -> str | None:
@@ -94,6 +99,7 @@ class EvalJob:
             "device": self.device,
             # keyed only when set: a final evaluation's payload (and key) is unchanged
             **({"step": self.step} if self.step is not None else {}),
+            **({"repeat": self.repeat, "repeat_env": self.repeat_env} if self.repeat else {}),
         }
 
     @property
@@ -138,6 +144,8 @@ def _summarise(gdds: list[list[float]], comps: list[list[dict]]) -> dict[str, An
     return {
         "gdd": float(np.mean(per_episode)),
         "gdd_episodes": per_episode,
+        # per episode, per reference transition: the bootstrap of the noise band (graphwm.noise)
+        "gdd_transitions": [[float(x) for x in g] for g in gdds],
         "components": {k: float(np.mean([c[k] for c in flat])) for k in COMPONENTS},
         "num_transitions": len(flat),
     }
@@ -182,7 +190,7 @@ def reference_points(
             graphs, invalid = ctx.samples(
                 replay.snapshots[t],
                 episode["actions"][t : t + steps],
-                sample_seeds(seed, t, stream, kappa),
+                sample_seeds(seed, t, stream, kappa, job.repeat if job.repeat_env else 0),
             )
             yield ReferencePoint(
                 index,
@@ -195,19 +203,33 @@ def reference_points(
             )
 
 
+#: most R * kappa * N^2 entries of one batched imagination of R reference transitions (each
+#: (R * kappa, N, N) tensor of the step: 512 MiB in float32): 4 transitions at kappa = 30 and
+#: N = 1000, all 20 of an episode up to N = 470
+BATCH_PAIR_ELEMS = 1 << 27
+
+
 class ModelSampler:
     """The model's rollouts from each reference point of the episodes being evaluated.
 
     Latent models condition on the posterior over the reference trajectory up to the
     reference state. The posterior latents of all reference points of an episode come from
     one pass over it (``observe_at``), seeded per episode; imagination is seeded per point.
+
+    ``batch`` (default: on a GPU): the imaginations of consecutive reference points of an
+    episode run as one batch (``WorldModel.imagine_batch``, up to :data:`BATCH_PAIR_ELEMS`),
+    each point from its own seed, so the samples are those of the per-point path up to float
+    rounding; on the CPU the per-point path is as fast and is the default.
     """
 
-    def __init__(self, model, num_samples: int) -> None:
+    def __init__(self, model, num_samples: int, repeat: int = 0, batch: bool | None = None) -> None:
         self.model = model
         self.num_samples = num_samples
+        self.repeat = repeat  # the evaluation repeat of the model's seeds (sample_seeds)
+        self.batch = model.device.type == "cuda" if batch is None else batch
         self._episode: int | None = None
         self._latents: dict[int, Any] = {}
+        self._preds: dict[int, list[dict[str, np.ndarray]]] = {}
 
     def __call__(self, point: ReferencePoint) -> list[dict[str, np.ndarray]]:
         import torch
@@ -219,16 +241,39 @@ class ModelSampler:
                 # reference_points(..., keep_observations=True) for every model job
                 assert replay.observations is not None
                 obs = {k: np.stack([o[k] for o in replay.observations]) for k in OBS_KEYS}
-                seed = sample_seeds(point.seed, 0, STREAM_POSTERIOR, 1)[0]
+                seed = sample_seeds(point.seed, 0, STREAM_POSTERIOR, 1, self.repeat)[0]
                 latents = self.model.observe_at(obs, replay.action_nodes, steps, generator=seed)
                 self._latents = dict(zip(steps, latents, strict=True))
                 self._episode = point.episode_index
+                self._preds = {}
+            if self.batch:
+                if point.t not in self._preds:
+                    self._imagine_from(point)
+                return self._preds.pop(point.t)
             actions = replay.action_nodes[point.t : point.t + len(point.env_sets)]
-            seed = sample_seeds(point.seed, point.t, STREAM_MODEL, 1)[0]
+            seed = sample_seeds(point.seed, point.t, STREAM_MODEL, 1, self.repeat)[0]
             preds = self.model.imagine_multi(
                 self._latents[point.t], actions, self.num_samples, generator=seed
             )
         return [model_samples_to_metric(p) for p in preds]
+
+    def _imagine_from(self, point: ReferencePoint) -> None:
+        """Imagine ``point`` and the next reference points of its episode with as many
+        actions, as one batch within :data:`BATCH_PAIR_ELEMS`."""
+        replay, length = point.replay, len(point.replay.action_nodes)
+        horizon = len(point.env_sets)  # min(job horizon, length - point.t)
+        n = replay.action_nodes.shape[1]
+        size = max(1, BATCH_PAIR_ELEMS // max(1, self.num_samples * n * n))
+        later = [t for t in sorted(self._latents) if t >= point.t]
+        chosen = [t for t in later if min(horizon, length - t) == horizon][:size]
+        preds = self.model.imagine_batch(
+            [self._latents[t] for t in chosen],
+            [replay.action_nodes[t : t + horizon] for t in chosen],
+            self.num_samples,
+            [sample_seeds(point.seed, t, STREAM_MODEL, 1, self.repeat)[0] for t in chosen],
+        )
+        for t, rollout in zip(chosen, preds, strict=True):
+            self._preds[t] = [model_samples_to_metric(p) for p in rollout]
 
 
 def _per_episode(points: Iterator[ReferencePoint], score) -> tuple[list, list]:
@@ -259,16 +304,18 @@ def single_step_job(job: EvalJob, run_dir: str | Path) -> SingleStepRecord:
     factors: list[dict] = []
     p_values: list[float] = []
 
-    sampler = ModelSampler(model, job.num_samples)
+    sampler = ModelSampler(model, job.num_samples, job.repeat)
 
     def score(point: ReferencePoint):
         model_set = sampler(point)[0]
         env_set, terminal = point.env_sets[0], point.terminal[0]
-        result = ctx.gdd(model_set, env_set, terminal)
-        factors.append(factor_metrics(model_set, env_set, ctx.metric_schema, terminal))
-        if job.permutations:
+        if job.permutations:  # the GDD and the test from one Gram computation
             seed = sample_seeds(point.seed, point.t, STREAM_PERMUTATION, 1)[0]
-            p_values.append(ctx.p_value(model_set, env_set, terminal, job.permutations, seed))
+            result, p = ctx.gdd_and_p_value(model_set, env_set, terminal, job.permutations, seed)
+            p_values.append(p)
+        else:
+            result = ctx.gdd(model_set, env_set, terminal)
+        factors.append(factor_metrics(model_set, env_set, ctx.metric_schema, terminal))
         return result.gdd, _components(result)
 
     points = reference_points(job, run_dir, ctx, 1, keep_observations=True)
@@ -361,7 +408,7 @@ def multi_step_job(job: EvalJob, run_dir: str | Path) -> MultiStepRecord:
         h: {"gdd": [], **{k: [] for k in COMPONENTS}, "inv_m": [], "inv_e": []}
         for h in range(1, horizon + 1)
     }
-    sampler = ModelSampler(model, job.num_samples)
+    sampler = ModelSampler(model, job.num_samples, job.repeat)
     for point in reference_points(job, run_dir, ctx, horizon, keep_observations=True):
         model_sets = sampler(point)
         nodes = point.replay.action_nodes[point.t : point.t + len(model_sets)]

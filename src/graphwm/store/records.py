@@ -123,6 +123,9 @@ class SelfGddRecord(Record):
     gdd: float
     gdd_unbiased: float | None = None
     gdd_episodes: list[float] | None = setting(None, allow_empty=True)
+    # per episode, each reference transition's GDD (absent in records of older runs): the
+    # bootstrap of the evaluation-noise band (graphwm.noise)
+    gdd_transitions: list[list[float]] | None = setting(None, allow_empty=True)
     components: dict[str, float] | None = None
     num_transitions: int | None = None
 
@@ -161,6 +164,9 @@ class SingleStepRecord(Record):
     components: dict[str, float]
     factor_metrics: dict[str, Any] = setting(table=FactorMetrics)
     gdd_episodes: list[float] | None = setting(None, allow_empty=True)
+    # per episode, each reference transition's GDD (absent in records of older runs): the
+    # bootstrap of the evaluation-noise band (graphwm.noise)
+    gdd_transitions: list[list[float]] | None = setting(None, allow_empty=True)
     num_transitions: int | None = None
     indistinguishable: float | None = setting(None, ge=0.0, le=1.0)
     num_permutations: int | None = None
@@ -227,6 +233,9 @@ class CurveRecord(Record):
     gdd: float
     components: dict[str, float]
     gdd_episodes: list[float] | None = setting(None, allow_empty=True)
+    # per episode, each reference transition's GDD (absent in records of older runs): the
+    # bootstrap of the evaluation-noise band (graphwm.noise)
+    gdd_transitions: list[list[float]] | None = setting(None, allow_empty=True)
     num_transitions: int | None = None
 
     KIND: ClassVar[str] = "curve"

@@ -7,6 +7,7 @@ Public API:
     gdd, gdd_many, GDDResult        -- the metric (single transition / many at once)
     fit_bandwidths, Bandwidths      -- median-heuristic bandwidths, JSON round trip
     permutation_test                -- two-sample test with a caller-supplied Generator (stats)
+    gdd_and_permutation_test        -- both from one Gram computation (evaluation's hot path)
     get_backend, Backend            -- the numpy / torch array backends
     normalise_schema, validate_samples, select_features -- input handling
 """
@@ -25,7 +26,7 @@ from .mmd import (
     mmd2_from_gram,
 )
 from .schema import Schema, normalise_schema, select_features, validate_samples
-from .stats import permutation_test
+from .stats import gdd_and_permutation_test, permutation_test
 
 __version__ = "0.1.0"
 
@@ -42,6 +43,7 @@ __all__ = [
     "Schema",
     "fit_bandwidths",
     "gdd",
+    "gdd_and_permutation_test",
     "gdd_many",
     "get_backend",
     "gram_matrices",

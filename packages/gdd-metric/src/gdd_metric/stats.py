@@ -13,13 +13,16 @@ from .mmd import (
     DEFAULT_EPSILON,
     DEFAULT_MULTIPLIERS,
     DEFAULT_WEIGHTS,
+    GDDResult,
+    Options,
+    _results,
     pooled_grams,
     resolve_options,
     validate_pair,
 )
 from .schema import Schema
 
-__all__ = ["permutation_test"]
+__all__ = ["permutation_test", "gdd_and_permutation_test"]
 
 
 def _permuted_mmd2(gram: np.ndarray, in_x: np.ndarray, estimator: str) -> np.ndarray:
@@ -89,19 +92,36 @@ def permutation_test(
         >>> permutation_test(zeros, zeros, schema, bw, 99, np.random.default_rng(0))
         (0.0, 1.0)
     """
+    _check_test_args(rng, num_permutations)
+    params = resolve_options(
+        schema, bandwidths, weights, epsilon, multipliers, estimator, backend, device
+    )
+    p, t = validate_pair(pred, true, params.schema, estimator)
+    grams = pooled_grams([(p, t)], params)
+    return _test_on_grams(
+        grams.total(params.weights, params.epsilon)[0],
+        p.num_samples,
+        num_permutations,
+        rng,
+        estimator,
+    )
+
+
+def _check_test_args(rng: object, num_permutations: object) -> None:
     if not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
     if isinstance(num_permutations, bool) or not isinstance(num_permutations, int | np.integer):
         raise TypeError(f"num_permutations must be an int, got {num_permutations!r}")
     if num_permutations < 1:
         raise ValueError(f"num_permutations must be >= 1, got {num_permutations}")
-    params = resolve_options(
-        schema, bandwidths, weights, epsilon, multipliers, estimator, backend, device
-    )
-    p, t = validate_pair(pred, true, params.schema, estimator)
-    n, m = p.num_samples, t.num_samples
-    gram = pooled_grams([(p, t)], params).total(params.weights, params.epsilon)[0]
-    total = n + m
+
+
+def _test_on_grams(
+    gram: np.ndarray, n: int, num_permutations: int, rng: np.random.Generator, estimator: str
+) -> tuple[float, float]:
+    """The permutation test on the pooled (T, T) Gram matrix of K, the first ``n`` samples
+    being pred: ``(statistic, p_value)`` as :func:`permutation_test` returns them."""
+    total = gram.shape[-1]
     observed_mask = np.zeros((1, total), dtype=bool)
     observed_mask[0, :n] = True
     observed = float(_permuted_mmd2(gram, observed_mask, estimator)[0])
@@ -116,3 +136,34 @@ def permutation_test(
         exceed += int(np.count_nonzero(stats >= observed - tol))
     p_value = (1 + exceed) / (1 + int(num_permutations))
     return math.sqrt(max(observed, 0.0)), p_value
+
+
+def gdd_and_permutation_test(
+    pred: Mapping,
+    true: Mapping,
+    schema: Mapping | Schema,
+    bandwidths: Bandwidths | Mapping,
+    num_permutations: int,
+    rng: np.random.Generator,
+    *,
+    weights: Sequence[float] = DEFAULT_WEIGHTS,
+    epsilon: float = DEFAULT_EPSILON,
+    multipliers: Sequence[float] = DEFAULT_MULTIPLIERS,
+    estimator: str = "biased",
+    backend: str | Backend = "numpy",
+    device: str | None = None,
+) -> tuple[GDDResult, float]:
+    """``(gdd(pred, true, ...), permutation_test(pred, true, ...)[1])`` from one validation of
+    the two sets and one computation of their Gram matrices (the expensive part of both):
+    the same numbers as the two calls, about half their cost. Arguments as in
+    :func:`permutation_test`."""
+    _check_test_args(rng, num_permutations)
+    params: Options = resolve_options(
+        schema, bandwidths, weights, epsilon, multipliers, estimator, backend, device
+    )
+    p, t = validate_pair(pred, true, params.schema, estimator)
+    n, m = p.num_samples, t.num_samples
+    grams = pooled_grams([(p, t)], params)
+    result = _results(grams, n, m, params)[0]
+    gram = grams.total(params.weights, params.epsilon)[0]
+    return result, _test_on_grams(gram, n, num_permutations, rng, estimator)[1]

@@ -3,8 +3,8 @@ imagination.
 
 Public API::
 
-    from gdm_models import (Schema, FeatureScaler, EpisodeDataset, WorldModel, make_model,
-                            register_model, get_preset, train, train_ensemble,
+    from gdm_models import (Schema, FeatureScaler, EpisodeDataset, WorldModel, MemberModel,
+                            make_model, register_model, get_preset, train, train_ensemble,
                             load_checkpoint)
 
 Modules in layers, each importing only those below it (checked by import-linter, see the root
@@ -16,7 +16,8 @@ pyproject.toml):
    losses for tests and benchmarks;
 3. the models: ``gdm`` (the GDM and its ablations), ``baselines`` (Vanilla / EA-GWM, G-RSSM);
 4. ``world_model`` (the ``WorldModel`` base class), ``encoder``, ``decoder``, ``losses``;
-5. ``member_layers`` (the member axis of a member model's layers);
+5. ``member_layers`` (the member axis: the ``MemberModel`` interface a model opts into and
+   the member layers of a member model);
 6. leaves: ``scaling``, ``data``, ``layers``, ``adjacency``, ``message_passing``,
    ``compiling``, ``presets`` (hyperparameters of every model, plain data), ``synthetic``;
    below them ``member_ops``, then ``schema``.
@@ -24,6 +25,7 @@ pyproject.toml):
 
 from .data import OBS_KEYS, Batch, DataError, EpisodeDataset, EpochSampler
 from .gdm import GDM, GDMConfig
+from .member_layers import MemberModel
 from .presets import ENV_IDS, default_preset, get_preset, register_preset
 from .registry import available_models, make_model, register_model
 from .scaling import FeatureScaler
@@ -65,6 +67,7 @@ __all__ = [
     "FeatureScaler",
     "GDM",
     "GDMConfig",
+    "MemberModel",
     "MemberResult",
     "Schema",
     "SchemaError",

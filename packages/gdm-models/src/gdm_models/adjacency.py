@@ -36,6 +36,7 @@ __all__ = [
     "DENSE_BLOCK_BYTES",
     "DENSE_CHECKPOINT_BYTES",
     "EdgeUpdateMLP",
+    "same_rows",
     "symmetric_uniform",
     "hard_concrete_gate",
     "hard_concrete_prob_open",
@@ -155,6 +156,32 @@ def next_edge_signed_logit(logits: torch.Tensor, a_prev: torch.Tensor) -> torch.
     return logits * (1.0 - 2.0 * a_prev)
 
 
+def same_rows(*xs: torch.Tensor) -> list[int]:
+    """For each index s of the leading axis, the first index whose slices of every tensor in
+    ``xs`` are bitwise equal to those of s (s itself when none before it is).
+
+    Imagination from one latent starts all kappa samples from the same node states, so their
+    per-node projections of the edge MLP coincide exactly where their graph latents do (always
+    without a graph state): their pairwise blocks, the cost of the GDM's imagination at large
+    N, are then computed once. Bitwise comparison (of the bit patterns), so a copied result is
+    exactly the one the graph would have computed."""
+    b = xs[0].shape[0]
+    bits = [x.contiguous().view(b, -1).view(torch.int32) for x in xs]  # float32 bit patterns
+    # a cheap key per graph first; equal keys are then compared in full
+    keys = torch.stack([x.sum(1, dtype=torch.int64) for x in bits], 1).tolist()
+    first: list[int] = []
+    seen: dict[tuple[int, ...], list[int]] = {}
+    for s, key in enumerate(keys):
+        same = next(
+            (r for r in seen.get(tuple(key), []) if all(torch.equal(x[r], x[s]) for x in bits)),
+            s,
+        )
+        if same == s:
+            seen.setdefault(tuple(key), []).append(s)
+        first.append(same)
+    return first
+
+
 class EdgeUpdateMLP(nn.Module):
     """MLP_adj(h_i, h_j, h_g, z_g, A_{t-1}(i,j)): Linear -> SiLU -> Linear (one hidden layer).
 
@@ -250,7 +277,10 @@ class EdgeUpdateMLP(nn.Module):
         The (B, N, N, hidden) first-layer activations are computed in blocks of at most
         ``chunk_elems`` floats (``0``: the device's budget, :data:`EDGE_CHUNK_BYTES`: cache
         sized on the CPU, hundreds of MB on a GPU): whole graphs per block when a graph fits,
-        else blocks of rows (at least one row) written into one reused buffer. Pairs that are
+        else blocks of rows (at least one row) written into one reused buffer; a graph whose
+        projections equal an earlier graph's bit for bit (:func:`same_rows`; the kappa samples
+        of one imagination without a graph state, or with equal graph latents) copies that
+        graph's result (:attr:`share_identical`). Pairs that are
         edges of ``a_prev`` (few in sparse graphs) are then recomputed with w_A added.
         Peak extra memory: one block plus the (B, N, N) output.
         """
@@ -271,7 +301,11 @@ class EdgeUpdateMLP(nn.Module):
                 torch.matmul(pre, w2, out=f[s : s + k])
         else:
             buf = h.new_empty(rows, n, hid)
+            first = same_rows(pc, q) if self.share_identical else list(range(b))
             for s in range(b):
+                if first[s] != s:  # bitwise the inputs of an earlier graph: its result
+                    f[s] = f[first[s]]
+                    continue
                 for r0 in range(0, n, rows):
                     r1 = min(n, r0 + rows)
                     blk = buf[: r1 - r0]
@@ -284,6 +318,10 @@ class EdgeUpdateMLP(nn.Module):
         if bi.numel():
             f[bi, ii, jj] = torch.matmul(F.silu(pc[bi, ii] + q[bi, jj] + self.w_a), w2) + b2
         return self.symmetrise(f)
+
+    #: whether :meth:`forward_chunked` computes the pairwise block of bitwise-equal graphs
+    #: once (the result is the same either way; False: the plain loop, for benchmarks)
+    share_identical: bool = True
 
     #: implementation used by :meth:`forward`: "auto" (dense with autograd, else chunked),
     #: "dense" or "chunked"

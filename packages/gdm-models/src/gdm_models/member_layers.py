@@ -1,4 +1,15 @@
-"""Member-dimension layers: K models with the same architecture as one module (issue 27).
+"""The member axis: K models with the same architecture as one module (issues 27 and 36).
+
+This module owns it: the interface a model implements to train its K seeds as one
+(:class:`MemberModel`), the member layers that hold the K members' weights on a leading axis,
+and :func:`stack_members`, which builds the member model from K ordinary ones.
+
+A model opts in by construction: its class inherits :class:`MemberModel` (GDM, G-RSSM,
+Vanilla / EA-GWM: ``class GDM(WorldModel, MemberModel)``) and implements
+:meth:`MemberModel.member_loss` (and, for a stochastic model, :meth:`MemberModel.member_noise`
+and :meth:`MemberModel.pad_member_noise`). The training engines ask
+``isinstance(model, MemberModel)``; a model that does not inherit it (e.g. one registered by
+another package) trains its ensembles member by member (the loop engine).
 
 An ensemble of K seeds of one configuration trains as one *member model*
 (:func:`stack_members`): a deep copy of member 0 whose parameterised leaf modules are replaced
@@ -18,9 +29,9 @@ The parameter names equal those of the replaced ``torch.nn`` modules, so member 
 every parameter and buffer (:func:`member_state`) is an ordinary state dict of the single model,
 and a member model's ``parameters()`` lists the parameters in the single model's order (an
 Adam state dict of the member model slices into single-model Adam state dicts). Parameters a
-model holds directly (not in a leaf module above) are stacked as they are; a model that
-supports members (:attr:`~gdm_models.world_model.WorldModel.supports_members`) reads them,
-and any weight it uses outside its module, through :mod:`gdm_models.member_ops`, whose
+model holds directly (not in a leaf module above) are stacked as they are; a
+:class:`MemberModel` reads them, and any weight it uses outside its module, through
+:mod:`gdm_models.member_ops`, whose
 functions leave a single model's computation untouched (the same ops on the same tensors, so a
 single run stays bit-identical).
 
@@ -31,17 +42,24 @@ rows, which the ensemble-equals-single-runs tests catch).
 
 from __future__ import annotations
 
+import abc
 import copy
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .data import Batch
 from .layers import gru_from_gates
 from .member_ops import fold_rows, member_linear
 
 __all__ = [
+    "MemberModel",
+    "MemberNoise",
+    "PAD_UNIFORM",
+    "pad_node_axis",
     "MemberLinear",
     "MemberLayerNorm",
     "MemberEmbedding",
@@ -51,6 +69,66 @@ __all__ = [
     "member_state",
     "MemberStackError",
 ]
+
+
+#: a training step's uniforms for a member model, each with the batch axis first (``None``
+#: where a configuration draws nothing)
+MemberNoise = tuple[torch.Tensor | None, ...]
+
+#: value of the uniforms of padded nodes in an ensemble's folded batch (finite, inside (0, 1);
+#: padded nodes are masked out of every loss term)
+PAD_UNIFORM = 0.5
+
+
+def pad_node_axis(u: torch.Tensor, axis: int, n: int) -> torch.Tensor:
+    """Pad axis ``axis`` (negative) of the uniforms ``u`` to ``n`` entries with
+    :data:`PAD_UNIFORM` (``u`` itself when it has them)."""
+    if u.shape[axis] == n:
+        return u
+    pad = [0, 0] * (-axis)
+    pad[-1] = n - u.shape[axis]
+    return F.pad(u, pad, value=PAD_UNIFORM)
+
+
+class MemberModel(nn.Module, abc.ABC):
+    """The interface of a model whose K seeds train as one member model (the ensemble's
+    member engine, :class:`~gdm_models.training.engines.MemberEngine`).
+
+    A model opts in by inheriting it beside :class:`~gdm_models.world_model.WorldModel`
+    (``class GDM(WorldModel, MemberModel)``) and implementing :meth:`member_loss`; a stochastic
+    model also implements :meth:`member_noise` and :meth:`pad_member_noise` (the defaults draw
+    nothing: a deterministic model's). The engine stacks K such models
+    (:func:`stack_members`), folds the members' batches into one batch, member-major, and
+    calls these three methods on the stacked copy; the model's own code must read every
+    weight used outside its module through :mod:`gdm_models.member_ops` (the plain op for an
+    ordinary model, the per-member op for a stacked weight) and take every mean per member
+    (:func:`~gdm_models.member_ops.member_reduce`).
+    """
+
+    def member_noise(self, shape: tuple[int, int, int], generator: torch.Generator) -> MemberNoise:
+        """The uniforms one training step draws for a batch of ``shape`` = (B, L, N) (the
+        member's own batch and node count), in the order and shapes of the single run, so that
+        member k draws the single run's numbers (on the generator's device). Each tensor has
+        the batch axis first (the engine concatenates the members' noise on it). Default: no
+        noise (a deterministic model)."""
+        return ()
+
+    def pad_member_noise(self, noise: MemberNoise, num_nodes: int) -> MemberNoise:
+        """``noise`` (:meth:`member_noise`) with its node axes padded to ``num_nodes``
+        (:func:`pad_node_axis`; padded nodes are masked out of every loss term). Default:
+        ``noise``."""
+        return noise
+
+    @abc.abstractmethod
+    def member_loss(
+        self, batch: Batch, noise: MemberNoise, members: int
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """For a member model (:func:`stack_members`) of ``members`` = K members: the K losses
+        (K,) and the logged terms, each (K,), on ``batch``, the members' batches padded to one
+        node count and concatenated member-major, with ``noise`` the members'
+        :meth:`member_noise` padded and concatenated likewise. Member k's loss is its single
+        run's ``training_loss`` (up to float rounding), so the gradient of the sum is each
+        member's own."""
 
 
 class MemberStackError(TypeError):
@@ -155,7 +233,10 @@ MEMBER_LAYERS: dict[type[nn.Module], Callable[[Sequence[nn.Module]], nn.Module]]
 }
 
 
-def stack_members(models: Sequence[nn.Module]) -> nn.Module:
+M = TypeVar("M", bound=nn.Module)
+
+
+def stack_members(models: Sequence[M]) -> M:
     """One member model of ``models`` (same class and architecture): a deep copy of
     ``models[0]`` whose leaf modules of :data:`MEMBER_LAYERS` hold the K members' parameters
     stacked ([K, ...]) and whose other parameters and buffers are stacked likewise. The

@@ -33,10 +33,9 @@ Subclass :class:`WorldModel` and
   device; :meth:`WorldModel.make_generator` turns ``None``/an int seed into one);
 * never assume a GPU: use ``self.device`` for new tensors;
 * optionally, for ensembles trained as one member model (K seeds with member-dimension
-  layers, :mod:`gdm_models.member_layers`): set ``supports_members = True`` and implement
-  :meth:`WorldModel.member_noise`, :meth:`WorldModel.pad_member_noise` and
-  :meth:`WorldModel.member_loss` (per-member means; weights used outside their module read
-  through :mod:`gdm_models.member_ops`). Without them ensembles train member by member.
+  layers): inherit :class:`gdm_models.member_layers.MemberModel` as well and implement its
+  methods (the member axis lives in that module, not here). Without it ensembles train
+  member by member.
 
 Batched stepping (``start`` / ``step``, what DreamerV3's ``obs_step`` / ``img_step`` are to
 its RSSM): a state is a ``dict[str, torch.Tensor]`` with one row per independent rollout;
@@ -194,6 +193,26 @@ class WorldModel(nn.Module, abc.ABC):
         actions = self.prepare_actions(action_sequence, n, int(num_samples))
         return self._imagine(latent, actions, self.make_generator(generator))
 
+    @torch.no_grad()
+    def imagine_batch(
+        self,
+        latents: Sequence[Any],
+        action_sequences: Sequence[Any],
+        num_samples: int,
+        generators: Sequence[torch.Generator | int],
+    ) -> list[list[dict[str, np.ndarray]]]:
+        """``[imagine_multi(latent, actions, num_samples, generator) for ...]``: the rollouts
+        of several latents (an evaluation's reference transitions), each from its own
+        generator. A model may run them as one batch (the GDM does: each latent's noise drawn
+        from its own generator in its own shape, so the samples are those of the loop up to
+        float rounding); the default is the loop."""
+        return [
+            self.imagine_multi(latent, actions, num_samples, generator)
+            for latent, actions, generator in zip(
+                latents, action_sequences, generators, strict=True
+            )
+        ]
+
     @abc.abstractmethod
     def _latent_num_nodes(self, latent: Any) -> int:
         """Check that ``latent`` is what this model's :meth:`observe` returns (else a clear
@@ -275,40 +294,6 @@ class WorldModel(nn.Module, abc.ABC):
         detached 0-d tensors on the device (no host synchronisation; the trainer reads them
         every ``log_every`` steps). ``generator`` drives the model's noise (``None``: seed 0
         for the stochastic models). Compiled after :meth:`enable_compile`."""
-
-    # ------------------------------------------------------------------ ensembles
-    #: whether :meth:`member_loss` is implemented: K seeds of the model then train as one
-    #: member model (:func:`gdm_models.member_layers.stack_members`, the ensemble's default
-    #: engine); a model without it trains its ensembles member by member
-    supports_members: bool = False
-
-    def member_noise(
-        self, shape: tuple[int, int, int], generator: torch.Generator
-    ) -> tuple[torch.Tensor | None, ...]:
-        """The uniforms one training step draws for a batch of ``shape`` = (B, L, N) (the
-        member's own batch and node count), in the order and shapes of the single run, so that
-        member k draws the single run's numbers (on the generator's device). Each tensor has
-        the batch axis first (the ensemble concatenates the members' noise on it). Default: no
-        noise."""
-        return ()
-
-    def pad_member_noise(
-        self, noise: tuple[torch.Tensor | None, ...], num_nodes: int
-    ) -> tuple[torch.Tensor | None, ...]:
-        """``noise`` (:meth:`member_noise`) with its node axes padded to ``num_nodes`` (padded
-        nodes are masked out of every loss term). Default: ``noise``."""
-        return noise
-
-    def member_loss(
-        self, batch: Batch, noise: tuple[torch.Tensor | None, ...], members: int
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """For a member model (:func:`gdm_models.member_layers.stack_members`) of ``members``
-        = K members: the K losses (K,) and the logged terms, each (K,), on ``batch``, the
-        members' batches padded to one node count and concatenated member-major, with
-        ``noise`` the members' :meth:`member_noise` padded and concatenated likewise. Member
-        k's loss is its single run's :meth:`training_loss` (up to float rounding), so the
-        gradient of the sum is each member's own."""
-        raise NotImplementedError(f"{type(self).__name__} does not train as a member model")
 
     # ------------------------------------------------------------------ derived API
     def loss(

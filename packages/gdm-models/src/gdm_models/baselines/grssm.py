@@ -64,6 +64,7 @@ from ..layers import (
 from ..losses import (
     Prediction,
 )
+from ..member_layers import MemberModel, MemberNoise, pad_node_axis
 from ..member_ops import (
     member_addmm,
     member_apply,
@@ -105,8 +106,9 @@ __all__ = [
 ]
 
 
-class GRSSM(WorldModel):
-    """G-RSSM (see the module docstring).
+class GRSSM(WorldModel, MemberModel):
+    """G-RSSM (see the module docstring). A :class:`~gdm_models.member_layers.MemberModel`:
+    its ensembles train as one member model.
 
     Args:
         schema: feature schema.
@@ -385,11 +387,8 @@ class GRSSM(WorldModel):
     def _compile_target(self) -> Callable[..., Any]:
         return self._loss_tensors
 
-    supports_members = True
-
-    def member_noise(
-        self, shape: tuple[int, int, int], generator: torch.Generator
-    ) -> tuple[torch.Tensor | None, ...]:
+    # ------------------------------------------------------------------ member model
+    def member_noise(self, shape: tuple[int, int, int], generator: torch.Generator) -> MemberNoise:
         """The posterior uniforms of all steps as :meth:`training_loss` draws them for a
         (B, L, N) batch, (L+1, B, N, groups, classes), returned batch first (B, L+1, ...)."""
         c = self.config
@@ -398,16 +397,15 @@ class GRSSM(WorldModel):
         u = torch.rand(size, generator=generator, device=generator.device, dtype=torch.float32)
         return (u.transpose(0, 1),)
 
-    def pad_member_noise(
-        self, noise: tuple[torch.Tensor | None, ...], num_nodes: int
-    ) -> tuple[torch.Tensor | None, ...]:
-        """The node axis padded with 0.5 (padded nodes are masked out of every term)."""
+    def pad_member_noise(self, noise: MemberNoise, num_nodes: int) -> MemberNoise:
+        """The node axis padded (:func:`~gdm_models.member_layers.pad_node_axis`; padded
+        nodes are masked out of every term)."""
         u = noise[0]
         assert u is not None
-        return (F.pad(u, (0, 0, 0, 0, 0, num_nodes - u.shape[2]), value=0.5),)
+        return (pad_node_axis(u, -3, num_nodes),)
 
     def member_loss(
-        self, batch: Batch, noise: tuple[torch.Tensor | None, ...], members: int
+        self, batch: Batch, noise: MemberNoise, members: int
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """:meth:`_loss_tensors` of a member model on its folded batch, per member."""
         u = noise[0]

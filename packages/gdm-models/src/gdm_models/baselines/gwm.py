@@ -64,6 +64,7 @@ from ..losses import (
     masked_mean,
     prediction_loss,
 )
+from ..member_layers import MemberModel, MemberNoise
 from ..member_ops import member_apply, member_matmul, member_reduce
 from ..scaling import FeatureScaler
 from ..schema import Schema
@@ -102,8 +103,10 @@ GWM_TERM_KEYS: tuple[str, ...] = (
 )
 
 
-class GWM(WorldModel):
-    """Vanilla GWM / EA-GWM (see the module docstring).
+class GWM(WorldModel, MemberModel):
+    """Vanilla GWM / EA-GWM (see the module docstring). A deterministic
+    :class:`~gdm_models.member_layers.MemberModel` (no member noise): its ensembles train as
+    one member model.
 
     Args:
         schema: feature schema.
@@ -112,7 +115,6 @@ class GWM(WorldModel):
     """
 
     config: GWMConfig
-    supports_members = True
 
     def __init__(
         self,
@@ -261,7 +263,7 @@ class GWM(WorldModel):
         return self._loss_tensors
 
     def member_loss(
-        self, batch: Batch, noise: tuple[torch.Tensor | None, ...], members: int
+        self, batch: Batch, noise: MemberNoise, members: int
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The losses of the ``members`` members of a member model
         (:func:`~gdm_models.member_layers.stack_members`) on their folded batch: totals (K,)

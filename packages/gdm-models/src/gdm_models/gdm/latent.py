@@ -8,7 +8,7 @@ comes from one :class:`Noise` source, keyed by name, so that tests can replay it
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -69,10 +69,15 @@ class Noise:
         generator: torch.Generator | None,
         device: torch.device,
         replay: Mapping[str, torch.Tensor] | None = None,
+        blocks: Sequence[torch.Generator] = (),
     ) -> None:
         self.generator, self.device = generator, device
         self.replay = dict(replay or {})
         self.record: dict[str, torch.Tensor] = {}
+        #: one generator per equal block of the leading (batch) axis: block k of every draw
+        #: comes from ``blocks[k]`` with the block's shape, so a batch of independent problems
+        #: draws what each would draw alone (``GDM.imagine_batch``)
+        self.blocks = tuple(blocks)
 
     def uniform(self, key: str, shape: tuple[int, ...], symmetric: bool = False) -> torch.Tensor:
         """Uniforms of ``shape`` ((..., N, N) with one draw per unordered pair if symmetric)."""
@@ -80,12 +85,25 @@ class Noise:
             u = self.replay[key]
             if tuple(u.shape) != tuple(shape):
                 raise ValueError(f"replayed noise {key!r} has shape {tuple(u.shape)} != {shape}")
+        elif self.blocks:
+            k = len(self.blocks)
+            if shape[0] % k:
+                raise ValueError(f"noise {key!r}: batch {shape[0]} is not {k} equal blocks")
+            block = (shape[0] // k, *shape[1:])
+            draw = symmetric_uniform if symmetric else _rand
+            u = torch.cat([draw(block, g, self.device) for g in self.blocks])
         elif symmetric:
             u = symmetric_uniform(shape, self.generator, self.device)
         else:
             u = torch.rand(shape, generator=self.generator, device=self.device)
         self.record[key] = u
         return u
+
+
+def _rand(
+    shape: tuple[int, ...], generator: torch.Generator | None, device: torch.device | str
+) -> torch.Tensor:
+    return torch.rand(shape, generator=generator, device=device)
 
 
 #: largest edge density for which message passing uses the sparse (PyG) backend

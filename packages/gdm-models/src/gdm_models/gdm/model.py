@@ -15,12 +15,13 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
+import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from ..data import Batch, TensorObs
+from ..data import Batch, TensorObs, predictions_to_numpy
 from ..inputs import check_latent_widths
+from ..member_layers import MemberModel, MemberNoise, pad_node_axis
 from ..scaling import FeatureScaler
 from ..schema import Schema
 from ..world_model import StepResult, StepState, WorldModel, terms_to_floats
@@ -38,20 +39,6 @@ from .terms import combine_terms, loss_scales, transition_terms
 
 __all__ = ["GDM", "build_gdm"]
 
-#: value of the uniforms of padded nodes in an ensemble's batch (finite, inside (0, 1); padded
-#: nodes are masked out of every loss term)
-PAD_UNIFORM = 0.5
-
-
-def _pad_axis(u: torch.Tensor, axis: int, n: int) -> torch.Tensor:
-    """Pad axis ``axis`` (negative) of ``u`` to ``n`` entries with :data:`PAD_UNIFORM`."""
-    if u.shape[axis] == n:
-        return u
-    pad = [0, 0] * (-axis)
-    pad[-1] = n - u.shape[axis]
-    return F.pad(u, pad, value=PAD_UNIFORM)
-
-
 #: the stepping state's keys, the fields of :class:`GDMLatent` in order
 STATE_KEYS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(GDMLatent))
 
@@ -60,9 +47,10 @@ def _state(latent: GDMLatent) -> StepState:
     return {k: getattr(latent, k) for k in STATE_KEYS}
 
 
-class GDM(WorldModel):
+class GDM(WorldModel, MemberModel):
     """Graph Dynamics Model. Build with ``make_model("gdm", schema, scaler, **overrides)``
-    or ``GDM(schema, scaler, GDMConfig(...))``. Its network is :attr:`cell`."""
+    or ``GDM(schema, scaler, GDMConfig(...))``. Its network is :attr:`cell`. A
+    :class:`~gdm_models.member_layers.MemberModel`: its ensembles train as one member model."""
 
     #: under compile, batches are zero-padded to a multiple of this many nodes (static shapes)
     compile_pad_multiple: int = 16
@@ -135,32 +123,27 @@ class GDM(WorldModel):
             per_step = sequence_loss_terms(self, batch, noise)
         return self.combine_terms(per_step, batch.step_mask)
 
-    # ================================================================== ensembles
-    supports_members = True
-
-    def member_noise(
-        self, shape: tuple[int, int, int], generator: torch.Generator
-    ) -> tuple[torch.Tensor | None, ...]:
+    # ================================================================== member model
+    def member_noise(self, shape: tuple[int, int, int], generator: torch.Generator) -> MemberNoise:
         """The window's uniforms (:data:`SEQUENCE_NOISE` order) as :meth:`training_loss`
         draws them for a (B, L, N) batch from ``generator``."""
         u = draw_sequence_noise(self, Noise(generator, generator.device), *shape)
         return tuple(u[k] for k in SEQUENCE_NOISE)
 
-    def pad_member_noise(
-        self, noise: tuple[torch.Tensor | None, ...], num_nodes: int
-    ) -> tuple[torch.Tensor | None, ...]:
-        """Node axes padded to ``num_nodes`` with :data:`PAD_UNIFORM` (masked out anyway)."""
+    def pad_member_noise(self, noise: MemberNoise, num_nodes: int) -> MemberNoise:
+        """Node axes padded to ``num_nodes``
+        (:func:`~gdm_models.member_layers.pad_node_axis`; masked out anyway)."""
         out = []
         for name, u in zip(SEQUENCE_NOISE, noise, strict=True):
             if u is not None and name == "adj":  # (B, L, N, N)
-                u = _pad_axis(_pad_axis(u, -1, num_nodes), -2, num_nodes)
+                u = pad_node_axis(pad_node_axis(u, -1, num_nodes), -2, num_nodes)
             elif u is not None and name.startswith("zn"):  # (B, T, N, groups, classes)
-                u = _pad_axis(u, -3, num_nodes)
+                u = pad_node_axis(u, -3, num_nodes)
             out.append(u)  # graph latents have no node axis
         return tuple(out)
 
     def member_loss(
-        self, batch: Batch, noise: tuple[torch.Tensor | None, ...], members: int
+        self, batch: Batch, noise: MemberNoise, members: int
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The time-vectorised loss (:func:`~gdm_models.gdm.sequence_loss.sequence_core`) of a
         member model on its folded batch, averaged per member (:meth:`combine_terms`)."""
@@ -211,6 +194,42 @@ class GDM(WorldModel):
             pred, latent = self.imagine_step(latent, actions[k], noise, f"i{k}")
             preds.append(pred)
         return preds, latent
+
+    @torch.no_grad()
+    def imagine_batch(
+        self,
+        latents: Sequence[Any],
+        action_sequences: Sequence[Any],
+        num_samples: int,
+        generators: Sequence[torch.Generator | int],
+    ) -> list[list[dict[str, np.ndarray]]]:
+        """The rollouts of R latents of one graph size over K actions each, as one batch of
+        R * ``num_samples`` rows (a GPU's few large launches instead of R small ones): every
+        uniform of latent r is drawn from ``generators[r]`` in the shape of its own rollout
+        (:class:`Noise` ``blocks``), so the samples are those of
+        ``WorldModel.imagine_batch``'s loop up to float rounding of the batched products.
+        Latents of other sizes or action counts fall back to the loop."""
+        n_s = {self._latent_num_nodes(latent) for latent in latents}
+        acts = [
+            self.prepare_actions(a, self._latent_num_nodes(latent), int(num_samples))
+            for latent, a in zip(latents, action_sequences, strict=True)
+        ]
+        if len(latents) < 2 or len(n_s) > 1 or len({a.shape[0] for a in acts}) > 1:
+            return super().imagine_batch(latents, action_sequences, num_samples, generators)
+        gens = [self.make_generator(g) for g in generators]
+        rows = [latent.expand(int(num_samples)) for latent in latents]
+        latent = GDMLatent(
+            *(torch.cat(parts) for parts in zip(*map(dataclasses.astuple, rows), strict=True))
+        )
+        actions = torch.cat(acts, 1)  # (K, R * S, N)
+        noise = Noise(None, self.device, blocks=gens)
+        out: list[list[dict[str, np.ndarray]]] = [[] for _ in latents]
+        for k in range(actions.shape[0]):
+            pred, latent = self.imagine_step(latent, actions[k], noise, "i0")
+            for r, block in enumerate(out):
+                rs = slice(r * num_samples, (r + 1) * num_samples)
+                block.append(predictions_to_numpy({key: v[rs] for key, v in pred.items()}))
+        return out
 
     def imagine_step(
         self,

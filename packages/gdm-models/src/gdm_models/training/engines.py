@@ -1,12 +1,12 @@
 """The ways :func:`gdm_models.training.ensemble.train_ensemble` steps K members.
 
-* :class:`MemberEngine` (strategy ``"members"``, the default for every model that supports it,
-  :attr:`~gdm_models.world_model.WorldModel.supports_members`) - one *member model*
+* :class:`MemberEngine` (strategy ``"members"``, the default for every model that is a
+  :class:`~gdm_models.member_layers.MemberModel`) - one *member model*
   (:func:`~gdm_models.member_layers.stack_members`: every layer holds the K members' parameters on a
   leading axis) runs the K members' batches folded into one batch, member-major; its
-  :meth:`~gdm_models.world_model.WorldModel.member_loss` returns the K losses, and one backward of
-  their sum gives each member exactly its own gradients (no parameter of member k touches another
-  member's rows). Per-member gradient-norm clipping
+  :meth:`~gdm_models.member_layers.MemberModel.member_loss` returns the K losses, and one
+  backward of their sum gives each member exactly its own gradients (no parameter of member k
+  touches another member's rows). Per-member gradient-norm clipping
   (:func:`~gdm_models.training.step.clip_grad_norms_`) and one ``torch.optim.Adam`` over the stacked
   parameters (elementwise, so K Adams; the step count is shared: all members step together) finish
   the step: about the aten ops of one single step, at any K. With a static shape the whole step
@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from ..data import Batch, EpisodeDataset, EpochSampler
-from ..member_layers import member_state, stack_members
+from ..member_layers import MemberModel, MemberNoise, member_state, stack_members
 from ..world_model import WorldModel
 from .capture import GraphRunner, StaticBuffers, StaticShape, StaticTrainStep, pad_batch
 from .members import OptState, concat_batches, member_opt_state, stack_opt_states
@@ -41,7 +41,13 @@ from .step import (
     train_step,
 )
 
-__all__ = ["DEFAULT_GRAD_CLIP", "MemberEngine", "LoopEngine", "make_engine"]
+__all__ = [
+    "DEFAULT_GRAD_CLIP",
+    "MemberEngine",
+    "LoopEngine",
+    "make_engine",
+    "not_a_member_model",
+]
 
 #: the trainers' default ``grad_clip`` (max global gradient norm)
 DEFAULT_GRAD_CLIP = 100.0
@@ -60,7 +66,7 @@ class MemberEngine:
     equals ``train(..., capture=True)`` of its seed, up to float rounding).
 
     Raises:
-        TypeError: for a model that does not train as a member model.
+        TypeError: for a model that is not a :class:`~gdm_models.member_layers.MemberModel`.
     """
 
     name = "members"
@@ -75,16 +81,13 @@ class MemberEngine:
         static_shape: StaticShape | None = None,
     ) -> None:
         self.models = list(models)
-        if not self.models[0].supports_members:
-            raise TypeError(
-                f"model {self.models[0].model_name!r} ({type(self.models[0]).__name__}) does "
-                "not train as a member model (its supports_members is False)"
-            )
+        if not isinstance(self.models[0], MemberModel):
+            raise TypeError(not_a_member_model(self.models[0]))
         self.lr, self.clip, self.autocast = lr, clip, autocast
         self.device = self.models[0].device
         self.static_shape = static_shape
         self.members: list[int] = []
-        self.model: WorldModel | None = None
+        self.model: MemberModel | None = None
         self._runner: GraphRunner[tuple[torch.Tensor, torch.Tensor, Terms]] | None = None
         self._static: StaticBuffers | None = None
         self._capture_failed = False
@@ -103,7 +106,7 @@ class MemberEngine:
         if not self.members:
             return
         model = stack_members([self.models[k] for k in self.members])
-        assert isinstance(model, WorldModel)  # a copy of a member
+        assert isinstance(model, MemberModel)  # a copy of a member (checked in __init__)
         self.model = model
         every = list(model.parameters())  # the single run's Adam spans every parameter
         self.params = [p for p in every if p.requires_grad]  # clipped and updated
@@ -172,9 +175,7 @@ class MemberEngine:
         ]
         return self._update(batch, noises)
 
-    def _update(
-        self, batch: Batch, noises: Sequence[tuple[torch.Tensor | None, ...]]
-    ) -> StepOutput:
+    def _update(self, batch: Batch, noises: Sequence[MemberNoise]) -> StepOutput:
         """The training step (:func:`~gdm_models.training.step.train_step`) of the member
         model: the K losses, one backward, per-member clipping, one Adam step."""
         model = self.model
@@ -225,6 +226,15 @@ class MemberEngine:
         shape = (b, self.static_shape.seq_len, self.static_shape.num_nodes)
         noises = [self.model.member_noise(shape, g) for g in self._runner.generators]
         return self._update(batch, noises)
+
+
+def not_a_member_model(model: WorldModel) -> str:
+    """Why ``model`` cannot train with the member engine (for the error a caller raises)."""
+    return (
+        f"model {model.model_name!r} ({type(model).__name__}) does not train as a member "
+        "model: its class does not inherit gdm_models.member_layers.MemberModel (docs/models.md, "
+        "\"Adding a model\"); train its ensembles with strategy='loop' or 'auto'"
+    )
 
 
 class LoopEngine:

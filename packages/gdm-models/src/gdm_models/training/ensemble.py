@@ -224,7 +224,9 @@ def train_ensemble(
             ``train(compile=True)``); "auto" then picks the loop.
         strategy: "members", "loop" or "auto" (:data:`STRATEGIES`): "members" trains the K
             members as one member model (:class:`~gdm_models.training.engines.MemberEngine`,
-            about the ops of one single step), "loop" one single step per member.
+            about the ops of one single step; for a model whose class inherits
+            :class:`~gdm_models.member_layers.MemberModel`), "loop" one single step per
+            member; "auto" the member engine for a ``MemberModel``, else the loop.
         capture: batches padded to one static shape, fused Adam, and on CUDA the whole
             step captured as one CUDA graph (:mod:`gdm_models.training.capture`). ``None``
             (default): on CUDA unless ``compile``; ``True`` on a CPU runs the static step eagerly.

@@ -6,6 +6,7 @@ single run seeds them), the number of steps, and the engine
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -13,15 +14,15 @@ from typing import Any
 import torch
 
 from ..data import EpisodeDataset, EpochSampler
+from ..member_layers import MemberModel
 from ..world_model import WorldModel
-from .engines import LoopEngine, MemberEngine, make_engine
+from .engines import LoopEngine, MemberEngine, make_engine, not_a_member_model
 from .step import check_train_args, default_device, run_seeds
 
 __all__ = ["STRATEGIES", "RunSetup", "setup_run"]
 
-#: ``strategy`` values: "auto" = "members" for a model that supports it
-#: (:attr:`~gdm_models.world_model.WorldModel.supports_members`) unless ``compile`` is asked
-#: for, else "loop"
+#: ``strategy`` values: "auto" = "members" for a
+#: :class:`~gdm_models.member_layers.MemberModel` unless ``compile`` is asked for, else "loop"
 STRATEGIES = ("auto", "members", "loop")
 
 
@@ -50,15 +51,20 @@ def _strategy(models: Sequence[WorldModel], strategy: str, compile: bool) -> str
         )
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
-    stackable = models[0].supports_members
+    stackable = isinstance(models[0], MemberModel)  # the model's class opted in
+    if strategy == "auto" and not stackable and hasattr(models[0], "member_loss"):
+        # a model written for the hooks WorldModel had before issue 36
+        warnings.warn(
+            f"model {models[0].model_name!r} ({type(models[0]).__name__}) has a member_loss "
+            "but its class does not inherit gdm_models.member_layers.MemberModel, so its "
+            "ensembles train member by member (the loop); inherit MemberModel to train them "
+            "as one member model",
+            stacklevel=4,  # train_ensemble's caller
+        )
     if strategy == "auto":
         strategy = "members" if stackable and not compile else "loop"
     if strategy == "members" and not stackable:
-        raise ValueError(
-            f"strategy 'members': model {models[0].model_name!r} ({type(models[0]).__name__}) "
-            "does not train as a member model (supports_members is False); use "
-            "strategy='loop' or 'auto'"
-        )
+        raise ValueError(f"strategy 'members': {not_a_member_model(models[0])}")
     if strategy == "members" and compile:
         raise ValueError("compile is for strategy 'loop'; 'members' runs eager or captured")
     return strategy

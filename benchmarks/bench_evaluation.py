@@ -1,0 +1,215 @@
+"""Cost of evaluating one reference transition, part by part, before and after issue 39.
+
+For each env and test size N it records one reference episode, fits the GDD bandwidths on a
+few training-size episodes and replays the episode; for each model (freshly initialised at
+the paper's hyperparameters: the cost does not depend on training) it then scores
+``--refs`` reference transitions as ``graphwm.stages.evaluate.single_step_job`` does, twice,
+alternately, in the same process:
+
+* old: every kappa sample's pairwise edge-MLP block computed (``share_identical = False``),
+  the GDD and the permutation test each validating the sets and building the Gram matrices;
+* new: bitwise-equal samples' edge-MLP blocks computed once
+  (:func:`gdm_models.adjacency.same_rows`), the GDD and the test from one Gram computation
+  (:meth:`graphwm.metric.protocol.EvalContext.gdd_and_p_value`).
+
+The parts: ``replay`` (the episode's replay, per reference transition), ``env`` (kappa
+environment samples and their stacking), ``observe`` (the posterior pass over the episode, per
+reference transition), ``imagine`` (kappa model samples), ``metric`` (GDD, permutation test,
+factor-wise metrics). It checks that both paths give the same GDD (relative 1e-9) and p-value
+and prints milliseconds per transition and the old / new ratio. Proportions are what it is for
+on a busy machine; time absolute numbers on an idle one.
+
+    uv run python benchmarks/bench_evaluation.py
+    uv run python benchmarks/bench_evaluation.py --envs OD --sizes 20 200 1000 --refs 1
+    uv run python benchmarks/bench_evaluation.py --sizes 200 --models gdm --profile
+    uv run python benchmarks/bench_evaluation.py --metric-only --repeats 5
+
+``--metric-only`` times the metric half alone, best of ``--repeats`` old and new alternately,
+on two sets of kappa environment samples of one transition, one of them with 1.8% of its node
+pairs toggled (a freshly initialised GDM's edge-update rate, sigmoid(-4)) to stand in for
+model samples.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import time
+
+import numpy as np
+
+MODELS = ("gdm", "gdm:no-graph-state", "vanilla-gwm", "ea-gwm", "g-rssm")
+PARTS = ("replay", "env", "observe", "imagine", "metric")
+
+
+def _setup(env: str, n: int, refs: int):
+    from gdd_metric import fit_bandwidths
+
+    from graphwm.envs import env_schema
+    from graphwm.episodes import record_episode
+    from graphwm.metric.graph import extend_schema, stack_graphs
+    from graphwm.metric.protocol import (
+        STREAM_ENV,
+        EvalContext,
+        reference_indices,
+        sample_seeds,
+    )
+    from graphwm.stages.fit import bandwidth_transitions
+
+    schema = env_schema(env)
+    small = [record_episode(env, s, seed=100 + s) for s in (15, 20, 25)]
+    pairs = bandwidth_transitions(small, 8, np.random.default_rng(0))
+    ctx = EvalContext.build(env, n, fit_bandwidths(pairs, extend_schema(schema)))
+    episode = record_episode(env, n, seed=7)
+    all_refs = reference_indices(len(episode["reward"]), 20)
+    start = time.perf_counter()
+    replay = ctx.replay(7, episode["actions"], all_refs, keep_observations=True, check=episode)
+    replay_s = (time.perf_counter() - start) / len(all_refs)
+    chosen = [int(t) for t in all_refs[:: max(1, len(all_refs) // refs)][:refs]]
+    env_sets, env_s = {}, 0.0
+    for t in chosen:
+        start = time.perf_counter()
+        seeds = sample_seeds(7, t, STREAM_ENV, 30)
+        graphs, _ = ctx.samples(replay.snapshots[t], episode["actions"][t : t + 1], seeds)
+        env_sets[t] = stack_graphs(graphs[0])
+        env_s += time.perf_counter() - start
+    return schema, small, ctx, replay, all_refs, chosen, env_sets, replay_s, env_s / len(chosen)
+
+
+def _score(model, ctx, replay, latents, t, env_set, permutations: int, new: bool):
+    """One reference transition as single_step_job scores it: (times, gdd, p-value)."""
+    import torch
+    from gdm_models.adjacency import EdgeUpdateMLP
+
+    from graphwm.metric.factor_metrics import factor_metrics
+    from graphwm.metric.graph import model_samples_to_metric
+
+    EdgeUpdateMLP.share_identical = new
+    terminal = bool(replay.terminated[t])
+    start = time.perf_counter()
+    with torch.no_grad():
+        preds = model.imagine_multi(latents[t], replay.action_nodes[t : t + 1], 30, generator=t)
+    model_set = model_samples_to_metric(preds[0])
+    mid = time.perf_counter()
+    if new:
+        result, p = ctx.gdd_and_p_value(model_set, env_set, terminal, permutations, t)
+    else:
+        result = ctx.gdd(model_set, env_set, terminal)
+        p = ctx.p_value(model_set, env_set, terminal, permutations, t)
+    factor_metrics(model_set, env_set, ctx.metric_schema, terminal)
+    end = time.perf_counter()
+    EdgeUpdateMLP.share_identical = True
+    return {"imagine": mid - start, "metric": end - mid}, result.gdd, p
+
+
+def _metric_only(env: str, n: int, repeats: int, permutations: int) -> None:
+    from graphwm.metric.factor_metrics import factor_metrics
+    from graphwm.metric.graph import stack_graphs
+    from graphwm.metric.protocol import STREAM_SELF, sample_seeds
+
+    _, _, ctx, replay, _, chosen, env_sets, _, _ = _setup(env, n, 1)
+    t = chosen[0]
+    action = replay.actions[t : t + 1]
+    graphs, _ = ctx.samples(replay.snapshots[t], action, sample_seeds(7, t, STREAM_SELF, 30))
+    model_set = stack_graphs(graphs[0])
+    flip = np.triu(np.random.default_rng(0).random(model_set["adjacency"].shape) < 0.018, 1)
+    model_set["adjacency"] = model_set["adjacency"] ^ (flip | flip.transpose(0, 2, 1))
+    env_set, terminal = env_sets[t], bool(replay.terminated[t])
+    best = {"old": np.inf, "new": np.inf}
+    for _ in range(repeats):
+        for path in best:
+            start = time.perf_counter()
+            if path == "new":
+                ctx.gdd_and_p_value(model_set, env_set, terminal, permutations, 0)
+            else:
+                ctx.gdd(model_set, env_set, terminal)
+                ctx.p_value(model_set, env_set, terminal, permutations, 0)
+            factor_metrics(model_set, env_set, ctx.metric_schema, terminal)
+            best[path] = min(best[path], time.perf_counter() - start)
+    old, new = best["old"], best["new"]
+    print(f"| {env} | {n} | {1e3 * old:.1f} | {1e3 * new:.1f} | {old / new:.2f} |", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--envs", nargs="+", default=["OD"])
+    parser.add_argument("--sizes", nargs="+", type=int, default=[20, 200, 1000])
+    parser.add_argument("--models", nargs="+", default=list(MODELS))
+    parser.add_argument("--refs", type=int, default=1, help="reference transitions timed")
+    parser.add_argument("--permutations", type=int, default=200)
+    parser.add_argument("--profile", action="store_true", help="cProfile of the new path")
+    parser.add_argument("--metric-only", action="store_true", help="the metric half alone")
+    parser.add_argument("--repeats", type=int, default=5, help="--metric-only: best of")
+    args = parser.parse_args()
+    if args.metric_only:
+        print("| env | N | metric half old ms | new ms | ratio |\n|---|--:|--:|--:|--:|")
+        for env in args.envs:
+            for n in args.sizes:
+                _metric_only(env, n, args.repeats, args.permutations)
+        return
+    import torch
+    from gdm_models import FeatureScaler, make_model
+
+    from graphwm.envs import model_preset
+    from graphwm.metric.graph import OBS_KEYS
+    from graphwm.metric.protocol import STREAM_POSTERIOR, sample_seeds
+
+    torch.set_num_threads(1)  # an evaluation job runs one thread (EvalJob.threads)
+    head = " | ".join(f"{p} old / new" for p in PARTS)
+    print(f"| env | N | model | {head} | total old / new s | ratio |")
+    print("|---|--:|---|" + "--:|" * (len(PARTS) + 2))
+    profile = cProfile.Profile() if args.profile else None
+    for env in args.envs:
+        for n in args.sizes:
+            schema, small, ctx, replay, refs, chosen, env_sets, replay_s, env_s = _setup(
+                env, n, args.refs
+            )
+            obs = {k: np.stack([o[k] for o in replay.observations]) for k in OBS_KEYS}
+            for name in args.models:
+                torch.manual_seed(0)
+                scaler = FeatureScaler.fit(small, schema)
+                model = make_model(name, schema, scaler, **model_preset(name, env)["model"])
+                model.eval()
+                seed = sample_seeds(7, 0, STREAM_POSTERIOR, 1)[0]
+                steps = sorted(replay.snapshots)
+                start = time.perf_counter()
+                with torch.no_grad():
+                    lat = model.observe_at(obs, replay.action_nodes, steps, generator=seed)
+                observe_s = (time.perf_counter() - start) / len(refs)
+                latents = dict(zip(steps, lat, strict=True))
+                parts = {
+                    path: {"replay": replay_s, "env": env_s, "observe": observe_s}
+                    for path in ("old", "new")
+                }
+                for t in chosen:
+                    scored = {}
+                    for path in ("old", "new"):  # alternately, same transition
+                        if profile is not None and path == "new":
+                            profile.enable()
+                        times, value, p = _score(
+                            model, ctx, replay, latents, t, env_sets[t], args.permutations,
+                            path == "new",
+                        )  # fmt: skip
+                        if profile is not None and path == "new":
+                            profile.disable()
+                        scored[path] = (value, p)
+                        for k, v in times.items():
+                            parts[path][k] = parts[path].get(k, 0.0) + v / len(chosen)
+                    (g_old, p_old), (g_new, p_new) = scored["old"], scored["new"]
+                    if not (np.isclose(g_old, g_new, rtol=1e-9, atol=0) and p_old == p_new):
+                        raise AssertionError(f"{env} N={n} {name} t={t}: {scored}")
+                old, new = (sum(parts[p].values()) for p in ("old", "new"))
+                cells = " | ".join(
+                    f"{1e3 * parts['old'][k]:.1f} / {1e3 * parts['new'][k]:.1f}" for k in PARTS
+                )
+                print(
+                    f"| {env} | {n} | {name} | {cells} | {old:.3f} / {new:.3f} | {old / new:.2f} |",
+                    flush=True,
+                )
+    if profile is not None:
+        pstats.Stats(profile).sort_stats("tottime").print_stats(20)
+
+
+if __name__ == "__main__":
+    main()
