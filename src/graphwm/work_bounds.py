@@ -70,6 +70,7 @@ def training_peak(p: Preset, env: str, model: str) -> tuple[int | None, dict[str
     preset (None: no estimate for this model), and the sizes it was computed from: ``batch``
     (the preset's batch size, at most the training episodes), ``seq_len``, ``nodes`` (the
     largest training size) and ``members`` (an ensemble's members trained as one model)."""
+    from gdm_models.member_layers import MemberModel
     from gdm_models.memory import training_step_bytes
 
     from graphwm.envs import model_preset
@@ -89,7 +90,8 @@ def training_peak(p: Preset, env: str, model: str) -> tuple[int | None, dict[str
         "batch": min(int(trainer.get("batch_size", 8)), episodes),
         "seq_len": int(trainer.get("seq_len", 20)),
         "nodes": max(p.collect.train_sizes),
-        "members": min(p.train.ensemble, len(p.seeds)) if built.supports_members else 1,
+        # the K members of an ensemble train as one member model (one batch of K x B)
+        "members": min(p.train.ensemble, len(p.seeds)) if isinstance(built, MemberModel) else 1,
     }
     need = training_step_bytes(
         built,
