@@ -1,0 +1,76 @@
+"""One model's CPU training step (issue 36's "CPU step time not slower"), against any tree.
+
+A training step at the paper's OD hyperparameters (``gdm_models.presets``) on synthetic
+15-25-node episodes: loss, backward, gradient clipping (norm 100) and Adam, one torch thread,
+``--steps`` steps after ``--warmup`` steps. It uses only API that every release since the
+GDM's restructuring shares (``make_model``, ``WorldModel.training_loss``), so the same script
+times an older tree of gdm-models: put that tree's ``src`` first on ``PYTHONPATH`` and run the
+two commands alternately (old, new, old, new, ...; a whole-process timer with paired runs, or
+``/usr/bin/time -v``), quoting medians:
+
+    uv run python packages/gdm-models/benchmarks/cpu_step_time.py gdm --steps 12
+    PYTHONPATH=/path/to/old/packages/gdm-models/src \\
+        uv run python packages/gdm-models/benchmarks/cpu_step_time.py gdm --steps 12
+
+It prints ``<model> <ms> ms/step`` (the mean over the timed steps).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import torch
+from gdm_models import EpisodeDataset, FeatureScaler, get_preset, make_model
+from gdm_models.synthetic import SYNTHETIC_SCHEMA, random_episode
+
+MODELS = ("gdm", "g-rssm", "ea-gwm", "vanilla-gwm")
+
+
+def step_ms(model_name: str, steps: int, warmup: int, seed: int = 0) -> float:
+    """Mean milliseconds of ``steps`` training steps of ``model_name`` after ``warmup``."""
+    if steps < 1 or warmup < 0:
+        raise ValueError(f"need steps >= 1 and warmup >= 0, got steps={steps}, warmup={warmup}")
+    torch.set_num_threads(1)
+    preset = get_preset(model_name, "OD")
+    rng = np.random.default_rng(seed)
+    episodes = [random_episode(int(rng.choice([15, 18, 20, 23, 25])), 30, rng) for _ in range(16)]
+    scaler = FeatureScaler.fit(episodes, SYNTHETIC_SCHEMA)
+    torch.manual_seed(seed)
+    model = make_model(model_name, SYNTHETIC_SCHEMA, scaler, **preset["model"])
+    model.train()
+    data = EpisodeDataset(episodes, SYNTHETIC_SCHEMA)
+    train = preset["train"]
+    batches = [
+        data.sample_batch(train["batch_size"], rng, seq_len=train["seq_len"]) for _ in range(4)
+    ]
+    optimiser = torch.optim.Adam(model.parameters(), lr=1e-6)
+    generator = torch.Generator().manual_seed(seed)
+
+    def step(i: int) -> None:
+        optimiser.zero_grad(set_to_none=True)
+        total, _ = model.training_loss(batches[i % len(batches)], generator)
+        total.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 100.0)
+        optimiser.step()
+
+    for i in range(warmup):
+        step(i)
+    start = time.perf_counter()
+    for i in range(steps):
+        step(warmup + i)
+    return 1000 * (time.perf_counter() - start) / steps
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("model", choices=MODELS)
+    parser.add_argument("--steps", type=int, default=12, help="timed steps (default 12)")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
+    args = parser.parse_args()
+    print(f"{args.model} {step_ms(args.model, args.steps, args.warmup):.1f} ms/step", flush=True)
+
+
+if __name__ == "__main__":
+    main()
