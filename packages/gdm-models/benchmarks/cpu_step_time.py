@@ -2,11 +2,11 @@
 
 A training step at the paper's OD hyperparameters (``gdm_models.presets``) on synthetic
 15-25-node episodes: loss, backward, gradient clipping (norm 100) and Adam, one torch thread,
-``--steps`` steps after ``--warmup`` steps. It uses only API that every release since the
-GDM's restructuring shares (``make_model``, ``WorldModel.training_loss``), so the same script
-times an older tree of gdm-models: put that tree's ``src`` first on ``PYTHONPATH`` and run the
-two commands alternately (old, new, old, new, ...; a whole-process timer with paired runs, or
-``/usr/bin/time -v``), quoting medians:
+``--steps`` steps after ``--warmup`` steps, each tree's own training step (the training
+package's ``train_step``, or ``gdm_models.train_step`` in a tree before issue 36), so the same
+script times an older tree of gdm-models: put that tree's ``src`` first on ``PYTHONPATH``
+and run the two commands alternately (old, new, old, new, ...; a whole-process timer with
+paired runs, or ``/usr/bin/time -v``), quoting medians:
 
     uv run python packages/gdm-models/benchmarks/cpu_step_time.py gdm --steps 12
     PYTHONPATH=/path/to/old/packages/gdm-models/src \\
@@ -19,6 +19,9 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
+from contextlib import nullcontext
+from typing import Any
 
 import numpy as np
 import torch
@@ -26,6 +29,23 @@ from gdm_models import EpisodeDataset, FeatureScaler, get_preset, make_model
 from gdm_models.synthetic import SYNTHETIC_SCHEMA, random_episode
 
 MODELS = ("gdm", "g-rssm", "ea-gwm", "vanilla-gwm")
+
+
+def _train_step(model, optimiser, generator) -> Callable[[Any], object]:
+    """The tree's own training step (loss, backward, clipping at 100, Adam) on a batch: the
+    training package's ``train_step`` from issue 36 on, ``gdm_models.train_step`` before."""
+    params = list(model.parameters())
+    try:
+        from gdm_models.training.step import train_step
+    except ImportError:  # a tree before issue 36: train_step(model, opt, params, batch, ...)
+        from gdm_models.train_step import train_step as old_step  # type: ignore[import-not-found]
+
+        return lambda batch: old_step(
+            model, optimiser, params, batch, generator, 100.0, nullcontext()
+        )
+    return lambda batch: train_step(
+        lambda: model.training_loss(batch, generator), optimiser, params, 100.0, nullcontext()
+    )
 
 
 def step_ms(model_name: str, steps: int, warmup: int, seed: int = 0) -> float:
@@ -48,12 +68,10 @@ def step_ms(model_name: str, steps: int, warmup: int, seed: int = 0) -> float:
     optimiser = torch.optim.Adam(model.parameters(), lr=1e-6)
     generator = torch.Generator().manual_seed(seed)
 
+    step_on = _train_step(model, optimiser, generator)
+
     def step(i: int) -> None:
-        optimiser.zero_grad(set_to_none=True)
-        total, _ = model.training_loss(batches[i % len(batches)], generator)
-        total.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 100.0)
-        optimiser.step()
+        step_on(batches[i % len(batches)])
 
     for i in range(warmup):
         step(i)
