@@ -395,15 +395,12 @@ def model_parameters(model: str, env: str, overrides: Mapping[str, Any]) -> int:
 def _model_parameters(model: str, env: str, overrides_json: str) -> int:
     import json
 
-    import torch
-    from gdm_models import make_model
+    from graphwm.envs import resolved_configs
+    from graphwm.work_bounds import meta_model
 
-    from graphwm.envs import env_schema, model_preset
-
-    values = {**model_preset(model, env)["model"], **json.loads(overrides_json)}
+    values, _ = resolved_configs(model, env, json.loads(overrides_json))
     try:
-        with torch.device("meta"):
-            built = make_model(model, env_schema(env), None, **values)
+        built = meta_model(model, env, json.dumps(values, sort_keys=True))
     except (RuntimeError, TypeError, ValueError, OverflowError, MemoryError) as err:
         raise OverflowError(str(err).splitlines()[0]) from None
     return sum(int(t.numel()) for t in built.parameters())

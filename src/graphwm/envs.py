@@ -13,6 +13,7 @@ point (docs/own-env.md). An env is driven only through the graph env protocol
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
@@ -137,6 +138,22 @@ def model_preset(model: str, name: str) -> dict[str, Any]:
     if name in ENV_IDS:
         return get_preset(model, name)
     return get_preset(model, preset_key(name), schema=env_schema(name))
+
+
+def resolved_configs(
+    model: str,
+    env: str,
+    model_overrides: Mapping[str, Any] | None = None,
+    train_overrides: Mapping[str, Any] | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(model_config, trainer)`` of ``model`` on ``env``: :func:`model_preset`'s
+    ``"model"`` and ``"train"`` tables under the overrides (the one place a training job's
+    hyperparameters are resolved: the jobs and the preset checks read them alike)."""
+    preset = model_preset(model, env)
+    return (
+        {**preset["model"], **(model_overrides or {})},
+        {**preset["train"], **(train_overrides or {})},
+    )
 
 
 def sample_valid_action(env: Any, obs: dict[str, np.ndarray], rng: np.random.Generator) -> Any:

@@ -30,6 +30,7 @@ __all__ = [
     "check_work_bounds",
     "device_memory_bytes",
     "longest_episode",
+    "meta_model",
     "training_peak",
 ]
 
@@ -55,7 +56,9 @@ def device_memory_bytes(device: str, machine: int) -> int | None:
 
 
 @functools.lru_cache(maxsize=256)
-def _meta_model(model: str, env: str, config_json: str) -> Any:
+def meta_model(model: str, env: str, config_json: str) -> Any:
+    """``model`` on ``env`` built with the (JSON) config on torch's ``meta`` device: shapes,
+    no memory (cached per config; the preset checks' one model builder)."""
     import torch
     from gdm_models import make_model
 
@@ -73,15 +76,15 @@ def training_peak(p: Preset, env: str, model: str) -> tuple[int | None, dict[str
     from gdm_models.member_layers import MemberModel
     from gdm_models.memory import training_step_bytes
 
-    from graphwm.envs import model_preset
+    from graphwm.envs import resolved_configs
 
-    preset = model_preset(model, env)
     base = model.split(":", 1)[0]
-    config = {**preset["model"], **p.train.model_overrides.get(base, {})}
-    trainer = {**preset["train"], **p.train.train_overrides}
+    config, trainer = resolved_configs(
+        model, env, p.train.model_overrides.get(base, {}), p.train.train_overrides
+    )
     episodes = p.collect.train_episodes * len(p.collect.train_sizes)
     try:
-        built = _meta_model(model, env, json.dumps(config, sort_keys=True))
+        built = meta_model(model, env, json.dumps(config, sort_keys=True))
     except (RuntimeError, NotImplementedError):  # a model of one's own that meta cannot build
         return None, {}
     sizes = {

@@ -144,11 +144,10 @@ def make_train_job(
     **options: Any,
 ) -> TrainJob:
     """A job with the paper's preset of ``model`` on ``env`` resolved under the overrides."""
-    from graphwm.envs import model_preset
+    from graphwm.envs import resolved_configs
 
-    preset = model_preset(model, env)  # the paper's, else the defaults of an untuned env
-    model_config = {**preset["model"], **(model_overrides or {})}
-    trainer = {**preset["train"], **(train_overrides or {})}
+    # the paper's preset, else the defaults of an untuned env, under the overrides
+    model_config, trainer = resolved_configs(model, env, model_overrides, train_overrides)
     return TrainJob(
         env=env,
         model=model,
