@@ -6,17 +6,22 @@ the paper's hyperparameters: the cost does not depend on training) it then score
 ``--refs`` reference transitions as ``graphwm.stages.evaluate.single_step_job`` does, twice,
 alternately, in the same process:
 
-* old: every kappa sample's pairwise edge-MLP block computed (``share_identical = False``),
-  the GDD and the permutation test each validating the sets and building the Gram matrices;
+* old: every kappa sample's pairwise edge-MLP block computed (``share_identical = False``)
+  with a SiLU per pair and hidden unit (``exp_split = False``), the GDD and the permutation
+  test each validating the sets and building the Gram matrices;
 * new: bitwise-equal samples' edge-MLP blocks computed once
-  (:func:`gdm_models.adjacency.same_rows`), the GDD and the test from one Gram computation
+  (:func:`gdm_models.adjacency.same_rows`), the pairwise SiLUs from per-node exponentials
+  (:attr:`gdm_models.adjacency.EdgeUpdateMLP.exp_split`: float rounding apart, the same
+  logits), the GDD and the test from one Gram computation
   (:meth:`graphwm.metric.protocol.EvalContext.gdd_and_p_value`).
 
 The parts: ``replay`` (the episode's replay, per reference transition), ``env`` (kappa
 environment samples and their stacking), ``observe`` (the posterior pass over the episode, per
 reference transition), ``imagine`` (kappa model samples), ``metric`` (GDD, permutation test,
-factor-wise metrics). It checks that both paths give the same GDD (relative 1e-9) and p-value
-and prints milliseconds per transition and the old / new ratio. Proportions are what it is for
+factor-wise metrics). It prints milliseconds per transition, the old / new ratio and how far
+the two paths' GDDs are apart (``|dGDD|``: 0 when the model samples are the same bit for bit;
+the split SiLU can move a pair whose logit is within float rounding of its threshold); it
+stops if they differ by more than 1e-6 or the p-values differ. Proportions are what it is for
 on a busy machine; time absolute numbers on an idle one.
 
     uv run python benchmarks/bench_evaluation.py
@@ -86,6 +91,7 @@ def _score(model, ctx, replay, latents, t, env_set, permutations: int, new: bool
     from graphwm.metric.graph import model_samples_to_metric
 
     EdgeUpdateMLP.share_identical = new
+    EdgeUpdateMLP.exp_split = new
     terminal = bool(replay.terminated[t])
     start = time.perf_counter()
     with torch.no_grad():
@@ -100,6 +106,7 @@ def _score(model, ctx, replay, latents, t, env_set, permutations: int, new: bool
     factor_metrics(model_set, env_set, ctx.metric_schema, terminal)
     end = time.perf_counter()
     EdgeUpdateMLP.share_identical = True
+    EdgeUpdateMLP.exp_split = True
     return {"imagine": mid - start, "metric": end - mid}, result.gdd, p
 
 
@@ -157,8 +164,8 @@ def main() -> None:
 
     torch.set_num_threads(1)  # an evaluation job runs one thread (EvalJob.threads)
     head = " | ".join(f"{p} old / new" for p in PARTS)
-    print(f"| env | N | model | {head} | total old / new s | ratio |")
-    print("|---|--:|---|" + "--:|" * (len(PARTS) + 2))
+    print(f"| env | N | model | {head} | total old / new s | ratio | max abs dGDD |")
+    print("|---|--:|---|" + "--:|" * (len(PARTS) + 3))
     profile = cProfile.Profile() if args.profile else None
     for env in args.envs:
         for n in args.sizes:
@@ -182,6 +189,7 @@ def main() -> None:
                     path: {"replay": replay_s, "env": env_s, "observe": observe_s}
                     for path in ("old", "new")
                 }
+                gap = 0.0
                 for t in chosen:
                     scored = {}
                     for path in ("old", "new"):  # alternately, same transition
@@ -197,16 +205,15 @@ def main() -> None:
                         for k, v in times.items():
                             parts[path][k] = parts[path].get(k, 0.0) + v / len(chosen)
                     (g_old, p_old), (g_new, p_new) = scored["old"], scored["new"]
-                    if not (np.isclose(g_old, g_new, rtol=1e-9, atol=0) and p_old == p_new):
+                    gap = max(gap, abs(g_old - g_new))
+                    if not (abs(g_old - g_new) <= 1e-6 and p_old == p_new):
                         raise AssertionError(f"{env} N={n} {name} t={t}: {scored}")
                 old, new = (sum(parts[p].values()) for p in ("old", "new"))
                 cells = " | ".join(
                     f"{1e3 * parts['old'][k]:.1f} / {1e3 * parts['new'][k]:.1f}" for k in PARTS
                 )
-                print(
-                    f"| {env} | {n} | {name} | {cells} | {old:.3f} / {new:.3f} | {old / new:.2f} |",
-                    flush=True,
-                )
+                total = f"{old:.3f} / {new:.3f} | {old / new:.2f} | {gap:.1e}"
+                print(f"| {env} | {n} | {name} | {cells} | {total} |", flush=True)
     if profile is not None:
         pstats.Stats(profile).sort_stats("tottime").print_stats(20)
 

@@ -16,7 +16,13 @@ from graphwm.config import PresetError, keep_models
 from graphwm.metric.protocol import STREAM_ENV, STREAM_MODEL, sample_seeds
 from graphwm.noise import noise_jobs, repeat_jobs, run_noise
 from graphwm.pipeline import curve_jobs, evaluation_jobs, load_preset, stage_curve
-from graphwm.report.eval_noise import bootstrap_sd, mean_noise_sd, record_noise
+from graphwm.report.eval_noise import (
+    attach_measured_noise,
+    bootstrap_sd,
+    load_measured_noise,
+    mean_noise_sd,
+    record_noise,
+)
 from graphwm.report.formatting import EVAL_NOISE_NOTE, to_latex, to_markdown
 from graphwm.report.seed_stats import SeedStats
 from graphwm.report.table import Cell, Row, Table
@@ -215,6 +221,50 @@ def test_report_average_last_is_off_by_default(noise_run):
     assert "(eval SD " in (report / "gdd_curve.md").read_text()
     assert main(["report", str(paths.root)]) == 0  # the default drops the table again
     assert not (report / "gdd_last_checkpoints.md").exists()
+
+
+def test_the_report_shows_the_measured_noise_where_graphwm_noise_ran(noise_run, one_torch_thread):
+    """After ``graphwm noise``, a curve point's (eval SD x) and error bar are its measured
+    re-evaluation SD, not the bootstrap; report.md says for how many points."""
+    from graphwm.report import curve
+
+    paths, _ = noise_run
+    result = run_noise(noise_preset(), paths, 3, "curve", progress=False)  # steps 2 and 4
+    assert main(["report", str(paths.root)]) == 0
+    index = (paths.root / "report" / "report.md").read_text()
+    assert "measured by re-evaluation" in index and "2 of 2 GDD curve points" in index
+    points = curve.load_curve(paths.root)
+    bootstrap = [record_noise(r) for r in sorted(points, key=lambda r: r["step"])]
+    assert attach_measured_noise(points, load_measured_noise(paths.root)) == 2
+    _, band = curve.noise_series(points, "SAR", "gdm")
+    measured = [row["gdd_sd"] for row in sorted(result.rows, key=lambda r: r["step"])]
+    assert band == pytest.approx(measured) and band != pytest.approx(bootstrap)
+    assert f"(eval SD {measured[-1]:.3f})" in (paths.root / "report" / "gdd_curve.md").read_text()
+
+
+def test_measured_noise_prefers_env_samples_then_more_repeats_and_names_a_bad_file(tmp_path):
+    from graphwm.store.records import ResultsFormatError
+
+    def row(sd, env_samples, repeats, step=None):
+        where = {"env": "OD", "size": 20, "model": "gdm", "seed": 0, "step": step, "episodes": 2}
+        return {**where, "gdd_sd": sd, "env_samples": env_samples, "repeats": repeats}
+
+    (tmp_path / "noise").mkdir()
+    files = {"a": [row(0.1, False, 9)], "b": [row(0.2, True, 3)], "c": [row(0.3, True, 5)]}
+    for name, rows in files.items():
+        (tmp_path / "noise" / f"{name}.json").write_text(json.dumps({"rows": rows}))
+    assert load_measured_noise(tmp_path) == {("OD", 20, "gdm", 0, None, 2): 0.3}
+    final = {"kind": "single_step", "env": "OD", "size": 20, "model": "gdm", "seed": 0,
+             "gdd_transitions": [[0.5, 0.6], [0.4, 0.7]]}  # fmt: skip
+    other = {**final, "gdd_transitions": [[0.5, 0.6]]}  # one episode: another evaluation
+    assert attach_measured_noise([final, other], load_measured_noise(tmp_path)) == 1
+    assert record_noise(final) == 0.3 and record_noise(other) == pytest.approx(
+        bootstrap_sd(other["gdd_transitions"])
+    )
+    assert load_measured_noise(tmp_path / "nowhere") == {}
+    (tmp_path / "noise" / "d.json").write_text('{"rows": [{"env": "OD"}]}')
+    with pytest.raises(ResultsFormatError, match="d.json"):
+        load_measured_noise(tmp_path)
 
 
 # ---------------------------------------------------------------------------------------------

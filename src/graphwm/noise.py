@@ -30,7 +30,7 @@ import numpy as np
 
 from graphwm import pipeline
 from graphwm.config import PresetError
-from graphwm.report.eval_noise import record_noise
+from graphwm.report.eval_noise import record_bootstrap_noise
 from graphwm.report.formatting import format_number
 from graphwm.report.tables import COMPONENTS, model_display, order_envs, order_models
 from graphwm.stages.curve import curve_job
@@ -144,7 +144,7 @@ def noise_rows(
                 "gdd_sd": _sd(gdds),
                 "components_mean": {c: float(np.mean(v)) for c, v in comps.items()},
                 "components_sd": {c: _sd(v) for c, v in comps.items()},
-                "bootstrap_sd": record_noise(dicts[0]),
+                "bootstrap_sd": record_bootstrap_noise(dicts[0]),
             }
         )
     return rows

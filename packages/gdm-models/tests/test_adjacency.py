@@ -234,3 +234,50 @@ def test_forward_chunked_shares_bitwise_equal_graphs():
         EdgeUpdateMLP.share_identical = True
     assert torch.equal(shared, plain)
     assert not torch.equal(shared[0], shared[1])
+
+
+@pytest.mark.parametrize("chunk_elems", [7 * 9 * 2, 0])  # row blocks, whole graphs
+def test_exp_split_is_the_silu_up_to_rounding_and_computes_no_pairwise_silu(
+    chunk_elems, monkeypatch
+):
+    """forward_chunked's pairwise SiLUs from per-node exponentials, silu(P_i + Q_j) =
+    (P_i + Q_j) / (1 + e^-P_i e^-Q_j): the same logits up to float rounding, and no SiLU
+    over the (pairs x hidden) block (only the few existing edges' rows)."""
+    torch.manual_seed(3)
+    m = EdgeUpdateMLP(6, 4, 7)
+    h, g = 2 * torch.randn(3, 9, 6), torch.randn(3, 4)
+    a = _sym_adjacency(3, 9, 0.2)
+    exact = torch.nn.functional.silu
+    sizes: list[int] = []
+    monkeypatch.setattr(
+        adjacency.F, "silu", lambda x, **kw: sizes.append(x.numel()) or exact(x, **kw)
+    )
+    split = m.forward_chunked(h, g, a, chunk_elems=chunk_elems)
+    assert max(sizes) == int(a.sum()) * 7  # the existing edges' recomputed rows only
+    sizes.clear()
+    monkeypatch.setattr(EdgeUpdateMLP, "exp_split", False)
+    plain = m.forward_chunked(h, g, a, chunk_elems=chunk_elems)
+    assert max(sizes) >= 9 * 7  # the plain path's SiLU over whole rows of pairs
+    torch.testing.assert_close(split, plain, rtol=1e-6, atol=1e-6)
+    assert torch.equal(split, split.transpose(1, 2))
+
+
+def test_exp_split_falls_back_to_silu_beyond_its_bound():
+    """|P| or |Q| above EXP_SPLIT_BOUND (e^-P e^-Q could overflow or underflow): the plain
+    SiLU, bit for bit, and still the dense path's function."""
+    torch.manual_seed(4)
+    m = EdgeUpdateMLP(6, 0, 7)
+    h, g = torch.randn(2, 8, 6), torch.zeros(2, 0)
+    h[1, 3] = 500.0  # projections of hundreds
+    a = _sym_adjacency(2, 8, 0.3)
+    with torch.no_grad():
+        assert m.w_i(h).abs().max() > adjacency.EXP_SPLIT_BOUND
+        dense = m.forward_dense(h, g, a)
+    split = m.forward_chunked(h, g, a)
+    try:
+        EdgeUpdateMLP.exp_split = False
+        plain = m.forward_chunked(h, g, a)
+    finally:
+        EdgeUpdateMLP.exp_split = True
+    assert torch.equal(split, plain) and torch.isfinite(split).all()
+    torch.testing.assert_close(split, dense, rtol=1e-5, atol=1e-4)

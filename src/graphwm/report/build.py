@@ -14,6 +14,7 @@ from pathlib import Path
 
 from graphwm.report import curve as report_curve
 from graphwm.report import figures as report_figures
+from graphwm.report.eval_noise import attach_measured_noise, load_measured_noise
 from graphwm.report.missing import missing_note
 from graphwm.report.tables import (
     SeedStats,
@@ -202,8 +203,29 @@ def _write_if_changed(path: Path, text: str) -> None:
         path.write_text(text, encoding="utf-8")
 
 
-def _index(tables: list[Table], figures: dict[str, Path]) -> str:
+def _measured_noise(run_dir: Path, records: list[dict], curve: list[dict]) -> str:
+    """Give the records that ``graphwm noise`` measured their re-evaluation SD (the band
+    and ``(eval SD x)`` then show it instead of the bootstrap); the sentence saying how many."""
+    measured = load_measured_noise(run_dir)
+    if not measured:
+        return ""
+    single = [r for r in records if r["kind"] == "single_step"]
+    n_final, n_curve = (
+        attach_measured_noise(single, measured),
+        attach_measured_noise(curve, measured),
+    )
+    return (
+        f"Evaluation noise measured by re-evaluation (`graphwm noise`, RUN_DIR/noise/) for "
+        f"{n_final} of {len(single)} single-step evaluations and {n_curve} of {len(curve)} GDD "
+        "curve points; the others' eval SD is the bootstrap over reference transitions (an "
+        "upper bound)."
+    )
+
+
+def _index(tables: list[Table], figures: dict[str, Path], noise_source: str = "") -> str:
     parts = ["# Report", "", "Rebuilt from the stored results by `graphwm report RUN_DIR`.", ""]
+    if noise_source:
+        parts += [noise_source, ""]
     for table in tables:
         parts.append(to_markdown(table))
     if figures:
@@ -248,6 +270,7 @@ def build_report(run_dir: Path | str, average_last: int = 0) -> ReportPaths:
     missing = missing_note(run_dir)  # failed jobs: named under every table
     # the GDD curve (train.eval_every): its table after the others, its figure after theirs
     curve = report_curve.load_curve(run_dir)
+    noise_source = _measured_noise(run_dir, records, curve)
     curve_table = report_curve.curve_table(curve)
     if curve_table is not None:
         tables.append(curve_table)
@@ -286,7 +309,7 @@ def build_report(run_dir: Path | str, average_last: int = 0) -> ReportPaths:
             path.unlink()
 
     index = out / "report.md"
-    text = _index(tables, figures)
+    text = _index(tables, figures, noise_source)
     if downstream:
         text += "\n" + downstream["table"].read_text(encoding="utf-8")
         text += f"\n![downstream]({downstream['figure'].name})\n"

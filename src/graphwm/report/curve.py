@@ -68,10 +68,10 @@ CURVE_NOTE = (
 #: the legend entry of the evaluation-noise error bars, and the figure's note on both bands
 EVAL_NOISE_LABEL = "eval. noise ±1 SD"
 BANDS_NOTE = (
-    "Error bars (GDD row): ±1 SD of evaluation noise, not of seeds: a bootstrap over each "
-    "evaluation's reference transitions (combined over seeds), how much a point depends on "
-    "which transitions were scored; an upper bound on what redrawing the samples moves it "
-    "(graphwm noise measures that). Shaded: 95% interval over training seeds."
+    "Error bars (GDD row): ±1 SD of evaluation noise, not of seeds: the SD measured by "
+    "re-evaluating each checkpoint (graphwm noise) where the run has it, else a bootstrap over "
+    "each evaluation's reference transitions, an upper bound (combined over seeds). Shaded: "
+    "95% interval over training seeds."
 )
 
 

@@ -41,12 +41,14 @@ def format_mean_ci(
 
 #: the table note of the evaluation-noise SD beside the seed interval (docs/reporting.md)
 EVAL_NOISE_NOTE = (
-    "(eval SD x): the evaluation-noise SD of the mean, a bootstrap over the reference "
-    "transitions of each seed's evaluation (1000 draws within each test episode; combined over "
-    "seeds as sqrt(sum SD^2) / n): how much the number depends on which transitions were "
-    "scored, sample noise included. It bounds what a re-evaluation with new samples moves it "
-    '(measured several times smaller: `graphwm noise`, docs/reproducing.md "Evaluation '
-    'noise"). It is not the interval after the mean, which is the 95% CI over training seeds.'
+    "(eval SD x): the evaluation-noise SD of the mean (each seed's evaluation combined as "
+    "sqrt(sum SD^2) / n). Measured where the run holds a re-evaluation (`graphwm noise`: the "
+    "SD over R evaluations of the checkpoint with new model and env samples; report.md says "
+    "for how many); else a bootstrap over the reference transitions of each evaluation (1000 "
+    "draws within each test episode), which also counts which transitions were scored and is "
+    "an upper bound (1.5-3x the measured SD at the medium preset, docs/reproducing.md "
+    '"Evaluation noise"). It is not the interval after the mean, which is the 95% CI over '
+    "training seeds."
 )
 
 

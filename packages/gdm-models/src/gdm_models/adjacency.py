@@ -33,6 +33,7 @@ __all__ = [
     "HC_GAMMA",
     "HC_ZETA",
     "EDGE_CHUNK_BYTES",
+    "EXP_SPLIT_BOUND",
     "DENSE_BLOCK_BYTES",
     "DENSE_CHECKPOINT_BYTES",
     "EdgeUpdateMLP",
@@ -50,6 +51,9 @@ HC_GAMMA = -0.1
 HC_ZETA = 1.1
 EPS = 1e-6
 INIT_UPDATE_LOGIT = -4.0
+#: largest |P|, |Q| (first-layer projections) for which :meth:`EdgeUpdateMLP.forward_chunked`
+#: splits the SiLU's exponential: e^40 e^40 = 5.5e34 and e^-80 = 1.8e-35 stay normal float32
+EXP_SPLIT_BOUND = 40.0
 
 #: block budget (bytes) of the no-grad pairwise edge MLP per device type: cache sized on the
 #: CPU (the block is reused and stays in cache), hundreds of MB on a GPU (few, large launches)
@@ -182,6 +186,26 @@ def same_rows(*xs: torch.Tensor) -> list[int]:
     return first
 
 
+def _pair_block(
+    pq: tuple[torch.Tensor, torch.Tensor],
+    epq: tuple[torch.Tensor, torch.Tensor] | None,
+    w2: torch.Tensor,
+    out: torch.Tensor,
+    buf: torch.Tensor,
+    den: torch.Tensor,
+) -> None:
+    """out = silu(P + Q) @ w2 for one block of pairs, written into ``out``; ``buf`` (and
+    ``den``) the block's buffers. With ``epq = (e^-P, e^-Q)``, silu(P + Q) = (P + Q) /
+    (1 + e^-P e^-Q), no exponential per pair (:attr:`EdgeUpdateMLP.exp_split`)."""
+    torch.add(*pq, out=buf)
+    if epq is None:
+        F.silu(buf, inplace=True)
+    else:
+        torch.mul(*epq, out=den)
+        buf.div_(den.add_(1.0))
+    torch.matmul(buf, w2, out=out)
+
+
 class EdgeUpdateMLP(nn.Module):
     """MLP_adj(h_i, h_j, h_g, z_g, A_{t-1}(i,j)): Linear -> SiLU -> Linear (one hidden layer).
 
@@ -292,15 +316,31 @@ class EdgeUpdateMLP(nn.Module):
         w2 = self.out.weight.reshape(-1)
         b2 = self.out.bias
         f = h.new_empty(b, n, n)
-        rows = max(1, budget // max(1, n * hid))
+        # silu(x) = x / (1 + e^-x) and e^-(P_i + Q_j) = e^-P_i e^-Q_j: from the exponentials of
+        # the per-node projections (2 N x hidden) the pairwise block needs no exponential (its
+        # S N^2 hidden SiLUs are the cost of the GDM's imagination at large N); the same
+        # function up to float rounding (a few ulp per unit, docs/models.md "Imagination").
+        # Only while every |P|, |Q| <= EXP_SPLIT_BOUND (products finite and normal), else silu.
+        split = self.exp_split and bool(
+            torch.maximum(pc.abs().amax(), q.abs().amax()) <= EXP_SPLIT_BOUND
+        )
+        ep, eq = (torch.exp(-pc), torch.exp(-q)) if split else (pc, q)
+        per_row = max(1, n * hid) * (2 if split else 1)  # the buffers of one row of pairs
+        rows = max(1, budget // per_row)
         if rows >= n:  # whole graphs per block
-            k = rows // n
+            k = min(b, rows // n)
+            buf = h.new_empty(k, n, n, hid)
+            den = h.new_empty(k, n, n, hid) if split else buf
             for s in range(0, b, k):
-                pre = pc[s : s + k, :, None, :] + q[s : s + k, None, :, :]
-                F.silu(pre, inplace=True)
-                torch.matmul(pre, w2, out=f[s : s + k])
+                e = min(b, s + k)
+                _pair_block(
+                    (pc[s:e, :, None, :], q[s:e, None, :, :]),
+                    (ep[s:e, :, None, :], eq[s:e, None, :, :]) if split else None,
+                    w2, f[s:e], buf[: e - s], den[: e - s],
+                )  # fmt: skip
         else:
             buf = h.new_empty(rows, n, hid)
+            den = h.new_empty(rows, n, hid) if split else buf
             first = same_rows(pc, q) if self.share_identical else list(range(b))
             for s in range(b):
                 if first[s] != s:  # bitwise the inputs of an earlier graph: its result
@@ -308,10 +348,11 @@ class EdgeUpdateMLP(nn.Module):
                     continue
                 for r0 in range(0, n, rows):
                     r1 = min(n, r0 + rows)
-                    blk = buf[: r1 - r0]
-                    torch.add(pc[s, r0:r1, None, :], q[s, None, :, :], out=blk)
-                    F.silu(blk, inplace=True)
-                    torch.matmul(blk, w2, out=f[s, r0:r1])
+                    _pair_block(
+                        (pc[s, r0:r1, None, :], q[s, None, :, :]),
+                        (ep[s, r0:r1, None, :], eq[s, None, :, :]) if split else None,
+                        w2, f[s, r0:r1], buf[: r1 - r0], den[: r1 - r0],
+                    )  # fmt: skip
         f += b2
         # existing edges: the first layer has + w_A (A_ij = 1)
         bi, ii, jj = torch.nonzero(a_prev, as_tuple=True)
@@ -322,6 +363,11 @@ class EdgeUpdateMLP(nn.Module):
     #: whether :meth:`forward_chunked` computes the pairwise block of bitwise-equal graphs
     #: once (the result is the same either way; False: the plain loop, for benchmarks)
     share_identical: bool = True
+
+    #: whether :meth:`forward_chunked` computes the SiLUs of its pairwise blocks from the
+    #: per-node exponentials (the same function up to float rounding; False: ``F.silu``, the
+    #: path before it, for benchmarks and tests)
+    exp_split: bool = True
 
     #: implementation used by :meth:`forward`: "auto" (dense with autograd, else chunked),
     #: "dense" or "chunked"
