@@ -28,6 +28,7 @@ on a busy machine; time absolute numbers on an idle one.
     uv run python benchmarks/bench_evaluation.py --envs OD --sizes 20 200 1000 --refs 1
     uv run python benchmarks/bench_evaluation.py --sizes 200 --models gdm --profile
     uv run python benchmarks/bench_evaluation.py --metric-only --repeats 5
+    uv run python benchmarks/bench_evaluation.py --sizes 20 200 1000 --extrapolate paper
 
 ``--metric-only`` times the metric half alone, best of ``--repeats`` old and new alternately,
 on two sets of kappa environment samples of one transition, one of them with 1.8% of its node
@@ -138,6 +139,55 @@ def _metric_only(env: str, n: int, repeats: int, permutations: int) -> None:
     print(f"| {env} | {n} | {1e3 * old:.1f} | {1e3 * new:.1f} | {old / new:.2f} |", flush=True)
 
 
+#: the parts of a transition that stay on the CPU when the model half runs on a GPU
+METRIC_HALF = ("replay", "env", "metric")
+
+
+def _per_size(costs: dict[int, float], n: int) -> float:
+    """Cost at ``n`` from the measured sizes: the polynomial in N of degree (measured sizes
+    - 1, at most 2) through them (a + b N + c N^2 through three: the pairwise terms are
+    quadratic), never below the cheapest measured size's."""
+    sizes = sorted(costs)
+    coef = np.polyfit(sizes, [costs[k] for k in sizes], min(2, len(sizes) - 1))
+    return max(float(np.polyval(coef, n)), min(costs.values()))
+
+
+def extrapolate(preset_name: str, measured: dict, env: str) -> None:
+    """CPU-hours of the preset's single-step evaluations, old and new, from ``env``'s
+    per-transition costs (``measured[(model, N)][path][part]`` seconds) used for every env:
+    a model not measured costs what the GDM does (its ablations); all on the CPU, and the
+    metric half alone (replay, env samples, GDD and test: the CPU's share when the model half
+    runs on a GPU). Transitions per job and size: reference transitions x test episodes."""
+    from graphwm.checks import parse_checked
+    from graphwm.jobs import training_jobs
+    from graphwm.pipeline import load_preset
+
+    preset = parse_checked(load_preset(preset_name, {"device": "cpu"}))
+    jobs = training_jobs(preset)
+    per_size = preset.evaluate.reference_transitions * preset.collect.test_episodes
+    models = {m for m, _ in measured}
+    hours = {(path, half): 0.0 for path in ("old", "new") for half in ("all", "metric")}
+    for job in jobs:
+        model = job.model if job.model in models else "gdm"
+        for path in ("old", "new"):
+            for half, parts in (("all", PARTS), ("metric", METRIC_HALF)):
+                costs = {
+                    n: sum(p[path][k] for k in parts)
+                    for (m, n), p in measured.items()
+                    if m == model
+                }
+                for n in preset.test_sizes(job.env):
+                    hours[path, half] += per_size * _per_size(costs, n) / 3600
+    print(
+        f"\n{preset_name} preset, {len(jobs)} training jobs x their test sizes x {per_size} "
+        f"transitions, {env}'s per-transition costs for every env (models not measured "
+        "cost the GDM's):"
+    )
+    for half, what in (("all", "all on the CPU"), ("metric", "metric half (model on a GPU)")):
+        old, new = hours["old", half], hours["new", half]
+        print(f"  {what}: {old:,.0f} -> {new:,.0f} CPU-hours ({old / new:.2f}x)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--envs", nargs="+", default=["OD"])
@@ -148,6 +198,9 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="cProfile of the new path")
     parser.add_argument("--metric-only", action="store_true", help="the metric half alone")
     parser.add_argument("--repeats", type=int, default=5, help="--metric-only: best of")
+    parser.add_argument(
+        "--extrapolate", metavar="PRESET", help="scale the first env's costs to PRESET's jobs"
+    )
     args = parser.parse_args()
     if args.metric_only:
         print("| env | N | metric half old ms | new ms | ratio |\n|---|--:|--:|--:|--:|")
@@ -167,6 +220,7 @@ def main() -> None:
     print(f"| env | N | model | {head} | total old / new s | ratio | max abs dGDD |")
     print("|---|--:|---|" + "--:|" * (len(PARTS) + 3))
     profile = cProfile.Profile() if args.profile else None
+    measured: dict[tuple[str, int], dict] = {}
     for env in args.envs:
         for n in args.sizes:
             schema, small, ctx, replay, refs, chosen, env_sets, replay_s, env_s = _setup(
@@ -208,6 +262,8 @@ def main() -> None:
                     gap = max(gap, abs(g_old - g_new))
                     if not (abs(g_old - g_new) <= 1e-6 and p_old == p_new):
                         raise AssertionError(f"{env} N={n} {name} t={t}: {scored}")
+                if env == args.envs[0]:
+                    measured[name, n] = parts
                 old, new = (sum(parts[p].values()) for p in ("old", "new"))
                 cells = " | ".join(
                     f"{1e3 * parts['old'][k]:.1f} / {1e3 * parts['new'][k]:.1f}" for k in PARTS
@@ -216,6 +272,10 @@ def main() -> None:
                 print(f"| {env} | {n} | {name} | {cells} | {total} |", flush=True)
     if profile is not None:
         pstats.Stats(profile).sort_stats("tottime").print_stats(20)
+    if args.extrapolate:
+        if len(args.sizes) < 3:
+            raise SystemExit("--extrapolate needs three sizes or more, e.g. --sizes 20 200 1000")
+        extrapolate(args.extrapolate, measured, args.envs[0])
 
 
 if __name__ == "__main__":
