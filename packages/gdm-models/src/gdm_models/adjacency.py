@@ -320,9 +320,12 @@ class EdgeUpdateMLP(nn.Module):
         # the per-node projections (2 N x hidden) the pairwise block needs no exponential (its
         # S N^2 hidden SiLUs are the cost of the GDM's imagination at large N); the same
         # function up to float rounding (a few ulp per unit, docs/models.md "Imagination").
-        # Only while every |P|, |Q| <= EXP_SPLIT_BOUND (products finite and normal), else silu.
-        split = self.exp_split and bool(
-            torch.maximum(pc.abs().amax(), q.abs().amax()) <= EXP_SPLIT_BOUND
+        # Only while every |P|, |Q| <= EXP_SPLIT_BOUND (products finite and normal), else silu;
+        # on the CPU only, where the exponential is the cost (a GPU's launches stay as they were).
+        split = (
+            self.exp_split
+            and h.device.type == "cpu"
+            and bool(torch.maximum(pc.abs().amax(), q.abs().amax()) <= EXP_SPLIT_BOUND)
         )
         ep, eq = (torch.exp(-pc), torch.exp(-q)) if split else (pc, q)
         per_row = max(1, n * hid) * (2 if split else 1)  # the buffers of one row of pairs
@@ -365,8 +368,8 @@ class EdgeUpdateMLP(nn.Module):
     share_identical: bool = True
 
     #: whether :meth:`forward_chunked` computes the SiLUs of its pairwise blocks from the
-    #: per-node exponentials (the same function up to float rounding; False: ``F.silu``, the
-    #: path before it, for benchmarks and tests)
+    #: per-node exponentials on the CPU (the same function up to float rounding; False:
+    #: ``F.silu``, the path before it, for benchmarks and tests; other devices always use it)
     exp_split: bool = True
 
     #: implementation used by :meth:`forward`: "auto" (dense with autograd, else chunked),
