@@ -35,9 +35,10 @@ part() {
     local limit=$1 file=$2
     shift 2
     local rc=0
-    # -k: a part that ignores SIGTERM (a hung CUDA call) is killed 10 s later
-    timeout -k 10 "$limit" "$@" > >(tee "$out/$file") 2>&1 || rc=$?
-    wait
+    # -k: a part that ignores SIGTERM (a hung CUDA call) is killed 10 s later; a pipeline, so
+    # tee has closed the file before the note below is appended (a process substitution's tee
+    # could still truncate it then, and lose the note, on a loaded machine)
+    timeout -k 10 "$limit" "$@" 2>&1 | tee "$out/$file" || rc=${PIPESTATUS[0]}
     if ((rc != 0)); then
         echo "[gpu_check] part ended with exit status $rc (124: over its ${limit} s)" \
             | tee -a "$out/$file"
