@@ -369,7 +369,7 @@ class EdgeUpdateMLP(nn.Module):
 
     #: whether :meth:`forward_chunked` computes the SiLUs of its pairwise blocks from the
     #: per-node exponentials on the CPU (the same function up to float rounding; False:
-    #: ``F.silu``, the path before it, for benchmarks and tests; other devices always use it)
+    #: ``F.silu``, the path before it, for benchmarks and tests; other devices always take F.silu)
     exp_split: bool = True
 
     #: implementation used by :meth:`forward`: "auto" (dense with autograd, else chunked),
