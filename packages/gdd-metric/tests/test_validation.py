@@ -153,3 +153,26 @@ def test_validate_samples_returns_normalised_arrays(case):
     assert v.node_continuous.dtype == np.float64 and v.node_categorical.dtype == np.int64
     assert v.num_samples == 4 and v.num_nodes == 5
     np.testing.assert_array_equal(v.support, x["adjacency"].any(0))
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int64, np.bool_, np.float32])
+def test_adjacency_check_accepts_and_names_alike_for_every_dtype(dtype):
+    """Integer and bool sets take whole-array reductions, floats the support's gathers: the
+    same support for a valid set, the same named problem for an invalid one (a negative
+    entry, an asymmetric pair)."""
+    from gdd_metric.schema import _check_adjacency
+
+    rng = np.random.default_rng(0)
+    upper = np.triu(rng.random((6, 9, 9)) < 0.3, 1)
+    adj = (upper | upper.transpose(0, 2, 1)).astype(dtype)
+    _, support = _check_adjacency(adj, "x")
+    assert np.array_equal(support, (upper | upper.transpose(0, 2, 1)).any(0))
+    asym = adj.copy()
+    asym[2, 0, 5], asym[2, 5, 0] = 1, 0
+    with pytest.raises(ValueError, match=r"not symmetric \(sample 2\)"):
+        _check_adjacency(asym, "x")
+    if dtype != np.bool_:
+        neg = adj.copy()
+        neg[1, 3, 4] = neg[1, 4, 3] = -1
+        with pytest.raises(ValueError, match="only 0 and 1, found -1"):
+            _check_adjacency(neg, "x")

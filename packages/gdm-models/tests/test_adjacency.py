@@ -241,8 +241,10 @@ def test_exp_split_is_the_silu_up_to_rounding_and_computes_no_pairwise_silu(
     chunk_elems, monkeypatch
 ):
     """forward_chunked's pairwise SiLUs from per-node exponentials, silu(P_i + Q_j) =
-    (P_i + Q_j) / (1 + e^-P_i e^-Q_j): the same logits up to float rounding, and no SiLU
-    over the (pairs x hidden) block (only the few existing edges' rows)."""
+    (P_i + Q_j) / (1 + e^-P_i e^-Q_j), in torch blocks (the compiled loop off): the same
+    logits up to float rounding, and no SiLU over the (pairs x hidden) block (only the few
+    existing edges' rows)."""
+    monkeypatch.setattr(EdgeUpdateMLP, "cpu_kernel", False)
     torch.manual_seed(3)
     m = EdgeUpdateMLP(6, 4, 7)
     h, g = 2 * torch.randn(3, 9, 6), torch.randn(3, 4)
@@ -274,6 +276,7 @@ def test_exp_split_falls_back_to_silu_beyond_its_bound():
         assert m.w_i(h).abs().max() > adjacency.EXP_SPLIT_BOUND
         dense = m.forward_dense(h, g, a)
     split = m.forward_chunked(h, g, a)
+    assert torch.equal(split, m.forward_chunked(h, g, a, chunk_elems=8 * 7))
     try:
         EdgeUpdateMLP.exp_split = False
         plain = m.forward_chunked(h, g, a)

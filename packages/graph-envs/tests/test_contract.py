@@ -334,6 +334,28 @@ def test_observations_honour_the_contract(env_id, num_nodes):
                 break
 
 
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("adjacency", 2, "adjacency has entries other than 0/1"),
+        ("adjacency", -1, "adjacency has entries other than 0/1"),
+        ("action_mask", 2, "action_mask has entries other than 0/1"),
+        ("action_mask", -1, "action_mask has entries other than 0/1"),
+    ],
+)
+def test_validation_names_entries_other_than_zero_one(key, value, message):
+    env = _make("graphenv/OD-v0", 6)
+    obs, _ = env.reset(seed=0)
+    validate_observation(obs, env.schema, 6)
+    bad = {k: v.copy() for k, v in obs.items()}
+    if key == "adjacency":  # symmetric, off the diagonal: only the value is wrong
+        bad[key][0, 1] = bad[key][1, 0] = value
+    else:
+        bad[key][0] = value
+    with pytest.raises(ValueError, match=message):
+        validate_observation(bad, env.schema, 6)
+
+
 @pytest.mark.parametrize("env_id", ENV_IDS)
 def test_render_returns_rgb_image(env_id):
     env = _make(env_id, 9, render_mode="rgb_array")

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from .cpu_path import compiled_loops_apply
 from .member_ops import expand_like, member_apply
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "symmetric_uniform",
     "hard_concrete_gate",
     "hard_concrete_prob_open",
+    "hard_concrete_open",
     "xor_update",
     "bernoulli_gate",
     "next_edge_signed_logit",
@@ -74,9 +76,22 @@ def _budget(table: dict[str, int], device: torch.device) -> int:
 def symmetric_uniform(
     shape: tuple[int, ...], generator: torch.Generator | None, device: torch.device | str
 ) -> torch.Tensor:
-    """Uniforms (..., N, N) with one draw per unordered pair (u_ij = u_ji); diagonal 0.5."""
+    """Uniforms (..., N, N) with one draw per unordered pair (u_ij = u_ji); diagonal 0.5.
+
+    The upper triangle of one (..., N, N) draw mirrored: on the CPU without autograd
+    (imagination) in one compiled pass (:func:`gdm_models.cpu_kernels.mirror_upper_`), else
+    by torch operations; the same tensor bit for bit."""
     u = torch.rand(shape, generator=generator, device=device)
     n = shape[-1]
+    if u.numel() and compiled_loops_apply(u):  # the training step keeps torch's operations
+        from .cpu_kernels import mirror_upper_
+
+        mirror_upper_(u.view(-1, n, n))
+        return u
+    return _mirror_torch(u, n)
+
+
+def _mirror_torch(u: torch.Tensor, n: int) -> torch.Tensor:
     upper = torch.triu(u, diagonal=1)
     eye = torch.eye(n, device=u.device, dtype=u.dtype)
     return upper + upper.transpose(-1, -2) + 0.5 * eye
@@ -123,6 +138,18 @@ def hard_concrete_prob_open(
     """
     l_tilde = logits if shifted else logits + beta * math.log(-gamma / zeta)
     return torch.sigmoid(l_tilde - beta * math.log(-gamma / zeta))
+
+
+def hard_concrete_open(logits: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """1[c > 0] of :func:`hard_concrete_gate` (bool), without the gate's value.
+
+    c > 0 <=> s > -gamma / (zeta - gamma) <=> (logit(u) + l~) / beta > log(-gamma / zeta)
+    <=> logit(u) + l > 0 (the shift beta log(-gamma / zeta) of l~ cancels the stretch's
+    threshold; any beta > 0, gamma < 0, zeta > 1) <=> u > sigmoid(-l), with u clamped as the
+    gate clamps it. The same event up to float rounding at the boundary; two passes over the
+    pairs instead of a dozen (imagination, where only A_t = A_{t-1} xor 1[c > 0] is used).
+    """
+    return u.clamp(EPS, 1.0 - EPS) > torch.neg(logits).sigmoid_()
 
 
 def bernoulli_gate(logits: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
@@ -306,7 +333,9 @@ class EdgeUpdateMLP(nn.Module):
         of one imagination without a graph state, or with equal graph latents) copies that
         graph's result (:attr:`share_identical`). Pairs that are
         edges of ``a_prev`` (few in sparse graphs) are then recomputed with w_A added.
-        Peak extra memory: one block plus the (B, N, N) output.
+        Peak extra memory: one block plus the (B, N, N) output. On the CPU (float32, the
+        split SiLU) one compiled loop per graph replaces the blocks
+        (:attr:`cpu_kernel`, :func:`gdm_models.cpu_kernels.pair_logits`).
         """
         b, n, _ = h.shape
         hid = self.hidden
@@ -327,41 +356,72 @@ class EdgeUpdateMLP(nn.Module):
             and h.device.type == "cpu"
             and bool(torch.maximum(pc.abs().amax(), q.abs().amax()) <= EXP_SPLIT_BOUND)
         )
-        ep, eq = (torch.exp(-pc), torch.exp(-q)) if split else (pc, q)
-        per_row = max(1, n * hid) * (2 if split else 1)  # the buffers of one row of pairs
-        rows = max(1, budget // per_row)
-        if rows >= n:  # whole graphs per block
-            k = min(b, rows // n)
-            buf = h.new_empty(k, n, n, hid)
-            den = h.new_empty(k, n, n, hid) if split else buf
-            for s in range(0, b, k):
-                e = min(b, s + k)
-                _pair_block(
-                    (pc[s:e, :, None, :], q[s:e, None, :, :]),
-                    (ep[s:e, :, None, :], eq[s:e, None, :, :]) if split else None,
-                    w2, f[s:e], buf[: e - s], den[: e - s],
-                )  # fmt: skip
-        else:
-            buf = h.new_empty(rows, n, hid)
-            den = h.new_empty(rows, n, hid) if split else buf
-            first = same_rows(pc, q) if self.share_identical else list(range(b))
-            for s in range(b):
-                if first[s] != s:  # bitwise the inputs of an earlier graph: its result
-                    f[s] = f[first[s]]
-                    continue
-                for r0 in range(0, n, rows):
-                    r1 = min(n, r0 + rows)
-                    _pair_block(
-                        (pc[s, r0:r1, None, :], q[s, None, :, :]),
-                        (ep[s, r0:r1, None, :], eq[s, None, :, :]) if split else None,
-                        w2, f[s, r0:r1], buf[: r1 - r0], den[: r1 - r0],
-                    )  # fmt: skip
+        if split and self.cpu_kernel and compiled_loops_apply(h) and w2.numel() == hid:
+            # CPU: one compiled pass per graph (gdm_models.cpu_kernels), existing edges
+            # included; the same units, the sum over hidden units in another order
+            if bool((pc + self.w_a).abs().amax() <= EXP_SPLIT_BOUND):
+                from . import cpu_kernels
+
+                first = same_rows(pc, q) if self.share_identical else list(range(b))
+                for s in range(b):  # a copied graph also needs A_{t-1}: its edges are in it
+                    if first[s] != s and not torch.equal(a_prev[s], a_prev[first[s]]):
+                        first[s] = s
+                own = [s for s in range(b) if first[s] == s]
+                cpu_kernels.pair_logits(pc, q, self.w_a, w2, float(b2), a_prev, own, f)
+                for s in range(b):
+                    if first[s] != s:  # bitwise the inputs of an earlier graph: its result
+                        f[s] = f[first[s]]
+                return cpu_kernels.symmetrise_(f)  # bit for bit symmetrise(f), one pass
+        epq = (torch.exp(-pc), torch.exp(-q)) if split else None
+        self._pairwise_blocks(pc, q, epq, w2, f, budget)
         f += b2
         # existing edges: the first layer has + w_A (A_ij = 1)
         bi, ii, jj = torch.nonzero(a_prev, as_tuple=True)
         if bi.numel():
             f[bi, ii, jj] = torch.matmul(F.silu(pc[bi, ii] + q[bi, jj] + self.w_a), w2) + b2
         return self.symmetrise(f)
+
+    def _pairwise_blocks(
+        self,
+        pc: torch.Tensor,
+        q: torch.Tensor,
+        epq: tuple[torch.Tensor, torch.Tensor] | None,
+        w2: torch.Tensor,
+        f: torch.Tensor,
+        budget: int,
+    ) -> None:
+        """f = silu(P_i + Q_j) @ w2 by torch operations over blocks of at most ``budget``
+        floats (whole graphs, or rows of one graph), bitwise-equal graphs once
+        (:attr:`share_identical`); ``epq = (e^-P, e^-Q)``: the SiLU without exponentials."""
+        b, n, hid = pc.shape
+        per_row = max(1, n * hid) * (2 if epq is not None else 1)  # one row of pairs' buffers
+        rows = max(1, budget // per_row)
+        if rows >= n:  # whole graphs per block
+            k = min(b, rows // n)
+            buf = pc.new_empty(k, n, n, hid)
+            den = pc.new_empty(k, n, n, hid) if epq is not None else buf
+            for s in range(0, b, k):
+                e = min(b, s + k)
+                _pair_block(
+                    (pc[s:e, :, None, :], q[s:e, None, :, :]),
+                    (epq[0][s:e, :, None, :], epq[1][s:e, None, :, :]) if epq else None,
+                    w2, f[s:e], buf[: e - s], den[: e - s],
+                )  # fmt: skip
+            return
+        buf = pc.new_empty(rows, n, hid)
+        den = pc.new_empty(rows, n, hid) if epq is not None else buf
+        first = same_rows(pc, q) if self.share_identical else list(range(b))
+        for s in range(b):
+            if first[s] != s:  # bitwise the inputs of an earlier graph: its result
+                f[s] = f[first[s]]
+                continue
+            for r0 in range(0, n, rows):
+                r1 = min(n, r0 + rows)
+                _pair_block(
+                    (pc[s, r0:r1, None, :], q[s, None, :, :]),
+                    (epq[0][s, r0:r1, None, :], epq[1][s, None, :, :]) if epq else None,
+                    w2, f[s, r0:r1], buf[: r1 - r0], den[: r1 - r0],
+                )  # fmt: skip
 
     #: whether :meth:`forward_chunked` computes the pairwise block of bitwise-equal graphs
     #: once (the result is the same either way; False: the plain loop, for benchmarks)
@@ -371,6 +431,13 @@ class EdgeUpdateMLP(nn.Module):
     #: per-node exponentials on the CPU (the same function up to float rounding; False:
     #: ``F.silu``, the path before it, for benchmarks and tests; other devices always take F.silu)
     exp_split: bool = True
+
+    #: whether :meth:`forward_chunked` computes the pairwise block and the symmetrisation on
+    #: the CPU by compiled loops (:mod:`gdm_models.cpu_kernels`: one pass over memory instead
+    #: of one per torch operation; the same units, the second layer's sum in another order,
+    #: so the same logits up to float rounding). Needs :attr:`exp_split`; False: the torch
+    #: blocks (the path before it, for benchmarks and tests)
+    cpu_kernel: bool = True
 
     #: implementation used by :meth:`forward`: "auto" (dense with autograd, else chunked),
     #: "dense" or "chunked"

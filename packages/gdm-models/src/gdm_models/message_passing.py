@@ -121,6 +121,23 @@ class GraphMessagePassing(nn.Module):
             m = layer.forward_dense(m, alpha)
         return m
 
+    def forward_neighbours(
+        self, h: torch.Tensor, g: torch.Tensor, adjacency: torch.Tensor
+    ) -> torch.Tensor:
+        """:meth:`forward_sparse` on the CPU without autograd: the mean over each node's
+        neighbours in a compiled loop over neighbour lists made once for every layer
+        (:class:`gdm_models.cpu_kernels.Neighbours`), float32."""
+        if not self.layers:
+            return h
+        from .cpu_kernels import Neighbours
+
+        nb = Neighbours(adjacency)
+        m = self._inject(h, g)
+        for layer in self.layers:
+            assert isinstance(layer, SparseGATLayer)
+            m = layer.norm(layer.root(m) + nb.mean(layer.lin(m)))
+        return m
+
     def forward_sparse(
         self, h: torch.Tensor, g: torch.Tensor, adjacency: torch.Tensor
     ) -> torch.Tensor:

@@ -17,12 +17,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..cpu_path import compiled_loops_apply
 from ..layers import one_hot
 from ..losses import NodeMasks, Prediction, masked_mean, pair_mask_of
 from ..member_ops import expand_like, member_apply
@@ -229,6 +230,11 @@ def sample_symmetric_bernoulli(
     draw per unordered pair i < j (upper-triangle logits), mirrored to (j, i)."""
     n = logits.shape[-1]
     u = torch.rand(logits.shape, generator=generator, device=logits.device, dtype=logits.dtype)
+    if logits.dim() == 3 and compiled_loops_apply(logits, u):
+        from ..cpu_kernels import upper_draw_
+
+        # the same comparisons in one compiled pass over the upper triangle (CPU imagination)
+        return upper_draw_(torch.sigmoid(logits), u, node_mask.expand(logits.shape[:2]))
     upper = torch.triu(torch.ones(n, n, dtype=torch.bool, device=logits.device), diagonal=1)
     draw = (u < torch.sigmoid(logits)) & upper & pair_mask_of(node_mask)
     return (draw | draw.transpose(-1, -2)).to(logits.dtype)
@@ -309,10 +315,13 @@ def sampled_state(
         "reward": scaler.unscale_reward(pred.reward),
         "continuation": cont,
     }
-    soft = soft_state(pred, node_mask)
-    hard = replace(
-        soft,
+    # soft_state's fields but the sampled ones (its adjacency, sigmoid(logits) over the pairs,
+    # would only be replaced)
+    hard = GraphState(
         adjacency=adj,
+        node_continuous=pred.node_continuous * m[..., None],
+        graph_continuous=pred.graph_continuous,
+        node_mask=node_mask,
         node_categorical=[
             F.one_hot(x, k).to(m.dtype) * m[..., None]
             for x, k in zip(nk, schema.node_cardinalities, strict=True)

@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..adjacency import next_edge_signed_logit
+from ..cpu_path import compiled_loops_apply
 from ..layers import (
     FusedLinear,
     LayerNormGRU,
@@ -45,7 +46,7 @@ from ..message_passing import GraphMessagePassing, normalise_weights
 from ..scaling import FeatureScaler
 from ..schema import Schema
 from .config import GDMConfig
-from .latent import SPARSE_MAX_DENSITY, GDMLatent, Noise
+from .latent import NEIGHBOURS_MAX_DENSITY, SPARSE_MAX_DENSITY, GDMLatent, Noise
 from .parts import (
     AdjacencyPart,
     Decoder,
@@ -216,12 +217,34 @@ class GDMCell(nn.Module):
         if hard is not None and (weights is None or not weights.requires_grad):
             # sparse PyG path for sparse graphs; a batched dense product is cheaper (and far
             # smaller than per-edge messages) once the graph is dense
-            if float(hard.sum()) <= SPARSE_MAX_DENSITY * hard.numel():
+            if compiled_loops_apply(hard, h_n, g):
+                return self._message_passing_cpu(h_n, g, hard)
+            limit = SPARSE_MAX_DENSITY.get(hard.device.type, SPARSE_MAX_DENSITY["other"])
+            if float(hard.sum()) <= limit * hard.numel():
                 return self.mp.forward_sparse(h_n, g, hard)
             return self.mp.forward_dense(h_n, g, hard)
         if weights is None:
             raise ValueError("message passing needs a hard adjacency or weights")
         return self.mp.forward_dense(h_n, g, weights)
+
+    def _message_passing_cpu(
+        self, h_n: torch.Tensor, g: torch.Tensor, hard: torch.Tensor
+    ) -> torch.Tensor:
+        """CPU inference: each graph at most NEIGHBOURS_MAX_DENSITY dense takes the compiled
+        neighbour lists (the sparse backend's numbers), a denser one the dense product;
+        chosen per graph, so a graph's result does not depend on its batch."""
+        n = hard.shape[-1]
+        sparse = hard.sum((1, 2)) <= NEIGHBOURS_MAX_DENSITY * n * n
+        if bool(sparse.all()):
+            return self.mp.forward_neighbours(h_n, g, hard)
+        if not bool(sparse.any()):
+            return self.mp.forward_dense(h_n, g, hard)
+        dense = ~sparse
+        out = self.mp.forward_neighbours(h_n[sparse], g[sparse], hard[sparse])
+        m = out.new_empty(h_n.shape[0], *out.shape[1:])
+        m[sparse] = out
+        m[dense] = self.mp.forward_dense(h_n[dense], g[dense], hard[dense])
+        return m
 
     def prior(
         self,

@@ -15,7 +15,13 @@ import torch
 
 from ..adjacency import symmetric_uniform
 
-__all__ = ["GDMLatent", "Noise", "SPARSE_MAX_DENSITY", "permute_noise"]
+__all__ = [
+    "GDMLatent",
+    "Noise",
+    "SPARSE_MAX_DENSITY",
+    "NEIGHBOURS_MAX_DENSITY",
+    "permute_noise",
+]
 
 
 @dataclass
@@ -48,13 +54,16 @@ class GDMLatent:
             return self
         if self.batch_size != 1:
             raise ValueError(f"cannot expand a latent with batch {self.batch_size} to {s}")
-        return GDMLatent(
-            *(t.expand(s, *t.shape[1:]).contiguous() for t in dataclasses.astuple(self))
-        )
+        return GDMLatent(*(t.expand(s, *t.shape[1:]).contiguous() for t in self.tensors()))
 
     def detach(self) -> GDMLatent:
         """Detached copy."""
-        return GDMLatent(*(t.detach() for t in dataclasses.astuple(self)))
+        return GDMLatent(*(t.detach() for t in self.tensors()))
+
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        """The fields in order, the tensors themselves (``dataclasses.astuple`` would
+        deep-copy each: 0.17 s for 30 latents at N = 1000)."""
+        return tuple(getattr(self, f.name) for f in dataclasses.fields(self))
 
 
 class Noise:
@@ -106,8 +115,20 @@ def _rand(
     return torch.rand(shape, generator=generator, device=device)
 
 
-#: largest edge density for which message passing uses the sparse (PyG) backend
-SPARSE_MAX_DENSITY = 0.05
+#: largest edge density for which message passing on a hard adjacency uses the sparse (PyG)
+#: backend, per device type. CPU: measured crossover (one thread, 30 graphs, hidden 128, two
+#: layers): at N = 1000 sparse 210 / dense 419 ms at density 0.2%, 385 / 392 at 0.5%, 720 /
+#: 440 at 1%, 1553 / 325 at 3%; at N = 300 about equal at 1%, 221 / 62 at 3% (docs/models.md,
+#: "Imagination"). Other devices: 5%, not measured.
+SPARSE_MAX_DENSITY: dict[str, float] = {"cpu": 0.005, "cuda": 0.05, "other": 0.05}
+
+#: largest edge density for which message passing on a hard adjacency on the CPU without
+#: autograd takes the compiled neighbour lists
+#: (:meth:`~gdm_models.message_passing.GraphMessagePassing.forward_neighbours`: the sparse
+#: backend's numbers bit for bit). Measured crossover with the dense product (same setting as
+#: above): N = 1000 139 / 404 ms at 2%, 249 / 403 at 10%, 479 / 449 at 30%; N = 200 23 / 39 at
+#: 10%, 37 / 34 at 30%
+NEIGHBOURS_MAX_DENSITY = 0.2
 
 _NODE_AXIS_NOISE = ("zn_prior", "zn_post", "out_node_cat", "out_action_mask")
 

@@ -219,7 +219,7 @@ class GDM(WorldModel, MemberModel):
         gens = [self.make_generator(g) for g in generators]
         rows = [latent.expand(int(num_samples)) for latent in latents]
         latent = GDMLatent(
-            *(torch.cat(parts) for parts in zip(*map(dataclasses.astuple, rows), strict=True))
+            *(torch.cat(parts) for parts in zip(*(r.tensors() for r in rows), strict=True))
         )
         actions = torch.cat(acts, 1)  # (K, R * S, N)
         noise = Noise(None, self.device, blocks=gens)

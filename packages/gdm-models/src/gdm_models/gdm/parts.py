@@ -26,7 +26,15 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..adjacency import EdgeUpdateMLP, bernoulli_gate, hard_concrete_gate, xor_update
+from ..adjacency import (
+    EPS,
+    EdgeUpdateMLP,
+    bernoulli_gate,
+    hard_concrete_gate,
+    hard_concrete_open,
+    xor_update,
+)
+from ..cpu_path import compiled_loops_apply
 from ..decoder import GraphHeads, InnovationDecoder, NodeHeads, PairDotAdjacencyHead
 from ..encoder import ActionEmbedding, FeatureEncoder, ObservedGraphEncoder
 from ..layers import MLP, CategoricalHead, LayerNormGRU, sample_onehot_st
@@ -172,12 +180,39 @@ class AdjacencyPart(nn.Module):
         self, logits: torch.Tensor, a_prev: torch.Tensor, pair_mask: torch.Tensor, u: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Gate, XOR update, straight-through weights: (A_t, b_bar); ``u`` symmetric uniforms."""
+        if not (torch.is_grad_enabled() and (logits.requires_grad or u.requires_grad)):
+            # no autograd (imagination): only 1[c > 0] is used, and A_t is b_bar's forward
+            # value (xor_update); the event from one comparison
+            a_t = _open_xor(logits, u, a_prev, pair_mask, self.sampler == "bernoulli")
+            return a_t, a_t
         if self.sampler == "hard_concrete":
             gate = hard_concrete_gate(logits, u, *self.hc)
         else:
             gate = bernoulli_gate(logits, u)
         gate = gate * pair_mask.to(gate.dtype)  # no gate on the diagonal / padding
         return xor_update(a_prev, gate)
+
+
+def _open_xor(
+    logits: torch.Tensor,
+    u: torch.Tensor,
+    a_prev: torch.Tensor,
+    pair_mask: torch.Tensor,
+    bernoulli: bool,
+) -> torch.Tensor:
+    """A_t = A_{t-1} xor (pair_mask and 1[c > 0]) without autograd: the Hard Concrete gate's
+    event (:func:`~gdm_models.adjacency.hard_concrete_open`) or, ``bernoulli``, the Bernoulli
+    gate's u < sigmoid(l) (its forward value hard + p - p is > 0 exactly when hard = 1); on
+    the CPU the comparison and the XOR in one compiled pass."""
+    mask = pair_mask.expand(-1, *logits.shape[-2:]) if pair_mask.dim() == 3 else None
+    if mask is not None and compiled_loops_apply(logits, u):
+        from ..cpu_kernels import open_xor_
+
+        threshold = torch.sigmoid(logits) if bernoulli else torch.neg(logits).sigmoid_()
+        a = a_prev.to(logits.dtype)
+        return open_xor_(threshold, u, a, mask.contiguous(), EPS, below=bernoulli)
+    event = u < torch.sigmoid(logits) if bernoulli else hard_concrete_open(logits, u)
+    return (event & pair_mask).logical_xor_(a_prev != 0).to(logits.dtype)
 
 
 class NodeLatent(nn.Module):
