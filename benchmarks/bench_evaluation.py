@@ -30,6 +30,7 @@ on a busy machine; time absolute numbers on an idle one.
     uv run python benchmarks/bench_evaluation.py --metric-only --repeats 5
     uv run python benchmarks/bench_evaluation.py --sizes 20 200 1000 --extrapolate paper
     uv run python benchmarks/bench_evaluation.py --sizes 20 200 1000 --timings 3 --extrapolate paper
+    uv run python benchmarks/bench_evaluation.py --models all --timings 2 --extrapolate paper
 
 ``--metric-only`` times the metric half alone, best of ``--repeats`` old and new alternately,
 on two sets of kappa environment samples of one transition, one of them with 1.8% of its node
@@ -47,6 +48,16 @@ import time
 import numpy as np
 
 MODELS = ("gdm", "gdm:no-graph-state", "vanilla-gwm", "ea-gwm", "g-rssm")
+#: the paper preset's ablations (``--models all`` times them too)
+ABLATIONS = (
+    "gdm:no-graph-state",
+    "gdm:no-beta-h",
+    "gdm:no-h-plus",
+    "gdm:bernoulli-adj",
+    "gdm:all-pairs-mp",
+    "gdm:no-recurrent-adj",
+    "gdm:no-graph-state+no-h-plus+no-recurrent-adj",
+)
 PARTS = ("replay", "env", "observe", "imagine", "metric")
 
 
@@ -156,6 +167,16 @@ def _per_size(costs: dict[int, float], n: int) -> float:
 
 
 def extrapolate(preset_name: str, measured: dict, env: str) -> None:
+    """:func:`extrapolate_with` every measured model, and, where ablations were measured,
+    once more with each ablation at the GDM's cost (the figure without them)."""
+    extrapolate_with(preset_name, measured, env)
+    if any(":" in m for m, _ in measured):
+        print("  with every ablation at the GDM's cost instead:")
+        plain = {k: v for k, v in measured.items() if ":" not in k[0]}
+        extrapolate_with(preset_name, plain, env)
+
+
+def extrapolate_with(preset_name: str, measured: dict, env: str) -> None:
     """CPU-hours of the preset's single-step evaluations, old and new, from ``env``'s
     per-transition costs (``measured[(model, N)][path][part]`` seconds) used for every env:
     a model not measured costs what the GDM does (its ablations); all on the CPU, and the
@@ -195,7 +216,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--envs", nargs="+", default=["OD"])
     parser.add_argument("--sizes", nargs="+", type=int, default=[20, 200, 1000])
-    parser.add_argument("--models", nargs="+", default=list(MODELS))
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        default=list(MODELS),
+        help='model names, or "all" (with every ablation)',
+    )
     parser.add_argument("--refs", type=int, default=1, help="reference transitions timed")
     parser.add_argument("--permutations", type=int, default=200)
     parser.add_argument(
@@ -212,6 +238,8 @@ def main() -> None:
         "--extrapolate", metavar="PRESET", help="scale the first env's costs to PRESET's jobs"
     )
     args = parser.parse_args()
+    if args.models == ["all"]:
+        args.models = ["gdm", *ABLATIONS, "vanilla-gwm", "ea-gwm", "g-rssm"]
     if args.metric_only:
         print("| env | N | metric half old ms | new ms | ratio |\n|---|--:|--:|--:|--:|")
         for env in args.envs:

@@ -305,3 +305,48 @@ def test_imagination_takes_the_neighbour_lists_below_their_density(monkeypatch):
         both = cell.message_passing(holder, h, g, hard=mixed, weights=None)
     assert calls[2:] == ["forward_neighbours", "forward_dense"]
     assert torch.equal(both[0], alone[0][0]) and torch.equal(both[1], alone[1][1])
+
+
+def test_transition_of_equal_rows_is_computed_once(monkeypatch):
+    """Imagination's first step (S copies of one latent, one action): the transition runs
+    on one row and is repeated, the values of the S-row computation within float rounding;
+    rows that differ are computed as they are."""
+    import numpy as np
+    from gdm_models import FeatureScaler, make_model
+    from gdm_models.data import OBS_KEYS
+    from gdm_models.gdm import cell as cell_module
+    from gdm_models.synthetic import SYNTHETIC_SCHEMA, random_episode
+
+    ep = random_episode(8, 6, np.random.default_rng(0))
+    scaler = FeatureScaler.fit([ep], SYNTHETIC_SCHEMA)
+    torch.manual_seed(0)
+    model = make_model("gdm", SYNTHETIC_SCHEMA, scaler, hidden_dim=16, embed_dim=16)
+    latent = model.observe({k: ep[k][:3] for k in OBS_KEYS}, ep["action_nodes"][:2])
+    cell = model.cell
+    a_emb = cell.embed.action_embed(torch.as_tensor(ep["action_nodes"][2:3], dtype=torch.float32))
+    nm = torch.ones(5, 8, dtype=torch.bool)
+    sizes: list[int] = []
+    gru = cell_module._gru
+
+    def counted(g, z, a, h):
+        sizes.append(h.shape[0])
+        return gru(g, z, a, h)
+
+    monkeypatch.setattr(cell_module, "_gru", counted)
+    with torch.no_grad():
+        shared = cell.transition(latent.expand(5), a_emb.expand(5, -1, -1), nm)
+        assert set(sizes) == {1}
+        with torch.enable_grad():  # the S-row computation
+            full = cell.transition(latent.expand(5), a_emb.expand(5, -1, -1), nm)
+        assert set(sizes[-2:]) == {5}
+        other = latent.expand(5)
+        other.h_n[3] += 1.0  # rows 0, 1, 2, 4 equal, row 3 its own
+        mixed = cell.transition(other, a_emb.expand(5, -1, -1), nm)
+        assert sizes[-4:] == [1, 1, 1, 1]  # once per distinct row, each alone
+        assert torch.equal(mixed[0][4], shared[0][0]) and not torch.equal(mixed[0][3], shared[0][3])
+        distinct = latent.expand(2)
+        distinct.h_n[1] += 1.0
+        cell.transition(distinct, a_emb.expand(2, -1, -1), nm[:2])
+        assert set(sizes[-2:]) == {2}  # all rows distinct: one product over the batch
+    for x, y in zip(shared, full, strict=True):
+        torch.testing.assert_close(x, y.detach(), rtol=1e-6, atol=1e-6)

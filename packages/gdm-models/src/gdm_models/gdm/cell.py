@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..adjacency import next_edge_signed_logit
+from ..adjacency import next_edge_signed_logit, same_rows
 from ..cpu_path import compiled_loops_apply
 from ..layers import (
     FusedLinear,
@@ -198,7 +198,36 @@ class GDMCell(nn.Module):
     def transition(
         self, prev: GDMLatent, a_emb: torch.Tensor, node_mask: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """h^-, h_g^- of a prior step: the posterior step's transition (step 1) on a latent."""
+        """h^-, h_g^- of a prior step: the posterior step's transition (step 1) on a latent.
+
+        Without autograd, rows equal bit for bit (imagination's first step: S copies of one
+        latent with one action; in a batch of latents, S copies of each) are computed once
+        per distinct row, each alone, and repeated: the same function with S times fewer
+        products, and a row's result does not depend on its batch."""
+        b = prev.batch_size
+        if b > 1 and not torch.is_grad_enabled():
+            xs = [x for x in (*prev.tensors()[:4], a_emb, node_mask.to(a_emb.dtype)) if x.numel()]
+            first = same_rows(*xs)
+            distinct = sorted(set(first))
+            if len(distinct) < b:
+                parts = [
+                    self._transition(
+                        GDMLatent(*(t[r : r + 1] for t in prev.tensors())),
+                        a_emb[r : r + 1],
+                        node_mask[r : r + 1],
+                    )
+                    for r in distinct
+                ]
+                at = {r: k for k, r in enumerate(distinct)}
+                rows = torch.tensor([at[f] for f in first], device=a_emb.device)
+                h_n = torch.cat([p[0] for p in parts])[rows]
+                return h_n, torch.cat([p[1] for p in parts])[rows]
+        return self._transition(prev, a_emb, node_mask)
+
+    def _transition(
+        self, prev: GDMLatent, a_emb: torch.Tensor, node_mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`transition` on every row."""
         d = self.deter
         h_n = _gru(d.gru_n, prev.z_n, a_emb, prev.h_n)
         if not self.config.graph_state:
