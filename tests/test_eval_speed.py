@@ -129,3 +129,28 @@ def test_bench_evaluation_compares_the_paths_and_extrapolates():
     ]
     assert all(float(r[-2]) <= 1e-6 for r in rows)  # max |dGDD| of old and new
     assert "all on the CPU:" in out and "CPU-hours" in out
+
+
+def test_print_gdds_prints_the_same_numbers_twice():
+    """benchmarks/print_gdds.py, the cross-tree check of the evaluation's numbers: four
+    reference transitions per model, the same output from two processes."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "print_gdds.py"
+    runs = [
+        subprocess.run(
+            [sys.executable, str(script), "9", "gdm", "vanilla-gwm"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=300,
+        ).stdout  # fmt: skip
+        for _ in range(2)
+    ]
+    assert runs[0] == runs[1]
+    lines = runs[0].splitlines()
+    pattern = r"(gdm|vanilla-gwm) N=9 t=\d+ gdd=[0-9.e+-]+ p=[0-9.e+-]+"
+    assert len(lines) == 8 and all(re.fullmatch(pattern, line) for line in lines)
