@@ -115,7 +115,7 @@ def test_bench_evaluation_compares_the_paths_and_extrapolates():
     from pathlib import Path
 
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_evaluation.py"
-    args = ["--sizes", "8", "10", "12", "--models", "gdm", "vanilla-gwm", "--permutations"]
+    args = ["--sizes", "8", "10", "12", "--models", "gdm", "--permutations"]
     out = subprocess.run(
         [sys.executable, str(script), *args, "10", "--timings", "2", "--extrapolate", "paper"],
         capture_output=True,
@@ -124,33 +124,27 @@ def test_bench_evaluation_compares_the_paths_and_extrapolates():
         timeout=600,
     ).stdout
     rows = [line.split("|") for line in out.splitlines() if line.startswith("| OD |")]
-    assert [(r[2].strip(), r[3].strip()) for r in rows] == [
-        (n, m) for n in ("8", "10", "12") for m in ("gdm", "vanilla-gwm")
-    ]
+    assert [(r[2].strip(), r[3].strip()) for r in rows] == [(n, "gdm") for n in ("8", "10", "12")]
     assert all(float(r[-2]) <= 1e-6 for r in rows)  # max |dGDD| of old and new
     assert "all on the CPU:" in out and "CPU-hours" in out
 
 
-def test_print_gdds_prints_the_same_numbers_twice():
+def test_print_gdds_prints_each_transitions_numbers():
     """benchmarks/print_gdds.py, the cross-tree check of the evaluation's numbers: four
-    reference transitions per model, the same output from two processes."""
+    reference transitions per model, the values single_step_job's scoring gives."""
     import re
     import subprocess
     import sys
     from pathlib import Path
 
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "print_gdds.py"
-    runs = [
-        subprocess.run(
-            [sys.executable, str(script), "9", "gdm", "vanilla-gwm"],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=300,
-        ).stdout  # fmt: skip
-        for _ in range(2)
-    ]
-    assert runs[0] == runs[1]
-    lines = runs[0].splitlines()
-    pattern = r"(gdm|vanilla-gwm) N=9 t=\d+ gdd=[0-9.e+-]+ p=[0-9.e+-]+"
-    assert len(lines) == 8 and all(re.fullmatch(pattern, line) for line in lines)
+    out = subprocess.run(
+        [sys.executable, str(script), "9", "gdm"],
+        capture_output=True, text=True, check=True, timeout=300,
+    ).stdout  # fmt: skip
+    lines = out.splitlines()
+    pattern = r"gdm N=9 t=\d+ gdd=([0-9.e+-]+) p=([0-9.e+-]+)"
+    matches = [re.fullmatch(pattern, line) for line in lines]
+    assert len(lines) == 4 and all(matches)
+    gdds = [float(m.group(1)) for m in matches if m]
+    assert all(g > 0 for g in gdds) and len(set(gdds)) > 1  # real, distinct transitions
