@@ -55,7 +55,7 @@ def test_compiled_edge_mlp_is_the_reference_function(seed, monkeypatch):
     assert torch.equal(fast, fast.transpose(1, 2))
 
 
-def test_compiled_edge_mlp_matches_the_torch_blocks_within_rounding():
+def test_compiled_edge_mlp_matches_the_torch_blocks_within_rounding(monkeypatch):
     """The loop and the torch blocks (cpu_kernel off) compute the same units; only the order
     of the second layer's sum differs."""
     torch.manual_seed(0)
@@ -63,11 +63,8 @@ def test_compiled_edge_mlp_matches_the_torch_blocks_within_rounding():
     h, g = torch.randn(4, 50, 16), torch.randn(4, 8)
     a = _sym_adjacency(4, 50, 0.05, torch.Generator().manual_seed(1))
     fast = m.forward_chunked(h, g, a)
-    try:
-        EdgeUpdateMLP.cpu_kernel = False
-        blocks = m.forward_chunked(h, g, a)
-    finally:
-        EdgeUpdateMLP.cpu_kernel = True
+    monkeypatch.setattr(EdgeUpdateMLP, "cpu_kernel", False)
+    blocks = m.forward_chunked(h, g, a)
     assert not torch.equal(fast, blocks)  # really two computations
     torch.testing.assert_close(fast, blocks, rtol=2e-6, atol=2e-6)
 
@@ -85,7 +82,7 @@ def test_pair_logits_writes_only_the_named_graphs():
     torch.testing.assert_close(out[[0, 2]], want[[0, 2]], rtol=1e-5, atol=1e-6)
 
 
-def test_graphs_with_equal_projections_but_other_edges_are_not_shared():
+def test_graphs_with_equal_projections_but_other_edges_are_not_shared(monkeypatch):
     """Sharing copies a graph's logits only when its A_{t-1} is the same too (the existing
     edges are part of the compiled pass)."""
     torch.manual_seed(2)
@@ -97,11 +94,8 @@ def test_graphs_with_equal_projections_but_other_edges_are_not_shared():
     a[2] = a[0]
     a[1, 0, 1] = a[1, 1, 0] = 1.0 - a[0, 0, 1]  # graph 1: one edge differs from graph 0
     shared = m.forward_chunked(h, g, a)
-    try:
-        EdgeUpdateMLP.share_identical = False
-        plain = m.forward_chunked(h, g, a)
-    finally:
-        EdgeUpdateMLP.share_identical = True
+    monkeypatch.setattr(EdgeUpdateMLP, "share_identical", False)
+    plain = m.forward_chunked(h, g, a)
     assert torch.equal(shared, plain)
     assert torch.equal(shared[2], shared[0]) and not torch.equal(shared[1], shared[0])
 
