@@ -37,12 +37,15 @@ def test_tiny_preset_end_to_end(tmp_path, capsys, monkeypatch):
     import graphwm.pipeline
     import graphwm.report.build
     from graphwm.stages.ensemble import train_unit
+    from graphwm.store import executors
 
     calls = {"train": 0, "report": 0}
+    pools = []  # the shared worker pool block each executor call runs in (issue 48, 1)
 
     def counted(name, fn, when=lambda *args: True):
         def wrapper(*args, **kwargs):
             calls[name] += when(*args)
+            pools.append(executors._SHARED.get())
             return fn(*args, **kwargs)
 
         return wrapper
@@ -60,6 +63,8 @@ def test_tiny_preset_end_to_end(tmp_path, capsys, monkeypatch):
     report_dir = reproduce(preset, tmp_path, progress=False)
     # one pass: training (the tiny preset has a [downstream] section) and the report run once
     assert calls == {"train": 1, "report": 1}
+    # every stage (and the report) ran inside one block: one worker pool for the whole run
+    assert len(pools) > 2 and pools[0] is not None and all(p is pools[0] for p in pools)
     monkeypatch.undo()
     results = load_results(tmp_path)
     kinds = {r["kind"] for r in results}

@@ -39,7 +39,7 @@ from graphwm.stages.evaluate import EvalJob, multi_step_job, self_gdd_job, singl
 from graphwm.stages.fit import FitJob, run_fit
 from graphwm.stages.tensorboard import check_tensorboard, write_from_logs
 from graphwm.stages.train import TrainJob, verify_trained
-from graphwm.store.executors import run_jobs
+from graphwm.store.executors import run_jobs, shared_pool
 from graphwm.store.files import atomic_write_json, read_json, run_lock
 from graphwm.store.outcomes import JobsFailed
 from graphwm.store.paths import RunPaths
@@ -229,7 +229,7 @@ def stage_train(preset: PresetLike, paths: RunPaths, progress: bool = True) -> l
     """Stage 3: train every model (and ablation) on every env and seed (collecting and
     fitting what is not there yet first)."""
     p = _preset(preset)
-    with run_lock(paths):
+    with run_lock(paths), shared_pool():  # one worker pool for every stage
         failed = _Failed()
         records = _train(p, paths, progress, failed)
         failed.finish(paths)
@@ -242,7 +242,7 @@ def stage_evaluate(preset: PresetLike, paths: RunPaths, progress: bool = True) -
     Trains whatever is not trained yet first (finished training jobs are skipped).
     """
     p = _preset(preset)
-    with run_lock(paths):
+    with run_lock(paths), shared_pool():  # one worker pool for every stage
         failed = _Failed()
         _train(p, paths, progress, failed)
         records = _evaluate(p, paths, progress, failed)
@@ -255,7 +255,7 @@ def stage_curve(preset: PresetLike, paths: RunPaths, progress: bool = True) -> l
     jobs kept, stored in ``results/`` like every evaluation and listed in ``run.json``'s
     ``curve`` (empty when the curve is off). Trains whatever is not trained yet first."""
     p = _preset(preset)
-    with run_lock(paths):
+    with run_lock(paths), shared_pool():  # one worker pool for every stage
         failed = _Failed()
         if jobs.curve_jobs(p):
             _train(p, paths, progress, failed)
@@ -272,7 +272,7 @@ def stage_downstream(preset: PresetLike, paths: RunPaths, progress: bool = True)
     Trains whatever is not trained yet first; a preset without the section records none.
     """
     p = _preset(preset)
-    with run_lock(paths):
+    with run_lock(paths), shared_pool():  # one worker pool for every stage
         failed = _Failed()
         if _downstream_section(p) is not None:
             _train(p, paths, progress, failed)
@@ -481,7 +481,7 @@ def reproduce_report(
     if not str(out).strip():
         raise PresetError("the run directory (--out) must be a non-empty path")
     paths = RunPaths(Path(out), redo_corrupt=redo_corrupt, retry_failed=retry_failed)
-    with run_lock(paths):
+    with run_lock(paths), shared_pool():  # one worker pool for every stage
         failed = _Failed()
         _train(p, paths, progress, failed)
         _evaluate(p, paths, progress, failed)

@@ -23,6 +23,14 @@ written atomically after the job, so an interrupted job has no record and a reru
 again (training resumes from its last checkpoint). The exception raised is
 :class:`~graphwm.store.interrupts.Interrupted`, naming the jobs that were running or queued.
 
+Inside :func:`shared_pool` (every pipeline command enters one: :mod:`graphwm.pipeline`) the
+local executor's worker processes are started once and serve every stage: a spawned worker
+imports torch and the packages (seconds to tens of seconds), which a pool per stage paid again
+at every stage. A reused worker starts each job from the state it had before its first job
+(:func:`_pooled_execute`: the global random generators, torch's thread count and flags, the
+working directory), so a job's result never depends on which
+jobs its worker ran before it, nor on the worker count.
+
 A job with ``parts`` (several jobs run as one unit of work, e.g. the members of a training
 ensemble) yields one record per part: its function returns, in the order of ``parts``, each
 part's record or the exception that part failed with. The parts' records are stored like
@@ -37,8 +45,10 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -194,6 +204,141 @@ def _init_worker(parent: int) -> None:
     threading.Thread(target=watch, name="graphwm-parent-watchdog", daemon=True).start()
 
 
+#: what a pool worker's global state was before its first job (:func:`_pooled_execute`)
+_BASELINE: dict[str, Any] | None = None
+
+
+def _worker_state() -> dict[str, Any]:
+    """The global state of this process a job may change and the next job could see."""
+    import random
+
+    import numpy as np
+    import torch
+
+    return {
+        "random": random.getstate(),
+        "numpy": np.random.get_state(),  # noqa: NPY002 (the legacy global a library may draw from)
+        "torch_rng": torch.random.get_rng_state(),
+        "torch_seed": torch.initial_seed(),
+        "threads": torch.get_num_threads(),
+        "dtype": torch.get_default_dtype(),
+        "grad": torch.is_grad_enabled(),
+        "deterministic": torch.are_deterministic_algorithms_enabled(),
+        "deterministic_warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
+        "cwd": os.getcwd(),
+    }
+
+
+def _restore_worker_state(state: dict[str, Any]) -> None:
+    """Put back ``state`` (:func:`_worker_state`): a job in a reused worker starts where the
+    worker's first job started."""
+    import random
+
+    import numpy as np
+    import torch
+
+    random.setstate(state["random"])
+    np.random.set_state(state["numpy"])  # noqa: NPY002
+    torch.random.set_rng_state(state["torch_rng"])
+    if torch.cuda.is_initialized():  # CUDA started by an earlier job: its generators too
+        torch.cuda.manual_seed_all(state["torch_seed"])
+    torch.set_num_threads(state["threads"])
+    torch.set_default_dtype(state["dtype"])
+    torch.set_grad_enabled(state["grad"])
+    torch.use_deterministic_algorithms(
+        state["deterministic"], warn_only=state["deterministic_warn_only"]
+    )
+    if os.getcwd() != state["cwd"]:
+        os.chdir(state["cwd"])
+
+
+def _pooled_execute(fn: Any, job: Job, run_dir: str) -> Outcome:
+    """:func:`~graphwm.store.outcomes.execute` in a pool worker, from the worker's state
+    before its first job (recorded then, restored before every later job)."""
+    global _BASELINE
+    if _BASELINE is None:
+        _BASELINE = _worker_state()
+    else:
+        _restore_worker_state(_BASELINE)
+    return execute(fn, job, run_dir)
+
+
+def _new_pool(workers: int) -> ProcessPoolExecutor:
+    """A pool of ``workers`` spawned processes (started as jobs are submitted)."""
+    import multiprocessing as mp
+
+    return ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=mp.get_context("spawn"),  # torch and fork do not mix
+        initializer=_init_worker,
+        initargs=(os.getpid(),),
+    )
+
+
+class _SharedPool:
+    """The worker pool of a :func:`shared_pool` block, made by the first parallel stage."""
+
+    def __init__(self) -> None:
+        self.pool: ProcessPoolExecutor | None = None
+        self.workers = 0
+
+    def get(self, workers: int) -> ProcessPoolExecutor:
+        """The block's pool of ``workers`` processes (a new one if the size asked changed or
+        a worker died: a broken pool runs nothing more)."""
+        if self.pool is not None and (self.workers != workers or _broken(self.pool)):
+            self.close()
+        if self.pool is None:
+            self.pool, self.workers = _new_pool(workers), workers
+        return self.pool
+
+    def discard(self, pool: ProcessPoolExecutor) -> None:
+        """Forget ``pool`` (stopped by the caller, or broken): the next stage starts anew."""
+        if self.pool is pool:
+            self.pool = None
+
+    def close(self, stop: bool = False) -> None:
+        """Shut the pool down: its idle workers exit; ``stop`` ends them at once (a run
+        stopped by an error: nothing of theirs is waited for)."""
+        pool, self.pool = self.pool, None
+        if pool is None:
+            return
+        if stop or _broken(pool):
+            _stop_pool(pool, [])
+        else:
+            pool.shutdown(wait=True)
+
+
+def _broken(pool: ProcessPoolExecutor) -> bool:
+    return bool(getattr(pool, "_broken", False))
+
+
+_SHARED: ContextVar[_SharedPool | None] = ContextVar("graphwm_shared_pool", default=None)
+
+
+@contextlib.contextmanager
+def shared_pool() -> Iterator[None]:
+    """Run every local parallel stage inside the block on one worker pool.
+
+    The pool starts with the first :func:`run_jobs` call that needs one (``executor="local"``,
+    ``max_workers`` > 1, more than one job) and serves every later call asking for the same
+    size, so its workers import torch and the packages once per block instead of once per
+    stage. It shuts down when the block ends (its workers are ended at once if the block
+    ends with an exception). A block inside another uses the outer block's pool.
+    """
+    if _SHARED.get() is not None:
+        yield
+        return
+    scope = _SharedPool()
+    token = _SHARED.set(scope)
+    ok = False
+    try:
+        yield
+        ok = True
+    finally:
+        _SHARED.reset(token)
+        scope.close(stop=not ok)
+
+
 def _run_local(fn, todo, run_dir, workers, desc, progress, done) -> None:
     bar = tqdm(total=len(todo), desc=desc, disable=not progress)
     if workers <= 1 or len(todo) == 1:
@@ -206,19 +351,12 @@ def _run_local(fn, todo, run_dir, workers, desc, progress, done) -> None:
             done(job, outcome)
             bar.update()
     else:
-        import multiprocessing as mp
-
-        ctx = mp.get_context("spawn")  # torch and fork do not mix
-        pool = ProcessPoolExecutor(
-            max_workers=min(workers, len(todo)),
-            mp_context=ctx,
-            initializer=_init_worker,
-            initargs=(os.getpid(),),
-        )
+        scope = _SHARED.get()
+        pool = _new_pool(min(workers, len(todo))) if scope is None else scope.get(workers)
         futures: dict[Future, Job] = {}
         try:
             for job in todo:  # submitting starts the workers: a signal may come meanwhile
-                futures[pool.submit(execute, fn, job, str(run_dir))] = job
+                futures[pool.submit(_pooled_execute, fn, job, str(run_dir))] = job
             for future in as_completed(futures):
                 job = futures[future]
                 try:
@@ -226,18 +364,30 @@ def _run_local(fn, todo, run_dir, workers, desc, progress, done) -> None:
                 except KeyboardInterrupt:
                     raise
                 except Exception as err:  # the worker died (killed, out of memory)
+                    if isinstance(err, BrokenProcessPool) and scope is not None:
+                        scope.discard(pool)  # the next stage starts a new pool
                     failure = Failure.of(err, deterministic=False)
                     outcome = Outcome(job.key, [failure] * len(parts_of(job)), failure.traceback)
                 done(job, outcome)
                 bar.update()
-            pool.shutdown(wait=True)
+            if scope is None:
+                pool.shutdown(wait=True)
         except KeyboardInterrupt as err:
             submitted = {job.key for job in futures.values()}
             unfinished = [describe_job(job) for f, job in futures.items() if not f.done()]
             unfinished += [describe_job(job) for job in todo if job.key not in submitted]
             _stop_pool(pool, futures)
+            if scope is not None:
+                scope.discard(pool)
             bar.close()
             raise Interrupted.of(err, unfinished) from None
+        except BaseException:
+            # the driver failed (storing an outcome): this call's jobs are not waited for
+            if any(not f.done() for f in futures):
+                _stop_pool(pool, futures)
+                if scope is not None:
+                    scope.discard(pool)
+            raise
     bar.close()
 
 

@@ -1,0 +1,116 @@
+"""What the local executor's worker pool costs a whole run (issue 48, 1).
+
+Runs ``graphwm reproduce --preset PRESET --workers N --quiet`` into a fresh temporary run
+directory for each ``--workers`` value, with the ``graphwm`` of ``--tree`` (a checkout with
+its own ``.venv``: this one by default, or another worktree to compare against), and prints
+each run's wall time (the whole process: start-up, every stage, the report). From the run's
+``jobs.log`` it also prints how many worker processes ran jobs and the time between the
+stages (from the last job of one stage to the first job of the next: where a pool started
+per stage spawns its workers and imports torch again)::
+
+    uv run python benchmarks/pool_overhead.py --workers 1 2
+    uv run python benchmarks/pool_overhead.py --tree /work/wt/base --workers 1 2
+
+Only the standard library is imported, so any Python runs it. One invocation with one
+``--workers`` value is one run, which ``farm-bench`` can time from outside, alternating two
+trees (the first line of its output names the run's own figure too)::
+
+    farm-bench -n 3 --timeout 3600 \\
+      --vs 'python3 benchmarks/pool_overhead.py --tree /work/wt/base --workers 2' \\
+      -- python3 benchmarks/pool_overhead.py --workers 2
+
+A timing needs an idle machine; this script asserts nothing about speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parents[1]
+#: jobs.log kinds in the order a run reaches them (collect and fit run in the driver)
+STAGES = ("train", "self_gdd", "single_step", "multi_step", "curve", "downstream")
+
+
+def graphwm_command(tree: Path) -> list[str]:
+    """The command that runs ``tree``'s graphwm CLI with ``tree``'s own environment."""
+    python = tree / ".venv" / "bin" / "python"
+    if not python.exists():
+        raise SystemExit(f"{tree} has no .venv/bin/python (run `uv sync --all-packages` there)")
+    return [str(python), "-m", "graphwm.cli"]
+
+
+def stage_summary(jobs_log: Path) -> tuple[int, list[tuple[str, float]]]:
+    """From a run's ``jobs.log``: how many processes ran its pool stages' jobs, and for each
+    stage after the first the seconds from the previous stage's last job end to its first
+    job start."""
+    spans: dict[str, list[float]] = {}
+    pids: set[int] = set()
+    for line in jobs_log.read_text().splitlines():
+        row = json.loads(line)
+        kind = row.get("kind")
+        if kind not in STAGES or row.get("status") != "done":
+            continue
+        start, end = float(row["started"]), float(row["started"]) + float(row["seconds"])
+        lo, hi = spans.get(kind, [start, end])
+        spans[kind] = [min(lo, start), max(hi, end)]
+        pids.add(int(row["pid"]))
+    order = [k for k in STAGES if k in spans]
+    gaps = [(k, spans[k][0] - spans[p][1]) for p, k in zip(order, order[1:], strict=False)]
+    return len(pids), gaps
+
+
+def run_once(tree: Path, preset: str, workers: int, extra: list[str]) -> float:
+    """Wall seconds of one ``graphwm reproduce`` into a fresh run directory (printed with
+    the stage gaps its ``jobs.log`` shows)."""
+    with tempfile.TemporaryDirectory(prefix="pool-overhead-") as tmp:
+        out = Path(tmp) / "run"
+        cmd = [*graphwm_command(tree), "reproduce", "--preset", preset, "--workers",
+               str(workers), "--quiet", "--out", str(out), *extra]  # fmt: skip
+        env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+        started = time.perf_counter()
+        done = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True)
+        wall = time.perf_counter() - started
+        if done.returncode != 0:
+            sys.stderr.write(done.stderr[-3000:])
+            raise SystemExit(f"graphwm reproduce failed (exit {done.returncode}): {cmd}")
+        processes, gaps = stage_summary(out / "jobs.log")
+    between = ", ".join(f"{k} {s:.1f} s" for k, s in gaps) or "none"
+    print(f"{tree}: --preset {preset} --workers {workers}: {wall:.1f} s wall; jobs ran in "
+          f"{processes} process(es); gap before each stage: {between}", flush=True)  # fmt: skip
+    return wall
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tree", type=Path, default=HERE,
+                        help="checkout whose .venv runs graphwm (default: this one)")  # fmt: skip
+    parser.add_argument("--preset", default="tiny", help="preset name or file (default tiny)")
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2],
+                        help="worker counts, one run each (default: 1 2)")  # fmt: skip
+    parser.add_argument("--repeat", type=int, default=1, help="runs per worker count")
+    parser.add_argument("extra", nargs="*", help="more reproduce arguments (after --)")
+    args = parser.parse_args(argv)
+    if args.repeat < 1 or any(w < 1 for w in args.workers):
+        parser.error("--repeat and every --workers value must be >= 1")
+    tree = args.tree.resolve()
+    walls: dict[int, list[float]] = {}
+    for _ in range(args.repeat):
+        for workers in args.workers:  # alternated: a drifting machine affects both alike
+            walls.setdefault(workers, []).append(run_once(tree, args.preset, workers, args.extra))
+    if len(walls) > 1 or args.repeat > 1:
+        for workers, times in walls.items():
+            ordered = sorted(times)
+            print(f"--workers {workers}: median {ordered[len(ordered) // 2]:.1f} s over "
+                  f"{len(times)} run(s)")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,129 @@
+"""One worker pool per run (issue 48, 1): the stages of one command share the local
+executor's worker processes (a spawned worker imports torch and the packages once per run, not
+once per stage), and a reused worker starts each job from the state it had before its first
+job (the jobs of a later stage do not see the seeds, thread counts or flags an earlier job
+set).
+
+The fast test runs two stub stages of two probe jobs each in a real ``shared_pool`` block of
+two spawned workers (a script in a subprocess: spawned workers import the job function from
+it); each probe waits until both workers are in a job of its stage, so both workers serve both
+stages. The pipeline's own use of the block is checked on the tiny preset by
+``tests/test_cluster.py::test_workers_1_and_2_give_byte_identical_stores`` (the pids of its
+``jobs.log``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+PROBE_RUN = """
+import hashlib, json, os, random, sys, time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from graphwm.store.executors import run_jobs, shared_pool
+from graphwm.store.results import ResultStore
+
+
+class Job:
+    kind, env = "self_gdd", "SAR"
+
+    def __init__(self, stage, seed, root, threads):
+        self.key = f"probe-{stage}{seed}"
+        self.stage, self.seed, self.root, self.threads = stage, seed, root, threads
+
+    def describe(self):
+        return {"key": self.key}
+
+
+def digest(state):
+    return hashlib.sha256(repr(state).encode()).hexdigest()[:16]
+
+
+def probe(job, run_dir):
+    root = Path(job.root)
+    (root / f"in-{job.key}").touch()
+    deadline = time.time() + 600
+    while len(list(root.glob(f"in-probe-{job.stage}*"))) < 2:  # both workers in this stage
+        assert time.time() < deadline, "the other worker never took a job of this stage"
+        time.sleep(0.05)
+    seen = {
+        "pid": os.getpid(),
+        "torch": digest(torch.random.get_rng_state().tolist()),
+        "numpy": digest(np.random.get_state()[1].tolist()),
+        "random": digest(random.getstate()),
+        "threads": torch.get_num_threads(),
+        "dtype": str(torch.get_default_dtype()),
+        "deterministic": torch.are_deterministic_algorithms_enabled(),
+        "grad": torch.is_grad_enabled(),
+        "cwd": os.getcwd(),
+    }
+    print("SEEN " + json.dumps(seen))
+    # what a job may leave behind for the next one on its worker
+    torch.manual_seed(1234 + job.seed)
+    np.random.seed(99)
+    random.seed(7)
+    torch.set_num_threads(3)
+    torch.set_default_dtype(torch.float64)
+    torch.use_deterministic_algorithms(True)
+    torch.set_grad_enabled(False)
+    os.chdir(root)
+    from graphwm.store.records import COMPONENTS, SelfGddRecord
+
+    return SelfGddRecord(kind="self_gdd", env="SAR", seed=job.seed, size=7, gdd=0.5,
+                         components=dict.fromkeys(COMPONENTS, 0.0))
+
+
+if __name__ == "__main__":
+    root = Path(sys.argv[1])
+    with shared_pool():
+        for stage, threads in (("a", 2), ("b", 1)):
+            jobs = [Job(stage, i, str(root), threads) for i in range(2)]
+            run_jobs(probe, jobs, ResultStore(root / "store"), root, max_workers=2,
+                     progress=False)
+"""
+
+
+def _seen(run_dir: Path, key: str) -> dict:
+    (line,) = [x for x in (run_dir / "jobs" / f"{key}.log").read_text().splitlines()
+               if x.startswith("SEEN ")]  # fmt: skip
+    return json.loads(line[len("SEEN ") :])
+
+
+def test_two_stages_run_on_the_same_workers_each_job_from_a_fresh_state(tmp_path):
+    script = tmp_path / "probe_run.py"
+    script.write_text(PROBE_RUN)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, str(script), str(run_dir)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    a = {s["pid"]: s for s in (_seen(run_dir, f"probe-a{i}") for i in range(2))}
+    b = {s["pid"]: s for s in (_seen(run_dir, f"probe-b{i}") for i in range(2))}
+    # the same two worker processes ran both stages (a pool per stage: four processes)
+    assert len(a) == 2 and set(a) == set(b)
+    assert os.getpid() not in a and done.returncode == 0
+    for pid in a:
+        # a job's thread count is its own (``job.threads``), never a previous job's
+        assert a[pid]["threads"] == 2 and b[pid]["threads"] == 1
+        # the seeds, flags and working directory the stage-a job set on this worker are gone:
+        # the stage-b job starts where the worker's first job started
+        same = ("torch", "numpy", "random", "dtype", "deterministic", "grad", "cwd")
+        assert {k: b[pid][k] for k in same} == {k: a[pid][k] for k in same}
+    assert a[next(iter(a))]["dtype"] == "torch.float32" and a[next(iter(a))]["grad"] is True
+    # jobs.log names the worker of each job: the pids the probes saw
+    lines = [json.loads(x) for x in (run_dir / "jobs.log").read_text().splitlines()]
+    assert {ln["pid"] for ln in lines} == set(a)
