@@ -127,3 +127,70 @@ def test_two_stages_run_on_the_same_workers_each_job_from_a_fresh_state(tmp_path
     # jobs.log names the worker of each job: the pids the probes saw
     lines = [json.loads(x) for x in (run_dir / "jobs.log").read_text().splitlines()]
     assert {ln["pid"] for ln in lines} == set(a)
+
+
+BROKEN_RUN = """
+import os, sys
+from pathlib import Path
+
+from graphwm.store.executors import run_jobs, shared_pool
+from graphwm.store.outcomes import JobsFailed
+from graphwm.store.results import ResultStore
+
+
+class Job:
+    kind, env = "self_gdd", "SAR"
+
+    def __init__(self, key):
+        self.key = key
+
+    def describe(self):
+        return {"key": self.key}
+
+
+def job_fn(job, run_dir):
+    if job.key == "dies":
+        os._exit(1)  # the worker dies (killed, out of memory): the pool is broken
+    print("PID", os.getpid())
+    from graphwm.store.records import COMPONENTS, SelfGddRecord
+
+    return SelfGddRecord(kind="self_gdd", env="SAR", seed=0, size=7, gdd=0.5,
+                         components=dict.fromkeys(COMPONENTS, 0.0))
+
+
+if __name__ == "__main__":
+    root = Path(sys.argv[1])
+    store = ResultStore(root / "store")
+    with shared_pool():
+        try:
+            run_jobs(job_fn, [Job("dies"), Job("first")], store, root, max_workers=2,
+                     progress=False)
+        except JobsFailed as err:
+            print("FAILED", " ".join(sorted(job.key for _, job, _ in err.failures)))
+        run_jobs(job_fn, [Job("second-0"), Job("second-1")], store, root, max_workers=2,
+                 progress=False)
+    print("DONE")
+"""
+
+
+def test_a_stage_after_a_dead_worker_runs_on_a_new_pool(tmp_path):
+    """A worker that dies breaks the pool (the stage's unfinished jobs fail, not
+    deterministically: a rerun runs them); the next stage of the run starts a new pool."""
+    script = tmp_path / "broken_run.py"
+    script.write_text(BROKEN_RUN)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    done = subprocess.run(
+        [sys.executable, str(script), str(run_dir)],
+        cwd=tmp_path,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "FAILED" in done.stdout and "dies" in done.stdout.split("FAILED")[1], done.stdout
+    assert done.stdout.rstrip().endswith("DONE")
+    store = run_dir / "store"
+    assert (store / "second-0.json").exists() and (store / "second-1.json").exists()
+    assert not (store / "dies.failure").exists()  # a machine failure: not recorded
