@@ -179,3 +179,56 @@ def test_no_reference_to_a_missing_architecture_file():
     sources = [*doc_files(), *REPO.glob("src/**/*.py"), *REPO.glob("packages/*/src/**/*.py")]
     stale = [rel(p) for p in sources if "ARCHITECTURE" in p.read_text(encoding="utf-8")]
     assert not stale, f"files citing ARCHITECTURE.md: {stale}"
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading: lower case, code marks and punctuation dropped,
+    spaces as hyphens."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower().replace("`", ""))
+    return text.replace(" ", "-")
+
+
+def _anchors(path: Path) -> set[str]:
+    """The anchors of ``path``'s headings (a repeated heading's with GitHub's -1, -2, ...)."""
+    text = FENCE.sub("", path.read_text(encoding="utf-8"))
+    anchors: set[str] = set()
+    for heading in re.findall(r"(?m)^#{1,6}\s+(.+?)\s*#*$", text):
+        slug, n = _slug(heading), 0
+        while (slug if n == 0 else f"{slug}-{n}") in anchors:
+            n += 1
+        anchors.add(slug if n == 0 else f"{slug}-{n}")
+    return anchors
+
+
+def _relative_links(path: Path) -> list[str]:
+    """Relative link targets of ``path`` outside code (fenced blocks and inline code)."""
+    text = FENCE.sub("", path.read_text(encoding="utf-8"))
+    text = re.sub(r"`[^`\n]*`", "", text)
+    return [t for t in _links(text) if not re.match(r"(https?|mailto):", t)]
+
+
+@pytest.mark.parametrize(
+    "path", [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))], ids=rel
+)
+def test_relative_links_resolve(path):
+    """Every relative link of the README and the docs names a file that exists, and an anchor
+    (``file.md#section`` or ``#section``) names a heading of that file (so moving a section,
+    e.g. into docs/notes/, cannot leave a dead link)."""
+    broken = []
+    for target in _relative_links(path):
+        file, _, anchor = target.partition("#")
+        dest = (path.parent / file).resolve() if file else path
+        if not dest.exists():
+            broken.append(f"{target} (no such file)")
+        elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest):
+            broken.append(f"{target} (no heading #{anchor} in {rel(dest)})")
+    assert not broken, f"{rel(path)}: broken links {broken}"
+
+
+def test_link_check_sees_links_and_anchors():
+    """The checker finds what it checks: headings' anchors as GitHub makes them, and links
+    outside code only."""
+    models = REPO / "docs" / "models.md"
+    assert {"ensemble-training-ensemblepy", "adding-a-model", "what-it-costs"} <= _anchors(models)
+    assert any(t.startswith("notes/") for t in _relative_links(models))
+    assert _slug("The `WorldModel` API (`world_model.py`)") == "the-worldmodel-api-world_modelpy"

@@ -18,6 +18,7 @@ from graphwm.pipeline import load_preset, reproduce, stage_train
 from graphwm.report.build import load_results
 from graphwm.store.files import CorruptFileError
 from graphwm.store.paths import RunPaths
+from graphwm.store.results import JOBS_LOG_KEYS, append_jobs_log, read_jobs_log
 
 
 def small_preset() -> dict:
@@ -353,6 +354,39 @@ def test_base_run_results_are_finite(base_run):
     rows = [json.loads(r) for r in results_of(base)]
     assert sorted(r["kind"] for r in rows) == ["self_gdd", "single_step"]
     assert all(math.isfinite(r["gdd"]) and r["gdd"] >= 0 for r in rows)
+
+
+def test_every_jobs_log_line_has_one_format(base_run):
+    """jobs.log has one writer: the driver's collect and fit lines and the executors' job
+    lines carry the same keys, where each ran (host, node, pid, threads, device) included."""
+    _, run = base_run
+    lines = [json.loads(x) for x in (run / "jobs.log").read_text().splitlines()]
+    assert {ln["kind"] for ln in lines} >= {"collect", "fit", "train", "single_step"}
+    assert {tuple(ln) for ln in lines} == {JOBS_LOG_KEYS}  # the same keys, in one order
+    for ln in lines:
+        assert ln["host"] and ln["node"] and ln["device"] == "cpu", ln
+        assert isinstance(ln["pid"], int) and isinstance(ln["threads"], int) and ln["threads"] >= 1
+    assert {ln["threads"] for ln in lines if ln["kind"] not in ("collect", "fit")} == {1}
+    assert read_jobs_log(run) == lines
+
+
+def test_old_jobs_log_lines_read_with_every_key(tmp_path):
+    """A line written before the one format (no node, threads or device; collect and fit
+    lines had no seed or cause) reads with every key, ``None`` where it had none."""
+    old = [
+        {"key": "a", "kind": "collect", "env": "SAR", "model": None, "host": "h", "pid": 7,
+         "started": 1.0, "seconds": 0.5, "status": "done"},
+        {"key": "b", "kind": "train", "env": "SAR", "model": "gdm", "seed": 0,
+         "host": "h (ray node 0123456789ab, 10.0.0.2)", "pid": 8, "threads": 1,
+         "device": "cpu", "started": 2.0, "seconds": 1.5, "status": "done"},
+    ]  # fmt: skip
+    (tmp_path / "jobs.log").write_text("".join(json.dumps(r) + "\n" for r in old) + "{torn\n")
+    rows = read_jobs_log(tmp_path)
+    assert [tuple(r) for r in rows] == [JOBS_LOG_KEYS, JOBS_LOG_KEYS]  # the torn line skipped
+    assert rows[0]["threads"] is None and rows[0]["device"] is None and rows[0]["node"] == "h"
+    assert rows[1]["node"] == old[1]["host"] and rows[1]["seed"] == 0
+    new = append_jobs_log(tmp_path, key="c", kind="fit", status="done", started=3.0)
+    assert tuple(new) == JOBS_LOG_KEYS and read_jobs_log(tmp_path)[-1] == new
 
 
 def test_trainer_options_reach_the_trainer(base_run, tmp_path, preset_with):

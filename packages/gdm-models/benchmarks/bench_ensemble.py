@@ -31,14 +31,14 @@ CPU: GDM 431 ms at 1 thread, 303 ms at 2 (r = 1.42, bound 2.8x at K = 4), Vanill
 and of each ensemble step (batch assembly included). Where a step is per-op overhead, its time
 follows these counts: with the member engine they barely grow with K (a linear layer becomes
 one ``baddbmm``, a layer norm a norm plus a per-member affine step; only the members' own noise
-draws grow with K). Measured on the CPU (OD, paper sizes), see docs/models.md ("Ensembles").
+draws grow with K). Measured on the CPU (OD, paper sizes), see docs/notes/ensemble-engines.md.
 
 ``--batch-scaling`` (any device) times one model's step on K x B windows against its step on
 B, alternately: the least a K-member step can cost whatever the implementation, since K
 members do at least the arithmetic of one model on K x B windows and one batch through shared
 weights is the most a kernel can amortise. It settles whether a step is per-op overhead (ratio
 near 1: members stepped together are nearly free, the GPU's case) or arithmetic (ratio near
-K). Measured idle on the 2-core CPU, see docs/models.md ("Why not 2x").
+K). Measured idle on the 2-core CPU, see docs/notes/ensemble-engines.md ("Why not 2x").
 
 Usage::
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import logging
 import os
 import socket
@@ -27,9 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from graphwm.store.files import atomic_write_json, atomic_write_text, open_log, read_json
+from graphwm.store.files import atomic_write_json, atomic_write_text, read_json
 from graphwm.store.records import Record
-from graphwm.store.results import Job, ResultStore, parts_of
+from graphwm.store.results import Job, ResultStore, append_jobs_log, parts_of
 
 __all__ = [
     "Failure",
@@ -86,6 +85,8 @@ class Outcome:
     started: float = 0.0
     seconds: float = 0.0
     pid: int = field(default_factory=os.getpid)
+    #: the name of the machine that ran it (``node`` also names the Ray node there)
+    host: str = field(default_factory=socket.gethostname)
     #: shipped mode (:mod:`graphwm.store.shipping`): files the job wrote, relative to the run
     #: directory, and input files it removed
     files: dict[str, bytes] = field(default_factory=dict)
@@ -214,28 +215,29 @@ def job_log_path(run_dir: Path, job: Job) -> Path:
 
 
 def log_line(run_dir: Path, job: Job, outcome: Outcome, status: str, **extra: Any) -> None:
-    """One line of ``RUN_DIR/jobs.log`` for ``job``: node, threads and device included."""
-    line = {
-        "key": job.key,
-        "kind": job.kind,
-        "env": getattr(job, "env", None),
-        "model": getattr(job, "model", None),
-        "seed": getattr(job, "seed", None),
-        "host": outcome.node or socket.gethostname(),
-        "pid": outcome.pid,
-        "threads": outcome.threads,
-        "device": outcome.device,
-        "started": round(outcome.started, 3),
-        "seconds": round(outcome.seconds, 3),
-        "status": status,
-        **extra,
-    }
-    Path(run_dir).mkdir(parents=True, exist_ok=True)
-    fd = open_log(Path(run_dir) / "jobs.log")
-    try:
-        os.write(fd, (json.dumps(line) + "\n").encode())
-    finally:
-        os.close(fd)
+    """The ``RUN_DIR/jobs.log`` line of ``job`` (or one part of a unit), where and how the
+    outcome says it ran (:func:`~graphwm.store.results.append_jobs_log`, the one writer; its
+    format). ``extra`` may give ``cause``, the failure's."""
+    unknown = set(extra) - {"cause"}
+    if unknown:
+        raise TypeError(f"log_line: unknown jobs.log keys {sorted(unknown)} (allowed: cause)")
+    append_jobs_log(
+        run_dir,
+        key=job.key,
+        kind=job.kind,
+        env=getattr(job, "env", None),
+        model=getattr(job, "model", None),
+        seed=getattr(job, "seed", None),
+        status=status,
+        cause=extra.get("cause"),
+        host=outcome.host,
+        node=outcome.node or outcome.host,
+        pid=outcome.pid,
+        threads=outcome.threads,
+        device=outcome.device,
+        started=outcome.started,
+        seconds=outcome.seconds,
+    )
 
 
 def write_files(run_dir: Path, files: dict[str, bytes], deleted: Sequence[str]) -> None:

@@ -16,10 +16,25 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from graphwm.store.files import CorruptFileError, atomic_write_json, open_log, read_json
+from graphwm.store.files import (
+    CorruptFileError,
+    atomic_write_json,
+    open_log,
+    read_json,
+    regular_file,
+)
 from graphwm.store.records import Record, ResultsFormatError, check_digest, parse_record, seal
 
-__all__ = ["Job", "ResultStore", "atomic_write_json", "log_event", "log_job", "parts_of"]
+__all__ = [
+    "JOBS_LOG_KEYS",
+    "Job",
+    "ResultStore",
+    "append_jobs_log",
+    "atomic_write_json",
+    "log_event",
+    "parts_of",
+    "read_jobs_log",
+]
 
 
 class Job(Protocol):
@@ -83,6 +98,80 @@ class ResultStore:
         return path
 
 
+#: the keys of every line of ``RUN_DIR/jobs.log``, in this order, whoever writes it (the
+#: driver's collect and fit steps, and every job an executor ran): one format for all readers
+JOBS_LOG_KEYS = (
+    "key",
+    "kind",
+    "env",
+    "model",
+    "seed",
+    "status",
+    "cause",
+    "host",
+    "node",
+    "pid",
+    "threads",
+    "device",
+    "started",
+    "seconds",
+)
+
+
+def append_jobs_log(
+    run_dir: Path,
+    *,
+    key: str,
+    kind: str,
+    status: str,
+    started: float,
+    seconds: float | None = None,
+    env: str | None = None,
+    model: str | None = None,
+    seed: int | None = None,
+    cause: str | None = None,
+    host: str | None = None,
+    node: str | None = None,
+    pid: int | None = None,
+    threads: int | None = None,
+    device: str = "cpu",
+) -> dict[str, Any]:
+    """Append one line to ``run_dir/jobs.log`` (the one writer of that file): what ran, where
+    (``host``, the machine's name; ``node``, the cluster node inside Ray, else the host;
+    ``pid``), with how many torch threads on which device, when and for how long, and how it
+    ended. Every line has the keys :data:`JOBS_LOG_KEYS`; what is not given is this process's
+    (host, pid, torch threads), ``seconds`` the time since ``started``. One atomic
+    ``O_APPEND`` write, so concurrent writers never interleave a line. Returns the line."""
+    if threads is None:
+        import torch  # lazily: the store's readers need no torch
+
+        threads = torch.get_num_threads()
+    host = host or socket.gethostname()
+    line = {
+        "key": key,
+        "kind": kind,
+        "env": env,
+        "model": model,
+        "seed": seed,
+        "status": status,
+        "cause": cause,
+        "host": host,
+        "node": node or host,
+        "pid": os.getpid() if pid is None else pid,
+        "threads": threads,
+        "device": device,
+        "started": round(started, 3),
+        "seconds": round(time.time() - started if seconds is None else seconds, 3),
+    }
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    fd = open_log(Path(run_dir) / "jobs.log")
+    try:
+        os.write(fd, (json.dumps(line) + "\n").encode())
+    finally:
+        os.close(fd)
+    return line
+
+
 def log_event(
     run_dir: Path,
     kind: str,
@@ -92,35 +181,30 @@ def log_event(
     started: float,
     status: str,
 ) -> None:
-    """Append one line to ``run_dir/jobs.log``: what ran where, for how long (one atomic
-    ``O_APPEND`` write, so concurrent writers never interleave a line)."""
-    Path(run_dir).mkdir(parents=True, exist_ok=True)
-    line = {
-        "key": key,
-        "kind": kind,
-        "env": env,
-        "model": model,
-        "host": socket.gethostname(),
-        "pid": os.getpid(),
-        "started": round(started, 3),
-        "seconds": round(time.time() - started, 3),
-        "status": status,
-    }
-    fd = open_log(Path(run_dir) / "jobs.log")
-    try:
-        os.write(fd, (json.dumps(line) + "\n").encode())
-    finally:
-        os.close(fd)
+    """The ``jobs.log`` line of a step the driver ran itself (collect, fit: on the CPU, in this
+    process): :func:`append_jobs_log`."""
+    append_jobs_log(run_dir, key=key, kind=kind, env=env, model=model, started=started,
+                    status=status)  # fmt: skip
 
 
-def log_job(run_dir: Path, job: Job, started: float, status: str) -> None:
-    """:func:`log_event` for a job."""
-    log_event(
-        run_dir,
-        job.kind,
-        job.key,
-        getattr(job, "env", None),
-        getattr(job, "model", None),
-        started,
-        status,
-    )
+def read_jobs_log(run_dir: Path) -> list[dict[str, Any]]:
+    """The lines of ``run_dir/jobs.log``, each with every key of :data:`JOBS_LOG_KEYS` (a line
+    written before a key existed has ``None`` there; an older line's ``host`` named the Ray
+    node too: it is its ``node`` as well). Unparsable lines are skipped (the log is a record of
+    what ran, not a store file)."""
+    path = Path(run_dir) / "jobs.log"
+    if not path.exists():
+        return []
+    regular_file(path)  # a FIFO there is refused, never blocked on
+    lines = []
+    for text in path.read_text(encoding="utf-8").splitlines():
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(raw, dict):
+            row = {k: raw.get(k) for k in JOBS_LOG_KEYS}
+            if row["node"] is None:
+                row["node"] = row["host"]
+            lines.append({**row, **{k: v for k, v in raw.items() if k not in row}})
+    return lines
