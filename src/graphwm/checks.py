@@ -439,6 +439,25 @@ def _check_envs(p: Preset) -> None:
                 raise PresetError(f"preset key '{key}[{i}]' ({name!r}): {err}") from None
 
 
+def _check_own_envs(p: Preset) -> None:
+    """An env that is not the paper's passes :func:`graphwm_envs.check_graph_env` at each
+    stored size (train and validation N) before any work: nothing of an env that breaks the
+    contract, or whose ``reset`` raises, is collected, stored or scored (the paper's envs are
+    checked by their own tests)."""
+    from graphwm.envs import check_own_env, is_paper_env
+
+    sizes = sorted({*p.collect.train_sizes, *p.collect.val_sizes})
+    for key, names in (("envs", p.envs), ("ablation_envs", p.ablation_envs or ())):
+        for i, name in enumerate(names):
+            if is_paper_env(name) or (key == "ablation_envs" and name in p.envs):
+                continue
+            for n in sizes:
+                try:
+                    check_own_env(name, n)
+                except ValueError as err:
+                    raise PresetError(f"preset key '{key}[{i}]': {err}") from None
+
+
 def check_preset(p: Preset, listed: Iterable[str] | None = None) -> None:
     """Every check of this module except the machine's (see the module docstring);
     ``listed``: the models the preset file itself lists, where the command line narrowed
@@ -454,6 +473,7 @@ def check_preset(p: Preset, listed: Iterable[str] | None = None) -> None:
     from graphwm.work_bounds import check_work_bounds
 
     check_work_bounds(p, memory_bytes())  # the multi-step horizon, a training step's memory
+    _check_own_envs(p)  # last: it builds and steps the envs
 
 
 # ---------------------------------------------------------------------------------------------
