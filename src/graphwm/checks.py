@@ -467,13 +467,13 @@ def check_preset(p: Preset, listed: Iterable[str] | None = None) -> None:
     _check_models(p, listed)
     _check_grid(p)
     _check_limits(p)
+    _check_own_envs(p)  # before the first work that builds and steps an env
     _check_tables_filled(p)
     _check_memory(p)
     _check_work(p)
     from graphwm.work_bounds import check_work_bounds
 
     check_work_bounds(p, memory_bytes())  # the multi-step horizon, a training step's memory
-    _check_own_envs(p)  # last: it builds and steps the envs
 
 
 # ---------------------------------------------------------------------------------------------
