@@ -198,7 +198,10 @@ def test_registration_declares_schema_and_size_range():
         max_nodes=12,
     )
     assert env_limits("example/EdgeFlipSmall-v0") == (6, 12)
-    assert gym.make("example/EdgeFlipSmall-v0").unwrapped.num_nodes == 20  # default kwargs
+    # the default N (20) moves into the declared range, which gym.make enforces (issue 47)
+    assert gym.make("example/EdgeFlipSmall-v0").unwrapped.num_nodes == 12
+    with pytest.raises(ValueError, match=r"num_nodes must be an integer in \[6, 12\]"):
+        gym.make("example/EdgeFlipSmall-v0", num_nodes=20)
     with pytest.raises(ValueError, match="not a valid schema"):
         register_graph_env("example/Bad-v0", EdgeFlipEnv, schema={"node_categorical": {"a": 1}})
     with pytest.raises(ValueError, match="one of the paper's envs"):

@@ -439,6 +439,25 @@ def _check_envs(p: Preset) -> None:
                 raise PresetError(f"preset key '{key}[{i}]' ({name!r}): {err}") from None
 
 
+def _check_own_envs(p: Preset) -> None:
+    """An env that is not the paper's passes :func:`graphwm_envs.check_graph_env` at each
+    stored size (train and validation N) before any work: nothing of an env that breaks the
+    contract, or whose ``reset`` raises, is collected, stored or scored (the paper's envs are
+    checked by their own tests)."""
+    from graphwm.envs import check_own_env, is_paper_env
+
+    sizes = sorted({*p.collect.train_sizes, *p.collect.val_sizes})
+    for key, names in (("envs", p.envs), ("ablation_envs", p.ablation_envs or ())):
+        for i, name in enumerate(names):
+            if is_paper_env(name) or (key == "ablation_envs" and name in p.envs):
+                continue
+            for n in sizes:
+                try:
+                    check_own_env(name, n)
+                except ValueError as err:
+                    raise PresetError(f"preset key '{key}[{i}]': {err}") from None
+
+
 def check_preset(p: Preset, listed: Iterable[str] | None = None) -> None:
     """Every check of this module except the machine's (see the module docstring);
     ``listed``: the models the preset file itself lists, where the command line narrowed
@@ -448,6 +467,7 @@ def check_preset(p: Preset, listed: Iterable[str] | None = None) -> None:
     _check_models(p, listed)
     _check_grid(p)
     _check_limits(p)
+    _check_own_envs(p)  # before the first work that builds and steps an env
     _check_tables_filled(p)
     _check_memory(p)
     _check_work(p)

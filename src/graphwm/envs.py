@@ -87,6 +87,40 @@ def make_env(name: str, num_nodes: int, **kwargs: Any) -> GraphEnv:
     return env  # type: ignore[return-value]
 
 
+def check_own_env(name: str, num_nodes: int) -> None:
+    """Build env ``name`` at ``num_nodes`` and run :func:`graphwm_envs.check_graph_env` on it
+    (a short seeded episode): what a preset's envs that are not the paper's pass before any
+    work, so that nothing of an env that breaks the contract is stored or scored.
+
+    Raises:
+        ValueError: naming the env and the first problem (a broken contract part, or any
+            exception its constructor, ``reset`` or ``step`` raised).
+    """
+    from graphwm_envs import GraphEnvContractError, check_graph_env
+
+    try:
+        env = make_env(name, num_nodes)
+    except Exception as err:  # a user's constructor may raise anything
+        raise ValueError(
+            f"env {name!r} cannot be built at N = {num_nodes}: {type(err).__name__}: {err}"
+        ) from None
+    try:
+        check_graph_env(env)
+    except GraphEnvContractError as err:
+        raise ValueError(
+            f"env {name!r} breaks the graph env contract at N = {num_nodes} ({err}; "
+            "docs/contract.md)"
+        ) from None
+    except Exception as err:  # its reset or step raised: name it before any work
+        raise ValueError(
+            f"env {name!r} fails at N = {num_nodes}: {type(err).__name__}: {err}"
+        ) from None
+    finally:
+        close = getattr(env, "close", None)
+        if callable(close):
+            close()
+
+
 def graph_env(env: gym.Env) -> GraphEnv:
     """``env.unwrapped`` if it has the graph env protocol's members (``TypeError`` else)."""
     real = env.unwrapped

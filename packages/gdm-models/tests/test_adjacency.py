@@ -210,6 +210,7 @@ def test_no_grad_gate_and_xor_equal_the_autograd_path_exactly():
     torch.testing.assert_close(b_fast, b_ref.detach())  # forward of b_bar = A_t
 
 
+@pytest.mark.exact_float
 def test_forward_chunked_shares_bitwise_equal_graphs():
     """Graphs whose projections are equal bit for bit (the kappa samples of one imagination
     without a graph state) compute their pairwise block once: same result, bit for bit."""
@@ -264,6 +265,7 @@ def test_exp_split_is_the_silu_up_to_rounding_and_computes_no_pairwise_silu(
     assert torch.equal(split, split.transpose(1, 2))
 
 
+@pytest.mark.exact_float
 def test_exp_split_falls_back_to_silu_beyond_its_bound():
     """|P| or |Q| above EXP_SPLIT_BOUND (e^-P e^-Q could overflow or underflow): the plain
     SiLU, bit for bit, and still the dense path's function."""

@@ -514,6 +514,7 @@ def test_a_model_without_member_support_trains_with_the_loop(scaler, dataset):
     assert res.strategy == "loop" and all(m.ok for m in res)
 
 
+@pytest.mark.exact_float
 def test_captured_loop_members_are_bit_identical_to_captured_single_runs(scaler, dataset):
     """One loop: the loop engine's static step for K members is train(capture=True) of each
     seed, bit for bit (on the CPU the static step runs eagerly)."""

@@ -234,6 +234,7 @@ def _old_run_data() -> tuple[EpisodeDataset, FeatureScaler]:
     )
 
 
+@pytest.mark.exact_float
 def test_a_checkpoint_of_the_old_code_loads(scaler):
     from safetensors.torch import load_file
 
@@ -250,9 +251,14 @@ def test_a_checkpoint_of_the_old_code_loads(scaler):
     assert torch.equal(fresh.cell.mp.layers[0].lin.weight, saved["mp.layers.0.lin.weight"])
 
 
+@pytest.mark.exact_float
 def test_an_old_latest_state_resumes_exactly(tmp_path):
     """The old run's ``latest/`` (step 4: weights, Adam state, sampler, generator) resumed to
-    step 6 equals 6 uninterrupted steps: parameters and optimiser state keep their order."""
+    step 6 equals 6 uninterrupted steps: parameters and optimiser state keep their order.
+
+    The committed state was trained on another CPU, whose kernels (AVX2 / AVX-512 / default)
+    round the last bits of steps 1-4 differently: the comparison is within rtol 1e-5 (a
+    parameter in the wrong order or a lost Adam moment is off by far more)."""
     ds, scaler = _old_run_data()
     kw = dict(batch_size=2, seq_len=3, lr=1e-3, seed=4, progress=False)
 
@@ -266,7 +272,7 @@ def test_an_old_latest_state_resumes_exactly(tmp_path):
     straight = fresh()
     train(straight, ds, steps=6, **kw)
     for k, v in straight.state_dict().items():
-        assert torch.equal(v, resumed.state_dict()[k]), k
+        torch.testing.assert_close(resumed.state_dict()[k], v, rtol=1e-5, atol=1e-6, msg=k)
 
 
 def test_imagine_step_passes_the_edge_implementation(make_tiny, monkeypatch):

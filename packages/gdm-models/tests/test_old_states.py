@@ -54,6 +54,7 @@ def _assert_weights(model: torch.nn.Module, want: dict[str, torch.Tensor]) -> No
         torch.testing.assert_close(got[k], v, rtol=1e-5, atol=1e-6, msg=k)
 
 
+@pytest.mark.exact_float
 def test_an_old_single_run_state_verifies_and_resumes(data, tmp_path):
     scaler, ds = data
     ck = tmp_path / "ck"
@@ -69,6 +70,7 @@ def test_an_old_single_run_state_verifies_and_resumes(data, tmp_path):
     assert [r.split(",")[0] for r in rows] == ["step", "1", "2", "3", "4"]
 
 
+@pytest.mark.exact_float
 def test_an_old_ensemble_state_verifies_and_resumes(data, tmp_path):
     scaler, ds = data
     out = tmp_path / "ens"

@@ -68,12 +68,14 @@ def two_runs(tmp_path_factory) -> tuple[list[dict], list[dict]]:
     return _run(tmp_path_factory.mktemp("first")), _run(tmp_path_factory.mktemp("second"))
 
 
+@pytest.mark.exact_float
 def test_the_short_row_reruns_bit_for_bit_on_one_machine(two_runs):
     first, second = two_runs
     assert [r["kind"] for r in first] == ["train", "transfer"]
     assert first == second  # every return and curve point, exactly
 
 
+@pytest.mark.exact_float
 def test_the_short_row_meets_the_published_row_within_its_standard_errors(two_runs):
     got, want = two_runs[0], _rows(PUBLISHED)
     for g, w in zip(got, want, strict=True):

@@ -494,7 +494,8 @@ def _probe() -> str:
 def check_nodes(ray: Any) -> None:
     """Before any work: every alive node with CPUs runs the driver's code (the shipped
     ``runtime_env`` works there and its code digest is the driver's); else refuse naming the
-    node and the fix."""
+    node (address and node id) and the fix: a node whose raylet died or that does not answer
+    is named as such, not as a node that lacks graphwm's dependencies."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from graphwm.store.versions import CodeMismatchError, code_digest
@@ -505,21 +506,57 @@ def check_nodes(ray: Any) -> None:
         if node.get("Alive") and node.get("Resources", {}).get("CPU", 0) > 0:
             where = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
             remote = ray.remote(num_cpus=0, scheduling_strategy=where)(_probe)
-            probes[remote.remote()] = node.get("NodeManagerAddress")
-    try:
-        answers = ray.get(list(probes), timeout=PROBE_SECONDS)
-    except Exception as err:
-        raise CodeMismatchError(
-            f"a Ray node cannot run graphwm's code ({plain(str(err)).strip().splitlines()[-1]}); "
-            "install graphwm's dependencies on every node (docs/cluster.md)"
-        ) from None
-    for node, digest in zip(probes.values(), answers, strict=True):
+            name = f"{node.get('NodeManagerAddress')} (node id {node.get('NodeID')})"
+            probes[remote.remote()] = name
+    if not probes:
+        return
+    ready, _ = ray.wait(list(probes), num_returns=len(probes), timeout=PROBE_SECONDS)
+    for ref, node in probes.items():
+        if ref not in ready:
+            raise CodeMismatchError(
+                f"Ray node {node} did not answer within {PROBE_SECONDS:g} s: its raylet may have "
+                "died or the node is unreachable; restart Ray there or remove the node "
+                "(`ray status`, docs/cluster.md)"
+            )
+        try:
+            digest = ray.get(ref)
+        except Exception as err:
+            raise CodeMismatchError(_probe_failure(node, err)) from None
         if digest != expected:
             raise CodeMismatchError(
                 f"Ray node {node} runs graphwm code {digest}, this driver {expected}: ship the "
                 "code (GRAPHWM_RAY_SHIP_CODE=1, the default) or install the same checkout "
                 "there (docs/cluster.md)"
             )
+
+
+#: Ray's errors of a node or its raylet dying (not of the code that ran there)
+_NODE_ERRORS = (
+    "NodeDiedError",
+    "LocalRayletDiedError",
+    "RaySystemError",
+    "WorkerCrashedError",
+    "ObjectLostError",
+    "OwnerDiedError",
+    "GetTimeoutError",
+)
+
+
+def _probe_failure(node: str, err: Exception) -> str:
+    """The refusal of a node whose code probe failed: a dead node or raylet named as such, a
+    task that raised (e.g. an import error: a missing dependency) named with its cause."""
+    last = (plain(str(err)).strip().splitlines() or [type(err).__name__])[-1]
+    kinds = {cls.__name__ for cls in type(err).__mro__}
+    if kinds & set(_NODE_ERRORS) or "raylet" in str(err).lower():
+        return (
+            f"Ray node {node} is not usable: its raylet or the node died "
+            f"({type(err).__name__}: {last}); restart Ray there or remove the node "
+            "(`ray status`, docs/cluster.md)"
+        )
+    return (
+        f"Ray node {node} cannot run graphwm's code ({last}); install graphwm's dependencies "
+        "on every node (docs/cluster.md)"
+    )
 
 
 def _event(run_dir: Path, message: str) -> None:

@@ -48,11 +48,26 @@ def check_code(expected: str) -> None:
 
     here = code_digest()
     if here != expected:
+        node = f"{socket.gethostname()}{_ray_node_id()}"
         raise CodeMismatchError(
-            f"node {socket.gethostname()} runs graphwm code {here}, the driver {expected}: "
+            f"node {node} runs graphwm code {here}, the driver {expected}: "
             "install the same checkout on every node, or let the ray executor ship it "
             "(GRAPHWM_RAY_SHIP_CODE=1, the default; see docs/cluster.md)"
         )
+
+
+def _ray_node_id() -> str:
+    """`` (Ray node id ...)`` inside a Ray worker, else ``""`` (a host name alone does not
+    tell two nodes of one machine apart)."""
+    import sys
+
+    ray = sys.modules.get("ray")  # never imported here just to ask
+    try:
+        if ray is not None and ray.is_initialized():
+            return f" (Ray node id {ray.get_runtime_context().get_node_id()})"
+    except Exception:  # the id only decorates the message
+        pass
+    return ""
 
 
 def package_dirs() -> list[str]:

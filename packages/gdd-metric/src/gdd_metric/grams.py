@@ -68,6 +68,29 @@ def jaccard_gram(
     return jaccard_from_counts(inter, sizes)
 
 
+def compact_codes(x: np.ndarray, cardinalities: Sequence[int]) -> tuple[np.ndarray, list[int]]:
+    """Relabel each categorical node feature whose cardinality exceeds the codes one pooled
+    item has (``T * N`` of a ``(B, T, N, F)`` batch) by the distinct codes of each item, so
+    that the one-hot products are sized by the data, never by the declared cardinality (a
+    cardinality of 1e9 would otherwise allocate a one-hot block of N * 1e9 per sample).
+    Matches (equal codes within an item) are unchanged, so the Gram matrices are the same."""
+    cards = [int(c) for c in cardinalities]
+    per_item = int(np.prod(x.shape[1:-1]))
+    if not any(c > per_item for c in cards):
+        return x, cards
+    x = x.copy()
+    for f, card in enumerate(cards):
+        if card <= per_item:
+            continue
+        labels = 1
+        for b in range(x.shape[0]):
+            _, inverse = np.unique(x[b, ..., f], return_inverse=True)
+            x[b, ..., f] = inverse.reshape(x.shape[1:-1])
+            labels = max(labels, int(inverse.max(initial=0)) + 1)
+        cards[f] = labels
+    return x, cards
+
+
 def component_grams(
     node_continuous: np.ndarray,
     node_categorical: np.ndarray,
@@ -97,6 +120,7 @@ def component_grams(
     f_gc = graph_continuous.shape[-1]
     f_gk = graph_categorical.shape[-1]
     add_nc, dist_nc = backend.node_continuous_terms(node_continuous, sigma_node, multipliers)
+    node_categorical, cards_node = compact_codes(node_categorical, cards_node)
     add_nk, dist_nk = backend.node_categorical_terms(node_categorical, cards_node, lam_node)
     add_gc, dist_gc = graph_continuous_terms(graph_continuous, sigma_graph, multipliers)
     add_gk, dist_gk = graph_categorical_terms(graph_categorical, lam_graph)

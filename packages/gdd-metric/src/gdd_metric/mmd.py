@@ -342,7 +342,8 @@ def gdd_many(
         t_count = n + m
         # bytes per stacked item: node arrays, one one-hot block, ~16 (T, T) float matrices
         # (the per-pair temporaries of the continuous node terms are chunked separately)
-        max_card = max((c for _, c in s.node_categorical), default=0)
+        # (a cardinality above the codes present is relabelled: grams.compact_codes)
+        max_card = min(max((c for _, c in s.node_categorical), default=0), t_count * nodes)
         width = len(s.node_continuous) + len(s.node_categorical) + max_card
         per_item = 8 * (t_count * nodes * width + 16 * t_count * t_count)
         chunk = max(1, _BATCH_BYTES // per_item)

@@ -98,8 +98,18 @@ def _cardinalities(value: object, key: str) -> tuple[tuple[str, int], ...]:
             raise ValueError(
                 f"schema[{key!r}][{name!r}] must be a positive integer cardinality, got {card!r}"
             )
+        if card > _MAX_CARDINALITY:
+            raise ValueError(
+                f"schema[{key!r}][{name!r}]: cardinality {card} exceeds {_MAX_CARDINALITY} "
+                "(codes are int64 arrays, so no code could reach it)"
+            )
         out.append((name, int(card)))
     return tuple(out)
+
+
+#: the largest cardinality int64 codes can express (the metric sizes its one-hot products by
+#: the codes present, not by the cardinality: grams.compact_codes)
+_MAX_CARDINALITY = int(np.iinfo(np.int64).max)
 
 
 def normalise_schema(schema: Mapping | Schema) -> Schema:

@@ -87,7 +87,7 @@ def make_model(
             )
         build = partial(_FACTORIES[base], schema, scaler, variant=variant, **overrides)
     if torch.empty(0).device.type != "meta":  # (a build on the meta device is the check)
-        check_model_fits(name, build)
+        check_model_fits(name, build, schema)
     model = build()
     model.model_name = name
     return model
@@ -101,13 +101,32 @@ def memory_bytes() -> int:
         return 16 * 2**30
 
 
-def check_model_fits(name: str, build: Callable[[], WorldModel]) -> None:
+def check_model_fits(
+    name: str, build: Callable[[], WorldModel], schema: Schema | None = None
+) -> None:
     """Build the model on torch's meta device (nothing allocated) and refuse it, before any
     real allocation, when its float32 weights alone exceed half this machine's memory (a
-    schema with a categorical feature of 10^9 categories, a hidden size of 2e5). Raises
-    ``ValueError`` naming the size."""
-    with torch.device("meta"):
-        shape_only = build()
+    schema with a categorical feature of 10^9 categories, a hidden size of 2e5). With
+    ``schema``, a categorical feature too large for memory is named before torch sizes a
+    layer by it. Raises ``ValueError`` naming the size."""
+    half = memory_bytes() // 2
+    # each category is at least one weight (its one-hot column): refused by name before torch
+    # sizes a layer by it (2**70 categories overflow torch's sizes)
+    cats = [] if schema is None else [*schema.node_categorical, *schema.graph_categorical]
+    for feature, k in cats:
+        if 4 * k > half:
+            raise ValueError(
+                f"model {name!r}: categorical feature {feature!r} has {k:,} categories, at "
+                f"least {4 * k / 2**30:.3g} GiB of float32 weights, more than half this "
+                f"machine's memory ({memory_bytes() / 2**31:.3g} GiB)"
+            )
+    try:
+        with torch.device("meta"):
+            shape_only = build()
+    except (RuntimeError, OverflowError) as err:
+        if "overflow" not in str(err).lower():
+            raise
+        raise ValueError(f"model {name!r}: its sizes overflow torch's ({err})") from None
     count = sum(t.numel() for t in shape_only.state_dict().values())
     if 4 * count > memory_bytes() // 2:
         raise ValueError(

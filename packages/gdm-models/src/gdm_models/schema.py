@@ -27,6 +27,10 @@ _DICT_KEYS = ("node_categorical", "graph_categorical")
 _KNOWN_KEYS = set(_LIST_KEYS) | set(_DICT_KEYS) | {"ranges"}
 
 
+#: the largest cardinality int64 codes can express
+_MAX_CARDINALITY = 2**63 - 1
+
+
 class SchemaError(ValueError):
     """Raised when a schema dict is malformed."""
 
@@ -87,6 +91,11 @@ class Schema:
                 if isinstance(k, bool) or not isinstance(k, int) or k < 2:
                     raise SchemaError(
                         f"schema[{key!r}][{n!r}] must be an integer cardinality >= 2, got {k!r}"
+                    )
+                if k > _MAX_CARDINALITY:  # before torch sees it (an overflow TypeError there)
+                    raise SchemaError(
+                        f"schema[{key!r}][{n!r}]: cardinality {k} exceeds {_MAX_CARDINALITY} "
+                        "(codes are int64)"
                     )
                 pairs.append((n, int(k)))
             dicts[key] = tuple(pairs)

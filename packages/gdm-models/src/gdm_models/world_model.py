@@ -190,8 +190,25 @@ class WorldModel(nn.Module, abc.ABC):
         if num_samples < 1:
             raise ValueError(f"num_samples must be >= 1, got {num_samples}")
         n = self._latent_num_nodes(latent)
+        self._check_imagination_size(action_sequence, n, int(num_samples))
         actions = self.prepare_actions(action_sequence, n, int(num_samples))
         return self._imagine(latent, actions, self.make_generator(generator))
+
+    @staticmethod
+    def _check_imagination_size(action_sequence: Any, n: int, num_samples: int) -> None:
+        """Refuse, by name and before any allocation, a rollout whose outputs alone (K x S
+        sampled N x N int8 adjacencies and the (K, S, N) float32 actions) exceed half this
+        machine's memory (the bound :func:`gdm_models.registry.check_model_fits` uses)."""
+        from .registry import memory_bytes
+
+        steps = int(np.shape(action_sequence)[0]) if np.ndim(action_sequence) else 1
+        need = max(steps, 1) * num_samples * n * (n + 4)
+        if need > memory_bytes() // 2:
+            raise ValueError(
+                f"num_samples={num_samples:,} over {steps} step(s) of N = {n} needs at least "
+                f"{need / 2**30:.3g} GiB for the sampled graphs alone, more than half this "
+                f"machine's memory ({memory_bytes() / 2**31:.3g} GiB): draw fewer samples"
+            )
 
     @torch.no_grad()
     def imagine_batch(

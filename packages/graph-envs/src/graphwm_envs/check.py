@@ -14,12 +14,23 @@ member                       contract
 ``action_to_nodes(a)``       the (N,) int8 0/1 node indicator of action ``a``, nonzero
 ``clone_state()``            an independent snapshot of the full state (RNG included)
 ``restore_state(s, seed)``   restore ``s``, return its observation; ``seed=None`` replays the
-                             future exactly, an int reseeds the transition randomness
+                             future exactly, an int reseeds the transition randomness (two
+                             seeds must be able to give two next states: see below)
 ``action_masks()``           the current mask in MaskablePPO's form: ``obs["action_mask"]`` as
                              bool, tiled k times for ``MultiDiscrete([N] * k)``
 ``sample_valid_action(r)``   optional: a random valid action from numpy Generator ``r`` (else
                              the pipeline draws k distinct nodes of ``obs["action_mask"]``)
 ===========================  ======================================================================
+
+**Reseeding.** The GDD's reference sample set restores one snapshot with many seeds: an env
+whose ``restore_state`` ignores the seed collapses it to one sample. The checker restores each
+checked snapshot with the :data:`RESEED_SEEDS` and takes the same action. The seed counts as
+used when two seeds give two different next states (observation or reward), or, for an env
+that keeps its randomness in Gymnasium's ``env.np_random`` (every ``GraphEnv``), when two
+seeds leave two different generator states. Otherwise the check fails, unless the env says
+that its transitions are deterministic (only ``reset`` draws randomness, or nothing does) with
+the class attribute ``deterministic_transitions = True`` on ``env.unwrapped``: a
+deterministic env has nothing to reseed.
 
 Each violation raises :class:`GraphEnvContractError`, whose ``part`` names the broken part
 (``"observation['adjacency']"``, ``"clone_state/restore_state"``, ...) and whose message says
@@ -36,6 +47,9 @@ import numpy as np
 from gymnasium import spaces
 
 __all__ = ["PROTOCOL_MEMBERS", "GraphEnvContractError", "check_graph_env"]
+
+#: how many seeds :func:`check_graph_env` restores each checked snapshot with
+RESEED_SEEDS = (1, 2, 3, 4, 5, 6, 7, 8)
 
 #: the members of the graph env protocol every env must have (on ``env.unwrapped``)
 PROTOCOL_MEMBERS = (
@@ -267,14 +281,28 @@ def _step(env: Any, action: Any, schema: Mapping[str, Any], n: int, where: str) 
     return obs, float(reward), bool(terminated), bool(truncated), info
 
 
-def _check_restore(env: Any, schema: Mapping[str, Any], n: int, obs: Any, rng, where: str):
+def _same_step(a: tuple, b: tuple) -> bool:
+    return _equal_obs(a[0], b[0]) and a[1] == b[1] and a[2] == b[2]
+
+
+def _generator_state(env: Any) -> Any:
+    """The state of Gymnasium's ``env.np_random`` if the env has created one (read without
+    creating it: the property seeds a fresh generator on first access), else ``None``."""
+    rng = getattr(env, "_np_random", None)
+    return rng.bit_generator.state if isinstance(rng, np.random.Generator) else None
+
+
+def _check_restore(
+    env: Any, schema: Mapping[str, Any], n: int, obs: Any, rng, where: str
+) -> tuple[Any, bool]:
     """clone -> step -> restore must give back the cloned observation and, with ``seed=None``,
-    the same next observation and reward again; returns the restored observation."""
+    the same next observation and reward again; returns the restored observation and whether
+    restoring with different seeds gave different next states (:data:`RESEED_SEEDS`)."""
     part = "clone_state/restore_state"
     snap = env.clone_state()
     action = _valid_action(env, obs["action_mask"], rng)
     if action is None:
-        return obs
+        return obs, False
     first = env.step(action)
     try:
         back = env.restore_state(snap)
@@ -294,7 +322,14 @@ def _check_restore(env: Any, schema: Mapping[str, Any], n: int, obs: Any, rng, w
         env.restore_state(snap, seed=12345)
     except TypeError as err:
         raise _fail(part, f"restore_state must accept seed= (an int reseeds): {err}") from None
-    return env.restore_state(snap)
+    reseeded, generators = [], []
+    for seed in RESEED_SEEDS:
+        env.restore_state(snap, seed=seed)
+        generators.append(_generator_state(env))
+        reseeded.append(env.step(action))
+    differ = any(not _same_step(reseeded[0], other) for other in reseeded[1:])
+    differ |= generators[0] is not None and any(g != generators[0] for g in generators[1:])
+    return env.restore_state(snap), differ
 
 
 def check_graph_env(env: gym.Env, *, seed: int = 0, steps: int = 8) -> None:
@@ -305,7 +340,10 @@ def check_graph_env(env: gym.Env, *, seed: int = 0, steps: int = 8) -> None:
     self-loops, a nonzero 0/1 action mask, ranges and cardinalities), that ``reset(seed)`` is
     deterministic, that ``action_to_nodes`` gives an (N,) int8 indicator inside the mask for
     actions drawn from the mask, that ``action_masks()`` agrees with the
-    observation's mask, and that ``clone_state``/``restore_state`` reproduce the future.
+    observation's mask, that ``clone_state``/``restore_state`` reproduce the future and that
+    ``restore_state`` uses its seed (two seeds give two next states or two generator states,
+    unless the env declares ``deterministic_transitions = True``; the module docstring,
+    "Reseeding").
 
     Args:
         env: the env (wrappers are looked through: ``env.unwrapped`` must have the protocol).
@@ -327,10 +365,14 @@ def check_graph_env(env: gym.Env, *, seed: int = 0, steps: int = 8) -> None:
     obs_again, _ = env.reset(seed=seed)
     if not _equal_obs(obs, obs_again):
         raise _fail("reset", f"reset(seed={seed}) twice gave different observations")
+    reseed_changes = False
+    checked = 0
     for t in range(steps):
         where = f"step {t}"
         _check_action_masks(real, obs["action_mask"], where)
-        obs = _check_restore(real, schema, n, obs, rng, where)
+        obs, differ = _check_restore(real, schema, n, obs, rng, where)
+        reseed_changes |= differ
+        checked += 1
         action = _valid_action(real, obs["action_mask"], rng)
         if action is None:
             break
@@ -344,3 +386,12 @@ def check_graph_env(env: gym.Env, *, seed: int = 0, steps: int = 8) -> None:
             )
         if terminated or truncated:
             break
+    if checked and not reseed_changes and getattr(real, "deterministic_transitions", 0) is not True:
+        raise _fail(
+            "clone_state/restore_state",
+            f"restore_state(snapshot, seed=s) with {len(RESEED_SEEDS)} different seeds gave the "
+            f"same next state at each of the {checked} checked step(s) (and no env.np_random "
+            "that the seed changed): it ignores the seed, so the GDD's reference samples "
+            "would all be one; an int seed must reseed the transition randomness. An env "
+            "whose transitions are deterministic declares deterministic_transitions = True",
+        )

@@ -72,12 +72,61 @@ class GraphEnvInfo:
     max_nodes: int
 
 
+class VectorEntryPoint:
+    """The ``vector_entry_point`` of a graph env id: ``gym.make_vec(id, num_envs=k)`` (the
+    default vectorization mode) refuses a ``num_envs`` that is not an integer >= 1 by name,
+    then builds what Gymnasium's ``"sync"`` mode builds: a ``SyncVectorEnv`` of ``k`` envs.
+    (Wrappers need ``vectorization_mode="sync"``, as for any id with a vector entry point.)"""
+
+    def __init__(self, env_id: str) -> None:
+        self.env_id = env_id
+
+    def __call__(self, num_envs: Any = 1, **kwargs: Any) -> gym.vector.VectorEnv:
+        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+            raise ValueError(
+                f"gym.make_vec({self.env_id!r}): num_envs must be an integer >= 1, got {num_envs!r}"
+            )
+        env_id = self.env_id
+        return gym.vector.SyncVectorEnv(
+            [lambda: gym.make(env_id, **kwargs) for _ in range(num_envs)]
+        )
+
+
+class SizedEntryPoint:
+    """The Gymnasium entry point of an id registered with :func:`register_graph_env`: refuses
+    a ``num_nodes`` outside the declared range by name (``gym.make`` enforces the range every
+    consumer reads from :func:`graph_env_info`), then calls the registered entry point."""
+
+    def __init__(self, env_id: str, entry_point: str | Callable[..., gym.Env]) -> None:
+        self.env_id = env_id
+        self.entry_point = entry_point
+
+    def __call__(self, **kwargs: Any) -> gym.Env:
+        n = kwargs.get("num_nodes")
+        low, high = _size_range(self.env_id, _entry_class(self.entry_point))
+        if isinstance(n, bool) or not isinstance(n, int) or not low <= n <= high:
+            raise ValueError(
+                f"env {self.env_id!r}: num_nodes must be an integer in [{low}, {high}] (its "
+                f"declared range), got {n!r}"
+            )
+        make = self.entry_point
+        if isinstance(make, str):
+            module, _, attr = make.partition(":")
+            make = getattr(importlib.import_module(module), attr)
+        return make(**kwargs)
+
+
 def register_envs() -> None:
     """Register every env id in the ``graphenv`` namespace (safe to call repeatedly)."""
     for env_id, entry_point in _ENTRY_POINTS.items():
         if env_id in gym.registry:
             continue
-        gym.register(id=env_id, entry_point=entry_point, kwargs={"num_nodes": 20})
+        gym.register(
+            id=env_id,
+            entry_point=entry_point,
+            vector_entry_point=VectorEntryPoint(env_id),
+            kwargs={"num_nodes": 20},
+        )
 
 
 def register_graph_env(
@@ -105,10 +154,13 @@ def register_graph_env(
             built at ``min_nodes``.
         min_nodes / max_nodes: the accepted range of N; ``None``: the class attributes
             ``min_nodes`` / ``max_nodes`` if it has them, else 5 and 5000.
-        kwargs: default constructor keyword arguments (``num_nodes`` defaults to 20).
+        kwargs: default constructor keyword arguments (``num_nodes`` defaults to 20, or the
+            nearest end of the declared range).
         **gym_kwargs: passed on to ``gymnasium.register`` (e.g. ``max_episode_steps``).
 
-    Registering an id again replaces it (so a reloaded module does not fail).
+    ``gym.make`` refuses a ``num_nodes`` outside the range by name, and ``gym.make_vec`` a
+    ``num_envs`` below 1. Registering an id again replaces it (so a reloaded module does not
+    fail).
 
     Raises:
         ValueError: a bad id, schema or size range.
@@ -124,16 +176,29 @@ def register_graph_env(
         raise ValueError(f"min_nodes ({min_nodes}) > max_nodes ({max_nodes}) for {env_id!r}")
     if env_id in ENV_IDS:
         raise ValueError(f"{env_id!r} is one of the paper's envs; choose another id")
+    try:
+        cls = _entry_class(entry_point)
+    except (ImportError, AttributeError):  # a module registering its own class mid-import
+        cls = None
+    low, high = _size_range(env_id, cls, GraphEnvDecl(None, min_nodes, max_nodes))
+    if low > high:
+        raise ValueError(
+            f"the size range of {env_id!r} is empty: min_nodes {low} > max_nodes {high} (a "
+            "bound not given is the class's, else 5 / 5000)"
+        )
     if env_id in gym.registry:
         del gym.registry[env_id]
-    gym.register(
-        id=env_id,
-        entry_point=entry_point,
-        kwargs={"num_nodes": 20, **dict(kwargs or {})},
-        **gym_kwargs,
-    )
     _DECLARED[env_id] = GraphEnvDecl(plain, min_nodes, max_nodes)
     graph_env_info.cache_clear()
+    defaults = dict(kwargs or {})
+    if "num_nodes" not in defaults:  # 20, or the declared range's nearest end
+        defaults["num_nodes"] = min(max(20, low), high)
+    gym.register(
+        id=env_id,
+        entry_point=SizedEntryPoint(env_id, entry_point),
+        **{"vector_entry_point": VectorEntryPoint(env_id), **gym_kwargs},
+        kwargs=defaults,
+    )
 
 
 def split_env_name(name: str) -> tuple[str | None, str]:
@@ -157,17 +222,16 @@ def resolve_env_id(name: str) -> str:
         raise ValueError(f"an env id must be a non-empty string, got {name!r}")
     module, env_id = split_env_name(name)
     if module is not None:
-        try:
-            importlib.import_module(module)
-        except ImportError as err:
-            raise ValueError(f"env {name!r}: cannot import its module {module!r} ({err})") from None
+        if not all(part.isidentifier() for part in module.split(".")):
+            raise ValueError(
+                f"env {name!r}: {module!r} is not a Python module name (dotted identifiers, "
+                "e.g. 'mypkg.envs'); the 'module:id' form imports that module"
+            )
+        _import_registering(name, module, missing_ok=False)
     if env_id not in gym.registry:
         namespace = env_id.partition("/")[0] if "/" in env_id else None
-        if module is None and namespace:
-            try:
-                importlib.import_module(namespace)
-            except ImportError:
-                pass
+        if module is None and namespace and namespace.isidentifier():
+            _import_registering(name, namespace, missing_ok=True)
     if env_id not in gym.registry:
         hint = (
             "" if module is not None else
@@ -178,7 +242,42 @@ def resolve_env_id(name: str) -> str:
     return env_id
 
 
+def _import_registering(name: str, module: str, *, missing_ok: bool) -> None:
+    """Import the module that registers env ``name``; any failure of it (an exception on
+    import, ``sys.exit``) is a ``ValueError`` naming the module and the cause. ``missing_ok``:
+    a module that does not exist is no error (the namespace convention is a guess)."""
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as err:
+        if missing_ok and err.name == module:
+            return
+        raise ValueError(f"env {name!r}: cannot import its module {module!r} ({err})") from None
+    except (Exception, SystemExit) as err:  # a user's module may raise anything, or exit
+        cause = (
+            f"it called sys.exit({err.code!r})"
+            if isinstance(err, SystemExit)
+            else f"{type(err).__name__}: {err}"
+        )
+        raise ValueError(
+            f"env {name!r}: importing its module {module!r} failed ({cause})"
+        ) from None
+
+
+def _size_range(env_id: str, cls: type | None, decl: GraphEnvDecl | None = None) -> tuple[int, int]:
+    """``(min N, max N)`` of an id: declared, else the class attributes, else the defaults."""
+    from graphwm_envs.core.base import MIN_NODES, GraphEnv
+
+    decl = decl or _DECLARED.get(env_id, GraphEnvDecl())
+    is_graph_env = cls is not None and issubclass(cls, GraphEnv)
+    low = decl.min_nodes or getattr(cls, "min_nodes", None)
+    low = int(low if low is not None else (MIN_NODES if is_graph_env else DEFAULT_MIN_NODES))
+    high = decl.max_nodes or getattr(cls, "max_nodes", None)
+    return low, int(high if high is not None else DEFAULT_MAX_NODES)
+
+
 def _entry_class(entry_point: Any) -> type | None:
+    if isinstance(entry_point, SizedEntryPoint):
+        entry_point = entry_point.entry_point
     if isinstance(entry_point, str):
         module, _, attr = entry_point.partition(":")
         obj = getattr(importlib.import_module(module), attr)
@@ -207,17 +306,14 @@ def graph_env_info(name: str) -> GraphEnvInfo:
     subclass: ``feature_schema()``; size range: class attributes ``min_nodes`` /
     ``max_nodes``), else one env built at the smallest size (its ``schema``).
     """
-    from graphwm_envs.core.base import MIN_NODES, GraphEnv
+    from graphwm_envs.core.base import GraphEnv
 
     env_id = resolve_env_id(name)
     spec = gym.spec(env_id)
     decl = _DECLARED.get(env_id, GraphEnvDecl())
     cls = _entry_class(spec.entry_point)
     is_graph_env = cls is not None and issubclass(cls, GraphEnv)
-    low = decl.min_nodes or getattr(cls, "min_nodes", None)
-    low = int(low if low is not None else (MIN_NODES if is_graph_env else DEFAULT_MIN_NODES))
-    high = decl.max_nodes or getattr(cls, "max_nodes", None)
-    high = int(high if high is not None else DEFAULT_MAX_NODES)
+    low, high = _size_range(env_id, cls)
     schema = decl.schema
     if schema is None and is_graph_env:
         schema = cls.feature_schema().to_dict()  # type: ignore[union-attr]

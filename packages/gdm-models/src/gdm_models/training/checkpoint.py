@@ -200,7 +200,35 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
     for key in ("model_name", "config", "schema", "scaler", "weights_sha256", "files", "digest"):
         if key not in manifest:
             raise CheckpointError(f"checkpoint manifest {mf} is missing {key!r}")
+    # the types every reader relies on, checked once here (a forged field is named, not a
+    # TypeError deep inside)
+    for key, kind, what in _MANIFEST_TYPES:
+        if not isinstance(manifest[key], kind):
+            found = type(manifest[key]).__name__
+            raise CheckpointError(f"checkpoint manifest {mf}: {key!r} must be {what}, got {found}")
+    for name, digest in manifest["files"].items():
+        if Path(name).name != name or name in (WEIGHTS_FILE, MANIFEST_FILE, ".", ".."):
+            raise CheckpointError(
+                f"checkpoint manifest {mf}: 'files' names {name!r}, not a plain extra file name"
+            )
+        if not isinstance(digest, str):
+            raise CheckpointError(
+                f"checkpoint manifest {mf}: 'files'[{name!r}] must be a SHA-256 string, "
+                f"got {type(digest).__name__}"
+            )
     return manifest
+
+
+#: (key, type, description) of the manifest's fields
+_MANIFEST_TYPES = (
+    ("model_name", str, "a string"),
+    ("config", dict, "a JSON object"),
+    ("schema", dict, "a JSON object"),
+    ("scaler", dict, "a JSON object"),
+    ("weights_sha256", str, "a SHA-256 string"),
+    ("files", dict, "a JSON object of file name -> SHA-256"),
+    ("digest", str, "a SHA-256 string"),
+)
 
 
 def load_checkpoint(

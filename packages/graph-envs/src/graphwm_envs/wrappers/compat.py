@@ -79,6 +79,8 @@ class ActionMasksObservation(gym.ObservationWrapper):
     """
 
     def __init__(self, env: gym.Env, key: str = ACTION_MASKS_KEY) -> None:
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"key must be a non-empty string (an observation key), got {key!r}")
         super().__init__(env)
         space = _dict_space(env)
         if key in space.spaces:
