@@ -33,7 +33,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from graphwm.pipeline import RunPaths, load_preset, stage_curve, stage_evaluate, stage_train
 from graphwm.store.files import LOCK_NAME, read_json
 from graphwm.store.records import check_digest
 
@@ -167,37 +166,36 @@ START = {"train": None, "evaluate": "train", "curve": "evaluate", "noise": "curv
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-    """The preset file, and per command: the uninterrupted run after it and the seconds its
-    work took (the window the kill delays are drawn from). Run in-process on one thread, the
-    same code the CLI runs."""
-    import torch
-
-    from graphwm.noise import run_noise
-
+    """The preset file, and per command: the uninterrupted run after it and the seconds from
+    taking the run's lock to the end (the window the kill delays are drawn from). Each command
+    runs as the killed ones do, a ``graphwm`` process."""
     tmp = tmp_path_factory.mktemp("interrupt_reference")
     preset_path = tmp / "preset.toml"
     preset_path.write_text(interrupt_preset_text())
-    preset = load_preset(str(preset_path))
-    paths = RunPaths(tmp / "run")
-    stages = {
-        "train": lambda: stage_train(preset, paths, progress=False),
-        "evaluate": lambda: stage_evaluate(preset, paths, progress=False),
-        "curve": lambda: stage_curve(preset, paths, progress=False),
-        "noise": lambda: run_noise(preset, paths, REPEATS, "curve", progress=False),
-    }
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+    run = tmp / "run"
     runs, seconds = {}, {}
-    try:
-        for command in COMMANDS:
+    for command in COMMANDS:
+        with contextlib.suppress(FileNotFoundError):
+            (run / LOCK_NAME).unlink()
+        with _started(_graphwm(command, preset_path, run)) as proc:
+            _wait_for_lock(proc, run)
             start = time.monotonic()
-            stages[command]()
+            _, stderr = proc.communicate(timeout=1800)
             seconds[command] = time.monotonic() - start
-            runs[command] = tmp / f"after-{command}"
-            shutil.copytree(paths.root, runs[command])
-    finally:
-        torch.set_num_threads(threads)
+        assert proc.returncode == 0, stderr[-3000:]
+        runs[command] = tmp / f"after-{command}"
+        shutil.copytree(run, runs[command])
     return preset_path, runs, seconds
+
+
+def _wait_for_lock(proc: subprocess.Popen, run: Path) -> None:
+    """Wait until ``proc`` holds the run's lock: its work starts."""
+    deadline = time.monotonic() + 600  # imports alone take tens of seconds under load
+    while not (run / LOCK_NAME).exists():
+        if proc.poll() is not None:
+            pytest.fail(f"graphwm ended before its work: {proc.communicate()[1][-3000:]}")
+        assert time.monotonic() < deadline, "graphwm did not start its work"
+        time.sleep(0.02)
 
 
 def _start_state(reference, command: str, run: Path) -> None:
@@ -242,12 +240,7 @@ def _kill_at_random_point(
     """Start the command, wait until it holds the run's lock (its work starts), then ``delay``
     seconds more, and send ``sig``; return its exit code and stderr."""
     with _started(args) as proc:
-        deadline = time.monotonic() + 600  # imports alone take tens of seconds under load
-        while not (run / LOCK_NAME).exists():
-            if proc.poll() is not None:
-                pytest.fail(f"graphwm ended before its work: {proc.communicate()[1][-3000:]}")
-            assert time.monotonic() < deadline, "graphwm did not start its work"
-            time.sleep(0.02)
+        _wait_for_lock(proc, run)
         time.sleep(delay)
         if proc.poll() is None:
             if sig == signal.SIGKILL:
@@ -274,8 +267,9 @@ def test_killed_at_random_points_then_rerun_loses_nothing(reference, tmp_path, c
         before, logs = (digests(run), _logs(run)) if run.exists() else ({}, {})
         # the kill lands anywhere in the work the uninterrupted command did (a rerun has less
         # left: a late draw may find it finished, which the next round or the count tells)
-        delay = float(rng.uniform(0.0, seconds[command]))
+        delay = float(rng.uniform(0.0, 0.9 * seconds[command]))
         code, stderr = _kill_at_random_point(args, run, sig, delay)
+        print(f"{command}: {sig.name} {delay:.2f} s into {seconds[command]:.1f} s: exit {code}")
         if code == 0:
             continue
         interrupted += 1
