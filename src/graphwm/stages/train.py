@@ -248,9 +248,29 @@ def train_record(job: TrainJob, result: Any, run_dir: Path) -> TrainRecord:
         resumed_from=result.resumed_from,
         checkpoint=final.relative_to(run_dir).as_posix(),
         checkpoint_digest=checkpoint_digest(final),
-        last_terms=dict(result.last_terms),
+        # a job resumed from its final step's checkpoint (killed after it, before its record
+        # was stored) trains no step: its last row is in its log, as an uninterrupted run's
+        last_terms=dict(result.last_terms) or logged_terms(log, result.steps),
         log_digest=sha256_file(log) if log.is_file() else None,
     )
+
+
+def logged_terms(log: Path, step: int) -> dict[str, float]:
+    """The row of ``step`` in a training ``log.csv`` as the trainer logged it (``step`` an
+    integer, the rest floats: a logged float reads back exactly); ``{}`` if it holds none."""
+    import csv
+
+    if not log.is_file():
+        return {}
+    with open(log, newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if r.get("step") == str(step)]
+    if not rows:
+        return {}
+    return {
+        k: int(v) if k == "step" else float(v)
+        for k, v in rows[-1].items()
+        if k is not None and v not in ("", None)
+    }
 
 
 #: bytes of one element of each safetensors dtype

@@ -143,19 +143,41 @@ def sha256_file(path: Path) -> str:
 # Atomic writers
 # ---------------------------------------------------------------------------------------------
 def atomic_write(path: Path, write: Callable[[Path], object]) -> Path:
-    """Call ``write(tmp)`` on a unique temporary file next to ``path``, then install it."""
+    """Call ``write(tmp)`` on a unique temporary file next to ``path``, then install it.
+
+    Raises:
+        OSError: the write failed (a full disk: ``ENOSPC``); the temporary file is removed,
+            ``path`` keeps its previous content (or stays absent), and the error names
+            ``path`` (a failed ``write()`` names no file).
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as err:
+        raise _naming(err, path) from err
     os.close(fd)
     try:
         write(Path(tmp))
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(err, OSError):
+            raise _naming(err, path) from err
         raise
     return path
+
+
+def _naming(err: OSError, path: Path) -> OSError:
+    """``err`` naming the store file being written (``[Errno 28] No space left on device:
+    'RUN_DIR/results/...json'``), of the same type; ``err`` itself if it names a file."""
+    if err.filename is not None or err.errno is None:
+        return err
+    try:
+        return type(err)(err.errno, err.strerror, str(path))
+    except TypeError:  # a subclass with another constructor
+        return OSError(err.errno, err.strerror, str(path))
 
 
 def atomic_write_text(path: Path, text: str) -> Path:

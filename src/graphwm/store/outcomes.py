@@ -69,7 +69,29 @@ def is_deterministic(err: BaseException) -> bool:
     from graphwm.store.files import CorruptFileError
 
     machine = (OSError, MemoryError, CorruptFileError, CheckpointError, EOFError)
-    return not isinstance(err, machine)
+    return not isinstance(err, machine) and not failed_write(err)
+
+
+#: how a full disk reads in the errors of writers that raise no OSError for it (safetensors:
+#: ``SafetensorError: ... I/O error: No space left on device (os error 28)``)
+_DISK_FULL = ("no space left on device", "disk quota exceeded", "os error 28", "os error 122")
+
+
+def failed_write(err: BaseException) -> bool:
+    """Whether ``err`` is a file write that failed (a full disk), raised as another type than
+    ``OSError``: a message naming the disk's error (safetensors), or a ``RuntimeError`` of
+    ``torch.save``'s writer (``[enforce fail at inline_container.cc] ... unexpected pos``,
+    which names no cause). A rerun after space is freed succeeds: not a job's own failure."""
+    text = str(err).lower()
+    if any(words in text for words in _DISK_FULL):
+        return True
+    if isinstance(err, RuntimeError):
+        torch_save = os.path.join("torch", "serialization.py")
+        return any(
+            frame.filename.endswith(torch_save) and frame.name in ("save", "_save", "__exit__")
+            for frame in traceback.extract_tb(err.__traceback__)
+        )
+    return False
 
 
 @dataclass
