@@ -1,6 +1,9 @@
 """torchrl 0.14 on the four envs (issue 35): ``GymEnv`` + ``check_env_specs``, ``SerialEnv`` /
 ``ParallelEnv``, Gymnasium vector envs with autoreset DISABLED, and a few masked PPO updates
-(``MaskedCategorical``) with 0 invalid actions. Small budgets: N = 8, 2 envs, 3 updates."""
+(``MaskedCategorical``) with 0 invalid actions. Small budgets: N = 8, 2 envs, 3 updates.
+Info readers (issue 48): ``default_info_dict_reader`` on every documented info key, behind
+:class:`~graphwm_envs.wrappers.NumpyInfo` (the readers need numpy values), on the four envs and
+on a plain ``gymnasium.Env``."""
 
 from __future__ import annotations
 
@@ -10,9 +13,11 @@ import graphwm_envs  # noqa: F401  (registers graphenv/*)
 import gymnasium as gym
 import pytest
 import torch
-from graphwm_envs.wrappers import ActionMasksObservation
+from example_envs.bands import BandsEnv
+from graphwm_envs.wrappers import ActionMasksObservation, NumpyInfo
 from tensordict.nn import TensorDictModule
-from torchrl.envs import GymEnv, GymWrapper, ParallelEnv, SerialEnv
+from torchrl.data import Categorical, NonTensor, Unbounded
+from torchrl.envs import GymEnv, GymWrapper, ParallelEnv, SerialEnv, default_info_dict_reader
 from torchrl.envs.utils import check_env_specs
 from torchrl.modules import MaskedCategorical, ProbabilisticActor, ValueOperator
 from torchrl.objectives import ClipPPOLoss
@@ -141,3 +146,100 @@ def test_gymnasium_vector_env_with_autoreset_disabled(name):
     check_env_specs(env, seed=0)
     data = env.rollout(40, break_when_any_done=False)
     assert data.shape == (2, 40) and data["next", "done"].any()  # episodes ended and restarted
+
+
+#: every info key each env documents (docs/envs/*.md; ``horizon`` from ``reset``), with its type;
+#: "plain" is the user-written env of tests/example_envs/bands.py
+INFO_KEYS: dict[str, dict[str, type]] = {
+    "RGC": {"horizon": int, "edge_added": bool, "robustness": float, "invalid_action": bool},
+    "OD": {"horizon": int, "num_rewired": int, "num_adopted": int, "invalid_action": bool},
+    "SAR": {
+        "horizon": int,
+        "collected": bool,
+        "delivered": bool,
+        "stability_loss": bool,
+        "edges_removed": int,
+        "outcome": str,
+        "invalid_action": bool,
+    },
+    "CF": {"horizon": int, "num_failed": int, "invalid_action": bool},
+    "plain": {"invalid_action": bool, "cut": int, "density": float, "band_name": str},
+}
+for _keys in INFO_KEYS.values():
+    if "horizon" in _keys:
+        _keys["step"] = int
+
+
+def _spec(kind: type):
+    """The torchrl spec a user writes for an info value of this Python type."""
+    if kind is bool:
+        return Categorical(2, (), dtype=torch.bool)
+    if kind is str:
+        return NonTensor((), example_data="none")
+    return Unbounded((), dtype=torch.int64 if kind is int else torch.float64)
+
+
+class _RecordInfo(gym.Wrapper):
+    """Keeps the info of every step, as the env reports it."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self.infos: list[dict] = []
+
+    def step(self, action):
+        out = super().step(action)
+        self.infos.append(out[4])
+        return out
+
+
+def _info_env(name: str) -> tuple[GymWrapper, _RecordInfo]:
+    inner = (
+        BandsEnv(num_nodes=N) if name == "plain" else gym.make(f"graphenv/{name}-v0", num_nodes=N)
+    )
+    record = _RecordInfo(inner)
+    return GymWrapper(NumpyInfo(record), categorical_action_encoding=True), record
+
+
+@pytest.mark.parametrize("name", (*ENVS, "plain"))
+def test_info_reader_reads_every_documented_key(name):
+    """``default_info_dict_reader`` with a spec, on every documented key: the specs check, and
+    the rollout holds the values the env reported (in its own dtype)."""
+    keys = INFO_KEYS[name]
+    env, record = _info_env(name)
+    reader = default_info_dict_reader(list(keys), spec={k: _spec(t) for k, t in keys.items()})
+    env.set_info_dict_reader(reader)
+    check_env_specs(env, seed=0)
+    record.infos.clear()
+    data = env.rollout(6, break_when_any_done=False)
+    assert len(record.infos) == 6
+    step_keys = [k for k in keys if k in record.infos[0]]
+    assert set(step_keys) == set(record.infos[0]) & set(keys)
+    for key in step_keys:
+        got = data["next", key]
+        want = [info[key] for info in record.infos]
+        if keys[key] is str:
+            assert list(got) == want
+        else:
+            assert got.tolist() == want
+            assert (
+                got.dtype == {bool: torch.bool, int: torch.int64, float: torch.float64}[keys[key]]
+            )
+
+
+@pytest.mark.parametrize("name", ("RGC", "OD", "CF"))
+def test_info_reader_without_a_spec_and_auto_register(name):
+    """The reader as the issue wrote it (keys only, no spec) and torchrl's
+    ``auto_register_info_dict()`` on the envs whose info values are all numbers."""
+    env, record = _info_env(name)
+    env.set_info_dict_reader(default_info_dict_reader(["invalid_action"]))
+    data = env.rollout(4, break_when_any_done=False)
+    assert data["next", "invalid_action"].tolist() == [
+        i["invalid_action"] for i in record.infos[-4:]
+    ]
+    env, record = _info_env(name)
+    env = env.auto_register_info_dict()  # runs check_env_specs itself
+    data = env.rollout(4, break_when_any_done=False)
+    assert data["next", "invalid_action"].dtype == torch.bool
+    assert data["next", "invalid_action"].tolist() == [
+        i["invalid_action"] for i in record.infos[-4:]
+    ]

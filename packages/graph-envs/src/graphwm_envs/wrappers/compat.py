@@ -2,7 +2,7 @@
 "Other RL libraries").
 
 The plain envs already work with torchrl, skrl and SB3 (every observation key is a ``Box`` or a
-``MultiDiscrete``, ``obs["action_mask"]`` is the node mask). Two things need a wrapper:
+``MultiDiscrete``, ``obs["action_mask"]`` is the node mask). Four things need a wrapper:
 
 * :class:`ActionMasksObservation`: the *action* mask ``env.action_masks()`` as an observation
   key. It differs from the node mask ``obs["action_mask"]`` where an action is not one node:
@@ -15,7 +15,16 @@ The plain envs already work with torchrl, skrl and SB3 (every observation key is
   ``batch.obs`` and masks its logits itself); a one-node ``MultiDiscrete([N])`` action space
   is presented as ``Discrete(N)``, which tianshou's discrete policies require.
 
-Neither wrapper changes the env's dynamics; both read the mask after every ``reset``/``step``.
+* :class:`SkrlObservation`: skrl sizes a model by ``Model.num_observations``, which counts a
+  ``MultiDiscrete([c])`` key as c one-hot columns while its flattened observation holds one
+  column per entry; the wrapper presents every ``MultiDiscrete`` key as the integer ``Box`` of
+  the same values, so the two counts agree.
+* :class:`NumpyInfo`: torchrl's info readers (``default_info_dict_reader``,
+  ``auto_register_info_dict``) read ``value.dtype``; the envs report Python ``bool``, ``int``,
+  ``float`` and ``str`` values, which the wrapper turns into 0-d numpy arrays.
+
+No wrapper changes the env's dynamics or the values it reports; the mask wrappers read the
+mask after every ``reset``/``step``.
 """
 
 from __future__ import annotations
@@ -155,3 +164,100 @@ def _num_nodes(space: spaces.Dict) -> int:
     if not shape:
         raise TypeError(f"the observation space's adjacency has no shape: {space['adjacency']}")
     return int(shape[0])
+
+
+class SkrlObservation(gym.ObservationWrapper):
+    """The observation with every ``MultiDiscrete`` key presented as an integer ``Box`` (same
+    shape, dtype and values; bounds ``0`` and ``nvec - 1``), so that skrl's
+    ``Model.num_observations`` equals the width of the flattened observation skrl hands a model.
+
+    skrl counts a ``MultiDiscrete([c])`` as c columns (its one-hot size) but flattens the value
+    to one column, so a network sized by ``self.num_observations`` fails on the first batch
+    wherever the observation has a ``MultiDiscrete`` key (SAR's ``graph_categorical``, any env
+    with graph-level categorical features). ``node_categorical`` is already a ``Box``. The
+    values are unchanged: the model reads the category indices as the other libraries do.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> import graphwm_envs
+        >>> from graphwm_envs.wrappers import SkrlObservation
+        >>> env = SkrlObservation(gym.make("graphenv/SAR-v0", num_nodes=6))
+        >>> env.observation_space["graph_categorical"]
+        Box(0, 1, (1,), int64)
+    """
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        space = _dict_space(env)
+        self.observation_space = spaces.Dict(
+            {key: _as_box(sub) for key, sub in space.spaces.items()}
+        )
+
+    def observation(self, observation: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The observation as it is (only the space changes)."""
+        return observation
+
+
+def _as_box(space: spaces.Space) -> spaces.Space:
+    """A ``MultiDiscrete`` (start 0) as the integer ``Box`` of the same values; else unchanged."""
+    if not isinstance(space, spaces.MultiDiscrete):
+        return space
+    if np.any(space.start != 0):
+        raise ValueError(f"SkrlObservation expects MultiDiscrete keys starting at 0, got {space}")
+    return spaces.Box(0, space.nvec - 1, space.shape, space.dtype)
+
+
+class NumpyInfo(gym.Wrapper):
+    """Every ``info`` value of ``reset`` and ``step`` as a 0-d numpy array of its own type
+    (``bool`` -> ``bool_``, ``int`` -> ``int64``, ``float`` -> ``float64``, ``str`` -> a
+    unicode array); numpy values pass as they are.
+
+    torchrl's info readers (``default_info_dict_reader([...])``, ``auto_register_info_dict()``)
+    read each value's ``dtype`` and fail on the Python scalars the envs report
+    (``AttributeError: 'bool' object has no attribute 'dtype'``). Gymnasium's vector envs
+    already stack infos into numpy arrays; this is the single-env counterpart.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> import graphwm_envs
+        >>> from graphwm_envs.wrappers import NumpyInfo
+        >>> env = NumpyInfo(gym.make("graphenv/CF-v0", num_nodes=6))
+        >>> obs, info = env.reset(seed=0)
+        >>> obs, *_, info = env.step(int(obs["action_mask"].argmax()))
+        >>> info["invalid_action"].dtype, info["num_failed"].dtype
+        (dtype('bool'), dtype('int64'))
+    """
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        """Reset the env; the info values as numpy arrays."""
+        observation, info = self.env.reset(**kwargs)
+        return observation, _numpy_info(info)
+
+    def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
+        """Step the env; the info values as numpy arrays."""
+        observation, reward, terminated, truncated, info = self.env.step(action)
+        return observation, reward, terminated, truncated, _numpy_info(info)
+
+
+#: the numpy dtype of each Python scalar type an info value may have (bool before int:
+#: ``bool`` is an ``int`` subclass)
+_INFO_DTYPES: tuple[tuple[type, type], ...] = (
+    (bool, np.bool_),
+    (int, np.int64),
+    (float, np.float64),
+    (str, np.str_),
+)
+
+
+def _numpy_info(info: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for key, value in info.items():
+        for kind, dtype in _INFO_DTYPES:
+            if isinstance(value, kind) and not isinstance(value, np.generic):
+                value = np.asarray(value, dtype=dtype)
+                break
+        else:
+            if isinstance(value, np.generic):
+                value = np.asarray(value)
+        out[key] = value
+    return out
