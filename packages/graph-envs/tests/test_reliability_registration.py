@@ -101,6 +101,10 @@ def test_make_vec_by_default_builds_the_sync_vector_env():
     obs, _ = vec.reset(seed=0)
     assert isinstance(vec, gym.vector.SyncVectorEnv) and obs["adjacency"].shape == (2, 8, 8)
     vec.close()
+    disabled = gym.vector.AutoresetMode.DISABLED  # the vector env's own arguments pass through
+    vec = gym.make_vec("graphenv/OD-v0", num_envs=2, num_nodes=8, autoreset_mode=disabled)
+    assert vec.metadata["autoreset_mode"] == disabled
+    vec.close()
 
 
 # --------------------------------------------------------------------------- resolve_env_id

@@ -13,7 +13,6 @@ overrides are config-field values; :func:`make_model` sets ``model.model_name`` 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
@@ -22,6 +21,7 @@ import torch
 
 from .baselines.grssm import build_grssm
 from .baselines.gwm import build_gwm
+from .config_checks import memory_bytes
 from .gdm import build_gdm
 from .scaling import FeatureScaler
 from .schema import Schema
@@ -91,14 +91,6 @@ def make_model(
     model = build()
     model.model_name = name
     return model
-
-
-def memory_bytes() -> int:
-    """This machine's physical memory in bytes (16 GiB where the OS does not say)."""
-    try:
-        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
-    except (AttributeError, ValueError, OSError):
-        return 16 * 2**30
 
 
 def check_model_fits(

@@ -199,7 +199,7 @@ class WorldModel(nn.Module, abc.ABC):
         """Refuse, by name and before any allocation, a rollout whose outputs alone (K x S
         sampled N x N int8 adjacencies and the (K, S, N) float32 actions) exceed half this
         machine's memory (the bound :func:`gdm_models.registry.check_model_fits` uses)."""
-        from .registry import memory_bytes
+        from .config_checks import memory_bytes
 
         steps = int(np.shape(action_sequence)[0]) if np.ndim(action_sequence) else 1
         need = max(steps, 1) * num_samples * n * (n + 4)

@@ -76,7 +76,9 @@ class VectorEntryPoint:
     """The ``vector_entry_point`` of a graph env id: ``gym.make_vec(id, num_envs=k)`` (the
     default vectorization mode) refuses a ``num_envs`` that is not an integer >= 1 by name,
     then builds what Gymnasium's ``"sync"`` mode builds: a ``SyncVectorEnv`` of ``k`` envs.
-    (Wrappers need ``vectorization_mode="sync"``, as for any id with a vector entry point.)"""
+    ``SyncVectorEnv``'s own arguments (``autoreset_mode``, ``copy``, ``observation_mode``) may
+    be given as keyword arguments; Gymnasium passes ``wrappers=`` and ``vector_kwargs=`` only
+    with ``vectorization_mode="sync"`` (its rule for any id with a vector entry point)."""
 
     def __init__(self, env_id: str) -> None:
         self.env_id = env_id
@@ -86,10 +88,15 @@ class VectorEntryPoint:
             raise ValueError(
                 f"gym.make_vec({self.env_id!r}): num_envs must be an integer >= 1, got {num_envs!r}"
             )
+        vector = {k: kwargs.pop(k) for k in _SYNC_VECTOR_ARGS if k in kwargs}
         env_id = self.env_id
         return gym.vector.SyncVectorEnv(
-            [lambda: gym.make(env_id, **kwargs) for _ in range(num_envs)]
+            [lambda: gym.make(env_id, **kwargs) for _ in range(num_envs)], **vector
         )
+
+
+#: ``SyncVectorEnv``'s keyword arguments (not the env's)
+_SYNC_VECTOR_ARGS = ("autoreset_mode", "copy", "observation_mode")
 
 
 class SizedEntryPoint:
