@@ -11,8 +11,8 @@ seeded generators (the "random points"), relative to when the command takes the 
 tests/test_interrupt.py covers the messages and the pool workers of a stopped run; this file
 covers what the store holds afterwards. The whole-command tests start real ``graphwm``
 processes (tens of seconds each on a loaded 2-core machine), so they are slow-marked; the
-default run has the fast variant at the store's level: a process killed at random points while
-it writes records.
+default run has the fast variant at the store's level: a process SIGKILLed in the middle of a
+store write (which write, and how much of it reached the disk, drawn from a seeded generator).
 """
 
 from __future__ import annotations
