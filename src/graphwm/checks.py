@@ -259,6 +259,24 @@ def _check_selection(p: Preset) -> None:
                 "(ablations are '<model>:<variant>', e.g. 'gdm:no-h-plus'); list it under "
                 "'models'"
             )
+    for env, label in p.env_labels.items():
+        if env not in p.envs:
+            raise PresetError(
+                f"preset key 'env_labels.{env}': {env!r} is not one of the preset's envs "
+                f"{list(p.envs)}"
+            )
+        if not label.strip() or label != label.strip():
+            raise PresetError(
+                f"preset key 'env_labels.{env}': a label must be non-empty text without "
+                f"leading or trailing spaces, got {label!r}"
+            )
+    shown = [p.env_labels.get(env, env) for env in p.envs]
+    twice = sorted({name for name in shown if shown.count(name) > 1})
+    if twice:
+        raise PresetError(
+            f"preset key 'env_labels': two envs would share the label {twice[0]!r} in every "
+            "table and figure"
+        )
     for i, env in enumerate(p.ablation_envs or ()):
         if p.ablations and env not in p.envs:
             raise PresetError(

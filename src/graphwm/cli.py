@@ -231,8 +231,9 @@ def _ablations_of(ablations: list, models: list[str]) -> list:
 
 
 def _narrowed(name: str, envs: list[str] | None, models: list[str] | None) -> dict:
-    """The ``ablations`` and ``ablation_envs`` that ``--models`` and ``--envs`` leave (an
-    ablation of a model left out, an ablation env left out, go with it)."""
+    """The ``ablations``, ``ablation_envs`` and ``env_labels`` that ``--models`` and ``--envs``
+    leave (an ablation of a model left out, an ablation env or a label of an env left out,
+    go with it)."""
     if not envs and not models:
         return {}
     from graphwm.config import read_preset
@@ -245,6 +246,9 @@ def _narrowed(name: str, envs: list[str] | None, models: list[str] | None) -> di
         out["ablations"] = _ablations_of(ablations, models)
     if envs and isinstance(ablation_envs, list):
         out["ablation_envs"] = [e for e in ablation_envs if e in envs]
+    labels = raw.get("env_labels")
+    if envs and isinstance(labels, dict):  # the labels of the envs left
+        out["env_labels"] = {e: label for e, label in labels.items() if e in envs}
     return out
 
 

@@ -385,6 +385,9 @@ class Preset:
     fit: FitConfig = setting(default_factory=FitConfig)
     ablations: tuple[str, ...] = setting((), allow_empty=True, unique=True)
     ablation_envs: tuple[str, ...] | None = setting(None, allow_empty=True)
+    #: short labels of envs in tables and figures, ``{env: label}`` (``[env_labels]``); an
+    #: env without one is labelled by its name
+    env_labels: dict[str, str] = setting(default_factory=dict)
     device: str = setting("cpu", help="cpu, cuda, cuda:<index> or mps")
     executor: str = setting("local", choices=EXECUTORS)
     workers: int = setting(0, ge=0, help="local worker processes (0: one per core)")

@@ -355,6 +355,7 @@ def _train(p: CheckedPreset, paths: RunPaths, progress: bool, failed: _Failed) -
     _update_run_record(
         paths,
         preset=p.name,
+        env_labels=dict(p.env_labels),  # the report's labels (graphwm.report.build)
         train=[
             {"env": j.env, "model": j.model, "seed": j.seed, "key": j.key, "dir": j.reldir}
             for j in train

@@ -27,7 +27,7 @@ from graphwm.stages.collect import load_episodes
 from graphwm.stages.evaluate import ModelSampler, ReferencePoint
 from graphwm.stages.fit import load_fitted
 from graphwm.store.files import inside, read_json
-from graphwm.store.paths import RunPaths, listed_files
+from graphwm.store.paths import RunPaths, listed_files, safe_name
 from graphwm.store.records import Record, ResultsFormatError, read_record
 
 _STEP_DIR = re.compile(r"^step_(\d+)$")
@@ -185,7 +185,10 @@ class Run:
     def _fit_dir(self, env: str) -> Path:
         """The fit folder of ``env``: the one the run's evaluations used, else the only one."""
         keys = {job.get("fit") for _, job in self._read_results() if job.get("env") == env}
-        folders = sorted(p for p in (self.root / "fit" / env).glob("*") if p.is_dir())
+        top = self.root / "fit" / safe_name(env)
+        if not top.is_dir() and (self.root / "fit" / env).is_dir():
+            top = self.root / "fit" / env  # a run written under the old folder names
+        folders = sorted(p for p in top.glob("*") if p.is_dir())
         used = [p for p in folders if f"fit-{p.name}" in keys]
         chosen = used or folders
         if len(chosen) != 1:

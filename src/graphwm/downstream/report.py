@@ -3,6 +3,7 @@ the stored records they are built from (``RUN_DIR/downstream/*.json``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -214,15 +215,21 @@ def _agents_line(records: Sequence[DownstreamRecord]) -> str:
 
 
 def build_downstream_report(
-    run_dir: Path, out_dir: Path, results: Sequence[Mapping[str, Any]]
+    run_dir: Path,
+    out_dir: Path,
+    results: Sequence[Mapping[str, Any]],
+    labels: Mapping[str, str] | None = None,
 ) -> dict[str, Path]:
     """Write ``downstream.md`` and ``downstream.png`` into ``out_dir`` from the stored
     downstream records, with each model's GDD taken from ``results`` (the report's result
-    dicts: ``kind``, ``env``, ``model``, ``seed``, ``size``, ``gdd``). Returns the written
-    files (``{}`` and stale files removed when the run has no downstream records)."""
+    dicts: ``kind``, ``env``, ``model``, ``seed``, ``size``, ``gdd``). ``labels``: the
+    preset's env labels, which ``results`` already carry as their ``env``. Returns the
+    written files (``{}`` and stale files removed when the run has no downstream records)."""
     out_dir = Path(out_dir)
     table_path, figure_path = out_dir / f"{TABLE_NAME}.md", out_dir / f"{FIGURE_NAME}.png"
     records = load_downstream(run_dir)
+    if labels:
+        records = [dataclasses.replace(r, env=labels.get(r.env, r.env)) for r in records]
     if not records:
         for path in (table_path, figure_path):
             path.unlink(missing_ok=True)

@@ -9,7 +9,7 @@ rebuilding from the same results gives the same files (see docs/reporting.md, "R
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from graphwm.report import curve as report_curve
@@ -28,7 +28,7 @@ from graphwm.report.tables import (
     to_markdown,
 )
 from graphwm.report.training_logs import TrainingLog, load_training_logs
-from graphwm.store.files import refuse_links
+from graphwm.store.files import read_json, refuse_links
 from graphwm.store.paths import listed_files
 from graphwm.store.records import (
     RECORD_TYPES,
@@ -203,12 +203,46 @@ def _write_if_changed(path: Path, text: str) -> None:
         path.write_text(text, encoding="utf-8")
 
 
-def _measured_noise(run_dir: Path, records: list[dict], curve: list[dict]) -> str:
+def env_labels(run_dir: Path) -> dict[str, str]:
+    """The preset's ``env_labels`` as ``run.json`` records them (``{}`` without any).
+
+    Raises:
+        ResultsFormatError: ``run.json`` holds labels that are not a table of texts.
+    """
+    record = Path(run_dir) / "run.json"
+    if not record.exists():
+        return {}
+    raw = read_json(record)
+    labels = raw.get("env_labels", {}) if isinstance(raw, dict) else {}
+    if not isinstance(labels, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
+    ):
+        raise ResultsFormatError(f"{record}: 'env_labels' must map env names to texts: {labels!r}")
+    return labels
+
+
+def _relabelled(records: list[dict], labels: dict[str, str]) -> list[dict]:
+    """The records with each env's label as their ``env`` (tables and figures show it)."""
+    if not labels:
+        return records
+    # "env_id": the env itself, for what reads the env (its schema in the factor figure)
+    return [
+        {**r, "env": labels.get(r["env"], r["env"]), "env_id": r["env"]} if "env" in r else r
+        for r in records
+    ]
+
+
+def _measured_noise(
+    run_dir: Path, records: list[dict], curve: list[dict], labels: dict[str, str] | None = None
+) -> str:
     """Give the records that ``graphwm noise`` measured their re-evaluation SD (the band
-    and ``(eval SD x)`` then show it instead of the bootstrap); the sentence saying how many."""
+    and ``(eval SD x)`` then show it instead of the bootstrap); the sentence saying how many.
+    ``labels``: the env labels the records carry (the noise rows name the env itself)."""
     measured = load_measured_noise(run_dir)
     if not measured:
         return ""
+    if labels:
+        measured = {(labels.get(k[0], k[0]), *k[1:]): v for k, v in measured.items()}
     single = [r for r in records if r["kind"] == "single_step"]
     n_final, n_curve = (
         attach_measured_noise(single, measured),
@@ -256,8 +290,9 @@ def build_report(run_dir: Path | str, average_last: int = 0) -> ReportPaths:
     """
     run_dir = Path(run_dir)
     refuse_links(run_dir)  # nothing is written through a link inside the run directory
-    records = load_results(run_dir)
-    logs = load_training_logs(run_dir)
+    labels = env_labels(run_dir)
+    records = _relabelled(load_results(run_dir), labels)
+    logs = [replace(log, env=labels.get(log.env, log.env)) for log in load_training_logs(run_dir)]
     if not records and not logs:
         raise FileNotFoundError(
             f"{run_dir} holds no results (results/*.json) and no training logs "
@@ -269,8 +304,8 @@ def build_report(run_dir: Path | str, average_last: int = 0) -> ReportPaths:
     tables = build_tables(records)
     missing = missing_note(run_dir)  # failed jobs: named under every table
     # the GDD curve (train.eval_every): its table after the others, its figure after theirs
-    curve = report_curve.load_curve(run_dir)
-    noise_source = _measured_noise(run_dir, records, curve)
+    curve = _relabelled(report_curve.load_curve(run_dir), labels)
+    noise_source = _measured_noise(run_dir, records, curve, labels)
     curve_table = report_curve.curve_table(curve)
     if curve_table is not None:
         tables.append(curve_table)
@@ -299,7 +334,7 @@ def build_report(run_dir: Path | str, average_last: int = 0) -> ReportPaths:
     # downstream RL (docs/dream.md): its own table and figure, from RUN_DIR/downstream/
     from graphwm.downstream.report import build_downstream_report
 
-    downstream = build_downstream_report(run_dir, out, records)
+    downstream = build_downstream_report(run_dir, out, records, labels)
 
     written = set(tables_md.values()) | set(tables_tex.values()) | set(figures.values())
     stale = [out / f"{n}.{ext}" for n in _TABLE_NAMES for ext in ("md", "tex")]

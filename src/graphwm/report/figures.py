@@ -516,7 +516,7 @@ def factor_metrics_figure(records: list[dict], path: Path, styles: dict[str, Sty
     for env in envs:
         mine = [r for r in records if r["env"] == env]
         sizes = sorted({r["size"] for r in mine})
-        schema = env_schema(env)
+        schema = env_schema(mine[0].get("env_id", env))  # env: its label (env_labels)
         for i, factor in enumerate(factors[env]):
             ax = axes[first_row + i // cols, i % cols]
             ax.set_axis_on()

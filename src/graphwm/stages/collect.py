@@ -42,6 +42,7 @@ from graphwm.store.files import (
     regular_file,
     sha256_file,
 )
+from graphwm.store.paths import refuse_old_names, safe_name
 from graphwm.store.results import log_event
 
 DATA_FORMAT = "graphwm-episodes/1"
@@ -118,7 +119,7 @@ class DataRef:
     def relpath(self) -> str:
         """The npz, relative to the run directory."""
         digest = self.key.split("-", 1)[1]
-        return f"data/{self.env}/{self.split}_n{self.num_nodes}-{digest}.npz"
+        return f"data/{safe_name(self.env)}/{self.split}_n{self.num_nodes}-{digest}.npz"
 
     def path(self, run_dir: Path) -> Path:
         return Path(run_dir) / self.relpath
@@ -248,6 +249,9 @@ def collect(paths, refs: Iterable[DataRef], progress: bool = True) -> list[DataR
     with ``paths.redo_corrupt`` is quarantined and collected again.
     """
     refs = list(dict.fromkeys(refs))
+    # a run written under the old folder names (an env's name as it is): refused, before any
+    # work, with the rename that makes it load (never collected again beside the old folder)
+    refuse_old_names(paths.root, sorted({ref.env for ref in refs}))
     for ref in tqdm(refs, desc="collect", disable=not progress):
         try:
             done = verify_data(paths.root, ref)

@@ -35,6 +35,7 @@ from graphwm.store.files import (
     regular_file,
     sha256_file,
 )
+from graphwm.store.paths import safe_name
 from graphwm.store.results import log_event
 
 FIT_FILES = ("bandwidths.json", "scaler.json", "schema.json")
@@ -71,7 +72,7 @@ class FitJob:
 
     @property
     def reldir(self) -> str:
-        return f"fit/{self.env}/{self.key.split('-', 1)[1]}"
+        return f"fit/{safe_name(self.env)}/{self.key.split('-', 1)[1]}"
 
     def dir(self, run_dir: Path) -> Path:
         return Path(run_dir) / self.reldir

@@ -25,6 +25,7 @@ from graphwm.settings import defaults
 from graphwm.stages.fit import FitJob, load_fitted, training_episodes
 from graphwm.store.checkpoints import recover_latest
 from graphwm.store.files import CorruptFileError, content_key, inside, sha256_file
+from graphwm.store.paths import safe_name
 from graphwm.store.records import TrainRecord
 
 _TRAIN = defaults(TrainConfig)  # the preset's defaults (graphwm.config) are the job's
@@ -36,14 +37,14 @@ TENSORBOARD_DIRNAME = "tensorboard"
 
 def model_dir_name(model: str) -> str:
     """File-system name of a model (``gdm:no-h-plus`` -> ``gdm__no-h-plus``)."""
-    return model.replace(":", "__")
+    return safe_name(model)
 
 
 def job_reldir(env: str, model: str, stem: str, key: str) -> str:
     """``train/<ENV>/<model>/<stem>-<digest of key>``: the folder of a training job or of an
     ensemble of them, relative to the run directory."""
     digest = key.split("-", 1)[1]
-    return f"train/{env}/{model_dir_name(model)}/{stem}-{digest}"
+    return f"train/{safe_name(env)}/{model_dir_name(model)}/{stem}-{digest}"
 
 
 @dataclass(frozen=True)

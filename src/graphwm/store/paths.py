@@ -8,6 +8,40 @@ from pathlib import Path
 from graphwm.store.files import CorruptFileError, inside, quarantine, read_json, regular_file
 from graphwm.store.records import ResultsFormatError
 
+#: characters Windows refuses in a file or folder name (``/`` separates folders, as intended)
+REFUSED_CHARS = ':*?"<>|'
+
+
+def safe_name(name: str) -> str:
+    """The folder name the store writes for an env or model name: ``:`` becomes ``__`` (the
+    ``module:id`` form of an env, ``gdm:no-h-plus``), any other character Windows refuses
+    ``_``; a name without them is kept as it is (the shipped presets' folders never change).
+    ``/`` is kept: an id's namespace makes a subfolder."""
+    out = name.replace(":", "__")
+    return "".join("_" if c in REFUSED_CHARS else c for c in out)
+
+
+def refuse_old_names(run_dir: Path, envs: list[str] | tuple[str, ...]) -> None:
+    """Refuse a run directory written under the old folder names, where an env's name went
+    into the path as it is (``data/mymodule:mine/...``), naming the rename that makes it load.
+
+    Raises:
+        CorruptFileError: a folder of an env under its old name exists.
+    """
+    for env in envs:
+        new = safe_name(env)
+        if new == env:
+            continue
+        for top in ("data", "fit", "train"):
+            old = Path(run_dir) / top / env
+            if old.exists():
+                raise CorruptFileError(
+                    old,
+                    f"was written under the old folder name of env {env!r}; graphwm now writes "
+                    f"{top}/{new} (no character Windows refuses, {REFUSED_CHARS!r}): rename "
+                    f"{top}/{env} to {top}/{new} (in data/, fit/ and train/) and run again",
+                )
+
 
 @dataclass(frozen=True)
 class RunPaths:
