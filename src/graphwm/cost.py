@@ -230,10 +230,8 @@ def _time_transition(
     )
     env_set, model_set = stack_graphs(graphs[0]), model_samples_to_metric(pred)
     terminal = bool(replay.terminated[t])
-    if permutations:
-        ctx.gdd_and_p_value(model_set, env_set, terminal, permutations, 0)
-    else:
-        ctx.gdd(model_set, env_set, terminal)
+    # both estimators and the test from one Gram computation, as single_step_job scores
+    ctx.gdd_both(model_set, env_set, terminal, permutations, 0)
     factor_metrics(model_set, env_set, ctx.metric_schema, terminal)
     return model_s, time.perf_counter() - start
 
