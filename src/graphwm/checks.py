@@ -251,13 +251,20 @@ def _check_limits(p: Preset) -> None:
 
 def _check_selection(p: Preset) -> None:
     """What would otherwise be accepted and silently do nothing: an ablation that is a base
-    model, an ``ablation_envs`` env the preset does not run."""
+    model, an ``ablation_envs`` env the preset does not run, an ``ablation_sizes`` size that
+    is no test size."""
     for i, name in enumerate(p.ablations):
         if ":" not in name:
             raise PresetError(
                 f"preset key 'ablations[{i}]' ({name!r}) is a base model, not an ablation "
                 "(ablations are '<model>:<variant>', e.g. 'gdm:no-h-plus'); list it under "
                 "'models'"
+            )
+    for i, size in enumerate(p.ablation_sizes or ()):
+        if size not in p.collect.test_sizes:
+            raise PresetError(
+                f"preset key 'ablation_sizes[{i}]' ({size}) is not one of 'collect.test_sizes' "
+                f"{list(p.collect.test_sizes)}: the ablations would never be evaluated there"
             )
     for i, env in enumerate(p.ablation_envs or ()):
         if p.ablations and env not in p.envs:
