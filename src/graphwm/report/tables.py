@@ -413,12 +413,12 @@ def multi_step_table(records: list[dict], field_name: str = "gdd") -> Table | No
     per_horizon: dict[tuple, list[float]] = defaultdict(list)
     incomplete: set[tuple] = set()  # groups with a record of an older run (no such field)
     for r in models:
-        group = (r["env"], r["size"], r["model"])
+        ident = (r["env"], r["size"], r["model"])
         if field_name not in r:
-            incomplete.add(group)
+            incomplete.add(ident)
             continue
         for h, g in zip(r["horizons"], r[field_name], strict=True):
-            per_horizon[(*group, h)].append(g)
+            per_horizon[(*ident, h)].append(g)
     agg = {k: mean_ci(v) for k, v in per_horizon.items() if k[:3] not in incomplete}
     horizons = sorted({h for r in models for h in r["horizons"]})
     unbiased = field_name != "gdd"
