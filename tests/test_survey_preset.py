@@ -79,3 +79,11 @@ def test_ablation_sizes_must_be_test_sizes():
     # unset: every test size, as before the key existed
     every = parse_checked({k: v for k, v in raw.items() if k != "ablation_sizes"})
     assert every.eval_sizes("OD", "gdm:no-h-plus") == (20, 50, 100, 200)
+
+
+def test_the_permutation_work_counts_the_ablations_at_their_sizes_only(survey):
+    from graphwm.checks import reference_transitions
+
+    single = [j for j in jobs.evaluation_jobs(survey) if j.kind == "single_step"]
+    per_job = survey.evaluate.reference_transitions * survey.collect.test_episodes
+    assert reference_transitions(survey) == len(single) * per_job

@@ -332,11 +332,14 @@ def sample_bytes(num_samples: int, num_nodes: int) -> int:
 
 
 def reference_transitions(p: Preset) -> int:
-    """Reference transitions the final evaluation scores: per env, test size, model and seed,
-    ``evaluate.reference_transitions`` of each evaluated test episode."""
+    """Reference transitions the final evaluation scores: per env, evaluated test size (an
+    ablation's: ``ablation_sizes``), model and seed, ``evaluate.reference_transitions`` of
+    each evaluated test episode."""
     episodes = min(p.collect.test_episodes, p.evaluate.max_episodes or p.collect.test_episodes)
     per_run = p.evaluate.reference_transitions * episodes * len(p.seeds)
-    return sum(len(p.test_sizes(env)) * len(p.models_of(env)) * per_run for env in p.envs)
+    return sum(
+        len(p.eval_sizes(env, model)) * per_run for env in p.envs for model in p.models_of(env)
+    )
 
 
 def permutation_hours(p: Preset) -> float:
