@@ -151,11 +151,13 @@ def test_a_kept_checkpoint_scores_what_evaluate_gives_for_that_checkpoint_and_su
         assert job.train is not None
         record = single_step_job(job, paths.root)
         point = points[(job.model, job.seed, job.train.steps)]
-        assert (point.gdd, point.components, point.gdd_episodes) == (
+        assert (point.gdd, point.gdd_unbiased, point.components, point.gdd_episodes) == (
             record.gdd,
+            record.gdd_unbiased,
             record.components,
             record.gdd_episodes,
         )
+        assert point.gdd_unbiased is not None  # a curve point stores both estimators
     # the report draws the curve and tabulates it
     report = build_report(paths.root)
     assert "gdd_curve" in report.figures and "gdd_curve" in report.tables_md

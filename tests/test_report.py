@@ -63,6 +63,8 @@ def _single(env: str, model: str, size: int, seed: int) -> dict:
         "num_permutations": 200,
         "alpha": 0.05,
         "some_future_key": {"ignored": True},
+        # the unbiased estimator's GDD; one EA-GWM seed is a record of an older run without it
+        **({} if model == "ea-gwm" and seed == 2 else {"gdd_unbiased": gdd - 0.5}),
     }
 
 
@@ -81,6 +83,8 @@ def _multi(env: str, model: str, seed: int) -> dict:
         "components": {c: [0.1 * h for h in horizons] for c in ("node", "graph", "edge", "joint")},
         "invalid_rate_model": [0.05 * h for h in horizons],
         "invalid_rate_env": [0.02 * h for h in horizons],
+        # only the GDM's records hold the unbiased estimator (the others: an older run's)
+        **({"gdd_unbiased": [g - 0.5 for g in gdd]} if model == "gdm" else {}),
     }
 
 
@@ -187,9 +191,12 @@ def test_every_table_and_figure_is_written(full_run):
     run, paths = full_run
     tables = {
         "gdd_single_step",
+        "gdd_single_step_unbiased",
         "self_gdd",
         "ablations",
+        "ablations_unbiased",
         "multi_step",
+        "multi_step_unbiased",
         "gdd_components",
         "factor_metrics",
     }
@@ -314,6 +321,30 @@ def test_self_ablation_multi_step_and_components_tables(full_run):
     assert _row(comp, "G-RSSM", "OD")[4] == "nan ± nan"  # a NaN component of one seed
     fm = paths.tables_md["factor_metrics"].read_text()
     assert "opinion" in fm and "adjacency_bce" in fm
+
+
+def test_unbiased_tables_beside_the_biased_ones_with_dashes_for_older_records(full_run):
+    """Every model-evaluation table has its unbiased twin; a group with a record of an older
+    run (no ``gdd_unbiased``) reads "—" there, never a mean over fewer seeds."""
+    _, paths = full_run
+    main = paths.tables_md["gdd_single_step_unbiased"].read_text()
+    # the biased 2.000 - 0.5 per seed (bold: EA-GWM, lower in the biased table, reads "—")
+    assert _row(main, "GDM", "SAR")[2] == "**1.500 ± 2.484**"
+    assert "(eval" not in main  # the noise band is the biased GDD's bootstrap
+    # EA-GWM's seed 2 lacks it at every size: its row stays, every cell a dash
+    assert _row(main, "EA-GWM", "SAR")[2:] == ["—", "—", "—"]
+    assert "U-statistic" in main
+    biased = paths.tables_md["gdd_single_step"].read_text()
+    assert "—" not in _row(biased, "EA-GWM", "SAR")  # the biased table has every seed
+    assert "--" in paths.tables_tex["gdd_single_step_unbiased"].read_text()
+
+    ab = paths.tables_md["ablations_unbiased"].read_text()
+    assert _row(ab, "gdm:no-h-plus", "SAR")[2].startswith(f"**{0.15 * 1.2 + 0.01 - 0.5:.3f} ±")
+
+    ms = paths.tables_md["multi_step_unbiased"].read_text()
+    header = _row(ms, "Model")
+    assert _row(ms, "GDM", "SAR")[header.index("T=3")].startswith("**3.500 ±")
+    assert _row(ms, "G-RSSM", "SAR")[header.index("T=1") :] == ["—"] * 5
 
 
 def test_rebuild_is_idempotent(full_run):

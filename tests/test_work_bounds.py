@@ -76,10 +76,10 @@ def test_a_training_step_that_cannot_fit_is_refused_before_collect(
 
 
 def test_the_shipped_presets_fit(sixteen_gib):
-    """tiny (its own CPU device), medium and paper on the CPU fit a 16 GiB machine;
-    on the GPU they are preset for, every training step fits an 80 GB H100 (the check uses
-    the GPU's memory where this machine has that GPU, and cannot bound it elsewhere)."""
-    for name in ("tiny", "medium", "paper"):
+    """tiny and survey (their own CPU device), medium and paper on the CPU fit a 16 GiB
+    machine; on the GPU they are preset for, every training step fits an 80 GB H100 (the check
+    uses the GPU's memory where this machine has that GPU, and cannot bound it elsewhere)."""
+    for name in ("tiny", "medium", "survey", "paper"):
         raw = read_preset(name)
         parse_checked({**raw, "device": "cpu"})
         p = parse_checked(raw)

@@ -251,7 +251,8 @@ def _check_limits(p: Preset) -> None:
 
 def _check_selection(p: Preset) -> None:
     """What would otherwise be accepted and silently do nothing: an ablation that is a base
-    model, an ``ablation_envs`` env the preset does not run."""
+    model, an ``ablation_envs`` env the preset does not run, an ``ablation_sizes`` size that
+    is no test size."""
     for i, name in enumerate(p.ablations):
         if ":" not in name:
             raise PresetError(
@@ -277,6 +278,12 @@ def _check_selection(p: Preset) -> None:
             f"preset key 'env_labels': two envs would share the label {twice[0]!r} in every "
             "table and figure"
         )
+    for i, size in enumerate(p.ablation_sizes or ()):
+        if size not in p.collect.test_sizes:
+            raise PresetError(
+                f"preset key 'ablation_sizes[{i}]' ({size}) is not one of 'collect.test_sizes' "
+                f"{list(p.collect.test_sizes)}: the ablations would never be evaluated there"
+            )
     for i, env in enumerate(p.ablation_envs or ()):
         if p.ablations and env not in p.envs:
             raise PresetError(
@@ -343,11 +350,14 @@ def sample_bytes(num_samples: int, num_nodes: int) -> int:
 
 
 def reference_transitions(p: Preset) -> int:
-    """Reference transitions the final evaluation scores: per env, test size, model and seed,
-    ``evaluate.reference_transitions`` of each evaluated test episode."""
+    """Reference transitions the final evaluation scores: per env, evaluated test size (an
+    ablation's: ``ablation_sizes``), model and seed, ``evaluate.reference_transitions`` of
+    each evaluated test episode."""
     episodes = min(p.collect.test_episodes, p.evaluate.max_episodes or p.collect.test_episodes)
     per_run = p.evaluate.reference_transitions * episodes * len(p.seeds)
-    return sum(len(p.test_sizes(env)) * len(p.models_of(env)) * per_run for env in p.envs)
+    return sum(
+        len(p.eval_sizes(env, model)) * per_run for env in p.envs for model in p.models_of(env)
+    )
 
 
 def permutation_hours(p: Preset) -> float:

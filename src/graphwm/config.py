@@ -20,7 +20,7 @@ from typing import Any
 
 from graphwm.settings import Where, defaults, parse, read_fields, setting
 
-PRESET_NAMES = ("smoke", "medium", "long", "paper", "tiny")
+PRESET_NAMES = ("smoke", "medium", "long", "survey", "paper", "tiny")
 #: the shipped presets (package data beside this module)
 PRESETS_DIR = Path(__file__).resolve().parent / "presets"
 #: the largest preset file read (the shipped ones are a few kilobytes)
@@ -388,6 +388,8 @@ class Preset:
     #: short labels of envs in tables and figures, ``{env: label}`` (``[env_labels]``); an
     #: env without one is labelled by its name
     env_labels: dict[str, str] = setting(default_factory=dict)
+    # the test sizes the ablations are evaluated at (None: every test size of their env)
+    ablation_sizes: tuple[int, ...] | None = setting(None, ge=2, unique=True)
     device: str = setting("cpu", help="cpu, cuda, cuda:<index> or mps")
     executor: str = setting("local", choices=EXECUTORS)
     workers: int = setting(0, ge=0, help="local worker processes (0: one per core)")
@@ -435,6 +437,14 @@ class Preset:
         if env == "RGC":
             sizes = tuple(n for n in sizes if n <= self.collect.rgc_max_test_size)
         return sizes
+
+    def eval_sizes(self, env: str, model: str) -> tuple[int, ...]:
+        """The test sizes ``model`` is evaluated at on ``env``: :meth:`test_sizes`, for an
+        ablation only those in ``ablation_sizes`` (when set)."""
+        sizes = self.test_sizes(env)
+        if model in self.models or self.ablation_sizes is None:
+            return sizes
+        return tuple(n for n in sizes if n in self.ablation_sizes)
 
     def models_of(self, env: str) -> tuple[str, ...]:
         """The models trained on ``env``: the preset's models plus its ablations if selected."""

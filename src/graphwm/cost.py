@@ -230,10 +230,8 @@ def _time_transition(
     )
     env_set, model_set = stack_graphs(graphs[0]), model_samples_to_metric(pred)
     terminal = bool(replay.terminated[t])
-    if permutations:
-        ctx.gdd_and_p_value(model_set, env_set, terminal, permutations, 0)
-    else:
-        ctx.gdd(model_set, env_set, terminal)
+    # both estimators and the test from one Gram computation, as single_step_job scores
+    ctx.gdd_both(model_set, env_set, terminal, permutations, 0)
     factor_metrics(model_set, env_set, ctx.metric_schema, terminal)
     return model_s, time.perf_counter() - start
 
@@ -280,13 +278,16 @@ def estimate(
                     n: _time_transition(model, env, n, ev.num_samples, bw, ev.permutations)
                     for n in probe_sizes
                 }
-            sizes = preset.test_sizes(env)
+            sizes = preset.eval_sizes(env, name)  # an ablation: its ablation_sizes
             per_size = ev.reference_transitions * c.test_episodes
             n_jobs = sum(1 for j in jobs if j.env == env and j.model == name)
             transitions = {n: per_size * n_jobs for n in sizes}
-            if t.eval_every and sizes:  # the GDD curve: its points at the smallest test size
+            test_sizes = preset.test_sizes(env)
+            if t.eval_every and test_sizes:  # the GDD curve: its points at the smallest test size
                 points = sum(len(j.kept_steps()) for j in jobs if j.env == env and j.model == name)
-                transitions[min(sizes)] += points * ev.reference_transitions * ev.curve_episodes
+                curve = points * ev.reference_transitions * ev.curve_episodes
+                transitions[min(test_sizes)] = transitions.get(min(test_sizes), 0) + curve
+            sizes = tuple(sorted(transitions))
             lines.append(
                 CostLine(
                     env,

@@ -172,7 +172,7 @@ def evaluation_jobs(preset: CheckedPreset) -> list[EvalJob]:
                 )
     for train in training_jobs(preset):
         fit = train.fit
-        for size in preset.test_sizes(train.env):
+        for size in preset.eval_sizes(train.env, train.model):
             jobs.append(
                 EvalJob(
                     "single_step",

@@ -105,3 +105,45 @@ def test_gdd_and_permutation_test_equal_the_two_calls(helpers, estimator):
     assert p == want[1]
     with pytest.raises(ValueError, match="num_permutations"):
         gdd_and_permutation_test(x, y, schema, bw, 0, np.random.default_rng(9))
+
+
+@pytest.mark.parametrize("test_estimator", ["biased", "unbiased"])
+def test_gdd_estimates_equal_the_separate_calls(helpers, test_estimator):
+    """Both estimators and the test from one Gram computation: each result is ``gdd()``'s
+    with that estimator and the p-value ``permutation_test()``'s, bit for bit."""
+    from gdd_metric import gdd_estimates
+
+    schema = helpers.schema(2, 1, 1, 1)
+    rng = np.random.default_rng(6)
+    bw = helpers.bandwidths(schema, rng)
+    x = helpers.samples(schema, 7, 5, rng)
+    y = helpers.samples(schema, 6, 5, rng, shift=0.3)
+    results, p = gdd_estimates(
+        x, y, schema, bw, num_permutations=40, rng=np.random.default_rng(2),
+        test_estimator=test_estimator,
+    )  # fmt: skip
+    assert set(results) == {"biased", "unbiased"}
+    for est, result in results.items():
+        assert result == gdd(x, y, schema, bw, estimator=est)
+    # the two estimators really differ on the same samples (the diagonal terms)
+    assert results["unbiased"].mmd2 < results["biased"].mmd2
+    rng2 = np.random.default_rng(2)
+    assert p == permutation_test(x, y, schema, bw, 40, rng2, estimator=test_estimator)[1]
+    only, none = gdd_estimates(x, y, schema, bw, estimators=("unbiased",))
+    assert none is None and list(only) == ["unbiased"]
+
+
+def test_gdd_estimates_rejects_bad_arguments(helpers):
+    from gdd_metric import gdd_estimates
+
+    schema = helpers.schema(1, 1, 1, 0)
+    rng = np.random.default_rng(0)
+    bw = helpers.bandwidths(schema, rng)
+    x = helpers.samples(schema, 4, 3, rng)
+    with pytest.raises(ValueError, match="estimators"):
+        gdd_estimates(x, x, schema, bw, estimators=("v-stat",))
+    with pytest.raises(TypeError, match="rng"):
+        gdd_estimates(x, x, schema, bw, num_permutations=10)
+    one = {k: v[:1] for k, v in x.items()}
+    with pytest.raises(ValueError, match="at least 2 samples"):
+        gdd_estimates(one, x, schema, bw)

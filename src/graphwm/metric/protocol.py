@@ -277,6 +277,31 @@ class EvalContext:
         view = self.view(model_set, env_set, terminal)
         return gdd_and_permutation_test(*view, self.bandwidths, num_permutations, rng)
 
+    def gdd_both(
+        self,
+        model_set: Mapping[str, np.ndarray],
+        env_set: Mapping[str, np.ndarray],
+        terminal: bool,
+        num_permutations: int = 0,
+        seed: int | None = None,
+    ) -> tuple[Any, float, float | None]:
+        """The biased GDD result, the unbiased GDD and (with ``num_permutations`` > 0) the
+        permutation test's p-value of one transition, from one Gram computation
+        (gdd-metric's :func:`~gdd_metric.gdd_estimates`): the result is :meth:`gdd`'s, the
+        p-value :meth:`gdd_and_p_value`'s (seeded by ``seed``), bit for bit.
+
+        The unbiased GDD is the signed square root of the unbiased (U-statistic) MMD^2: it
+        may be negative, so averaged over transitions noise shows on both sides of 0.
+        """
+        from gdd_metric import gdd_estimates
+
+        view = self.view(model_set, env_set, terminal)
+        rng = np.random.default_rng(seed) if num_permutations else None
+        results, p = gdd_estimates(
+            *view, self.bandwidths, num_permutations=num_permutations, rng=rng
+        )
+        return results["biased"], signed_sqrt(results["unbiased"].mmd2), p
+
     def p_value(
         self,
         model_set: Mapping[str, np.ndarray],
@@ -292,6 +317,11 @@ class EvalContext:
         rng = np.random.default_rng(seed)
         view = self.view(model_set, env_set, terminal)
         return permutation_test(*view, self.bandwidths, num_permutations, rng)[1]
+
+
+def signed_sqrt(x: float) -> float:
+    """sign(x) sqrt(|x|): the GDD scale of an unbiased MMD^2, which may be negative."""
+    return float(np.sign(x) * np.sqrt(abs(x)))
 
 
 def _one_off(schema: Mapping[str, Any], bandwidths: Any) -> EvalContext:

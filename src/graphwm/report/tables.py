@@ -152,15 +152,51 @@ def group_noise(records: Iterable[dict], key: Callable[[dict], tuple]) -> dict[t
 # ---------------------------------------------------------------------------------------------
 # Builders (each returns None when its kind is absent)
 # ---------------------------------------------------------------------------------------------
+#: the record key of the unbiased estimator's GDD (absent in records of older runs)
+UNBIASED = "gdd_unbiased"
+
+UNBIASED_NOTE = (
+    "Unbiased estimator: per reference transition the signed square root of the unbiased"
+    " (U-statistic) MMD^2 of the same samples, averaged like the GDD. Its expectation is 0 when"
+    " model and environment samples come from one distribution, whereas the biased GDD (the"
+    " paper's) keeps a positive floor of order 1/sqrt(kappa); the gap between the two tables is"
+    " that bias. A missing cell: not stored (results of older runs)."
+)
+
+
+def aggregate_present(
+    records: Iterable[dict], key: Callable[[dict], tuple], field_name: str
+) -> dict[tuple, SeedStats]:
+    """:func:`aggregate` of ``record[field_name]`` over the groups of ``key`` whose every
+    record holds it: a group with a record of an older run that lacks it is left out (its
+    cell reads "—"), never averaged over fewer seeds than the GDD beside it."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for record in records:
+        groups[key(record)].append(record)
+    complete = [r for g in groups.values() if all(field_name in r for r in g) for r in g]
+    return aggregate(complete, key, operator.itemgetter(field_name))
+
+
 def _model_size_table(
-    records: list[dict], name: str, caption: str, models_of_env: Callable[[str], list[str]]
+    records: list[dict],
+    name: str,
+    caption: str,
+    models_of_env: Callable[[str], list[str]],
+    field_name: str = "gdd",
 ) -> Table | None:
-    """Rows env x model, columns sizes, best per env x size in bold."""
+    """Rows env x model, columns sizes, best per env x size in bold; ``field_name`` the
+    record's value (``gdd``, or :data:`UNBIASED`, whose tables carry no noise band: the
+    band is the biased GDD's bootstrap)."""
     if not records:
         return None
-    agg = aggregate(records, lambda r: (r["env"], r["model"], r["size"]), lambda r: r["gdd"])
-    noise = group_noise(records, lambda r: (r["env"], r["model"], r["size"]))
+    key = operator.itemgetter("env", "model", "size")
+    agg = aggregate_present(records, key, field_name)
+    if field_name == "gdd":
+        noise = group_noise(records, key)
+    else:
+        noise = defaultdict(lambda: None)
     sizes = sorted({r["size"] for r in records})
+    evaluated = {key(r) for r in records}  # a row per evaluated model, even of "—" cells
     table = Table(name, caption, ["Env", "Model"], [f"N={n}" for n in sizes])
     for env in order_envs(r["env"] for r in records):
         env_rows = []
@@ -171,7 +207,7 @@ def _model_size_table(
                 else None
                 for n in sizes
             ]
-            if any(c is not None for c in cells):
+            if any((env, model, n) in evaluated for n in sizes):
                 env_rows.append(Row(["", model_display(model)], cells))
         if not env_rows:
             continue
@@ -244,11 +280,35 @@ def single_step_table(records: list[dict]) -> Table | None:
     return table
 
 
-def ablation_table(records: list[dict], reference_model: str = "gdm") -> Table | None:
+def single_step_unbiased_table(records: list[dict]) -> Table | None:
+    """(a') The main table with the unbiased estimator: env x model rows, size columns;
+    "—" where a result of an older run lacks ``gdd_unbiased``."""
+    models, _ = split_models(by_kind(records, "single_step"))
+
+    def models_of_env(env: str) -> list[str]:
+        return order_models(r["model"] for r in models if r["env"] == env)
+
+    table = _model_size_table(
+        models,
+        "gdd_single_step_unbiased",
+        "GDD score with the unbiased estimator (lower is better) for single-step predictions"
+        " on test sets of different sizes",
+        models_of_env,
+        UNBIASED,
+    )
+    if table is not None:
+        table.notes.append(UNBIASED_NOTE)
+    return table
+
+
+def ablation_table(
+    records: list[dict], reference_model: str = "gdm", field_name: str = "gdd"
+) -> Table | None:
     """(c) Ablation GDD (paper table "ablation_full"): env x (reference + ablations) x size.
 
     The full model ``reference_model`` is listed first for comparison, restricted to the
-    sizes evaluated for the ablations of that environment.
+    sizes evaluated for the ablations of that environment. ``field_name``: ``gdd`` or
+    :data:`UNBIASED` (:func:`ablation_unbiased_table`).
     """
     single = by_kind(records, "single_step")
     _, ablations = split_models(single)
@@ -267,12 +327,28 @@ def ablation_table(records: list[dict], reference_model: str = "gdm") -> Table |
         abl = sorted({r["model"] for r in ablations if r["env"] == env})
         return ref + abl
 
-    return _model_size_table(
+    if field_name == "gdd":
+        return _model_size_table(
+            rows,
+            "ablations",
+            "GDD score (single-step) for each GDM ablation and environment",
+            models_of_env,
+        )
+    table = _model_size_table(
         rows,
-        "ablations",
-        "GDD score (single-step) for each GDM ablation and environment",
+        "ablations_unbiased",
+        "GDD score (single-step, unbiased estimator) for each GDM ablation and environment",
         models_of_env,
+        field_name,
     )
+    if table is not None:
+        table.notes.append(UNBIASED_NOTE)
+    return table
+
+
+def ablation_unbiased_table(records: list[dict]) -> Table | None:
+    """(c') The ablation table with the unbiased estimator ("—" where not stored)."""
+    return ablation_table(records, field_name=UNBIASED)
 
 
 #: a self-GDD table with a value this small (that is not rounding noise of 0, below
@@ -326,23 +402,36 @@ def self_gdd_table(records: list[dict]) -> Table | None:
     return table
 
 
-def multi_step_table(records: list[dict]) -> Table | None:
-    """(d) Multi-step GDD: env x model rows (with the graph size N), horizon columns."""
+def multi_step_table(records: list[dict], field_name: str = "gdd") -> Table | None:
+    """(d) Multi-step GDD: env x model rows (with the graph size N), horizon columns.
+
+    ``field_name``: ``gdd`` or :data:`UNBIASED` (:func:`multi_step_unbiased_table`; a group
+    with a record lacking it reads "—")."""
     models, _ = split_models(by_kind(records, "multi_step"))
     if not models:
         return None
     per_horizon: dict[tuple, list[float]] = defaultdict(list)
+    incomplete: set[tuple] = set()  # groups with a record of an older run (no such field)
     for r in models:
-        for h, g in zip(r["horizons"], r["gdd"], strict=True):
-            per_horizon[(r["env"], r["size"], r["model"], h)].append(g)
-    agg = {k: mean_ci(v) for k, v in per_horizon.items()}
+        ident = (r["env"], r["size"], r["model"])
+        if field_name not in r:
+            incomplete.add(ident)
+            continue
+        for h, g in zip(r["horizons"], r[field_name], strict=True):
+            per_horizon[(*ident, h)].append(g)
+    agg = {k: mean_ci(v) for k, v in per_horizon.items() if k[:3] not in incomplete}
     horizons = sorted({h for r in models for h in r["horizons"]})
+    unbiased = field_name != "gdd"
     table = Table(
-        "multi_step",
-        "Multi-step rollout GDD (lower is better) per rollout length",
+        "multi_step_unbiased" if unbiased else "multi_step",
+        "Multi-step rollout GDD"
+        + (" with the unbiased estimator" if unbiased else "")
+        + " (lower is better) per rollout length",
         ["Env", "N", "Model"],
         [f"T={h}" for h in horizons],
     )
+    if unbiased:
+        table.notes.append(UNBIASED_NOTE)
     for env in order_envs(r["env"] for r in models):
         for size in sorted({r["size"] for r in models if r["env"] == env}):
             group = [r for r in models if r["env"] == env and r["size"] == size]
@@ -359,6 +448,11 @@ def multi_step_table(records: list[dict]) -> Table | None:
             rows[0].group_start = True
             table.rows.extend(rows)
     return table
+
+
+def multi_step_unbiased_table(records: list[dict]) -> Table | None:
+    """(d') The multi-step table with the unbiased estimator ("—" where not stored)."""
+    return multi_step_table(records, UNBIASED)
 
 
 def components_table(records: list[dict]) -> Table | None:
@@ -448,9 +542,12 @@ def build_tables(records: list[dict]) -> list[Table]:
     """All tables that the present result kinds allow, main table first."""
     builders = (
         single_step_table,
+        single_step_unbiased_table,
         self_gdd_table,
         ablation_table,
+        ablation_unbiased_table,
         multi_step_table,
+        multi_step_unbiased_table,
         components_table,
         factor_metrics_table,
     )

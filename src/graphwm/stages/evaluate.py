@@ -9,7 +9,10 @@ reference observation (their ``observe`` returns it). Sample seeds derive from (
 seed, step, stream), so a job is deterministic.
 
 A job builds one :class:`~graphwm.metric.protocol.EvalContext` (extended schema, bandwidths,
-one env instance) and passes it to every step: replay, env samples and scoring.
+one env instance) and passes it to every step: replay, env samples and scoring. Every
+evaluation stores both GDD estimators from one Gram computation per transition: ``gdd`` (biased
+V-statistic, the paper's definition) and ``gdd_unbiased`` (per transition the signed square
+root of the unbiased U-statistic MMD^2, averaged over transitions and episodes as ``gdd``).
 """
 
 from __future__ import annotations
@@ -138,11 +141,20 @@ def _test_episodes(job: EvalJob, run_dir: Path):
     return episodes, seeds
 
 
-def _summarise(gdds: list[list[float]], comps: list[list[dict]]) -> dict[str, Any]:
+def _episode_mean(values: dict[int, list[float]]) -> float:
+    """Mean over episodes of each episode's mean (how the GDD averages transitions)."""
+    return float(np.mean([np.mean(v) for v in values.values()]))
+
+
+def _summarise(
+    gdds: list[list[float]], comps: list[list[dict]], unbiased: dict[int, list[float]]
+) -> dict[str, Any]:
     per_episode = [float(np.mean(g)) for g in gdds]
     flat = [c for ep in comps for c in ep]
     return {
         "gdd": float(np.mean(per_episode)),
+        # the unbiased estimator's GDD, averaged exactly as the GDD (evaluate.py's header)
+        "gdd_unbiased": _episode_mean(unbiased),
         "gdd_episodes": per_episode,
         # per episode, per reference transition: the bootstrap of the noise band (graphwm.noise)
         "gdd_transitions": [[float(x) for x in g] for g in gdds],
@@ -296,31 +308,34 @@ def single_step_job(job: EvalJob, run_dir: str | Path) -> SingleStepRecord:
 
     With ``job.permutations`` > 0, each reference transition also gets gdd-metric's
     permutation test (GDD statistic, ``job.permutations`` relabelings seeded from the
-    transition); ``indistinguishable`` is the share with p >= ``job.alpha``.
+    transition); ``indistinguishable`` is the share with p >= ``job.alpha``. Both estimators
+    come from one Gram computation per transition: ``gdd`` the biased one (the paper's),
+    ``gdd_unbiased`` the unbiased one (see :func:`self_gdd_job`), averaged alike.
     """
     run_dir = Path(run_dir)
     ctx = eval_context(job, run_dir)
     model = _load_model(job, run_dir)
     factors: list[dict] = []
     p_values: list[float] = []
+    unbiased: dict[int, list[float]] = {}  # per episode: signed sqrt of the unbiased MMD^2
 
     sampler = ModelSampler(model, job.num_samples, job.repeat)
 
     def score(point: ReferencePoint):
         model_set = sampler(point)[0]
         env_set, terminal = point.env_sets[0], point.terminal[0]
-        if job.permutations:  # the GDD and the test from one Gram computation
-            seed = sample_seeds(point.seed, point.t, STREAM_PERMUTATION, 1)[0]
-            result, p = ctx.gdd_and_p_value(model_set, env_set, terminal, job.permutations, seed)
+        # both estimators (and the test) from one Gram computation
+        seed = sample_seeds(point.seed, point.t, STREAM_PERMUTATION, 1)[0]
+        result, u, p = ctx.gdd_both(model_set, env_set, terminal, job.permutations, seed)
+        unbiased.setdefault(point.episode_index, []).append(u)
+        if p is not None:
             p_values.append(p)
-        else:
-            result = ctx.gdd(model_set, env_set, terminal)
         factors.append(factor_metrics(model_set, env_set, ctx.metric_schema, terminal))
         return result.gdd, _components(result)
 
     points = reference_points(job, run_dir, ctx, 1, keep_observations=True)
     gdds, comps = _per_episode(points, score)
-    summary = _summarise(gdds, comps)
+    summary = _summarise(gdds, comps, unbiased)
     share = None
     if job.permutations:
         share = float(np.mean(np.asarray(p_values) >= job.alpha))
@@ -336,10 +351,6 @@ def single_step_job(job: EvalJob, run_dir: str | Path) -> SingleStepRecord:
         alpha=job.alpha if job.permutations else None,
         **summary,
     )
-
-
-def _signed_sqrt(x: float) -> float:
-    return float(np.sign(x) * np.sqrt(abs(x)))
 
 
 def self_gdd_job(job: EvalJob, run_dir: str | Path) -> SelfGddRecord:
@@ -365,9 +376,8 @@ def self_gdd_job(job: EvalJob, run_dir: str | Path) -> SelfGddRecord:
         seeds = sample_seeds(point.seed, point.t, STREAM_SELF, kappa)
         graphs, _ = ctx.samples(snapshot, action, seeds)
         other = stack_graphs(graphs[0])
-        result = ctx.gdd(other, point.env_sets[0], point.terminal[0])
-        u = ctx.gdd(other, point.env_sets[0], point.terminal[0], "unbiased")
-        unbiased.setdefault(point.episode_index, []).append(_signed_sqrt(u.mmd2))
+        result, u, _ = ctx.gdd_both(other, point.env_sets[0], point.terminal[0])
+        unbiased.setdefault(point.episode_index, []).append(u)
         return result.gdd, _components(result)
 
     points = reference_points(job, run_dir, ctx, 1, keep_observations=False)
@@ -377,8 +387,7 @@ def self_gdd_job(job: EvalJob, run_dir: str | Path) -> SelfGddRecord:
         env=job.env,
         seed=job.seed,
         size=job.size,
-        gdd_unbiased=float(np.mean([np.mean(v) for v in unbiased.values()])),
-        **_summarise(gdds, comps),
+        **_summarise(gdds, comps, unbiased),
     )
 
 
@@ -398,14 +407,15 @@ def multi_step_job(job: EvalJob, run_dir: str | Path) -> MultiStepRecord:
 
     Only reference states with at least h remaining reference actions contribute to horizon
     h. A reference rollout that terminated at its h-th step is scored on reward and
-    continuation at that horizon.
+    continuation at that horizon. ``gdd_unbiased``: per horizon the unbiased estimator's GDD
+    (each transition's signed square root of the unbiased MMD^2), averaged as ``gdd``.
     """
     run_dir = Path(run_dir)
     ctx = eval_context(job, run_dir)
     model = _load_model(job, run_dir)
     horizon = job.horizon
     per_h: dict[int, dict[str, list]] = {
-        h: {"gdd": [], **{k: [] for k in COMPONENTS}, "inv_m": [], "inv_e": []}
+        h: {"gdd": [], "gdd_u": [], **{k: [] for k in COMPONENTS}, "inv_m": [], "inv_e": []}
         for h in range(1, horizon + 1)
     }
     sampler = ModelSampler(model, job.num_samples, job.repeat)
@@ -414,9 +424,12 @@ def multi_step_job(job: EvalJob, run_dir: str | Path) -> MultiStepRecord:
         nodes = point.replay.action_nodes[point.t : point.t + len(model_sets)]
         inv_m = _invalid_rate_model(model_sets, nodes)
         for h in range(1, len(point.env_sets) + 1):
-            result = ctx.gdd(model_sets[h - 1], point.env_sets[h - 1], point.terminal[h - 1])
+            result, u, _ = ctx.gdd_both(
+                model_sets[h - 1], point.env_sets[h - 1], point.terminal[h - 1]
+            )
             acc = per_h[h]
             acc["gdd"].append(result.gdd)
+            acc["gdd_u"].append(u)
             for k in COMPONENTS:
                 acc[k].append(getattr(result, k))
             acc["inv_m"].append(inv_m[h - 1])
@@ -434,6 +447,7 @@ def multi_step_job(job: EvalJob, run_dir: str | Path) -> MultiStepRecord:
         size=job.size,
         horizons=hs,
         gdd=[mean(per_h[h]["gdd"]) for h in hs],
+        gdd_unbiased=[mean(per_h[h]["gdd_u"]) for h in hs],
         components={k: [mean(per_h[h][k]) for h in hs] for k in COMPONENTS},
         invalid_rate_model=[mean(per_h[h]["inv_m"]) for h in hs],
         invalid_rate_env=[mean(per_h[h]["inv_e"]) for h in hs],

@@ -152,6 +152,8 @@ class SingleStepRecord(Record):
     ``indistinguishable``: the share of reference transitions where the permutation test
     (``num_permutations`` relabelings, level ``alpha``) does not reject "model samples and
     environment samples come from one distribution" (absent when not computed).
+    ``gdd_unbiased``: the unbiased estimator's GDD on the same samples (absent in records of
+    older runs).
     """
 
     # field() itself (not setting()), so type checkers see that kind has no default
@@ -163,6 +165,7 @@ class SingleStepRecord(Record):
     gdd: float
     components: dict[str, float]
     factor_metrics: dict[str, Any] = setting(table=FactorMetrics)
+    gdd_unbiased: float | None = None
     gdd_episodes: list[float] | None = setting(None, allow_empty=True)
     # per episode, each reference transition's GDD (absent in records of older runs): the
     # bootstrap of the evaluation-noise band (graphwm.noise)
@@ -186,7 +189,8 @@ class SingleStepRecord(Record):
 
 @dataclass(frozen=True)
 class MultiStepRecord(Record):
-    """GDD and invalid-action rates of 1..H-step rollouts (one entry per horizon)."""
+    """GDD and invalid-action rates of 1..H-step rollouts (one entry per horizon);
+    ``gdd_unbiased`` the unbiased estimator's GDD (absent in records of older runs)."""
 
     kind: str
     env: str
@@ -198,6 +202,7 @@ class MultiStepRecord(Record):
     components: dict[str, list[float]] = setting()
     invalid_rate_model: list[float] = setting(allow_empty=True)
     invalid_rate_env: list[float] = setting(allow_empty=True)
+    gdd_unbiased: list[float] | None = setting(None, allow_empty=True)
 
     KIND: ClassVar[str] = "multi_step"
 
@@ -210,6 +215,8 @@ class MultiStepRecord(Record):
         n = len(obj.horizons)
         series = {"gdd": obj.gdd, "invalid_rate_model": obj.invalid_rate_model}
         series["invalid_rate_env"] = obj.invalid_rate_env
+        if obj.gdd_unbiased is not None:
+            series["gdd_unbiased"] = obj.gdd_unbiased
         series.update({f"components.{c}": obj.components[c] for c in COMPONENTS})
         for name, values in series.items():
             if len(values) != n:
@@ -222,7 +229,8 @@ class MultiStepRecord(Record):
 @dataclass(frozen=True)
 class CurveRecord(Record):
     """Single-step GDD of one checkpoint kept during training (``train.eval_every``), on the
-    GDD curve's fixed subset of test episodes: one point of the curve (``kind`` ``curve``)."""
+    GDD curve's fixed subset of test episodes: one point of the curve (``kind`` ``curve``);
+    ``gdd_unbiased`` as in :class:`SingleStepRecord` (absent in records of older runs)."""
 
     kind: str
     env: str
@@ -232,6 +240,7 @@ class CurveRecord(Record):
     step: int = field(metadata=spec(ge=1))  # field() itself: no default (as kind above)
     gdd: float
     components: dict[str, float]
+    gdd_unbiased: float | None = None
     gdd_episodes: list[float] | None = setting(None, allow_empty=True)
     # per episode, each reference transition's GDD (absent in records of older runs): the
     # bootstrap of the evaluation-noise band (graphwm.noise)

@@ -8,6 +8,7 @@ Public API:
     fit_bandwidths, Bandwidths      -- median-heuristic bandwidths, JSON round trip
     permutation_test                -- two-sample test with a caller-supplied Generator (stats)
     gdd_and_permutation_test        -- both from one Gram computation (evaluation's hot path)
+    gdd_estimates                   -- the biased and unbiased GDD (and the test) from one Gram
     get_backend, Backend            -- the numpy / torch array backends
     normalise_schema, validate_samples, select_features -- input handling
 """
@@ -26,7 +27,7 @@ from .mmd import (
     mmd2_from_gram,
 )
 from .schema import Schema, normalise_schema, select_features, validate_samples
-from .stats import gdd_and_permutation_test, permutation_test
+from .stats import gdd_and_permutation_test, gdd_estimates, permutation_test
 
 __version__ = "0.1.0"
 
@@ -44,6 +45,7 @@ __all__ = [
     "fit_bandwidths",
     "gdd",
     "gdd_and_permutation_test",
+    "gdd_estimates",
     "gdd_many",
     "get_backend",
     "gram_matrices",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -13,6 +14,7 @@ from .mmd import (
     DEFAULT_EPSILON,
     DEFAULT_MULTIPLIERS,
     DEFAULT_WEIGHTS,
+    ESTIMATORS,
     GDDResult,
     Options,
     _results,
@@ -22,7 +24,7 @@ from .mmd import (
 )
 from .schema import Schema
 
-__all__ = ["permutation_test", "gdd_and_permutation_test"]
+__all__ = ["permutation_test", "gdd_and_permutation_test", "gdd_estimates"]
 
 
 def _permuted_mmd2(gram: np.ndarray, in_x: np.ndarray, estimator: str) -> np.ndarray:
@@ -167,3 +169,49 @@ def gdd_and_permutation_test(
     result = _results(grams, n, m, params)[0]
     gram = grams.total(params.weights, params.epsilon)[0]
     return result, _test_on_grams(gram, n, num_permutations, rng, estimator)[1]
+
+
+def gdd_estimates(
+    pred: Mapping,
+    true: Mapping,
+    schema: Mapping | Schema,
+    bandwidths: Bandwidths | Mapping,
+    *,
+    estimators: Sequence[str] = ESTIMATORS,
+    num_permutations: int = 0,
+    rng: np.random.Generator | None = None,
+    test_estimator: str = "biased",
+    weights: Sequence[float] = DEFAULT_WEIGHTS,
+    epsilon: float = DEFAULT_EPSILON,
+    multipliers: Sequence[float] = DEFAULT_MULTIPLIERS,
+    backend: str | Backend = "numpy",
+    device: str | None = None,
+) -> tuple[dict[str, GDDResult], float | None]:
+    """The GDD under each of ``estimators`` and, with ``num_permutations`` > 0, the
+    permutation test's p-value (``test_estimator``'s statistic), all from one validation of
+    the two sets and one computation of their Gram matrices: per estimator the same numbers as
+    ``gdd(pred, true, ..., estimator=e)``, and the p-value of ``permutation_test`` with the
+    same ``rng``. Other arguments as in :func:`permutation_test`.
+
+    Returns:
+        ``({estimator: GDDResult}, p_value or None)``.
+    """
+    chosen = tuple(estimators)
+    if not chosen or any(e not in ESTIMATORS for e in chosen):
+        raise ValueError(f"estimators must be a non-empty subset of {ESTIMATORS}, got {chosen!r}")
+    if num_permutations:
+        _check_test_args(rng, num_permutations)
+    params: Options = resolve_options(
+        schema, bandwidths, weights, epsilon, multipliers, test_estimator, backend, device
+    )
+    # the strictest estimator decides the sample counts (unbiased: >= 2 per set)
+    strictest = "unbiased" if "unbiased" in (*chosen, test_estimator) else "biased"
+    p, t = validate_pair(pred, true, params.schema, strictest)
+    n, m = p.num_samples, t.num_samples
+    grams = pooled_grams([(p, t)], params)
+    results = {e: _results(grams, n, m, replace(params, estimator=e))[0] for e in chosen}
+    if not num_permutations:
+        return results, None
+    assert rng is not None  # checked by _check_test_args
+    gram = grams.total(params.weights, params.epsilon)[0]
+    return results, _test_on_grams(gram, n, num_permutations, rng, test_estimator)[1]
