@@ -69,15 +69,7 @@ def edge_logits_reference(
     """The edge-update MLP's symmetric logits (B, N, N) with the concatenated input
     [h_i, h_j, h_g, z_g, A_ij] of every ordered pair (what ``forward_dense`` and
     ``forward_chunked`` compute from per-node projections)."""
-    b, n, d = h.shape
-    hi = h[:, :, None, :].expand(b, n, n, d)
-    hj = h[:, None, :, :].expand(b, n, n, d)
-    gg = g[:, None, None, :].expand(b, n, n, mlp.graph_dim)
-    x = torch.cat([hi, hj, gg, a_prev[..., None]], dim=-1)
-    wg = [mlp.w_g.weight] if mlp.w_g is not None else []
-    w1 = torch.cat([mlp.w_i.weight, mlp.w_j.weight, *wg, mlp.w_a[:, None]], dim=1)
-    f = mlp.out(F.silu(F.linear(x, w1, mlp.b1))).squeeze(-1)
-    return mlp.symmetrise(f)
+    return mlp.forward_plain(h, g, a_prev)
 
 
 def gdm_posterior_step_reference(
