@@ -279,7 +279,7 @@ class GDMCell(nn.Module):
         per distinct row, each alone, and repeated: the same function with S times fewer
         products, and a row's result does not depend on its batch."""
         if plain():  # the reference backend: the part as written
-            return self.deter.transition(*prev.tensors()[:4], a_emb, node_mask)
+            return self.deter.transition(prev.h_n, prev.z_n, prev.h_g, prev.z_g, a_emb, node_mask)
         b = prev.batch_size
         if b > 1 and not torch.is_grad_enabled():
             xs = [x for x in (*prev.tensors()[:4], a_emb, node_mask.to(a_emb.dtype)) if x.numel()]
