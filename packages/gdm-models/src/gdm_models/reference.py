@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .adjacency import EdgeUpdateMLP
+from .backends import use_backend
 from .baselines.common import (
     GraphState,
     soft_state,
@@ -39,10 +40,10 @@ from .baselines.grssm import GRSSM, GRSSM_TERM_KEYS, window_targets
 from .baselines.gwm import GWM, GWM_TERM_KEYS
 from .data import OBS_KEYS, Batch
 from .gdm import GDM, GDMLatent, Noise
-from .gdm.parts import bcast, pool
-from .gdm.step import STEP_OUTPUTS
+from .gdm.cell import PlainInputs, PlainPosteriorStep
 from .layers import categorical_kl, sample_onehot_st, unimix_probs
 from .losses import NodeMasks, Prediction, free_bits, prediction_loss
+from .message_passing import normalise_weights
 from .scaling import FeatureScaler
 from .world_model import terms_to_floats
 
@@ -84,36 +85,31 @@ def gdm_posterior_step_reference(
     need_prior: bool,
 ) -> tuple[GDMLatent, dict[str, Any]]:
     """One posterior step with teacher-forced adjacency (+ the prior if requested) in the
-    plain form of the cell's parts (concatenated inputs, whole modules, the PyG message
-    passing): what :class:`~gdm_models.gdm.step.PosteriorStep` computes with fused maps."""
+    reference backend (:mod:`gdm_models.backends`): the plain form of the cell's parts
+    (:class:`~gdm_models.gdm.cell.PlainPosteriorStep`, concatenated inputs, whole modules),
+    what :class:`~gdm_models.gdm.step.PosteriorStep` computes with fused maps; noise keys
+    ``"<t>/<name>"``."""
     cell = model.cell
     c = cell.config
     b, n = action.shape
-    a = cell.embed.action_embed(action)
-    h_n_m, h_g_m = cell.deter.transition(prev.h_n, prev.z_n, prev.h_g, prev.z_g, a, node_mask)
-    e_v, e_g = cell.encode(obs, node_mask)
-    u_zg = cell.draw_zg(noise, f"{t}/zg_post", b)
-    u_zn = noise.uniform(f"{t}/zn_post", cell.zn_shape(b, n))
-    h_n_p, h_g_p = cell.deter.h_plus(h_n_m, h_g_m, e_v, e_g, node_mask)
-    q_g, z_g_p = None, h_g_p.new_zeros(b, 0)
-    if c.graph_state:
-        assert u_zg is not None
-        q_g, z_g_p = cell.graph_latent("post_g", [h_g_p, pool(h_n_p, node_mask), e_g], u_zg)
-    g_p = torch.cat([h_g_p, z_g_p], -1)
     a_obs = obs["adjacency"]  # teacher forcing: A_t = observed adjacency, b = A_t
-    if c.recurrent_adjacency:
-        m_p = cell.message_passing(h_n_p, g_p, hard=a_obs, weights=None)
-    else:
-        w = pair_mask.to(h_n_p.dtype).expand(h_n_p.shape[0], -1, -1)
-        m_p = cell.message_passing(h_n_p, g_p, hard=None, weights=w)
-    q_n, z_n_p = cell.node_latent("post_n", [m_p, bcast(z_g_p, n), e_v], u_zn)
-    out: dict[str, Any] = dict(
-        zip(STEP_OUTPUTS, (h_n_m, h_g_m, h_n_p, h_g_p, q_g, z_g_p, q_n, z_n_p), strict=True)
-    )
-    if need_prior:
-        u = cell.prior_noise(noise, t, b, n)
-        out.update(cell.prior(h_n_m, h_g_m, prev.adjacency, node_mask, pair_mask, *u))
-    return GDMLatent(h_n_p, z_n_p, h_g_p, z_g_p, a_obs), out
+    with use_backend("reference"):
+        a = cell.embed.action_embed(action)
+        e_v, e_g = cell.encode(obs, node_mask)
+        u_zg = cell.draw_zg(noise, f"{t}/zg_post", b)
+        u_zn = noise.uniform(f"{t}/zn_post", cell.zn_shape(b, n))
+        w = a_obs if c.recurrent_adjacency else pair_mask.to(a.dtype).expand(b, -1, -1)
+        x = PlainInputs(a, e_v, e_g, normalise_weights(w), u_zg, u_zn)
+        latent, out = PlainPosteriorStep(cell, node_mask, a.dtype).step(prev, x)
+        if need_prior:
+            u = cell.prior_noise(noise, t, b, n)
+            out.update(
+                cell.prior(out["h_n_m"], out["h_g_m"], prev.adjacency, node_mask, pair_mask, *u)
+            )
+    latent.adjacency = a_obs
+    if not c.graph_state:
+        out["q_g"] = None  # no graph latent (the step's zero-width tensor is the scan's)
+    return latent, out
 
 
 def gdm_transition_terms_reference(

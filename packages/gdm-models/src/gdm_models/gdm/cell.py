@@ -51,7 +51,7 @@ from .parts import (
     bcast,
     pool,
 )
-from .step import PosteriorStep, fused_transition, scan
+from .step import STEP_OUTPUTS, PosteriorStep, fused_transition, scan
 
 __all__ = ["GDMCell", "PlainInputs", "PlainPosteriorStep"]
 
@@ -112,11 +112,10 @@ class PlainPosteriorStep:
         b, n = self.node_mask.shape
         return self.cell.initial_latent(b, n)
 
-    def __call__(
-        self, prev: GDMLatent, x: PlainInputs
-    ) -> tuple[GDMLatent, tuple[torch.Tensor, ...]]:
-        """One posterior step: (the posterior latent, the :data:`STEP_OUTPUTS`, node rows
-        flat). Paper, section "Graph Dynamics Model", subsection "Architecture"."""
+    def step(self, prev: GDMLatent, x: PlainInputs) -> tuple[GDMLatent, dict[str, Any]]:
+        """One posterior step: the posterior latent (A_t: the previous latent's, the caller
+        knows the observed one) and the :data:`STEP_OUTPUTS` by name, (B, N, ...) node
+        tensors. Paper, section "Graph Dynamics Model", subsection "Architecture"."""
         cell, nm = self.cell, self.node_mask
         c, d = cell.config, cell.deter
         b, n = nm.shape
@@ -134,18 +133,16 @@ class PlainPosteriorStep:
         # 6. node latent: z^+ ~ q_n(. | m^(L)+, z_g^+, e_v)
         q_n, z_n_p = cell.node_latent("post_n", [m, bcast(z_g_p, n), x.e_v], x.u_zn)
         nxt = GDMLatent(h_n_p, z_n_p, h_g_p, z_g_p, prev.adjacency)
-        rows = b * n
-        out = (
-            h_n_m.reshape(rows, -1),
-            h_g_m,
-            h_n_p.reshape(rows, -1),
-            h_g_p,
-            q_g,
-            z_g_p,
-            q_n.reshape(rows, *q_n.shape[2:]),
-            z_n_p.reshape(rows, -1),
-        )
-        return nxt, out
+        values = (h_n_m, h_g_m, h_n_p, h_g_p, q_g, z_g_p, q_n, z_n_p)
+        return nxt, dict(zip(STEP_OUTPUTS, values, strict=True))
+
+    def __call__(
+        self, prev: GDMLatent, x: PlainInputs
+    ) -> tuple[GDMLatent, tuple[torch.Tensor, ...]]:
+        """:meth:`step` in the scan's layout: the outputs in order, node rows flat."""
+        nxt, out = self.step(prev, x)
+        flat = ("h_n_m", "h_n_p", "q_n", "z_n_p")
+        return nxt, tuple(v.reshape(-1, *v.shape[2:]) if k in flat else v for k, v in out.items())
 
 
 class GDMCell(nn.Module):
