@@ -335,6 +335,23 @@ def gwm_step_reference(
     return model.readout(state, h, e_g, pooled_a, q_s, m[..., None]), h
 
 
+def _spectral_reference(model: GWM) -> torch.Tensor:
+    """EA-GWM's spectral term, layer by layer (the power-iteration vectors advance in
+    training)."""
+    cfg = model.config
+    us = [getattr(model, f"spectral_u_{i}") for i in range(cfg.mp_layers)]
+    spectral, new_us = spectral_loss_per_layer(
+        [cast(nn.Linear, w).weight for w in model.mp_weights],
+        us,
+        cfg.power_iterations,
+        cfg.spectral_target,
+    )
+    if model.training:
+        for i, u in enumerate(new_us):
+            getattr(model, f"spectral_u_{i}").copy_(u)
+    return spectral
+
+
 def gwm_loss_reference(
     model: GWM, batch: Batch, generator: torch.Generator | None = None
 ) -> tuple[torch.Tensor, dict[str, float]]:
@@ -399,16 +416,7 @@ def gwm_loss_reference(
         )
         total = total + cfg.rollout_weight * rollout
     if cfg.spectral_weight > 0:
-        us = [getattr(model, f"spectral_u_{i}") for i in range(cfg.mp_layers)]
-        spectral, new_us = spectral_loss_per_layer(
-            [cast(nn.Linear, w).weight for w in model.mp_weights],
-            us,
-            cfg.power_iterations,
-            cfg.spectral_target,
-        )
-        if model.training:
-            for i, u in enumerate(new_us):
-                getattr(model, f"spectral_u_{i}").copy_(u)
+        spectral = _spectral_reference(model)
         total = total + cfg.spectral_weight * spectral
     if cfg.critical_weight > 0:
         c = critical_node_weights(
