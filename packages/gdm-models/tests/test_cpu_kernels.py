@@ -323,13 +323,13 @@ def test_transition_of_equal_rows_is_computed_once(monkeypatch):
     a_emb = cell.embed.action_embed(torch.as_tensor(ep["action_nodes"][2:3], dtype=torch.float32))
     nm = torch.ones(5, 8, dtype=torch.bool)
     sizes: list[int] = []
-    gru = cell_module._gru
+    gru = cell_module.fused_transition
 
     def counted(g, z, a, h):
         sizes.append(h.shape[0])
         return gru(g, z, a, h)
 
-    monkeypatch.setattr(cell_module, "_gru", counted)
+    monkeypatch.setattr(cell_module, "fused_transition", counted)
     with torch.no_grad():
         shared = cell.transition(latent.expand(5), a_emb.expand(5, -1, -1), nm)
         assert set(sizes) == {1}

@@ -13,7 +13,7 @@ projections P = h W_i, Q = h W_j. :meth:`EdgeUpdateMLP.forward_dense` uses this 
 broadcasting (in checkpointed blocks of graphs beyond a memory budget);
 :meth:`EdgeUpdateMLP.forward_chunked` (no autograd; for imagination on large graphs) walks over
 blocks sized by a per-device memory budget and adds w_A only on existing edges;
-:func:`gdm_models.reference.edge_logits_reference` concatenates all pairs (the reference).
+:meth:`EdgeUpdateMLP.forward_plain` concatenates all pairs (the plain form, the reference backend).
 All three compute the same function.
 """
 
@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from .cpu_path import compiled_loops_apply
+from .backends import compiled_loops, plain
 from .member_ops import expand_like, member_apply
 
 __all__ = [
@@ -83,7 +83,7 @@ def symmetric_uniform(
     by torch operations; the same tensor bit for bit."""
     u = torch.rand(shape, generator=generator, device=device)
     n = shape[-1]
-    if u.numel() and compiled_loops_apply(u):  # the training step keeps torch's operations
+    if u.numel() and compiled_loops(u):  # the training step keeps torch's operations
         from .cpu_kernels import mirror_upper_
 
         mirror_upper_(u.view(-1, n, n))
@@ -266,6 +266,20 @@ class EdgeUpdateMLP(nn.Module):
         return 0.5 * (f + f.transpose(-1, -2))
 
     # ---------------------------------------------------------------- implementations
+    def forward_plain(self, h: torch.Tensor, g: torch.Tensor, a_prev: torch.Tensor) -> torch.Tensor:
+        """The plain form (the ``"reference"`` backend): the first layer on the concatenated
+        input [h_i, h_j, h_g, z_g, A_ij] of every ordered pair, what :meth:`forward_dense`
+        and :meth:`forward_chunked` compute from per-node projections. (B, N, N)."""
+        b, n, d = h.shape
+        hi = h[:, :, None, :].expand(b, n, n, d)
+        hj = h[:, None, :, :].expand(b, n, n, d)
+        gg = g[:, None, None, :].expand(b, n, n, self.graph_dim)
+        x = torch.cat([hi, hj, gg, a_prev[..., None]], dim=-1)
+        wg = [self.w_g.weight] if self.w_g is not None else []
+        w1 = torch.cat([self.w_i.weight, self.w_j.weight, *wg, self.w_a[:, None]], dim=1)
+        f = self.out(F.silu(F.linear(x, w1, self.b1))).squeeze(-1)
+        return self.symmetrise(f)
+
     def forward_dense(
         self, h: torch.Tensor, g: torch.Tensor, a_prev: torch.Tensor, block_elems: int = 0
     ) -> torch.Tensor:
@@ -356,7 +370,7 @@ class EdgeUpdateMLP(nn.Module):
             and h.device.type == "cpu"
             and bool(torch.maximum(pc.abs().amax(), q.abs().amax()) <= EXP_SPLIT_BOUND)
         )
-        if split and self.cpu_kernel and compiled_loops_apply(h) and w2.numel() == hid:
+        if split and self.cpu_kernel and compiled_loops(h) and w2.numel() == hid:
             # CPU: one compiled pass per graph (gdm_models.cpu_kernels), existing edges
             # included; the same units, the sum over hidden units in another order
             if bool((pc + self.w_a).abs().amax() <= EXP_SPLIT_BOUND):
@@ -456,7 +470,10 @@ class EdgeUpdateMLP(nn.Module):
         ``chunk_elems``: block size of the chunked (no-grad) path in floats (``0``: by the
         device's memory budget, :data:`EDGE_CHUNK_BYTES`). ``impl``: the implementation of
         this call (``None``: :attr:`impl`), so a caller can choose one without changing the
-        module."""
+        module. The ``"reference"`` backend (:mod:`gdm_models.backends`) takes
+        :meth:`forward_plain` whatever ``impl`` says."""
+        if plain():
+            return self.forward_plain(h, g, a_prev)
         impl = self.impl if impl is None else impl
         if impl == "auto":
             impl = "dense" if torch.is_grad_enabled() else "chunked"

@@ -4,8 +4,11 @@ On the CPU a pairwise step written as torch operations makes one pass over memor
 operation; these loops make one. They compute the same functions as the torch code they stand
 for (``gdm_models.adjacency``), in the same float32 operations per element; where a loop sums
 (the edge MLP's second layer) the order of the sum differs from a matrix product's, so the
-results agree to float rounding (docs/models.md, "Imagination"). They run without autograd
-and only on CPU tensors; the torch code stays the path for autograd and other devices.
+results agree to float rounding (docs/models.md, "Imagination"). They are the ``"compiled"``
+backend (:mod:`gdm_models.backends`, which alone decides where they run: without autograd, on
+CPU float32 tensors); the torch code stays the path for autograd and other devices.
+``tests/test_backends.py`` runs their Python source (``py_func``) in whole rollouts against
+the torch backend, so coverage sees every line.
 
 numba compiles each loop on first use in a process (a few seconds; ``cache=True`` keeps the
 machine code on disk for the next process).
@@ -34,7 +37,7 @@ TILE = 64
 # error_model="numpy": a float division without Python's zero check, so the inner loop
 # vectorises (the division is IEEE: x / 0 never occurs here, 1 + e^-P e^-Q >= 1)
 @njit(cache=True, error_model="numpy", nogil=True)
-def _pair_logits(pc, q, qt, ep, eq, eqt, w_a, epa, w2, b2, a, graphs, out):  # pragma: no cover
+def _pair_logits(pc, q, qt, ep, eq, eqt, w_a, epa, w2, b2, a, graphs, out):
     n, h = pc.shape[1], pc.shape[2]
     one = np.float32(1.0)
     acc = np.empty(n, np.float32)
@@ -58,7 +61,7 @@ def _pair_logits(pc, q, qt, ep, eq, eqt, w_a, epa, w2, b2, a, graphs, out):  # p
 
 
 @njit(cache=True, nogil=True)
-def _symmetrise(f, tile):  # pragma: no cover - compiled
+def _symmetrise(f, tile):
     n = f.shape[1]
     half = np.float32(0.5)
     for s in range(f.shape[0]):
@@ -72,7 +75,7 @@ def _symmetrise(f, tile):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def _mirror_upper(u, tile):  # pragma: no cover - compiled
+def _mirror_upper(u, tile):
     n = u.shape[1]
     for s in range(u.shape[0]):
         for i0 in range(0, n, tile):
@@ -85,7 +88,7 @@ def _mirror_upper(u, tile):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def _open_xor(thr, u, a_prev, pm, lo, hi, below):  # pragma: no cover - compiled
+def _open_xor(thr, u, a_prev, pm, lo, hi, below):
     for s in range(thr.shape[0]):
         sm = s if pm.shape[0] > 1 else 0
         for i in range(thr.shape[1]):
@@ -99,7 +102,7 @@ def _open_xor(thr, u, a_prev, pm, lo, hi, below):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def _upper_draw(p, u, node_mask, tile):  # pragma: no cover - compiled
+def _upper_draw(p, u, node_mask, tile):
     n = p.shape[1]
     for s in range(p.shape[0]):
         for i0 in range(0, n, tile):
@@ -114,7 +117,7 @@ def _upper_draw(p, u, node_mask, tile):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def _gcn_degrees(adj, m, self_loops, deg):  # pragma: no cover - compiled
+def _gcn_degrees(adj, m, self_loops, deg):
     """deg of the masked A (+ I); False as soon as an entry is not 0 or 1."""
     for s in range(adj.shape[0]):
         for i in range(adj.shape[1]):
@@ -130,7 +133,7 @@ def _gcn_degrees(adj, m, self_loops, deg):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def _gcn_normalise(adj, m, self_loops, d, out):  # pragma: no cover - compiled
+def _gcn_normalise(adj, m, self_loops, d, out):
     for s in range(adj.shape[0]):
         for i in range(adj.shape[1]):
             for j in range(adj.shape[2]):
@@ -142,7 +145,7 @@ def _gcn_normalise(adj, m, self_loops, d, out):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def _neighbours(a):  # pragma: no cover - compiled
+def _neighbours(a):
     """Row pointers and column indices of the non-zeros of (B, N, N), rows (s, i) in order."""
     b, n = a.shape[0], a.shape[1]
     ptr = np.zeros(b * n + 1, np.int64)
@@ -165,7 +168,7 @@ def _neighbours(a):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def _neighbour_mean(ptr, idx, x, out):  # pragma: no cover - compiled
+def _neighbour_mean(ptr, idx, x, out):
     b, n, h = x.shape
     for s in range(b):
         for i in range(n):

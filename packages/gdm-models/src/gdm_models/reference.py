@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .adjacency import EdgeUpdateMLP
+from .backends import use_backend
 from .baselines.common import (
     GraphState,
     soft_state,
@@ -39,10 +40,10 @@ from .baselines.grssm import GRSSM, GRSSM_TERM_KEYS, window_targets
 from .baselines.gwm import GWM, GWM_TERM_KEYS
 from .data import OBS_KEYS, Batch
 from .gdm import GDM, GDMLatent, Noise
-from .gdm.parts import bcast, pool
-from .gdm.step import STEP_OUTPUTS
+from .gdm.cell import PlainInputs, PlainPosteriorStep
 from .layers import categorical_kl, sample_onehot_st, unimix_probs
 from .losses import NodeMasks, Prediction, free_bits, prediction_loss
+from .message_passing import normalise_weights
 from .scaling import FeatureScaler
 from .world_model import terms_to_floats
 
@@ -69,15 +70,7 @@ def edge_logits_reference(
     """The edge-update MLP's symmetric logits (B, N, N) with the concatenated input
     [h_i, h_j, h_g, z_g, A_ij] of every ordered pair (what ``forward_dense`` and
     ``forward_chunked`` compute from per-node projections)."""
-    b, n, d = h.shape
-    hi = h[:, :, None, :].expand(b, n, n, d)
-    hj = h[:, None, :, :].expand(b, n, n, d)
-    gg = g[:, None, None, :].expand(b, n, n, mlp.graph_dim)
-    x = torch.cat([hi, hj, gg, a_prev[..., None]], dim=-1)
-    wg = [mlp.w_g.weight] if mlp.w_g is not None else []
-    w1 = torch.cat([mlp.w_i.weight, mlp.w_j.weight, *wg, mlp.w_a[:, None]], dim=1)
-    f = mlp.out(F.silu(F.linear(x, w1, mlp.b1))).squeeze(-1)
-    return mlp.symmetrise(f)
+    return mlp.forward_plain(h, g, a_prev)
 
 
 def gdm_posterior_step_reference(
@@ -92,36 +85,31 @@ def gdm_posterior_step_reference(
     need_prior: bool,
 ) -> tuple[GDMLatent, dict[str, Any]]:
     """One posterior step with teacher-forced adjacency (+ the prior if requested) in the
-    plain form of the cell's parts (concatenated inputs, whole modules, the PyG message
-    passing): what :class:`~gdm_models.gdm.step.PosteriorStep` computes with fused maps."""
+    reference backend (:mod:`gdm_models.backends`): the plain form of the cell's parts
+    (:class:`~gdm_models.gdm.cell.PlainPosteriorStep`, concatenated inputs, whole modules),
+    what :class:`~gdm_models.gdm.step.PosteriorStep` computes with fused maps; noise keys
+    ``"<t>/<name>"``."""
     cell = model.cell
     c = cell.config
     b, n = action.shape
-    a = cell.embed.action_embed(action)
-    h_n_m, h_g_m = cell.deter.transition(prev.h_n, prev.z_n, prev.h_g, prev.z_g, a, node_mask)
-    e_v, e_g = cell.encode(obs, node_mask)
-    u_zg = cell.draw_zg(noise, f"{t}/zg_post", b)
-    u_zn = noise.uniform(f"{t}/zn_post", cell.zn_shape(b, n))
-    h_n_p, h_g_p = cell.deter.h_plus(h_n_m, h_g_m, e_v, e_g, node_mask)
-    q_g, z_g_p = None, h_g_p.new_zeros(b, 0)
-    if c.graph_state:
-        assert u_zg is not None
-        q_g, z_g_p = cell.graph_latent("post_g", [h_g_p, pool(h_n_p, node_mask), e_g], u_zg)
-    g_p = torch.cat([h_g_p, z_g_p], -1)
     a_obs = obs["adjacency"]  # teacher forcing: A_t = observed adjacency, b = A_t
-    if c.recurrent_adjacency:
-        m_p = cell.message_passing(h_n_p, g_p, hard=a_obs, weights=None)
-    else:
-        w = pair_mask.to(h_n_p.dtype).expand(h_n_p.shape[0], -1, -1)
-        m_p = cell.message_passing(h_n_p, g_p, hard=None, weights=w)
-    q_n, z_n_p = cell.node_latent("post_n", [m_p, bcast(z_g_p, n), e_v], u_zn)
-    out: dict[str, Any] = dict(
-        zip(STEP_OUTPUTS, (h_n_m, h_g_m, h_n_p, h_g_p, q_g, z_g_p, q_n, z_n_p), strict=True)
-    )
-    if need_prior:
-        u = cell.prior_noise(noise, t, b, n)
-        out.update(cell.prior(h_n_m, h_g_m, prev.adjacency, node_mask, pair_mask, *u))
-    return GDMLatent(h_n_p, z_n_p, h_g_p, z_g_p, a_obs), out
+    with use_backend("reference"):
+        a = cell.embed.action_embed(action)
+        e_v, e_g = cell.encode(obs, node_mask)
+        u_zg = cell.draw_zg(noise, f"{t}/zg_post", b)
+        u_zn = noise.uniform(f"{t}/zn_post", cell.zn_shape(b, n))
+        w = a_obs if c.recurrent_adjacency else pair_mask.to(a.dtype).expand(b, -1, -1)
+        x = PlainInputs(a, e_v, e_g, normalise_weights(w), u_zg, u_zn)
+        latent, out = PlainPosteriorStep(cell, node_mask, a.dtype).step(prev, x)
+        if need_prior:
+            u = cell.prior_noise(noise, t, b, n)
+            out.update(
+                cell.prior(out["h_n_m"], out["h_g_m"], prev.adjacency, node_mask, pair_mask, *u)
+            )
+    latent.adjacency = a_obs
+    if not c.graph_state:
+        out["q_g"] = None  # no graph latent (the step's zero-width tensor is the scan's)
+    return latent, out
 
 
 def gdm_transition_terms_reference(
@@ -347,6 +335,23 @@ def gwm_step_reference(
     return model.readout(state, h, e_g, pooled_a, q_s, m[..., None]), h
 
 
+def _spectral_reference(model: GWM) -> torch.Tensor:
+    """EA-GWM's spectral term, layer by layer (the power-iteration vectors advance in
+    training)."""
+    cfg = model.config
+    us = [getattr(model, f"spectral_u_{i}") for i in range(cfg.mp_layers)]
+    spectral, new_us = spectral_loss_per_layer(
+        [cast(nn.Linear, w).weight for w in model.mp_weights],
+        us,
+        cfg.power_iterations,
+        cfg.spectral_target,
+    )
+    if model.training:
+        for i, u in enumerate(new_us):
+            getattr(model, f"spectral_u_{i}").copy_(u)
+    return spectral
+
+
 def gwm_loss_reference(
     model: GWM, batch: Batch, generator: torch.Generator | None = None
 ) -> tuple[torch.Tensor, dict[str, float]]:
@@ -411,16 +416,7 @@ def gwm_loss_reference(
         )
         total = total + cfg.rollout_weight * rollout
     if cfg.spectral_weight > 0:
-        us = [getattr(model, f"spectral_u_{i}") for i in range(cfg.mp_layers)]
-        spectral, new_us = spectral_loss_per_layer(
-            [cast(nn.Linear, w).weight for w in model.mp_weights],
-            us,
-            cfg.power_iterations,
-            cfg.spectral_target,
-        )
-        if model.training:
-            for i, u in enumerate(new_us):
-                getattr(model, f"spectral_u_{i}").copy_(u)
+        spectral = _spectral_reference(model)
         total = total + cfg.spectral_weight * spectral
     if cfg.critical_weight > 0:
         c = critical_node_weights(

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..cpu_path import compiled_loops_apply
+from ..backends import compiled_loops
 from ..layers import one_hot
 from ..losses import NodeMasks, Prediction, masked_mean, pair_mask_of
 from ..member_ops import expand_like, member_apply
@@ -230,7 +230,7 @@ def sample_symmetric_bernoulli(
     draw per unordered pair i < j (upper-triangle logits), mirrored to (j, i)."""
     n = logits.shape[-1]
     u = torch.rand(logits.shape, generator=generator, device=logits.device, dtype=logits.dtype)
-    if logits.dim() == 3 and compiled_loops_apply(logits, u):
+    if logits.dim() == 3 and compiled_loops(logits, u):
         from ..cpu_kernels import upper_draw_
 
         # the same comparisons in one compiled pass over the upper triangle (CPU imagination)

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ..cpu_path import compiled_loops_apply
+from ..backends import compiled_loops
 from ..losses import masked_mean
 from ..member_ops import member_reduce
 
@@ -126,7 +126,7 @@ def normalized_adjacency(
     real node then has degree >= 1). Rows/columns of zero degree and of padded nodes are zero.
     ``adjacency`` (B,N,N) may hold edge probabilities; its diagonal is ignored.
     """
-    if adjacency.dim() == 3 and node_mask.dtype == torch.bool and compiled_loops_apply(adjacency):
+    if adjacency.dim() == 3 and node_mask.dtype == torch.bool and compiled_loops(adjacency):
         from ..cpu_kernels import gcn_normalised
 
         # a 0/1 adjacency (imagination's sampled states) in two compiled passes, bit for bit

@@ -103,6 +103,38 @@ GWM_TERM_KEYS: tuple[str, ...] = (
 )
 
 
+def _window_items(
+    batch: Batch, k: int
+) -> tuple[
+    torch.Tensor, dict[str, torch.Tensor], list[dict[str, torch.Tensor]], torch.Tensor, torch.Tensor
+]:
+    """Every (window, step t) item of ``batch`` flattened to M = B * L rows, gathered in one
+    pass: the items' node masks (M, N), the observations at t and the targets of rollout steps
+    j = 1..``k`` (``seen``: (k+1, M, ...): obs[t], obs[t+j]), the targets (obs[t+j],
+    reward/continuation at t+j-1), the actions at t+j-1 (k, M, N) and which steps are valid
+    (k, M; steps past the window are clamped and masked out)."""
+    B, L = batch.batch_size, batch.seq_len
+    dev = batch.adjacency.device
+    b_idx = torch.arange(B, device=dev).repeat_interleave(L)
+    t_idx = torch.arange(L, device=dev).repeat(B)
+    j = torch.arange(1, k + 1, device=dev)[:, None]
+    t_act = t_idx + j - 1  # (k, M)
+    t_act_c = t_act.clamp_max(L - 1)
+    ok = (t_act < L) & batch.step_mask[b_idx, t_act_c]  # (k, M)
+    t_obs = torch.cat([t_idx[None], (t_act + 1).clamp_max(L)])  # (k+1, M)
+    seen = {key: getattr(batch, key)[b_idx, t_obs] for key in OBS_KEYS}
+    targets = [
+        {
+            **{key: v[i + 1] for key, v in seen.items()},
+            "reward": batch.reward[b_idx, t_act_c[i]],
+            "continuation": batch.continuation[b_idx, t_act_c[i]],
+        }
+        for i in range(k)
+    ]
+    actions = batch.action_nodes[b_idx[None], t_act_c]  # (k, M, N)
+    return batch.node_mask[b_idx], seen, targets, actions, ok
+
+
 class GWM(WorldModel, MemberModel):
     """Vanilla GWM / EA-GWM (see the module docstring). A deterministic
     :class:`~gdm_models.member_layers.MemberModel` (no member noise): its ensembles train as
@@ -278,30 +310,9 @@ class GWM(WorldModel, MemberModel):
         member model's K members folded into the batch; every mean is then per member and
         ``total`` and each value are (K,)."""
         cfg = self.config
-        B, L = batch.batch_size, batch.seq_len
         K = cfg.rollout_steps if cfg.rollout_weight > 0 else 1
-        dev = batch.adjacency.device
-        b_idx = torch.arange(B, device=dev).repeat_interleave(L)
-        t_idx = torch.arange(L, device=dev).repeat(B)
-        node_mask = batch.node_mask[b_idx]
+        node_mask, seen, targets, actions, ok = _window_items(batch, K)
         masks = NodeMasks.of(node_mask, batch.node_continuous.dtype)
-        # inputs at t and the targets of rollout steps j = 1..K (obs[t+j], reward/cont/action
-        # at t+j-1; steps past the window are clamped and masked out), gathered in one pass
-        j = torch.arange(1, K + 1, device=dev)[:, None]
-        t_act = t_idx + j - 1  # (K, M)
-        t_act_c = t_act.clamp_max(L - 1)
-        ok = (t_act < L) & batch.step_mask[b_idx, t_act_c]  # (K, M)
-        t_obs = torch.cat([t_idx[None], (t_act + 1).clamp_max(L)])  # (K+1, M)
-        seen = {k: getattr(batch, k)[b_idx, t_obs] for k in OBS_KEYS}
-        targets = [
-            {
-                **{k: v[i + 1] for k, v in seen.items()},
-                "reward": batch.reward[b_idx, t_act_c[i]],
-                "continuation": batch.continuation[b_idx, t_act_c[i]],
-            }
-            for i in range(K)
-        ]
-        actions = batch.action_nodes[b_idx[None], t_act_c]  # (K, M, N)
         valid = ok[0]
         state = state_from_observation(
             {k: v[0] for k, v in seen.items()}, node_mask, self.schema, self.scaler
@@ -351,16 +362,7 @@ class GWM(WorldModel, MemberModel):
                 members,
             )
         if cfg.spectral_weight > 0:
-            us = [getattr(self, f"spectral_u_{i}") for i in range(cfg.mp_layers)]
-            terms["spectral"], new_us = spectral_loss(
-                [cast(nn.Linear, w).weight for w in self.mp_weights],
-                us,
-                cfg.power_iterations,
-                cfg.spectral_target,
-            )
-            if self.training:
-                for u_buf, u in zip(us, new_us, strict=True):
-                    u_buf.copy_(u)
+            terms["spectral"] = _spectral_term(self)
         if cfg.critical_weight > 0:
             c = critical_node_weights(
                 state.adjacency, node_mask, cfg.critical_weighting, cfg.self_loops
@@ -448,3 +450,19 @@ def build_gwm(
         if bad:
             raise ValueError(f"vanilla-gwm trains without the EA losses; use 'ea-gwm' to set {bad}")
     return GWM(schema, scaler, cfg)
+
+
+def _spectral_term(model: GWM) -> torch.Tensor:
+    """EA-GWM's spectral term; in training the power-iteration vectors advance."""
+    cfg = model.config
+    us = [getattr(model, f"spectral_u_{i}") for i in range(cfg.mp_layers)]
+    term, new_us = spectral_loss(
+        [cast(nn.Linear, w).weight for w in model.mp_weights],
+        us,
+        cfg.power_iterations,
+        cfg.spectral_target,
+    )
+    if model.training:
+        for u_buf, u in zip(us, new_us, strict=True):
+            u_buf.copy_(u)
+    return term

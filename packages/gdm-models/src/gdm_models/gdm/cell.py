@@ -27,21 +27,15 @@ adjacency and only computes the posterior; the losses are taken on the L transit
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..adjacency import next_edge_signed_logit, same_rows
-from ..cpu_path import compiled_loops_apply
-from ..layers import (
-    FusedLinear,
-    LayerNormGRU,
-    gru_from_split_gates,
-    gru_hidden_blocks,
-    gumbel_from_uniform,
-)
+from ..backends import compiled_loops, plain
+from ..layers import gumbel_from_uniform
 from ..message_passing import GraphMessagePassing, normalise_weights
 from ..scaling import FeatureScaler
 from ..schema import Schema
@@ -57,22 +51,98 @@ from .parts import (
     bcast,
     pool,
 )
-from .step import Carry, PosteriorStep, scan
+from .step import STEP_OUTPUTS, PosteriorStep, fused_transition, scan
 
-__all__ = ["GDMCell"]
+__all__ = ["GDMCell", "PlainInputs", "PlainPosteriorStep"]
 
 
-def _gru(gru: LayerNormGRU, z: torch.Tensor, a: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-    """LN(GRU([z, a] | h)) in the posterior step's form (:class:`PosteriorStep`): the input
-    gates as a W_a^T + b + z W_z^T, the hidden gates by one product, then
-    :func:`~gdm_models.layers.gru_from_split_gates`; any leading axes."""
-    cell, hid = gru.cell, h.shape[-1]
-    w_z, w_a = cell.weight_ih.split([z.shape[-1], a.shape[-1]], -1)
-    gi = F.linear(a, w_a, cell.bias_ih).reshape(-1, 3 * hid)
-    gi = torch.addmm(gi, z.reshape(-1, z.shape[-1]), w_z.transpose(-1, -2))
-    h2 = h.reshape(-1, hid)
-    gh = FusedLinear(gru_hidden_blocks(cell))(h2)
-    return gru.norm(gru_from_split_gates(gi, h2, *gh)).reshape(h.shape)
+@dataclass
+class PlainInputs:
+    """One step's inputs of :class:`PlainPosteriorStep`: the action embeddings (B, N, E),
+    e_v (B, N, E), e_g (B, E), the normalised weights alpha (B, N, N) of the observed A_t and
+    the uniforms of the samples."""
+
+    a: torch.Tensor
+    e_v: torch.Tensor
+    e_g: torch.Tensor
+    alpha: torch.Tensor
+    u_zg: torch.Tensor | None
+    u_zn: torch.Tensor
+
+
+class PlainPosteriorStep:
+    """The posterior step in the plain form of the parts (:mod:`.parts`; the ``"reference"``
+    backend, :mod:`gdm_models.backends`): the same interface and outputs as the fused
+    :class:`~gdm_models.gdm.step.PosteriorStep`, whose function it defines. The carry is the
+    posterior latent (h^+, z^+, h_g^+, z_g^+)."""
+
+    def __init__(self, cell: GDMCell, node_mask: torch.Tensor, dtype: torch.dtype) -> None:
+        if cell.member_count():
+            raise ValueError("the reference backend runs ordinary models, not member models")
+        self.cell, self.node_mask = cell, node_mask
+
+    def inputs(
+        self,
+        a_emb: torch.Tensor,
+        a_pool: torch.Tensor,
+        e_v: torch.Tensor,
+        e_g: torch.Tensor,
+        alpha: torch.Tensor,
+        u_zg: torch.Tensor | None,
+        u_zn: torch.Tensor,
+        split_time: bool = False,
+    ) -> list[PlainInputs]:
+        """The arguments of :meth:`PosteriorStep.inputs` cut into steps (each step's work is
+        done in the step; ``a_pool`` is recomputed there, ``split_time`` has no effect)."""
+        T = e_v.shape[1]
+        return [
+            PlainInputs(
+                a_emb[:, t],
+                e_v[:, t],
+                e_g[:, t],
+                alpha[:, t] if alpha.dim() == 4 else alpha,
+                None if u_zg is None else u_zg[:, t],
+                u_zn[:, t],
+            )
+            for t in range(T)
+        ]
+
+    def initial(self, like: torch.Tensor) -> GDMLatent:
+        """The zero latent."""
+        b, n = self.node_mask.shape
+        return self.cell.initial_latent(b, n)
+
+    def step(self, prev: GDMLatent, x: PlainInputs) -> tuple[GDMLatent, dict[str, Any]]:
+        """One posterior step: the posterior latent (A_t: the previous latent's, the caller
+        knows the observed one) and the :data:`STEP_OUTPUTS` by name, (B, N, ...) node
+        tensors. Paper, section "Graph Dynamics Model", subsection "Architecture"."""
+        cell, nm = self.cell, self.node_mask
+        c, d = cell.config, cell.deter
+        b, n = nm.shape
+        # 1. transition ("Recurrent Dynamics"): h^- = LN(GRU([z, a] | h))
+        h_n_m, h_g_m = d.transition(prev.h_n, prev.z_n, prev.h_g, prev.z_g, x.a, nm)
+        # 2. h-plus update ("Posterior-Informed Deterministic State")
+        h_n_p, h_g_p = d.h_plus(h_n_m, h_g_m, x.e_v, x.e_g, nm)
+        # 3. graph latent ("Adjacency Prediction and Message Passing"): z_g^+ ~ q_g
+        q_g, z_g_p = h_g_p.new_zeros(b, 0, 0), h_g_p.new_zeros(b, 0)
+        if c.graph_state:
+            assert x.u_zg is not None  # drawn whenever there is a graph state
+            q_g, z_g_p = cell.graph_latent("post_g", [h_g_p, pool(h_n_p, nm), x.e_g], x.u_zg)
+        # 4. adjacency teacher-forced to the observed A_t ("Training"); 5. message passing
+        m = cell.mp.forward_normalised(h_n_p, torch.cat([h_g_p, z_g_p], -1), x.alpha)
+        # 6. node latent: z^+ ~ q_n(. | m^(L)+, z_g^+, e_v)
+        q_n, z_n_p = cell.node_latent("post_n", [m, bcast(z_g_p, n), x.e_v], x.u_zn)
+        nxt = GDMLatent(h_n_p, z_n_p, h_g_p, z_g_p, prev.adjacency)
+        values = (h_n_m, h_g_m, h_n_p, h_g_p, q_g, z_g_p, q_n, z_n_p)
+        return nxt, dict(zip(STEP_OUTPUTS, values, strict=True))
+
+    def __call__(
+        self, prev: GDMLatent, x: PlainInputs
+    ) -> tuple[GDMLatent, tuple[torch.Tensor, ...]]:
+        """:meth:`step` in the scan's layout: the outputs in order, node rows flat."""
+        nxt, out = self.step(prev, x)
+        flat = ("h_n_m", "h_n_p", "q_n", "z_n_p")
+        return nxt, tuple(v.reshape(-1, *v.shape[2:]) if k in flat else v for k, v in out.items())
 
 
 class GDMCell(nn.Module):
@@ -153,12 +223,13 @@ class GDMCell(nn.Module):
         u_zg: torch.Tensor | None,
         u_zn: torch.Tensor,
         split_time: bool = False,
-    ) -> tuple[Carry, list[tuple[torch.Tensor, ...]]]:
+    ) -> tuple[Any, list[tuple[torch.Tensor, ...]]]:
         """The posterior pass over T steps from the zero latent (arguments: see
         :meth:`PosteriorStep.inputs`): the observation-only work of all steps at once, then a
         scan of the posterior step. Returns the last carry and each step's outputs
         (:data:`~gdm_models.gdm.step.STEP_OUTPUTS`, node rows flat)."""
-        step = PosteriorStep(self, node_mask, e_v.dtype)
+        # the backend's posterior step (gdm_models.backends): plain parts or fused maps
+        step: Any = (PlainPosteriorStep if plain() else PosteriorStep)(self, node_mask, e_v.dtype)
         xs = step.inputs(a_emb, a_pool, e_v, e_g, alpha, u_zg, u_zn, split_time)
         return scan(step, step.initial(e_v), xs)
 
@@ -204,6 +275,8 @@ class GDMCell(nn.Module):
         latent with one action; in a batch of latents, S copies of each) are computed once
         per distinct row, each alone, and repeated: the same function with S times fewer
         products, and a row's result does not depend on its batch."""
+        if plain():  # the reference backend: the part as written
+            return self.deter.transition(prev.h_n, prev.z_n, prev.h_g, prev.z_g, a_emb, node_mask)
         b = prev.batch_size
         if b > 1 and not torch.is_grad_enabled():
             xs = [x for x in (*prev.tensors()[:4], a_emb, node_mask.to(a_emb.dtype)) if x.numel()]
@@ -227,12 +300,13 @@ class GDMCell(nn.Module):
     def _transition(
         self, prev: GDMLatent, a_emb: torch.Tensor, node_mask: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """:meth:`transition` on every row."""
+        """:meth:`transition` on every row, in the fused backend's form (the posterior step's
+        products, :func:`~gdm_models.gdm.step.fused_transition`)."""
         d = self.deter
-        h_n = _gru(d.gru_n, prev.z_n, a_emb, prev.h_n)
+        h_n = fused_transition(d.gru_n, prev.z_n, a_emb, prev.h_n)
         if not self.config.graph_state:
             return h_n, prev.h_g
-        return h_n, _gru(d.gru_g, prev.z_g, pool(a_emb, node_mask), prev.h_g)
+        return h_n, fused_transition(d.gru_g, prev.z_g, pool(a_emb, node_mask), prev.h_g)
 
     def message_passing(
         self,
@@ -242,11 +316,17 @@ class GDMCell(nn.Module):
         hard: torch.Tensor | None,
         weights: torch.Tensor | None,
     ) -> torch.Tensor:
-        """Step 5: the sparse PyG path for a constant hard adjacency, dense otherwise."""
+        """Step 5: the sparse PyG path for a constant hard adjacency, dense otherwise (always
+        dense in the reference backend)."""
+        if plain():
+            w = weights if weights is not None else hard
+            if w is None:
+                raise ValueError("message passing needs a hard adjacency or weights")
+            return self.mp.forward_dense(h_n, g, w)
         if hard is not None and (weights is None or not weights.requires_grad):
             # sparse PyG path for sparse graphs; a batched dense product is cheaper (and far
             # smaller than per-edge messages) once the graph is dense
-            if compiled_loops_apply(hard, h_n, g):
+            if compiled_loops(hard, h_n, g):
                 return self._message_passing_cpu(h_n, g, hard)
             limit = SPARSE_MAX_DENSITY.get(hard.device.type, SPARSE_MAX_DENSITY["other"])
             if float(hard.sum()) <= limit * hard.numel():

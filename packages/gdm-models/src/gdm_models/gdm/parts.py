@@ -34,7 +34,7 @@ from ..adjacency import (
     hard_concrete_open,
     xor_update,
 )
-from ..cpu_path import compiled_loops_apply
+from ..backends import compiled_loops, plain
 from ..decoder import GraphHeads, InnovationDecoder, NodeHeads, PairDotAdjacencyHead
 from ..encoder import ActionEmbedding, FeatureEncoder, ObservedGraphEncoder
 from ..layers import MLP, CategoricalHead, LayerNormGRU, sample_onehot_st
@@ -180,9 +180,10 @@ class AdjacencyPart(nn.Module):
         self, logits: torch.Tensor, a_prev: torch.Tensor, pair_mask: torch.Tensor, u: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Gate, XOR update, straight-through weights: (A_t, b_bar); ``u`` symmetric uniforms."""
-        if not (torch.is_grad_enabled() and (logits.requires_grad or u.requires_grad)):
-            # no autograd (imagination): only 1[c > 0] is used, and A_t is b_bar's forward
-            # value (xor_update); the event from one comparison
+        autograd = torch.is_grad_enabled() and (logits.requires_grad or u.requires_grad)
+        if not (autograd or plain()):
+            # no autograd (imagination; not the reference backend): only 1[c > 0] is used,
+            # and A_t is b_bar's forward value (xor_update); the event from one comparison
             a_t = _open_xor(logits, u, a_prev, pair_mask, self.sampler == "bernoulli")
             return a_t, a_t
         if self.sampler == "hard_concrete":
@@ -205,7 +206,7 @@ def _open_xor(
     gate's u < sigmoid(l) (its forward value hard + p - p is > 0 exactly when hard = 1); on
     the CPU the comparison and the XOR in one compiled pass."""
     mask = pair_mask.expand(-1, *logits.shape[-2:]) if pair_mask.dim() == 3 else None
-    if mask is not None and compiled_loops_apply(logits, u):
+    if mask is not None and compiled_loops(logits, u):
         from ..cpu_kernels import open_xor_
 
         threshold = torch.sigmoid(logits) if bernoulli else torch.neg(logits).sigmoid_()

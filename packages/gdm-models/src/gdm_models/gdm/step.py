@@ -29,9 +29,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from ..layers import (
     FusedLinear,
+    LayerNormGRU,
     MLPTail,
     block_addmm,
     gru_from_split_gates,
@@ -46,7 +48,15 @@ from ..losses import masked_mean
 from ..member_ops import expand_rows, member_addmm, member_linear
 from ..message_passing import FlatMessagePassing
 
-__all__ = ["Carry", "PosteriorStep", "StepInputs", "scan", "stack_outputs", "STEP_OUTPUTS"]
+__all__ = [
+    "Carry",
+    "PosteriorStep",
+    "fused_transition",
+    "StepInputs",
+    "scan",
+    "stack_outputs",
+    "STEP_OUTPUTS",
+]
 
 #: the fields a posterior step returns, in order (node tensors flat)
 STEP_OUTPUTS = ("h_n_m", "h_g_m", "h_n_p", "h_g_p", "q_g", "z_g_p", "q_n", "z_n_p")
@@ -320,6 +330,24 @@ class PosteriorStep:
         q_g = unimix_lerp(logits, c.unimix, self.uniforms)
         z_g = onehot_st_gumbel(q_g, x.g_zg, self.classes_g).view(*self.rows_g, -1)
         return q_g, z_g, hg_y, self.z_g_readers(z_g)
+
+
+def fused_transition(
+    gru: LayerNormGRU, z: torch.Tensor, a: torch.Tensor, h: torch.Tensor
+) -> torch.Tensor:
+    """The transition h^- = LN(GRU([z, a] | h)) (paper, "Recurrent Dynamics") in the fused
+    backend's form, the prior step's (:meth:`GDMCell.transition
+    <gdm_models.gdm.cell.GDMCell.transition>`): the input gates as a W_a^T + b + z W_z^T, the
+    hidden gates by one product, then :func:`~gdm_models.layers.gru_from_split_gates`, as
+    :class:`PosteriorStep` computes them; any leading axes. The plain form:
+    :meth:`~gdm_models.gdm.parts.DeterministicState.transition`."""
+    cell, hid = gru.cell, h.shape[-1]
+    w_z, w_a = cell.weight_ih.split([z.shape[-1], a.shape[-1]], -1)
+    gi = F.linear(a, w_a, cell.bias_ih).reshape(-1, 3 * hid)
+    gi = torch.addmm(gi, z.reshape(-1, z.shape[-1]), w_z.transpose(-1, -2))
+    h2 = h.reshape(-1, hid)
+    gh = FusedLinear(gru_hidden_blocks(cell))(h2)
+    return gru.norm(gru_from_split_gates(gi, h2, *gh)).reshape(h.shape)
 
 
 def _h_plus(h_m: torch.Tensor, x: torch.Tensor, tail: MLPTail) -> torch.Tensor:
