@@ -112,7 +112,9 @@ def _score(model, ctx, replay, latents, t, env_set, permutations: int, new: bool
         preds = model.imagine_multi(latents[t], replay.action_nodes[t : t + 1], 30, generator=t)
     model_set = model_samples_to_metric(preds[0])
     mid = time.perf_counter()
-    if new:
+    if new and hasattr(ctx, "gdd_both"):  # today's evaluation: both estimators, one Gram
+        result, _, p = ctx.gdd_both(model_set, env_set, terminal, permutations, t)
+    elif new:  # a tree before the unbiased GDD in every record
         result, p = ctx.gdd_and_p_value(model_set, env_set, terminal, permutations, t)
     else:
         result = ctx.gdd(model_set, env_set, terminal)
