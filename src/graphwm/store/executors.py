@@ -28,12 +28,12 @@ which needs no start-up) and the others in ``max_workers - 1`` spawned pool work
 :func:`shared_pool` (every pipeline command enters one: :mod:`graphwm.pipeline`) the pool's
 workers are started once and serve every stage: a spawned worker imports torch and the
 packages (seconds to tens of seconds), which a pool per stage paid again at every stage, and
-the driver works on the first jobs meanwhile. A reused pool worker starts each job from the state it had before its first job
-(:func:`_pooled_execute`: the global random generators, torch's thread count and flags, the
-working directory), so a job's result never depends on which jobs its worker ran before it,
-nor on the worker count. A worker that dies breaks the pool (the stage's unfinished jobs fail
-as a machine failure would), the driver runs the stage's other jobs, and the next stage
-starts a new pool.
+the driver works on the first jobs meanwhile. A reused pool worker starts each job from the
+state it had before its first job (:func:`_pooled_execute`: the global random generators,
+torch's thread count and flags, the working directory), so a job's result never depends on
+which jobs its worker ran before it, nor on the worker count. A pool worker that dies breaks
+the pool (the jobs it was given fail as a machine failure would), the driver runs the stage's
+other jobs, and the next stage starts a new pool.
 
 A job with ``parts`` (several jobs run as one unit of work, e.g. the members of a training
 ensemble) yields one record per part: its function returns, in the order of ``parts``, each
@@ -82,7 +82,7 @@ WATCHDOG_SECONDS = 1.0  # how often a pool worker checks that its parent is aliv
 
 
 def default_workers() -> int:
-    """Local pool size: one worker per core."""
+    """Local jobs at a time (the driver and its pool workers): one per core."""
     return max(1, os.cpu_count() or 1)
 
 
