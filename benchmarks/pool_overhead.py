@@ -19,6 +19,8 @@ trees (the first line of its output names the run's own figure too)::
       --vs 'python3 benchmarks/pool_overhead.py --tree /work/wt/base --workers 2' \\
       -- python3 benchmarks/pool_overhead.py --workers 2
 
+(``--preset smoke --workers 2`` on both sides: the README's run with its own workers.)
+
 A timing needs an idle machine; this script asserts nothing about speed.
 """
 
