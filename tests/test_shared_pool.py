@@ -132,7 +132,7 @@ def test_two_stages_run_on_the_same_workers_each_job_from_a_fresh_state(tmp_path
 
 
 BROKEN_RUN = """
-import os, sys
+import os, sys, time
 from pathlib import Path
 
 from graphwm.store.executors import run_jobs, shared_pool
@@ -151,8 +151,19 @@ class Job:
 
 
 def job_fn(job, run_dir):
+    marker = Path(run_dir) / "dying"
     if job.key == "dies":
+        marker.touch()
         os._exit(1)  # the worker dies (killed, out of memory): the pool is broken
+    deadline = time.time() + 600
+    while not marker.exists():  # the driver's jobs: not done before the worker took "dies"
+        assert time.time() < deadline, "the pool's worker never took its job"
+        time.sleep(0.05)
+    if job.key.startswith("second"):  # both in a job: the new pool's worker runs one
+        (Path(run_dir) / f"in-{job.key}").touch()
+        while len(list(Path(run_dir).glob("in-second*"))) < 2:
+            assert time.time() < deadline, "the new pool's worker never took its job"
+            time.sleep(0.05)
     print("PID", os.getpid())
     from graphwm.store.records import COMPONENTS, SelfGddRecord
 
@@ -202,3 +213,81 @@ def test_a_stage_after_a_dead_worker_runs_on_a_new_pool(tmp_path):
     # second stage's first job ran in a new pool's worker
     assert pid["first"] == pid["third"] == pid["second-1"] == pid["dies"] != pid["second-0"]
     assert not (store / "dies.failure").exists()  # a machine failure: not recorded
+
+
+HELD_RUN = """
+import os, sys, time
+import multiprocessing as mp
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import graphwm.store.executors as executors
+from graphwm.store.executors import run_jobs, shared_pool
+from graphwm.store.results import ResultStore
+
+
+class Job:
+    kind, env = "self_gdd", "SAR"
+
+    def __init__(self, key):
+        self.key = key
+
+    def describe(self):
+        return {"key": self.key}
+
+
+def job_fn(job, run_dir):
+    from graphwm.store.records import COMPONENTS, SelfGddRecord
+
+    return SelfGddRecord(kind="self_gdd", env="SAR", seed=0, size=7, gdd=0.5,
+                         components=dict.fromkeys(COMPONENTS, 0.0))
+
+
+def held(parent):
+    # a worker whose start-up lasts until the driver's work is over (as a slow import would)
+    while not Path(os.environ["RELEASE"]).exists():
+        time.sleep(0.05)
+    executors._init_worker(parent)
+
+
+def held_pool(workers):
+    return ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=held,
+                               initargs=(os.getpid(),))
+
+
+if __name__ == "__main__":
+    root = Path(sys.argv[1])
+    os.environ["RELEASE"] = str(root / "release")
+    executors._new_pool = held_pool
+    print("DRIVER", os.getpid(), flush=True)
+    with shared_pool():
+        run_jobs(job_fn, [Job("a"), Job("b"), Job("c")], ResultStore(root / "store"), root,
+                 max_workers=2, progress=False)
+        (root / "release").touch()  # the worker starts, finds its job taken, leaves it
+    print("DONE", flush=True)
+"""
+
+
+def test_the_driver_takes_a_job_no_worker_started_instead_of_waiting(tmp_path):
+    """A stage never waits for a pool worker's start-up: with no job left to take, the driver
+    runs the job it gave the pool that no worker started yet; the worker, once started,
+    finds it claimed and leaves it (no job runs twice)."""
+    script = tmp_path / "held_run.py"
+    script.write_text(HELD_RUN)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    done = subprocess.run(
+        [sys.executable, str(script), str(run_dir)],
+        cwd=tmp_path,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.rstrip().endswith("DONE")
+    driver = int(done.stdout.split("DRIVER ", 1)[1].split()[0])
+    lines = [json.loads(x) for x in (run_dir / "jobs.log").read_text().splitlines()]
+    assert sorted(ln["key"] for ln in lines) == ["a", "b", "c"]  # each job once
+    assert {ln["pid"] for ln in lines} == {driver}
+    assert all((run_dir / "store" / f"{k}.json").exists() for k in "abc")

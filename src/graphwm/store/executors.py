@@ -27,8 +27,9 @@ The local executor runs ``max_workers`` jobs at a time: one in this process (the
 which needs no start-up) and the others in ``max_workers - 1`` spawned pool workers. Inside
 :func:`shared_pool` (every pipeline command enters one: :mod:`graphwm.pipeline`) the pool's
 workers are started once and serve every stage: a spawned worker imports torch and the
-packages (seconds to tens of seconds), which a pool per stage paid again at every stage, and
-the driver works on the first jobs meanwhile. A reused pool worker starts each job from the
+packages (seconds to tens of seconds), which a pool per stage paid again at every stage; the
+driver works meanwhile, and runs a job it gave a worker that has not started it rather than
+wait (each job runs once: :func:`_claim`). A reused pool worker starts each job from the
 state it had before its first job (:func:`_pooled_execute`: the global random generators,
 torch's thread count and flags, the working directory), so a job's result never depends on
 which jobs its worker ran before it, nor on the worker count. A pool worker that dies breaks
@@ -258,10 +259,23 @@ def _restore_worker_state(state: dict[str, Any]) -> None:
         os.chdir(state["cwd"])
 
 
-def _pooled_execute(fn: Any, job: Job, run_dir: str) -> Outcome:
+def _claim(claims: str, job: Job) -> bool:
+    """Whether this process takes ``job``: the first of the driver and a pool worker to
+    create its claim file (atomically) runs it, the other leaves it."""
+    try:
+        os.close(os.open(Path(claims) / job.key, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except (FileExistsError, FileNotFoundError):  # taken, or its run_jobs call is over
+        return False
+    return True
+
+
+def _pooled_execute(fn: Any, job: Job, run_dir: str, claims: str) -> Outcome | None:
     """:func:`~graphwm.store.outcomes.execute` in a pool worker, from the worker's state
-    before its first job (recorded then, restored before every later job)."""
+    before its first job (recorded then, restored before every later job); None when the
+    driver took the job first (:func:`_claim`)."""
     global _BASELINE
+    if not _claim(claims, job):
+        return None
     if _BASELINE is None:
         _BASELINE = _worker_state()
     else:
@@ -349,11 +363,16 @@ def _run_local(fn, todo, run_dir, workers, desc, progress, done) -> None:
     """The local executor: ``workers`` jobs at a time, one in this process (the driver) and
     the others in pool worker processes.
 
-    The driver takes a job whenever every pool worker has one: it needs no start-up (a pool
-    worker's first job waits for its imports) and what it runs needs no transfer. A pool
-    worker that dies fails the jobs it was given (not deterministically: a rerun runs them);
-    the driver runs the stage's remaining jobs.
+    The driver takes a job whenever every pool worker has one: it needs no start-up, and what
+    it runs needs no transfer. With no job left to take, it takes a job it gave the pool
+    that no worker started yet (a worker still importing): whichever claims a job first runs
+    it (:func:`_claim`), so no stage waits for a worker's start-up. A pool worker that dies
+    fails the jobs it was given (not deterministically: a rerun runs them); the driver runs
+    the stage's remaining jobs.
     """
+    import shutil
+    import tempfile
+
     bar = tqdm(total=len(todo), desc=desc, disable=not progress)
     if workers <= 1 or len(todo) == 1:
         for job in todo:
@@ -369,8 +388,9 @@ def _run_local(fn, todo, run_dir, workers, desc, progress, done) -> None:
     scope = _SHARED.get()
     size = workers - 1  # the pool's processes: the driver is the other worker
     pool = _new_pool(min(size, len(todo) - 1)) if scope is None else scope.get(size)
+    claims = tempfile.mkdtemp(prefix="graphwm-claims-")
     pending = list(reversed(todo))  # popped from the end: in the order of todo
-    futures: dict[Future, Job] = {}  # submitted to the pool, not yet stored
+    futures: dict[Future, Job] = {}  # given to the pool, not yet stored
     driver: Job | None = None  # the job this process runs
     broken = False
 
@@ -386,27 +406,33 @@ def _run_local(fn, todo, run_dir, workers, desc, progress, done) -> None:
         done(job, outcome)
         bar.update()
 
+    def run_here(job: Job) -> None:
+        nonlocal driver
+        driver = job
+        done(job, execute(fn, job, str(run_dir)))
+        bar.update()
+        driver = None
+
     try:
         while pending or futures:
             while pending and not broken and len(futures) < size:
                 try:  # submitting starts a worker: a signal may come meanwhile
-                    futures[pool.submit(_pooled_execute, fn, pending[-1], str(run_dir))] = pending[
-                        -1
-                    ]
+                    future = pool.submit(_pooled_execute, fn, pending[-1], str(run_dir), claims)
                 except BrokenProcessPool:
                     broken = True
                     break
-                pending.pop()
+                futures[future] = pending.pop()
             if pending:  # every pool worker has a job: the driver runs the next one
-                driver = pending.pop()
-                outcome = execute(fn, driver, str(run_dir))
-                done(driver, outcome)
-                bar.update()
-                driver = None
-                finished = [f for f in futures if f.done()]
-            else:
-                finished = list(wait(futures, return_when=FIRST_COMPLETED).done)
-            for future in finished:
+                job = pending.pop()
+                _claim(claims, job)
+                run_here(job)
+            else:  # a job no worker started yet: the driver's, instead of waiting
+                unstarted = next((f for f, job in futures.items() if _claim(claims, job)), None)
+                if unstarted is not None:  # its worker finds it claimed and leaves it
+                    run_here(futures.pop(unstarted))
+                else:
+                    wait(futures, return_when=FIRST_COMPLETED)
+            for future in [f for f in futures if f.done()]:
                 store(future)
         if scope is None:
             pool.shutdown(wait=True)
@@ -429,6 +455,8 @@ def _run_local(fn, todo, run_dir, workers, desc, progress, done) -> None:
             if scope is not None:
                 scope.discard(pool)
         raise
+    finally:
+        shutil.rmtree(claims, ignore_errors=True)
     bar.close()
 
 
