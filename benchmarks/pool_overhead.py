@@ -19,6 +19,8 @@ trees (the first line of its output names the run's own figure too)::
       --vs 'python3 benchmarks/pool_overhead.py --tree /work/wt/base --workers 2' \\
       -- python3 benchmarks/pool_overhead.py --workers 2
 
+(``--preset smoke --workers 2`` on both sides: the README's run with its own workers.)
+
 A timing needs an idle machine; this script asserts nothing about speed.
 """
 
@@ -50,8 +52,25 @@ def stage_summary(jobs_log: Path) -> tuple[int, list[tuple[str, float]]]:
     """From a run's ``jobs.log``: how many processes ran its pool stages' jobs, and for each
     stage after the first the seconds from the previous stage's last job end to its first
     job start."""
+    spans, pids = _spans(jobs_log)
+    order = [k for k in STAGES if k in spans]
+    gaps = [(k, spans[k][0] - spans[p][1]) for p, k in zip(order, order[1:], strict=False)]
+    return len(pids), gaps
+
+
+def busy_summary(jobs_log: Path, started: float) -> tuple[float, float, float]:
+    """From a run's ``jobs.log`` and the command's start (``time.time()``): when its first
+    pool-stage job started (seconds after the command), the seconds of all its jobs, and
+    those of the busiest process."""
+    spans, pids = _spans(jobs_log)
+    first = min(lo for lo, _ in spans.values()) - started
+    return first, sum(pids.values()), max(pids.values())
+
+
+def _spans(jobs_log: Path) -> tuple[dict[str, list[float]], dict[int, float]]:
+    """Each stage's [first start, last end], and each process's job seconds."""
     spans: dict[str, list[float]] = {}
-    pids: set[int] = set()
+    pids: dict[int, float] = {}
     for line in jobs_log.read_text().splitlines():
         row = json.loads(line)
         kind = row.get("kind")
@@ -60,10 +79,8 @@ def stage_summary(jobs_log: Path) -> tuple[int, list[tuple[str, float]]]:
         start, end = float(row["started"]), float(row["started"]) + float(row["seconds"])
         lo, hi = spans.get(kind, [start, end])
         spans[kind] = [min(lo, start), max(hi, end)]
-        pids.add(int(row["pid"]))
-    order = [k for k in STAGES if k in spans]
-    gaps = [(k, spans[k][0] - spans[p][1]) for p, k in zip(order, order[1:], strict=False)]
-    return len(pids), gaps
+        pids[int(row["pid"])] = pids.get(int(row["pid"]), 0.0) + float(row["seconds"])
+    return spans, pids
 
 
 def run_once(tree: Path, preset: str, workers: int, extra: list[str]) -> float:
@@ -74,16 +91,19 @@ def run_once(tree: Path, preset: str, workers: int, extra: list[str]) -> float:
         cmd = [*graphwm_command(tree), "reproduce", "--preset", preset, "--workers",
                str(workers), "--quiet", "--out", str(out), *extra]  # fmt: skip
         env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-        started = time.perf_counter()
+        started, clock = time.perf_counter(), time.time()
         done = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True)
         wall = time.perf_counter() - started
         if done.returncode != 0:
             sys.stderr.write(done.stderr[-3000:])
             raise SystemExit(f"graphwm reproduce failed (exit {done.returncode}): {cmd}")
         processes, gaps = stage_summary(out / "jobs.log")
+        first, total, busiest = busy_summary(out / "jobs.log", clock)
     between = ", ".join(f"{k} {s:.1f} s" for k, s in gaps) or "none"
     print(f"{tree}: --preset {preset} --workers {workers}: {wall:.1f} s wall; jobs ran in "
-          f"{processes} process(es); gap before each stage: {between}", flush=True)  # fmt: skip
+          f"{processes} process(es); gap before each stage: {between}; first training job "
+          f"at {first:.1f} s; job seconds {total:.1f} in all, {busiest:.1f} in the busiest "
+          "process", flush=True)  # fmt: skip
     return wall
 
 

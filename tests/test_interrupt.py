@@ -33,7 +33,10 @@ from graphwm.store.results import ResultStore
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "src" / "graphwm" / "presets" / "tiny.toml"
-STEPS = 60  # both workers still train when the signal comes, a step after their checkpoint
+# both jobs still train when the signal comes, a step after their checkpoint: long enough
+# that the pool's worker starts (imports torch) while the driver trains the other job (a
+# job no worker started by the time the driver is free is the driver's: graphwm.store.executors)
+STEPS = 400
 CHECKPOINT_EVERY = 5
 
 

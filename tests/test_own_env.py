@@ -326,11 +326,18 @@ def test_pool_workers_resolve_the_env_by_its_name(own_run):
     out, _, preset = own_run
     jobs = _self_gdd_jobs(preset)
     assert {j.env for j in jobs} == {SPREAD, EDGEFLIP}
+    import multiprocessing as mp
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+
+    from graphwm.store.outcomes import execute
+
     local = run_jobs(self_gdd_job, jobs, ResultStore(out / "results"), out, progress=False)
-    pool = run_jobs(
-        self_gdd_job, jobs, ResultStore(out / "check-pool"), out, max_workers=2, progress=False
-    )
-    assert [r.gdd for r in pool] == [r.gdd for r in local]
+    # spawned processes directly: the local executor's driver may run both jobs itself
+    with ProcessPoolExecutor(2, mp_context=mp.get_context("spawn")) as pool:
+        outcomes = list(pool.map(execute, [self_gdd_job] * len(jobs), jobs, [str(out)] * len(jobs)))
+    assert all(o.pid != os.getpid() for o in outcomes)
+    assert [o.results[0].gdd for o in outcomes] == [r.gdd for r in local]
 
 
 # slow: the pool test above already resolves the env by name in fresh worker processes

@@ -40,6 +40,19 @@ def test_stage_summary_counts_worker_processes_and_the_gaps_between_stages(bench
     assert gaps == [("self_gdd", 2.0), ("single_step", 3.5)]
 
 
+def test_busy_summary_times_the_first_job_and_each_process(bench, tmp_path):
+    rows = [
+        {"kind": "fit", "status": "done", "pid": 1, "started": 100.5, "seconds": 4.0},
+        {"kind": "train", "status": "done", "pid": 7, "started": 110.0, "seconds": 2.0},
+        {"kind": "train", "status": "done", "pid": 8, "started": 111.0, "seconds": 3.0},
+        {"kind": "self_gdd", "status": "done", "pid": 7, "started": 113.0, "seconds": 0.5},
+    ]
+    (tmp_path / "jobs.log").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    # the command started at 100: its first pool-stage job 10 s later; 5.5 s of jobs, of
+    # which the busiest process ran 3
+    assert bench.busy_summary(tmp_path / "jobs.log", 100.0) == (10.0, 5.5, 3.0)
+
+
 def test_refuses_a_tree_without_its_environment(bench, tmp_path):
     with pytest.raises(SystemExit, match="no .venv/bin/python"):
         bench.main(["--tree", str(tmp_path), "--workers", "1"])

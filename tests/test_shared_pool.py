@@ -4,12 +4,12 @@ once per stage), and a reused worker starts each job from the state it had befor
 job (the jobs of a later stage do not see the seeds, thread counts or flags an earlier job
 set).
 
-The fast test runs two stub stages of two probe jobs each in a real ``shared_pool`` block of
-two spawned workers (a script in a subprocess: spawned workers import the job function from
-it); each probe waits until both workers are in a job of its stage, so both workers serve both
-stages. The pipeline's own use of the block is checked on the tiny preset by
-``tests/test_cluster.py::test_workers_1_and_2_give_byte_identical_stores`` (the pids of its
-``jobs.log``).
+The fast test runs two stub stages of two probe jobs each with ``max_workers=2`` in a real
+``shared_pool`` block (a script in a subprocess: a spawned worker imports the job function from
+it): the driver runs one job of each stage and the pool's spawned worker the other; each probe
+waits until both are in a job of its stage. That every stage of a pipeline command runs in
+one block is checked on the tiny preset by ``tests/test_pipeline.py``
+(``test_tiny_preset_end_to_end``).
 """
 
 from __future__ import annotations
@@ -82,6 +82,7 @@ def probe(job, run_dir):
 
 if __name__ == "__main__":
     root = Path(sys.argv[1])
+    print("DRIVER", os.getpid(), flush=True)
     with shared_pool():
         for stage, threads in (("a", 2), ("b", 1)):
             jobs = [Job(stage, i, str(root), threads) for i in range(2)]
@@ -111,26 +112,27 @@ def test_two_stages_run_on_the_same_workers_each_job_from_a_fresh_state(tmp_path
         timeout=900,
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    driver = int(done.stdout.split("DRIVER ", 1)[1].split()[0])
     a = {s["pid"]: s for s in (_seen(run_dir, f"probe-a{i}") for i in range(2))}
     b = {s["pid"]: s for s in (_seen(run_dir, f"probe-b{i}") for i in range(2))}
-    # the same two worker processes ran both stages (a pool per stage: four processes)
-    assert len(a) == 2 and set(a) == set(b)
-    assert os.getpid() not in a and done.returncode == 0
+    # the driver and the same pool worker ran both stages (a pool per stage: a new worker)
+    assert len(a) == 2 and set(a) == set(b) and driver in a
+    (worker,) = set(a) - {driver}
     for pid in a:
         # a job's thread count is its own (``job.threads``), never a previous job's
         assert a[pid]["threads"] == 2 and b[pid]["threads"] == 1
-        # the seeds, flags and working directory the stage-a job set on this worker are gone:
-        # the stage-b job starts where the worker's first job started
-        same = ("torch", "numpy", "random", "dtype", "deterministic", "grad", "cwd")
-        assert {k: b[pid][k] for k in same} == {k: a[pid][k] for k in same}
-    assert a[next(iter(a))]["dtype"] == "torch.float32" and a[next(iter(a))]["grad"] is True
+    # the seeds, flags and working directory the stage-a job set on the pool worker are gone:
+    # the stage-b job starts where the worker's first job started
+    same = ("torch", "numpy", "random", "dtype", "deterministic", "grad", "cwd")
+    assert {k: b[worker][k] for k in same} == {k: a[worker][k] for k in same}
+    assert a[worker]["dtype"] == "torch.float32" and a[worker]["grad"] is True
     # jobs.log names the worker of each job: the pids the probes saw
     lines = [json.loads(x) for x in (run_dir / "jobs.log").read_text().splitlines()]
     assert {ln["pid"] for ln in lines} == set(a)
 
 
 BROKEN_RUN = """
-import os, sys
+import os, sys, time
 from pathlib import Path
 
 from graphwm.store.executors import run_jobs, shared_pool
@@ -149,8 +151,19 @@ class Job:
 
 
 def job_fn(job, run_dir):
+    marker = Path(run_dir) / "dying"
     if job.key == "dies":
+        marker.touch()
         os._exit(1)  # the worker dies (killed, out of memory): the pool is broken
+    deadline = time.time() + 600
+    while not marker.exists():  # the driver's jobs: not done before the worker took "dies"
+        assert time.time() < deadline, "the pool's worker never took its job"
+        time.sleep(0.05)
+    if job.key.startswith("second"):  # both in a job: the new pool's worker runs one
+        (Path(run_dir) / f"in-{job.key}").touch()
+        while len(list(Path(run_dir).glob("in-second*"))) < 2:
+            assert time.time() < deadline, "the new pool's worker never took its job"
+            time.sleep(0.05)
     print("PID", os.getpid())
     from graphwm.store.records import COMPONENTS, SelfGddRecord
 
@@ -163,8 +176,9 @@ if __name__ == "__main__":
     store = ResultStore(root / "store")
     with shared_pool():
         try:
-            run_jobs(job_fn, [Job("dies"), Job("first")], store, root, max_workers=2,
-                     progress=False)
+            # the first job goes to the pool's worker, the driver takes the next ones
+            run_jobs(job_fn, [Job("dies"), Job("first"), Job("third")], store, root,
+                     max_workers=2, progress=False)
         except JobsFailed as err:
             print("FAILED", " ".join(sorted(job.key for _, job, _ in err.failures)))
         run_jobs(job_fn, [Job("second-0"), Job("second-1")], store, root, max_workers=2,
@@ -174,8 +188,8 @@ if __name__ == "__main__":
 
 
 def test_a_stage_after_a_dead_worker_runs_on_a_new_pool(tmp_path):
-    """A worker that dies breaks the pool (the stage's unfinished jobs fail, not
-    deterministically: a rerun runs them); the next stage of the run starts a new pool."""
+    """A pool worker that dies breaks the pool (its job fails, not deterministically: a rerun
+    runs it; the driver runs the stage's other jobs); the next stage starts a new pool."""
     script = tmp_path / "broken_run.py"
     script.write_text(BROKEN_RUN)
     run_dir = tmp_path / "run"
@@ -189,8 +203,91 @@ def test_a_stage_after_a_dead_worker_runs_on_a_new_pool(tmp_path):
         timeout=900,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "FAILED" in done.stdout and "dies" in done.stdout.split("FAILED")[1], done.stdout
+    assert "FAILED dies\n" in done.stdout, done.stdout
     assert done.stdout.rstrip().endswith("DONE")
     store = run_dir / "store"
-    assert (store / "second-0.json").exists() and (store / "second-1.json").exists()
+    assert all((store / f"{k}.json").exists() for k in ("first", "third", "second-0", "second-1"))
+    lines = [json.loads(x) for x in (run_dir / "jobs.log").read_text().splitlines()]
+    pid = {ln["key"]: ln["pid"] for ln in lines}
+    # the driver ran the first stage's other jobs (and stored the dead worker's failure), the
+    # second stage's first job ran in a new pool's worker
+    assert pid["first"] == pid["third"] == pid["second-1"] == pid["dies"] != pid["second-0"]
     assert not (store / "dies.failure").exists()  # a machine failure: not recorded
+
+
+HELD_RUN = """
+import os, sys, time
+import multiprocessing as mp
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import graphwm.store.executors as executors
+from graphwm.store.executors import run_jobs, shared_pool
+from graphwm.store.results import ResultStore
+
+
+class Job:
+    kind, env = "self_gdd", "SAR"
+
+    def __init__(self, key):
+        self.key = key
+
+    def describe(self):
+        return {"key": self.key}
+
+
+def job_fn(job, run_dir):
+    from graphwm.store.records import COMPONENTS, SelfGddRecord
+
+    return SelfGddRecord(kind="self_gdd", env="SAR", seed=0, size=7, gdd=0.5,
+                         components=dict.fromkeys(COMPONENTS, 0.0))
+
+
+def held(parent):
+    # a worker whose start-up lasts until the driver's work is over (as a slow import would)
+    while not Path(os.environ["RELEASE"]).exists():
+        time.sleep(0.05)
+    executors._init_worker(parent)
+
+
+def held_pool(workers):
+    return ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=held,
+                               initargs=(os.getpid(),))
+
+
+if __name__ == "__main__":
+    root = Path(sys.argv[1])
+    os.environ["RELEASE"] = str(root / "release")
+    executors._new_pool = held_pool
+    print("DRIVER", os.getpid(), flush=True)
+    with shared_pool():
+        run_jobs(job_fn, [Job("a"), Job("b"), Job("c")], ResultStore(root / "store"), root,
+                 max_workers=2, progress=False)
+        (root / "release").touch()  # the worker starts, finds its job taken, leaves it
+    print("DONE", flush=True)
+"""
+
+
+def test_the_driver_takes_a_job_no_worker_started_instead_of_waiting(tmp_path):
+    """A stage never waits for a pool worker's start-up: with no job left to take, the driver
+    runs the job it gave the pool that no worker started yet; the worker, once started,
+    finds it claimed and leaves it (no job runs twice)."""
+    script = tmp_path / "held_run.py"
+    script.write_text(HELD_RUN)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    done = subprocess.run(
+        [sys.executable, str(script), str(run_dir)],
+        cwd=tmp_path,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.rstrip().endswith("DONE")
+    driver = int(done.stdout.split("DRIVER ", 1)[1].split()[0])
+    lines = [json.loads(x) for x in (run_dir / "jobs.log").read_text().splitlines()]
+    assert sorted(ln["key"] for ln in lines) == ["a", "b", "c"]  # each job once
+    assert {ln["pid"] for ln in lines} == {driver}
+    assert all((run_dir / "store" / f"{k}.json").exists() for k in "abc")

@@ -11,7 +11,8 @@ what changed and reuses exactly what did not; a moved run directory reuses every
 ``RUN_DIR/run.json`` names the training runs and results of the last preset run (what the
 report reads). One process at a time works on a run directory
 (:func:`graphwm.store.files.run_lock`); a killed training job resumes from its last
-checkpoint.
+checkpoint. A command's stages share one local worker pool
+(:func:`graphwm.store.executors.shared_pool`): its workers start once per command.
 """
 
 from __future__ import annotations

@@ -23,13 +23,18 @@ written atomically after the job, so an interrupted job has no record and a reru
 again (training resumes from its last checkpoint). The exception raised is
 :class:`~graphwm.store.interrupts.Interrupted`, naming the jobs that were running or queued.
 
-Inside :func:`shared_pool` (every pipeline command enters one: :mod:`graphwm.pipeline`) the
-local executor's worker processes are started once and serve every stage: a spawned worker
-imports torch and the packages (seconds to tens of seconds), which a pool per stage paid again
-at every stage. A reused worker starts each job from the state it had before its first job
-(:func:`_pooled_execute`: the global random generators, torch's thread count and flags, the
-working directory), so a job's result never depends on which
-jobs its worker ran before it, nor on the worker count.
+The local executor runs ``max_workers`` jobs at a time: one in this process (the driver,
+which needs no start-up) and the others in ``max_workers - 1`` spawned pool workers. Inside
+:func:`shared_pool` (every pipeline command enters one: :mod:`graphwm.pipeline`) the pool's
+workers are started once and serve every stage: a spawned worker imports torch and the
+packages (seconds to tens of seconds), which a pool per stage paid again at every stage; the
+driver works meanwhile, and runs a job it gave a worker that has not started it rather than
+wait (each job runs once: :func:`_claim`). A reused pool worker starts each job from the
+state it had before its first job (:func:`_pooled_execute`: the global random generators,
+torch's thread count and flags, the working directory), so a job's result never depends on
+which jobs its worker ran before it, nor on the worker count. A pool worker that dies breaks
+the pool (the jobs it was given fail as a machine failure would), the driver runs the stage's
+other jobs, and the next stage starts a new pool.
 
 A job with ``parts`` (several jobs run as one unit of work, e.g. the members of a training
 ensemble) yields one record per part: its function returns, in the order of ``parts``, each
@@ -46,7 +51,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from contextvars import ContextVar
 from pathlib import Path
@@ -78,7 +83,7 @@ WATCHDOG_SECONDS = 1.0  # how often a pool worker checks that its parent is aliv
 
 
 def default_workers() -> int:
-    """Local pool size: one worker per core."""
+    """Local jobs at a time (the driver and its pool workers): one per core."""
     return max(1, os.cpu_count() or 1)
 
 
@@ -123,7 +128,8 @@ def run_jobs(
     naming each failed job and its cause, with the records of the others.
 
     Args:
-        executor: ``"local"`` (a process pool; ``max_workers=1`` runs in this process) or
+        executor: ``"local"`` (``max_workers`` jobs at a time, this process and
+            ``max_workers - 1`` pool processes; ``max_workers=1`` runs in this process) or
             ``"ray"`` (Ray tasks; connects to ``RAY_ADDRESS`` if set, else starts a local Ray;
             the run store stays this process's: :mod:`graphwm.store.shipping`).
         num_gpus_per_job: GPUs requested per Ray task (1 for ``--device cuda`` training, a
@@ -217,7 +223,8 @@ def _worker_state() -> dict[str, Any]:
 
     return {
         "random": random.getstate(),
-        "numpy": np.random.get_state(),  # noqa: NPY002 (the legacy global a library may draw from)
+        # the legacy global generator: a library may draw from it
+        "numpy": np.random.get_state(),  # noqa: NPY002
         "torch_rng": torch.random.get_rng_state(),
         "torch_seed": torch.initial_seed(),
         "threads": torch.get_num_threads(),
@@ -252,10 +259,23 @@ def _restore_worker_state(state: dict[str, Any]) -> None:
         os.chdir(state["cwd"])
 
 
-def _pooled_execute(fn: Any, job: Job, run_dir: str) -> Outcome:
+def _claim(claims: str, job: Job) -> bool:
+    """Whether this process takes ``job``: the first of the driver and a pool worker to
+    create its claim file (atomically) runs it, the other leaves it."""
+    try:
+        os.close(os.open(Path(claims) / job.key, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except (FileExistsError, FileNotFoundError):  # taken, or its run_jobs call is over
+        return False
+    return True
+
+
+def _pooled_execute(fn: Any, job: Job, run_dir: str, claims: str) -> Outcome | None:
     """:func:`~graphwm.store.outcomes.execute` in a pool worker, from the worker's state
-    before its first job (recorded then, restored before every later job)."""
+    before its first job (recorded then, restored before every later job); None when the
+    driver took the job first (:func:`_claim`)."""
     global _BASELINE
+    if not _claim(claims, job):
+        return None
     if _BASELINE is None:
         _BASELINE = _worker_state()
     else:
@@ -320,8 +340,8 @@ def shared_pool() -> Iterator[None]:
     """Run every local parallel stage inside the block on one worker pool.
 
     The pool starts with the first :func:`run_jobs` call that needs one (``executor="local"``,
-    ``max_workers`` > 1, more than one job) and serves every later call asking for the same
-    size, so its workers import torch and the packages once per block instead of once per
+    ``max_workers`` > 1, more than one job) and serves every later call asking for as many
+    workers, so its workers import torch and the packages once per block instead of once per
     stage. It shuts down when the block ends (its workers are ended at once if the block
     ends with an exception). A block inside another uses the outer block's pool.
     """
@@ -340,6 +360,19 @@ def shared_pool() -> Iterator[None]:
 
 
 def _run_local(fn, todo, run_dir, workers, desc, progress, done) -> None:
+    """The local executor: ``workers`` jobs at a time, one in this process (the driver) and
+    the others in pool worker processes.
+
+    The driver takes a job whenever every pool worker has one: it needs no start-up, and what
+    it runs needs no transfer. With no job left to take, it takes a job it gave the pool
+    that no worker started yet (a worker still importing): whichever claims a job first runs
+    it (:func:`_claim`), so no stage waits for a worker's start-up. A pool worker that dies
+    fails the jobs it was given (not deterministically: a rerun runs them); the driver runs
+    the stage's remaining jobs.
+    """
+    import shutil
+    import tempfile
+
     bar = tqdm(total=len(todo), desc=desc, disable=not progress)
     if workers <= 1 or len(todo) == 1:
         for job in todo:
@@ -350,44 +383,80 @@ def _run_local(fn, todo, run_dir, workers, desc, progress, done) -> None:
                 raise Interrupted.of(err, [describe_job(job)]) from None
             done(job, outcome)
             bar.update()
-    else:
-        scope = _SHARED.get()
-        pool = _new_pool(min(workers, len(todo))) if scope is None else scope.get(workers)
-        futures: dict[Future, Job] = {}
+        bar.close()
+        return
+    scope = _SHARED.get()
+    size = workers - 1  # the pool's processes: the driver is the other worker
+    pool = _new_pool(min(size, len(todo) - 1)) if scope is None else scope.get(size)
+    claims = tempfile.mkdtemp(prefix="graphwm-claims-")
+    pending = list(reversed(todo))  # popped from the end: in the order of todo
+    futures: dict[Future, Job] = {}  # given to the pool, not yet stored
+    driver: Job | None = None  # the job this process runs
+    broken = False
+
+    def store(future: Future) -> None:
+        nonlocal broken
+        job = futures.pop(future)
         try:
-            for job in todo:  # submitting starts the workers: a signal may come meanwhile
-                futures[pool.submit(_pooled_execute, fn, job, str(run_dir))] = job
-            for future in as_completed(futures):
-                job = futures[future]
-                try:
-                    outcome = future.result()
-                except KeyboardInterrupt:
-                    raise
-                except Exception as err:  # the worker died (killed, out of memory)
-                    if isinstance(err, BrokenProcessPool) and scope is not None:
-                        scope.discard(pool)  # the next stage starts a new pool
-                    failure = Failure.of(err, deterministic=False)
-                    outcome = Outcome(job.key, [failure] * len(parts_of(job)), failure.traceback)
-                done(job, outcome)
-                bar.update()
-            if scope is None:
-                pool.shutdown(wait=True)
-        except KeyboardInterrupt as err:
-            submitted = {job.key for job in futures.values()}
-            unfinished = [describe_job(job) for f, job in futures.items() if not f.done()]
-            unfinished += [describe_job(job) for job in todo if job.key not in submitted]
+            outcome = future.result()
+        except Exception as err:  # the worker died (killed, out of memory)
+            broken = broken or isinstance(err, BrokenProcessPool)
+            failure = Failure.of(err, deterministic=False)
+            outcome = Outcome(job.key, [failure] * len(parts_of(job)), failure.traceback)
+        done(job, outcome)
+        bar.update()
+
+    def run_here(job: Job) -> None:
+        nonlocal driver
+        driver = job
+        done(job, execute(fn, job, str(run_dir)))
+        bar.update()
+        driver = None
+
+    try:
+        while pending or futures:
+            while pending and not broken and len(futures) < size:
+                try:  # submitting starts a worker: a signal may come meanwhile
+                    future = pool.submit(_pooled_execute, fn, pending[-1], str(run_dir), claims)
+                except BrokenProcessPool:
+                    broken = True
+                    break
+                futures[future] = pending.pop()
+            if pending:  # every pool worker has a job: the driver runs the next one
+                job = pending.pop()
+                _claim(claims, job)
+                run_here(job)
+            else:  # a job no worker started yet: the driver's, instead of waiting
+                unstarted = next((f for f, job in futures.items() if _claim(claims, job)), None)
+                if unstarted is not None:  # its worker finds it claimed and leaves it
+                    run_here(futures.pop(unstarted))
+                else:
+                    wait(futures, return_when=FIRST_COMPLETED)
+            for future in [f for f in futures if f.done()]:
+                store(future)
+        if scope is None:
+            pool.shutdown(wait=True)
+        elif broken:  # a worker died: the pool runs nothing more, the next stage's is new
+            scope.discard(pool)
+            _stop_pool(pool, [])
+    except KeyboardInterrupt as err:
+        unfinished = [describe_job(job) for job in [driver] if job is not None]
+        unfinished += [describe_job(job) for f, job in futures.items() if not f.done()]
+        unfinished += [describe_job(job) for job in reversed(pending)]
+        _stop_pool(pool, futures)
+        if scope is not None:
+            scope.discard(pool)
+        bar.close()
+        raise Interrupted.of(err, unfinished) from None
+    except BaseException:
+        # the driver failed (storing an outcome): the pool's jobs are not waited for
+        if any(not f.done() for f in futures):
             _stop_pool(pool, futures)
             if scope is not None:
                 scope.discard(pool)
-            bar.close()
-            raise Interrupted.of(err, unfinished) from None
-        except BaseException:
-            # the driver failed (storing an outcome): this call's jobs are not waited for
-            if any(not f.done() for f in futures):
-                _stop_pool(pool, futures)
-                if scope is not None:
-                    scope.discard(pool)
-            raise
+        raise
+    finally:
+        shutil.rmtree(claims, ignore_errors=True)
     bar.close()
 
 
