@@ -9,17 +9,15 @@ stages (from the last job of one stage to the first job of the next: where a poo
 per stage spawns its workers and imports torch again)::
 
     uv run python benchmarks/pool_overhead.py --workers 1 2
-    uv run python benchmarks/pool_overhead.py --tree /work/wt/base --workers 1 2
+    uv run python benchmarks/pool_overhead.py --tree /path/to/old/checkout --workers 1 2
 
 Only the standard library is imported, so any Python runs it. One invocation with one
-``--workers`` value is one run, which ``farm-bench`` can time from outside, alternating two
-trees (the first line of its output names the run's own figure too)::
+``--workers`` value is one run, which a whole-process timer can time from outside,
+alternating two trees (old, new, old, new, ...; at least three pairs, quoting the median of
+the per-pair ratios), e.g. ``/usr/bin/time -f %e`` around::
 
-    farm-bench -n 3 --timeout 3600 \\
-      --vs 'python3 benchmarks/pool_overhead.py --tree /work/wt/base --workers 2' \\
-      -- python3 benchmarks/pool_overhead.py --workers 2
-
-(``--preset smoke --workers 2`` on both sides: the README's run with its own workers.)
+    python3 benchmarks/pool_overhead.py --tree /path/to/old/checkout --preset smoke --workers 2
+    python3 benchmarks/pool_overhead.py --preset smoke --workers 2
 
 A timing needs an idle machine; this script asserts nothing about speed.
 """
