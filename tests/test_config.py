@@ -133,19 +133,19 @@ def _to_toml(raw: dict) -> str:
 
 
 def test_every_default_is_a_dataclass_field():
-    """Defaults live in the config dataclasses; the job, the trainer options and the PPO
-    settings read them from there (changing a field default changes all of them)."""
-    from dataclasses import fields
+    """Defaults live in the config dataclasses; the preset's [train] section and the PPO
+    settings read them from there (changing a field default changes all of them): the
+    trainer's from gdm_models.training.TrainConfig."""
+    from gdm_models.training import TrainConfig
 
-    from graphwm.config import DEFAULT_PPO, PpoSettings, TrainConfig
+    from graphwm.config import DEFAULT_PPO, PpoSettings, TrainSection
     from graphwm.settings import defaults
-    from graphwm.stages.train import TrainJob
 
     assert DEFAULT_PPO == {k: v for k, v in defaults(PpoSettings).items() if v is not None}
     assert DEFAULT_PPO == {"n_steps": 256, "batch_size": 64, "n_epochs": 4, "learning_rate": 3e-4}
-    job_defaults = {f.name: f.default for f in fields(TrainJob)}
-    for name in ("precision", "compile", "checkpoint_every", "log_every", "tensorboard"):
-        assert job_defaults[name] == defaults(TrainConfig)[name]
+    trainer = TrainConfig()
+    for name in ("precision", "compile", "checkpoint_every", "log_every", "ensemble"):
+        assert defaults(TrainSection)[name] == getattr(trainer, name)
 
 
 def test_records_are_read_by_the_preset_parser_naming_file_and_field(tmp_path):
