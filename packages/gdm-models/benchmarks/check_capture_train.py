@@ -74,9 +74,9 @@ def check(name: str, dev: torch.device, steps: int, quick: bool, capture: bool |
     cfg = dict(get_preset(name, "OD")["model"])
     if quick:  # tiny models on the CPU
         cfg = dict(TINY_GDM_CONFIG) if name == "gdm" else {"hidden_dim": 16}
-    lr = get_preset(name, "OD")["train"]["lr"]
+    # the paper's lr, batch and window of OD
     kw = TrainConfig(
-        batch_size=8, seq_len=20, lr=lr, seed=3, device=dev, log_every=10, capture=capture
+        **get_preset(name, "OD")["train"], seed=3, device=dev, log_every=10, capture=capture
     )
 
     def fresh() -> torch.nn.Module:
