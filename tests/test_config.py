@@ -261,5 +261,9 @@ def test_a_training_job_holds_its_train_config():
     assert (c.steps, c.seed, c.device) == (preset.train.steps, preset.seeds[0], preset.device)
     for unkeyed in ({"log_every": 7}, {"checkpoint_every": 3}, {"threads": 2}):
         assert job.with_config(**unkeyed).key == job.key
-    for keyed in ({"lr": c.lr * 2}, {"seed": c.seed + 1}, {"precision": "bf16"}, {"steps": 9}):
+    keyed_changes = (
+        {"lr": c.lr * 2}, {"seed": c.seed + 1}, {"precision": "bf16"}, {"steps": 9},
+        {"grad_clip": 1.0}, {"capture": False}, {"keep_every": 1},
+    )  # fmt: skip
+    for keyed in keyed_changes:
         assert job.with_config(**keyed).key != job.key

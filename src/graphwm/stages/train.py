@@ -61,7 +61,8 @@ class TrainJob:
     (:class:`gdm_models.training.TrainConfig`: seed, length, batch, learning rate, device,
     precision, ...), and the key is derived from it (and from the model, its config and the
     fit). ``config``'s ``checkpoint_every``, ``log_every`` and ``threads`` do not change the
-    weights and are not keyed; nor is ``tensorboard`` (an extra output).
+    weights and are not keyed; nor is ``tensorboard`` (an extra output). ``grad_clip``,
+    ``capture`` and ``keep_every`` are keyed only when set (the keys of earlier jobs stand).
     """
 
     env: str
@@ -129,6 +130,8 @@ class TrainJob:
             out["ensemble"] = {"seeds": list(self.ensemble), "strategy": c.strategy}
         if c.keep_every:  # likewise without kept checkpoints
             out["keep_every"] = c.keep_every
+        if c.capture is not None:  # forced on or off (the weights differ): keyed when set
+            out["capture"] = c.capture
         return out
 
     @property
