@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from gdm_models import EpisodeDataset, make_model, train
+from gdm_models import EpisodeDataset, TrainConfig, make_model, train
 from gdm_models.memory import training_step_bytes
 from gdm_models.synthetic import SYNTHETIC_SCHEMA, random_episode
 
@@ -44,7 +44,9 @@ def measure(model_name: str, n: int, b: int, seq: int) -> tuple[int, int]:
     ctypes.CDLL("libc.so.6").malloc_trim(0)
     CLEAR.write_text("5")
     before = _kib("VmRSS")
-    train(model, data, steps=1, batch_size=b, seq_len=seq, progress=False, device="cpu")
+    train(
+        model, data, TrainConfig(steps=1, batch_size=b, seq_len=seq, device="cpu"), progress=False
+    )
     return (_kib("VmHWM") - before) * 1024, int(need or 0)
 
 

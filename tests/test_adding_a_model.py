@@ -21,6 +21,7 @@ from gdm_models import (
     OBS_KEYS,
     EpisodeDataset,
     FeatureScaler,
+    TrainConfig,
     WorldModel,
     load_checkpoint,
     make_model,
@@ -108,8 +109,12 @@ def trained(tmp_path_factory):
     schema = env_schema(ENV)
     model = make_model("toy-persistence", schema, FeatureScaler.fit(eps, schema))
     before = model.reward.item()
-    train(model, EpisodeDataset(eps, schema, seq_len=5), steps=20, batch_size=2, seq_len=5,
-          lr=0.05, device="cpu", progress=False)  # fmt: skip
+    train(
+        model,
+        EpisodeDataset(eps, schema, seq_len=5),
+        TrainConfig(steps=20, batch_size=2, seq_len=5, lr=0.05, device="cpu"),
+        progress=False,
+    )
     assert model.reward.item() != before  # the trainer trained it
     path = model.save(tmp_path_factory.mktemp("ck") / "persistence")
     loaded = load_checkpoint(path, schema=schema, model_name="toy-persistence")

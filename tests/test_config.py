@@ -133,19 +133,19 @@ def _to_toml(raw: dict) -> str:
 
 
 def test_every_default_is_a_dataclass_field():
-    """Defaults live in the config dataclasses; the job, the trainer options and the PPO
-    settings read them from there (changing a field default changes all of them)."""
-    from dataclasses import fields
+    """Defaults live in the config dataclasses; the preset's [train] section and the PPO
+    settings read them from there (changing a field default changes all of them): the
+    trainer's from gdm_models.training.TrainConfig."""
+    from gdm_models.training import TrainConfig
 
-    from graphwm.config import DEFAULT_PPO, PpoSettings, TrainConfig
+    from graphwm.config import DEFAULT_PPO, PpoSettings, TrainSection
     from graphwm.settings import defaults
-    from graphwm.stages.train import TrainJob
 
     assert DEFAULT_PPO == {k: v for k, v in defaults(PpoSettings).items() if v is not None}
     assert DEFAULT_PPO == {"n_steps": 256, "batch_size": 64, "n_epochs": 4, "learning_rate": 3e-4}
-    job_defaults = {f.name: f.default for f in fields(TrainJob)}
-    for name in ("precision", "compile", "checkpoint_every", "log_every", "tensorboard"):
-        assert job_defaults[name] == defaults(TrainConfig)[name]
+    trainer = TrainConfig()
+    for name in ("precision", "compile", "checkpoint_every", "log_every", "ensemble"):
+        assert defaults(TrainSection)[name] == getattr(trainer, name)
 
 
 def test_records_are_read_by_the_preset_parser_naming_file_and_field(tmp_path):
@@ -231,3 +231,39 @@ def test_cli_reproduce_prints_the_report_it_built_without_building_it_again(
     monkeypatch.setattr(graphwm.report.build, "build_report", no_second_build)
     assert main(["reproduce", "--preset", "tiny", "--out", str(tmp_path / "run"), "--quiet"]) == 0
     assert seen == [tmp_path / "run"] and "| T |" in capsys.readouterr().out
+
+
+def test_a_training_job_holds_its_train_config():
+    """A TrainJob holds the gdm_models.TrainConfig it trains with (the model's preset under the
+    preset's overrides, length, seed, device, ...) and its key is derived from it: the
+    weight-changing fields are keyed, log_every / checkpoint_every / threads are not."""
+    from gdm_models.training import TrainConfig
+
+    from graphwm import jobs
+    from graphwm.checks import parse_checked
+    from graphwm.envs import resolved_configs
+    from graphwm.pipeline import load_preset
+
+    preset = parse_checked(load_preset("tiny"))
+    job = jobs.training_jobs(preset)[0]
+    assert isinstance(job.config, TrainConfig)
+    base = job.model.split(":", 1)[0]
+    _, trainer = resolved_configs(
+        job.model, job.env, preset.train.model_overrides.get(base), preset.train.train_overrides
+    )
+    assert job.describe()["trainer"] == trainer
+    c = job.config
+    assert (c.batch_size, c.seq_len, c.lr) == (
+        trainer["batch_size"],
+        trainer["seq_len"],
+        trainer["lr"],
+    )
+    assert (c.steps, c.seed, c.device) == (preset.train.steps, preset.seeds[0], preset.device)
+    for unkeyed in ({"log_every": 7}, {"checkpoint_every": 3}, {"threads": 2}):
+        assert job.with_config(**unkeyed).key == job.key
+    keyed_changes = (
+        {"lr": c.lr * 2}, {"seed": c.seed + 1}, {"precision": "bf16"}, {"steps": 9},
+        {"grad_clip": 1.0}, {"capture": False}, {"keep_every": 1},
+    )  # fmt: skip
+    for keyed in keyed_changes:
+        assert job.with_config(**keyed).key != job.key

@@ -23,11 +23,11 @@ def _diverging(calls: list, model_name: str):
     """gdm_models.train that diverges for ``model_name`` (as EA-GWM at lr = 10 does)."""
     real = gdm_models.train
 
-    def train(model, dataset, **kw):
+    def train(model, dataset, config, **kw):
         calls.append(model.model_name)
         if model.model_name == model_name:
             raise FloatingPointError("non-finite loss (nan) at step 3")
-        return real(model, dataset, **kw)
+        return real(model, dataset, config, **kw)
 
     return train
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from gdm_models import EpisodeDataset, FeatureScaler, make_model, train, train_ensemble
+from gdm_models import EpisodeDataset, FeatureScaler, TrainConfig, make_model, train, train_ensemble
 from gdm_models.synthetic import SYNTHETIC_SCHEMA, TINY_GDM_CONFIG, random_episode
 from gdm_models.training.checkpoint import MANIFEST_FILE, CheckpointError, _manifest_digest, _sha256
 
@@ -40,14 +40,14 @@ def data():
     )
 
 
-KW = dict(steps=2, batch_size=2, seq_len=3, checkpoint_every=1, device="cpu", progress=False)
+KW = TrainConfig(steps=2, batch_size=2, seq_len=3, checkpoint_every=1, device="cpu")
 
 
 def test_a_single_jobs_latest_with_an_impossible_header_is_quarantined(data, tmp_path):
     dataset, scaler = data
     torch.manual_seed(0)
     model = make_model("gdm", SYNTHETIC_SCHEMA, scaler, **TINY_GDM_CONFIG)
-    train(model, dataset, checkpoint_dir=tmp_path / "ckpt", **KW)
+    train(model, dataset, KW, checkpoint_dir=tmp_path / "ckpt", progress=False)
     latest = tmp_path / "ckpt" / "latest"
     verify_resumable(latest)  # sound
     _claim_impossible_bytes(latest)
@@ -61,7 +61,14 @@ def test_an_ensemble_members_impossible_header_is_refused(data, tmp_path):
     dataset, scaler = data
     out = tmp_path / "ens"
     train_ensemble(
-        "gdm", [0, 1], dataset, scaler=scaler, model_config=TINY_GDM_CONFIG, out_dir=out, **KW
+        "gdm",
+        [0, 1],
+        dataset,
+        KW,
+        scaler=scaler,
+        model_config=TINY_GDM_CONFIG,
+        out_dir=out,
+        progress=False,
     )
     verify_resumable_ensemble(out / "latest")
     _claim_impossible_bytes(out / "latest" / "seed1")

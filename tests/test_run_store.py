@@ -390,17 +390,17 @@ def test_old_jobs_log_lines_read_with_every_key(tmp_path):
 
 
 def test_trainer_options_reach_the_trainer(base_run, tmp_path, preset_with):
-    """train.log_every / precision / compile go to gdm_models.train; log_every is not keyed
-    (it changes the log, not the weights), precision is."""
+    """train.log_every / precision / compile reach gdm_models.train in the job's TrainConfig;
+    log_every is not keyed (it changes the log, not the weights), precision is."""
     from graphwm.pipeline import training_jobs
-    from graphwm.stages.train import trainer_options
 
     preset, base = base_run
     (job,) = training_jobs(preset)
-    assert trainer_options(job) == {"precision": "fp32", "compile": False, "log_every": 1}
+    c = job.config
+    assert (c.precision, c.compile, c.log_every) == ("fp32", False, 1)
     sparse = preset_with(preset, "train.log_every", 2)
     (sparse_job,) = training_jobs(sparse)
-    assert sparse_job.key == job.key and trainer_options(sparse_job)["log_every"] == 2
+    assert sparse_job.key == job.key and sparse_job.config.log_every == 2
     (bf16_job,) = training_jobs(preset_with(preset, "train.precision", "bf16"))
     assert bf16_job.key != job.key
     run = tmp_path / "sparse"

@@ -6,6 +6,8 @@ Not for experiments: the pipeline's ``train`` stage trains the real models.
 
 from __future__ import annotations
 
+from gdm_models import TrainConfig
+
 #: model sizes small enough to train in a second on a CPU
 TINY_OVERRIDES = {
     # the GDM's node and graph latents: (groups, classes) each
@@ -50,11 +52,7 @@ def tiny_trained_model(
     train(
         model,
         dataset,
-        steps=steps,
-        batch_size=2,
-        seq_len=5,
-        seed=seed,
-        device="cpu",
+        TrainConfig(steps=steps, batch_size=2, seq_len=5, seed=seed, device="cpu"),
         progress=False,
     )
     return model.eval()

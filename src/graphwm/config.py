@@ -18,7 +18,12 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from gdm_models.training.config import PRECISIONS, TrainConfig
+
 from graphwm.settings import Where, defaults, parse, read_fields, setting
+
+#: the trainer's defaults (gdm_models.training.TrainConfig): the [train] section's are these
+_TRAINER = TrainConfig()
 
 PRESET_NAMES = ("smoke", "medium", "long", "survey", "paper", "tiny")
 #: the shipped presets (package data beside this module)
@@ -29,7 +34,6 @@ MAX_PRESET_BYTES = 2**20
 #: the env registered, by graphwm.checks; docs/own-env.md)
 ENV_NAMES = ("RGC", "OD", "SAR", "CF")
 EXECUTORS = ("local", "ray")
-PRECISIONS = ("fp32", "bf16")
 # "cpu", "cuda", "cuda:<index>" or "mps"; whether this machine has it: graphwm.checks
 DEVICE_PATTERN = re.compile(r"cpu|cuda(:\d+)?|mps")
 
@@ -100,7 +104,7 @@ TRAINER_KEYS = tuple(f.name for f in fields(TrainerSettings))
 
 
 @dataclass(frozen=True)
-class TrainConfig:
+class TrainSection:
     """Stage 3: training length, overrides and trainer options (``[train]``).
 
     Exactly one of ``steps`` and ``epochs``. ``model_overrides`` maps a base model name
@@ -111,18 +115,22 @@ class TrainConfig:
 
     steps: int | None = setting(None, ge=1, help="optimiser steps")
     epochs: int | None = setting(None, ge=1, help="passes over the training episodes")
-    checkpoint_every: int = setting(1000, ge=1, help="steps between checkpoints")
+    checkpoint_every: int = setting(
+        _TRAINER.checkpoint_every, ge=1, help="steps between checkpoints"
+    )
     model_overrides: dict[str, dict[str, Any]] = setting(default_factory=dict)
     train_overrides: dict[str, Any] = setting(default_factory=dict, table=TrainerSettings)
-    precision: str = setting("fp32", choices=PRECISIONS)
-    compile: bool = setting(False, help="torch.compile the model")
-    log_every: int = setting(1, ge=1, help="steps between log.csv rows")
+    precision: str = setting(_TRAINER.precision, choices=PRECISIONS)
+    compile: bool = setting(_TRAINER.compile, help="torch.compile the model")
+    log_every: int = setting(_TRAINER.log_every, ge=1, help="steps between log.csv rows")
     tensorboard: bool = setting(
         False, help="also write TensorBoard event files (needs the graphwm[tensorboard] extra)"
     )
     # seeds in preset order chunked by K (graphwm.stages.ensemble); 1: every seed alone
     ensemble: int = setting(
-        1, ge=1, help="most seeds of one configuration trained together as one ensemble"
+        _TRAINER.ensemble,
+        ge=1,
+        help="most seeds of one configuration trained together as one ensemble",
     )
     # the GDD curve (graphwm.stages.curve): 0 keeps and evaluates no intermediate checkpoint
     eval_every: int = setting(
@@ -130,7 +138,7 @@ class TrainConfig:
     )
 
     @classmethod
-    def _check(cls, obj: TrainConfig, where: Where, key: str) -> None:
+    def _check(cls, obj: TrainSection, where: Where, key: str) -> None:
         if (obj.steps is None) == (obj.epochs is None):
             raise where.say(f"{where.loc(key)}: give exactly one of 'steps' and 'epochs'")
         at = f"{key}.eval_every" if key else "eval_every"
@@ -201,7 +209,7 @@ def _fitted_curve_default(evaluate: EvalConfig, collect: CollectConfig) -> EvalC
     return dataclasses.replace(evaluate, curve_episodes=evaluated)
 
 
-def _check_curve(train: TrainConfig, evaluate: EvalConfig, collect: CollectConfig) -> None:
+def _check_curve(train: TrainSection, evaluate: EvalConfig, collect: CollectConfig) -> None:
     """The GDD curve's subset lies inside the final evaluation's episodes (when it is on)."""
     if not train.eval_every:
         return
@@ -379,7 +387,7 @@ class Preset:
     models: tuple[str, ...] = setting(unique=True)
     seeds: tuple[int, ...] = setting(ge=0, le=MAX_SEED, unique=True)
     collect: CollectConfig = setting()
-    train: TrainConfig = setting()
+    train: TrainSection = setting()
     evaluate: EvalConfig = setting()
     name: str = setting("custom")
     fit: FitConfig = setting(default_factory=FitConfig)

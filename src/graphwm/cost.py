@@ -108,19 +108,16 @@ def _engine_step(models, episodes, schema, preset, device: str, strategy: str, s
     step captured as one CUDA graph on CUDA), each member drawing from its own sampler and
     generator."""
     import torch
-    from gdm_models import EpisodeDataset, EpochSampler
+    from gdm_models import EpisodeDataset, EpochSampler, TrainConfig
     from gdm_models.training.engines import make_engine
 
-    t = preset["train"]
-    bs, seq_len = int(t.get("batch_size", 8)), int(t.get("seq_len", 20))
+    # the preset's training arguments; TrainConfig's defaults where it leaves one out
+    config = TrainConfig(**preset["train"])
+    bs, seq_len = config.batch_size, config.seq_len
     ds = EpisodeDataset(episodes, schema, seq_len=seq_len)
     for m in models:
         m.to(device).train()
-    engine = make_engine(
-        models, ds, batch_size=bs, seq_len=seq_len,
-        **{k: v for k, v in t.items() if k in ("lr", "grad_clip", "precision")},
-        strategy=strategy,
-    )  # fmt: skip
+    engine = make_engine(models, ds, config, strategy)
     engine.build(list(range(len(models))), None)
     samplers = [EpochSampler(ds, bs, seq_len, seed=seed0 + s) for s in range(len(models))]
     gens = [torch.Generator(device=device).manual_seed(seed0 + s) for s in range(len(models))]

@@ -8,7 +8,6 @@ it, the keys of its inputs included (collected file -> fit -> training job -> ev
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -115,6 +114,7 @@ def train_job_for(
         compile=t.compile,
         checkpoint_every=t.checkpoint_every,
         log_every=t.log_every,
+        ensemble=t.ensemble,
         tensorboard=t.tensorboard,
         threads=threads(preset),
     )
@@ -133,7 +133,7 @@ def training_units(preset: CheckedPreset) -> list[TrainJob | EnsembleJob]:
         for model in preset.models_of(env):
             for group in groups:
                 job = train_job_for(preset, env, model, group[0])
-                members = member_jobs(dataclasses.replace(job, keep_every=keep), group)
+                members = member_jobs(job.with_config(keep_every=keep), group)
                 units.append(members[0] if len(members) == 1 else EnsembleJob(tuple(members)))
     return units
 

@@ -75,6 +75,7 @@ def training_peak(p: Preset, env: str, model: str) -> tuple[int | None, dict[str
     largest training size) and ``members`` (an ensemble's members trained as one model)."""
     from gdm_models.member_layers import MemberModel
     from gdm_models.memory import training_step_bytes
+    from gdm_models.training import TrainConfig
 
     from graphwm.envs import resolved_configs
 
@@ -87,11 +88,12 @@ def training_peak(p: Preset, env: str, model: str) -> tuple[int | None, dict[str
         built = meta_model(model, env, json.dumps(config, sort_keys=True))
     except (RuntimeError, NotImplementedError):  # a model of one's own that meta cannot build
         return None, {}
+    # TrainConfig's defaults where a preset of one's own leaves them out
+    default = TrainConfig()
     sizes = {
-        # gdm_models.train's defaults where a preset of one's own leaves them out; an epoch's
-        # batches are never larger than the training episodes
-        "batch": min(int(trainer.get("batch_size", 8)), episodes),
-        "seq_len": int(trainer.get("seq_len", 20)),
+        # an epoch's batches are never larger than the training episodes
+        "batch": min(int(trainer.get("batch_size", default.batch_size)), episodes),
+        "seq_len": int(trainer.get("seq_len", default.seq_len)),
         "nodes": max(p.collect.train_sizes),
         # the K members of an ensemble train as one member model (one batch of K x B)
         "members": min(p.train.ensemble, len(p.seeds)) if isinstance(built, MemberModel) else 1,

@@ -31,11 +31,14 @@ from contextlib import nullcontext
 
 import numpy as np
 import torch
-from gdm_models import EpisodeDataset, FeatureScaler, get_preset, make_model
+from gdm_models import EpisodeDataset, FeatureScaler, TrainConfig, get_preset, make_model
 from gdm_models.data import OBS_KEYS
 from gdm_models.reference import grssm_loss_reference, gwm_loss_reference
 from gdm_models.synthetic import schema_episode
 from gdm_models.training.step import train_step
+
+#: the trainers' gradient-norm clipping (gdm_models.TrainConfig's default)
+CLIP = TrainConfig().grad_clip
 
 SCHEMAS = {
     "OD": {
@@ -80,7 +83,7 @@ def step_fn(model, batch, path: str, compile_mode: str | None = None) -> Callabl
     params = list(model.parameters())
 
     def step() -> None:  # the trainer's step (loss, backward, clipping, Adam) on this loss
-        train_step(lambda: loss_fn(batch, gen), opt, params, 100.0, nullcontext())
+        train_step(lambda: loss_fn(batch, gen), opt, params, CLIP, nullcontext())
 
     return step
 

@@ -66,6 +66,7 @@ from gdm_models import (
     EpochSampler,
     FeatureScaler,
     MemberModel,
+    TrainConfig,
     get_preset,
     make_model,
 )
@@ -75,6 +76,9 @@ from gdm_models.training.capture import CaptureFallbackWarning, StaticShape, Sta
 from gdm_models.training.engines import LoopEngine, MemberEngine
 from gdm_models.training.step import batch_to_device, make_adam, train_step
 from torch.profiler import ProfilerActivity, profile
+
+#: the trainers' gradient-norm clipping (gdm_models.TrainConfig's default)
+CLIP = TrainConfig().grad_clip
 
 OD = {
     "node_continuous": ["vibe"],
@@ -229,7 +233,7 @@ def make_captured(name: str, dev: torch.device, b: int) -> Callable[[], object]:
     lr = get_preset(name, "OD")["train"]["lr"]
     gen = torch.Generator(device=dev).manual_seed(0)
     step = StaticTrainStep(
-        model, make_adam(params, lr, dev), params, gen, 100.0, StaticShape.for_dataset(ds, b, L)
+        model, make_adam(params, lr, dev), params, gen, CLIP, StaticShape.for_dataset(ds, b, L)
     )
     sampler = EpochSampler(ds, b, L, seed=0)
     while step.calls <= step.warmup:
@@ -288,7 +292,7 @@ def captured_single(
     params = [p for p in model.parameters() if p.requires_grad]
     gen = torch.Generator(device=dev).manual_seed(0)
     step = StaticTrainStep(
-        model, make_adam(params, lr, dev), params, gen, 100.0, StaticShape.for_dataset(ds, B, L)
+        model, make_adam(params, lr, dev), params, gen, CLIP, StaticShape.for_dataset(ds, B, L)
     )
     sampler = EpochSampler(ds, B, L, seed=0)
     t0 = time.perf_counter()
@@ -345,7 +349,7 @@ def bench(
 
         def single() -> None:
             batch = batch_to_device(sampler.next_batch(), dev)
-            train_step(lambda: model.training_loss(batch, gen), opt, params, 100.0, autocast)
+            train_step(lambda: model.training_loss(batch, gen), opt, params, CLIP, autocast)
 
         return single
 
@@ -377,11 +381,11 @@ def bench(
             if kind.startswith("members"):
                 static = StaticShape.for_dataset(ds, B, L) if kind.endswith("capture") else None
                 engine: MemberEngine | LoopEngine = MemberEngine(
-                    members, lr=lr, clip=100.0, autocast=autocast, static_shape=static
+                    members, lr=lr, clip=CLIP, autocast=autocast, static_shape=static
                 )
             else:
                 engine = LoopEngine(
-                    members, lr=lr, clip=100.0, autocast=autocast, compile=kind.endswith("compile")
+                    members, lr=lr, clip=CLIP, autocast=autocast, compile=kind.endswith("compile")
                 )
             engine.build(list(range(k)), None)
             samplers = [EpochSampler(ds, B, L, seed=s) for s in range(k)]

@@ -31,13 +31,16 @@ from contextlib import nullcontext
 
 import numpy as np
 import torch
-from gdm_models import EpisodeDataset, FeatureScaler, get_preset, make_model
+from gdm_models import EpisodeDataset, FeatureScaler, TrainConfig, get_preset, make_model
 from gdm_models.data import OBS_KEYS
 from gdm_models.gdm import Noise
 from gdm_models.reference import gdm_loss_tensors_reference
 from gdm_models.synthetic import SYNTHETIC_SCHEMA, random_episode, random_graph
 from gdm_models.training.step import train_step
 from torch.profiler import ProfilerActivity, profile
+
+#: the trainers' gradient-norm clipping (gdm_models.TrainConfig's default)
+CLIP = TrainConfig().grad_clip
 
 OBS = OBS_KEYS
 #: the former fixed chunk size of the no-grad edge MLP (the imagination reference)
@@ -72,7 +75,7 @@ def _train_stats(model, batches, dev, reference: bool, steps: int) -> dict[str, 
         return gdm_loss_tensors_reference(m, b, noise) if reference else m.loss_tensors(b, noise)
 
     def step(b):  # the trainer's step (loss, backward, clipping, Adam) on this loss
-        train_step(lambda: loss_fn(model, b, Noise(gen, dev)), opt, params, 100.0, nullcontext())
+        train_step(lambda: loss_fn(model, b, Noise(gen, dev)), opt, params, CLIP, nullcontext())
 
     t0 = time.perf_counter()
     step(batches[0])  # warm-up (compilation happens here)

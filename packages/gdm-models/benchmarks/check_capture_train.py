@@ -27,10 +27,11 @@ import sys
 import tempfile
 import time
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import torch
-from gdm_models import get_preset, make_model, train
+from gdm_models import TrainConfig, get_preset, make_model, train
 from gdm_models.synthetic import TINY_GDM_CONFIG
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -73,9 +74,10 @@ def check(name: str, dev: torch.device, steps: int, quick: bool, capture: bool |
     cfg = dict(get_preset(name, "OD")["model"])
     if quick:  # tiny models on the CPU
         cfg = dict(TINY_GDM_CONFIG) if name == "gdm" else {"hidden_dim": 16}
-    lr = get_preset(name, "OD")["train"]["lr"]
-    kw = dict(batch_size=8, seq_len=20, lr=lr, seed=3, device=dev, progress=False, log_every=10,
-              capture=capture)  # fmt: skip
+    # the paper's lr, batch and window of OD
+    kw = TrainConfig(
+        **get_preset(name, "OD")["train"], seed=3, device=dev, log_every=10, capture=capture
+    )
 
     def fresh() -> torch.nn.Module:
         torch.manual_seed(0)
@@ -89,7 +91,7 @@ def check(name: str, dev: torch.device, steps: int, quick: bool, capture: bool |
             if dev.type == "cuda":
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
-            train(m, ds, steps=steps, **kw)
+            train(m, ds, replace(kw, steps=steps), progress=False)
             if dev.type == "cuda":
                 torch.cuda.synchronize()
             ms = 1000 * (time.perf_counter() - t0) / steps
@@ -98,9 +100,21 @@ def check(name: str, dev: torch.device, steps: int, quick: bool, capture: bool |
                 first_ms = ms
         with tempfile.TemporaryDirectory() as tmp:
             half = fresh()
-            train(half, ds, steps=steps // 2, checkpoint_dir=tmp, checkpoint_every=steps, **kw)
+            train(
+                half,
+                ds,
+                replace(kw, steps=steps // 2, checkpoint_every=steps),
+                checkpoint_dir=tmp,
+                progress=False,
+            )
             resumed = fresh()
-            train(resumed, ds, steps=steps, checkpoint_dir=tmp, checkpoint_every=steps, **kw)
+            train(
+                resumed,
+                ds,
+                replace(kw, steps=steps, checkpoint_every=steps),
+                checkpoint_dir=tmp,
+                progress=False,
+            )
     same, same_close, same_diff = compare(runs[0], runs[1])
     exact, close, diff = compare(runs[0], _weights(resumed))
     notes = sorted({f"{w.category.__name__}: {w.message}" for w in caught})

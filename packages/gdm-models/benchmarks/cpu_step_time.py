@@ -25,8 +25,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from gdm_models import EpisodeDataset, FeatureScaler, get_preset, make_model
+from gdm_models import EpisodeDataset, FeatureScaler, TrainConfig, get_preset, make_model
 from gdm_models.synthetic import SYNTHETIC_SCHEMA, random_episode
+
+#: the trainers' gradient-norm clipping (gdm_models.TrainConfig's default)
+CLIP = TrainConfig().grad_clip
 
 MODELS = ("gdm", "g-rssm", "ea-gwm", "vanilla-gwm")
 
@@ -41,10 +44,10 @@ def _train_step(model, optimiser, generator) -> Callable[[Any], object]:
         from gdm_models.train_step import train_step as old_step  # type: ignore[import-not-found]
 
         return lambda batch: old_step(
-            model, optimiser, params, batch, generator, 100.0, nullcontext()
+            model, optimiser, params, batch, generator, CLIP, nullcontext()
         )
     return lambda batch: train_step(
-        lambda: model.training_loss(batch, generator), optimiser, params, 100.0, nullcontext()
+        lambda: model.training_loss(batch, generator), optimiser, params, CLIP, nullcontext()
     )
 
 

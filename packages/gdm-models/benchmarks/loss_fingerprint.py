@@ -18,6 +18,7 @@ Run (CPU, about a minute):
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,7 @@ from gdm_models import (
     EpisodeDataset,
     FeatureScaler,
     MemberModel,
+    TrainConfig,
     make_model,
     train,
     train_ensemble,
@@ -152,8 +154,13 @@ def main() -> None:
         print(f"imagine[KSN] {_digest([p[k] for p in preds for k in sorted(p)])}")
         torch.manual_seed(7)
         fresh = make_model(name, SYNTHETIC_SCHEMA, scaler, **overrides)
-        res = train(fresh, dataset, steps=3, batch_size=2, seq_len=3, lr=1e-3, seed=4,
-                    progress=False, keep_history=True)  # fmt: skip
+        res = train(
+            fresh,
+            dataset,
+            TrainConfig(steps=3, batch_size=2, seq_len=3, lr=1e-3, seed=4),
+            progress=False,
+            keep_history=True,
+        )
         print(f"train params {_tensor_digest(list(fresh.parameters()))}")
         print(f"train last {_terms(res.history[-1])}")
         _training_variants(name, overrides, scaler, dataset)
@@ -164,11 +171,11 @@ def _training_variants(
 ) -> None:
     """The trainer's other paths: clipping that bites, the static (capture) step on the CPU,
     and the ensemble engines (members and loop, eager and static)."""
-    kw = dict(steps=3, batch_size=2, seq_len=3, lr=1e-3, progress=False, keep_history=True)
+    kw = TrainConfig(steps=3, batch_size=2, seq_len=3, lr=1e-3)
     for label, extra in (("clip", {"grad_clip": 0.01}), ("static", {"capture": True})):
         torch.manual_seed(7)
         fresh = make_model(name, SYNTHETIC_SCHEMA, scaler, **overrides)
-        res = train(fresh, dataset, seed=4, **kw, **extra)  # type: ignore[arg-type]
+        res = train(fresh, dataset, replace(kw, seed=4, **extra), progress=False, keep_history=True)
         print(f"train[{label}] params {_tensor_digest(list(fresh.parameters()))}")
         print(f"train[{label}] last {_terms(res.history[-1])}")
     strategies = (
@@ -179,9 +186,15 @@ def _training_variants(
     for strategy in strategies:
         for capture in (False, True):
             ens = train_ensemble(
-                name, [4, 9], dataset, scaler=scaler, model_config=overrides,
-                strategy=strategy, capture=capture, grad_clip=0.05, **kw,
-            )  # fmt: skip
+                name,
+                [4, 9],
+                dataset,
+                replace(kw, strategy=strategy, capture=capture, grad_clip=0.05),
+                scaler=scaler,
+                model_config=overrides,
+                progress=False,
+                keep_history=True,
+            )
             for m, member in zip(ens.models, ens.members, strict=True):
                 tag = f"ensemble[{strategy},capture={capture},seed={member.seed}]"
                 print(f"{tag} params {_tensor_digest(list(m.parameters()))}")

@@ -15,6 +15,7 @@ from gdm_models import (
     DataError,
     EpisodeDataset,
     FeatureScaler,
+    TrainConfig,
     available_models,
     get_preset,
     load_checkpoint,
@@ -340,7 +341,7 @@ def test_trained_at_20_nodes_runs_at_300(name):
     torch.manual_seed(0)
     eps, ds, sc = dataset(FULL, [18, 20, 22], T=5)
     model = make_model(name, FULL, sc, **tiny(name))
-    train(model, ds, steps=3, batch_size=2, seq_len=3, progress=False)
+    train(model, ds, TrainConfig(steps=3, batch_size=2, seq_len=3), progress=False)
     big = make_episode(FULL, 300, 2, np.random.default_rng(1))
     latent = model.observe(obs_part(big, 2), big["action_nodes"][:1], generator=0)
     preds = model.imagine_multi(latent, big["action_nodes"][1:2], 2, generator=0)
@@ -352,7 +353,7 @@ def test_checkpoint_round_trip(name, tmp_path):
     torch.manual_seed(0)
     eps, ds, sc = dataset(FULL, [5, 6])
     model = make_model(name, FULL, sc, **tiny(name))
-    train(model, ds, steps=2, batch_size=2, seq_len=3, progress=False)
+    train(model, ds, TrainConfig(steps=2, batch_size=2, seq_len=3), progress=False)
     model.save(tmp_path / "ck")
     loaded = load_checkpoint(tmp_path / "ck", schema=FULL)
     assert type(loaded) is type(model) and loaded.config == model.config
@@ -406,21 +407,14 @@ def test_learns_the_toggling_edge_probability(name):
     first = train(
         model,
         ds,
-        steps=300 if name == "g-rssm" else 250,
-        batch_size=8,
-        seq_len=6,
-        lr=lr,
+        TrainConfig(steps=300 if name == "g-rssm" else 250, batch_size=8, seq_len=6, lr=lr),
         progress=False,
         keep_history=True,
     )
     last = train(
         model,
         ds,
-        steps=250,
-        batch_size=16,
-        seq_len=6,
-        lr=lr / 10,
-        seed=1,
+        TrainConfig(steps=250, batch_size=16, seq_len=6, lr=lr / 10, seed=1),
         progress=False,
         keep_history=True,
     )

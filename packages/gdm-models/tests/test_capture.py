@@ -7,11 +7,12 @@ by benchmarks/gpu_check.sh on a GPU.
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
-from gdm_models import make_model, train
+from gdm_models import TrainConfig, make_model, train
 from gdm_models.data import EpochSampler
 from gdm_models.synthetic import SYNTHETIC_SCHEMA
 from gdm_models.training.capture import (
@@ -156,30 +157,40 @@ def test_detector_refuses_host_data_and_reads():
 
 
 def test_static_training_is_deterministic_and_not_the_eager_path(scaler, dataset):
-    kw = dict(steps=6, batch_size=3, seq_len=3, lr=3e-3, seed=2, device="cpu", progress=False,
-              keep_history=True, capture=True)  # fmt: skip
+    kw = TrainConfig(steps=6, batch_size=3, seq_len=3, lr=3e-3, seed=2, device="cpu", capture=True)
     runs = []
     for _ in range(2):
         m = _model("gdm", scaler, seed=1)
-        res = train(m, dataset, **kw)
+        res = train(m, dataset, kw, progress=False, keep_history=True)
         runs.append((res, {k: v.clone() for k, v in m.state_dict().items()}))
     (r1, w1), (r2, w2) = runs
     assert all(torch.equal(w1[k], w2[k]) for k in w1)
     assert [h["loss"] for h in r1.history] == [h["loss"] for h in r2.history]
     eager = _model("gdm", scaler, seed=1)
-    train(eager, dataset, **{**kw, "capture": False})
+    train(eager, dataset, replace(kw, capture=False), progress=False)
     assert any(not torch.equal(w1[k], v) for k, v in eager.state_dict().items())
 
 
 def test_static_run_resumes_an_eager_checkpoint(scaler, dataset, tmp_path):
     """A run resumed with the other step implementation continues (Adam's flags and step
     counters are converted), and its Adam is the fused one afterwards."""
-    kw = dict(batch_size=2, seq_len=3, lr=1e-3, seed=3, device="cpu", progress=False,
-              checkpoint_dir=tmp_path / "ck", checkpoint_every=2)  # fmt: skip
+    kw = TrainConfig(batch_size=2, seq_len=3, lr=1e-3, seed=3, device="cpu", checkpoint_every=2)
     m = _model("vanilla-gwm", scaler)
-    train(m, dataset, steps=2, capture=False, **kw)
+    train(
+        m,
+        dataset,
+        replace(kw, steps=2, capture=False),
+        progress=False,
+        checkpoint_dir=tmp_path / "ck",
+    )
     m2 = _model("vanilla-gwm", scaler, seed=9)
-    res = train(m2, dataset, steps=4, capture=True, **kw)
+    res = train(
+        m2,
+        dataset,
+        replace(kw, steps=4, capture=True),
+        progress=False,
+        checkpoint_dir=tmp_path / "ck",
+    )
     assert res.resumed_from == 2 and res.steps == 4
     state = torch.load(tmp_path / "ck/latest/trainer_state.pt", weights_only=True)
     assert state["optimizer"]["param_groups"][0]["fused"] is True
@@ -215,14 +226,14 @@ def test_static_member_ensemble_equals_static_single_runs(name, scaler, dataset)
 
     from .test_ensemble import KW, SEEDS, _assert_close_weights
 
-    kw = {**KW, "batch_size": 3}  # 7 episodes: the last batch of an epoch has 1 row (padded)
+    cfg = replace(KW, batch_size=3, capture=True)  # 7 episodes: an epoch's last batch has 1 row
     res = train_ensemble(
-        name, SEEDS, dataset, scaler=scaler, model_config=CONFIGS[name], strategy="members",
-        keep_history=True, capture=True, **kw,
+        name, SEEDS, dataset, replace(cfg, strategy="members"), scaler=scaler,
+        model_config=CONFIGS[name], keep_history=True, progress=False,
     )  # fmt: skip
     for k, seed in enumerate(SEEDS):
         single = _model(name, scaler, seed=seed)
-        sres = train(single, dataset, seed=seed, keep_history=True, capture=True, **kw)
+        sres = train(single, dataset, replace(cfg, seed=seed), keep_history=True, progress=False)
         got = [r["loss"] for r in res[k].history]
         want = [r["loss"] for r in sres.history]
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from gdm_models import make_model, train_ensemble
+from gdm_models import TrainConfig, make_model, train_ensemble
 from gdm_models.data import EpochSampler
 from gdm_models.synthetic import SYNTHETIC_SCHEMA
 from gdm_models.training import capture as capture_mod
@@ -76,9 +76,21 @@ def test_static_ensemble_goes_on_after_a_nan_member(scaler, dataset, tmp_path):
         return m
 
     res = train_ensemble(
-        factory, seeds, dataset, strategy="members", capture=True, steps=4, batch_size=2,
-        seq_len=3, device="cpu", progress=False, out_dir=tmp_path, checkpoint_every=2,
-    )  # fmt: skip
+        factory,
+        seeds,
+        dataset,
+        TrainConfig(
+            strategy="members",
+            capture=True,
+            steps=4,
+            batch_size=2,
+            seq_len=3,
+            device="cpu",
+            checkpoint_every=2,
+        ),
+        progress=False,
+        out_dir=tmp_path,
+    )
     assert [m.ok for m in res] == [True, False, True] and res[1].failed_step == 1
     assert res.steps == 4 and all((tmp_path / f"seed{s}" / "final").is_dir() for s in (3, 7))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from gdm_models import EpisodeDataset, train
+from gdm_models import EpisodeDataset, TrainConfig, train
 from gdm_models.synthetic import SYNTHETIC_SCHEMA
 from gdm_models.training.checkpoint import (
     CheckpointError,
@@ -58,7 +58,13 @@ def test_sealed_files_are_covered(make_tiny, tmp_path):
 def test_trainer_state_is_sealed_into_latest(make_tiny, episodes, tmp_path):
     model = make_tiny()
     dataset = EpisodeDataset(episodes, SYNTHETIC_SCHEMA, seq_len=5)
-    train(model, dataset, steps=2, batch_size=2, seq_len=5, checkpoint_dir=tmp_path, progress=False)
+    train(
+        model,
+        dataset,
+        TrainConfig(steps=2, batch_size=2, seq_len=5),
+        checkpoint_dir=tmp_path,
+        progress=False,
+    )
     latest = tmp_path / "latest"
     manifest = verify_checkpoint(latest)
     assert set(manifest["files"]) == {"trainer_state.pt", "trainer_state.json"}
@@ -69,9 +75,7 @@ def test_trainer_state_is_sealed_into_latest(make_tiny, episodes, tmp_path):
         train(
             model,
             dataset,
-            steps=3,
-            batch_size=2,
-            seq_len=5,
+            TrainConfig(steps=3, batch_size=2, seq_len=5),
             checkpoint_dir=tmp_path,
             progress=False,
         )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import csv
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
@@ -12,6 +12,7 @@ import torch
 from gdm_models import (
     CheckpointError,
     MemberModel,
+    TrainConfig,
     WorldModel,
     load_checkpoint,
     make_model,
@@ -27,7 +28,7 @@ from gdm_models.training.step import clip_grad_norms_
 from .conftest import TINY
 
 SEEDS = [3, 5, 7]
-KW = dict(steps=3, batch_size=2, seq_len=3, lr=1e-3, device="cpu", progress=False)
+KW = TrainConfig(steps=3, batch_size=2, seq_len=3, lr=1e-3, device="cpu")
 CONFIGS = {
     "gdm": TINY,
     "gdm:no-h-plus": TINY,
@@ -41,10 +42,11 @@ CONFIGS = {
 FUSED_GRU_OPS = {"aten::gru_cell", "aten::_thnn_fused_gru_cell"}
 
 
-def _single(name, seed, scaler, dataset, **kw):
+def _single(name, seed, scaler, dataset, log_csv=None, **kw):
     torch.manual_seed(seed)
     m = make_model(name, SYNTHETIC_SCHEMA, scaler, **CONFIGS[name])
-    res = train(m, dataset, seed=seed, keep_history=True, **{**KW, **kw})
+    cfg = replace(KW, seed=seed, **kw)
+    res = train(m, dataset, cfg, keep_history=True, progress=False, log_csv=log_csv)
     return m, res
 
 
@@ -77,9 +79,15 @@ def test_member_engine_members_equal_single_runs(name, scaler, dataset):
     # products with per-member weights (no fused GRU op runs)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         res = train_ensemble(
-            name, SEEDS, dataset, scaler=scaler, model_config=CONFIGS[name], keep_history=True,
-            **KW,
-        )  # fmt: skip
+            name,
+            SEEDS,
+            dataset,
+            KW,
+            scaler=scaler,
+            model_config=CONFIGS[name],
+            keep_history=True,
+            progress=False,
+        )
     names = {e.name for e in prof.events()}
     assert not names & FUSED_GRU_OPS and "aten::baddbmm" in names
     assert res.strategy == "members" and [m.seed for m in res] == SEEDS
@@ -99,9 +107,16 @@ def test_member_engine_members_equal_single_runs(name, scaler, dataset):
 
 def test_loop_members_are_bit_identical_to_single_runs(scaler, dataset, tmp_path):
     res = train_ensemble(
-        "gdm", SEEDS, dataset, scaler=scaler, model_config=TINY, strategy="loop",
-        keep_history=True, out_dir=tmp_path, **KW,
-    )  # fmt: skip
+        "gdm",
+        SEEDS,
+        dataset,
+        replace(KW, strategy="loop"),
+        scaler=scaler,
+        model_config=TINY,
+        keep_history=True,
+        out_dir=tmp_path,
+        progress=False,
+    )
     for k, seed in enumerate(SEEDS):
         single, sres = _single("gdm", seed, scaler, dataset, log_csv=tmp_path / f"s{seed}.csv")
         assert res[k].history == sres.history
@@ -136,8 +151,15 @@ def test_nan_member_fails_alone(name, scaler, dataset, tmp_path):
         heads.node_heads.cont.weight[0, 0] = float("nan")
 
     factory = _poisoned(scaler, 5, nan, name)
-    res = train_ensemble(factory, SEEDS, dataset, strategy="members", keep_history=True,
-                         out_dir=tmp_path, checkpoint_every=1, **KW)  # fmt: skip
+    res = train_ensemble(
+        factory,
+        SEEDS,
+        dataset,
+        replace(KW, strategy="members", checkpoint_every=1),
+        keep_history=True,
+        out_dir=tmp_path,
+        progress=False,
+    )
     bad = res[1]
     assert isinstance(bad.error, FloatingPointError) and bad.failed_step == 1
     assert bad.final_checkpoint is None and bad.history == []
@@ -145,7 +167,7 @@ def test_nan_member_fails_alone(name, scaler, dataset, tmp_path):
     # as the single run fails
     torch.manual_seed(5)
     with pytest.raises(FloatingPointError):
-        train(factory(), dataset, seed=5, **KW)
+        train(factory(), dataset, replace(KW, seed=5), progress=False)
     for k in (0, 2):
         assert res[k].ok
         single, sres = _single(name, SEEDS[k], scaler, dataset)
@@ -160,8 +182,14 @@ def test_huge_gradient_changes_no_other_member(scaler, dataset):
     def huge(m):
         m.cell.decoder.graph_heads.reward.weight.mul_(1e6)  # finite, enormous loss and gradients
 
-    res = train_ensemble(_poisoned(scaler, 5, huge), SEEDS, dataset, strategy="members",
-                         keep_history=True, **KW)  # fmt: skip
+    res = train_ensemble(
+        _poisoned(scaler, 5, huge),
+        SEEDS,
+        dataset,
+        replace(KW, strategy="members"),
+        keep_history=True,
+        progress=False,
+    )
     assert all(m.ok for m in res)
     assert res[1].history[0]["grad_norm"] > 1e6  # clipped, per member
     for k in (0, 2):
@@ -176,11 +204,11 @@ def test_huge_gradient_changes_no_other_member(scaler, dataset):
 
 @pytest.mark.parametrize("strategy", ["members", "loop"])
 def test_resume_after_interruption_is_exact(scaler, dataset, tmp_path, strategy):
-    args = dict(scaler=scaler, model_config=TINY, strategy=strategy, checkpoint_every=2,
-                **{**KW, "steps": 4})  # fmt: skip
-    ref = train_ensemble("gdm", SEEDS, dataset, out_dir=tmp_path / "ref", **args)
+    cfg = replace(KW, strategy=strategy, checkpoint_every=2, steps=4)
+    args = dict(scaler=scaler, model_config=TINY, progress=False)
+    ref = train_ensemble("gdm", SEEDS, dataset, cfg, out_dir=tmp_path / "ref", **args)
     run = tmp_path / "run"
-    train_ensemble("gdm", SEEDS, dataset, out_dir=run, **{**args, "steps": 2})
+    train_ensemble("gdm", SEEDS, dataset, replace(cfg, steps=2), out_dir=run, **args)
     for s in SEEDS:  # a job killed after step 3 has logged a row past its checkpoint (step 2)
         with open(run / f"seed{s}" / "log.csv", "a") as f:
             f.write(
@@ -188,7 +216,7 @@ def test_resume_after_interruption_is_exact(scaler, dataset, tmp_path, strategy)
                 + ",0" * (len(open(run / f"seed{s}" / "log.csv").readline().split(",")) - 1)
                 + "\n"
             )
-    res = train_ensemble("gdm", SEEDS, dataset, out_dir=run, **args)
+    res = train_ensemble("gdm", SEEDS, dataset, cfg, out_dir=run, **args)
     assert res.resumed_from == 2 and res.steps == 4
     for a, b in zip(ref.models, res.models, strict=True):
         for key, v in a.state_dict().items():
@@ -203,9 +231,9 @@ def test_resume_after_interruption_is_exact(scaler, dataset, tmp_path, strategy)
 
 def test_member_state_is_a_single_run_checkpoint(scaler, dataset, tmp_path):
     """latest/seed<s> of an ensemble resumes a single train() run to the same weights."""
-    args = dict(scaler=scaler, model_config=TINY, strategy="loop", checkpoint_every=2,
-                **{**KW, "steps": 2})  # fmt: skip
-    train_ensemble("gdm", SEEDS, dataset, out_dir=tmp_path / "ens", **args)
+    cfg = replace(KW, strategy="loop", checkpoint_every=2, steps=2)
+    train_ensemble("gdm", SEEDS, dataset, cfg, scaler=scaler, model_config=TINY,
+                   out_dir=tmp_path / "ens", progress=False)  # fmt: skip
     m, single = _resume_seed5_alone(tmp_path, scaler, dataset)
     assert all(torch.equal(v, m.state_dict()[k]) for k, v in single.state_dict().items())
 
@@ -217,7 +245,8 @@ def _resume_seed5_alone(tmp_path, scaler, dataset):
     shutil.copytree(tmp_path / "ens" / "latest" / "seed5", tmp_path / "one" / "latest")
     torch.manual_seed(123)
     m = make_model("gdm", SYNTHETIC_SCHEMA, scaler, **TINY)
-    r = train(m, dataset, seed=5, checkpoint_dir=tmp_path / "one", **{**KW, "steps": 4})
+    r = train(m, dataset, replace(KW, seed=5, steps=4), checkpoint_dir=tmp_path / "one",
+              progress=False)  # fmt: skip
     assert r.resumed_from == 2
     single, _ = _single("gdm", 5, scaler, dataset, steps=4)
     return m, single
@@ -227,8 +256,9 @@ def test_member_checkpoints_are_single_model_checkpoints(scaler, dataset, tmp_pa
     """The member engine's outputs are ordinary single-model files: a member's final
     checkpoint loads on its own as a model with the member's weights, and its latest/seed<s>
     resumes a single train() run, which ends where the single run ends (up to rounding)."""
-    args = dict(scaler=scaler, model_config=TINY, checkpoint_every=2, **{**KW, "steps": 2})
-    res = train_ensemble("gdm", SEEDS, dataset, out_dir=tmp_path / "ens", **args)
+    res = train_ensemble("gdm", SEEDS, dataset, replace(KW, checkpoint_every=2, steps=2),
+                         scaler=scaler, model_config=TINY, out_dir=tmp_path / "ens",
+                         progress=False)  # fmt: skip
     assert res.strategy == "members"
     for k in range(len(SEEDS)):
         final = load_checkpoint(res[k].final_checkpoint)
@@ -243,13 +273,16 @@ def test_a_loop_state_resumes_with_the_member_engine(scaler, dataset, tmp_path):
     """latest/ written per member as before (the loop engine writes today's format) resumes
     with the member engine, and the other way round: the members end as the uninterrupted
     runs do (up to rounding)."""
-    args = dict(scaler=scaler, model_config=TINY, checkpoint_every=2, keep_history=True,
-                **{**KW, "steps": 4})  # fmt: skip
-    ref = train_ensemble("gdm", SEEDS, dataset, strategy="loop", out_dir=tmp_path / "ref", **args)
+    cfg = replace(KW, checkpoint_every=2, steps=4)
+    args = dict(scaler=scaler, model_config=TINY, keep_history=True, progress=False)
+    ref = train_ensemble("gdm", SEEDS, dataset, replace(cfg, strategy="loop"),
+                         out_dir=tmp_path / "ref", **args)  # fmt: skip
     for first, then in (("loop", "members"), ("members", "loop")):
         run = tmp_path / first
-        train_ensemble("gdm", SEEDS, dataset, strategy=first, out_dir=run, **{**args, "steps": 2})
-        res = train_ensemble("gdm", SEEDS, dataset, strategy=then, out_dir=run, **args)
+        train_ensemble("gdm", SEEDS, dataset, replace(cfg, strategy=first, steps=2), out_dir=run,
+                       **args)  # fmt: skip
+        res = train_ensemble("gdm", SEEDS, dataset, replace(cfg, strategy=then), out_dir=run,
+                             **args)  # fmt: skip
         assert res.resumed_from == 2 and res.strategy == then
         for a, b in zip(ref, res, strict=True):
             np.testing.assert_allclose(
@@ -311,21 +344,50 @@ def test_stacked_adam_equals_k_adams():
 
 def test_argument_errors(scaler, dataset):
     with pytest.raises(ValueError, match="distinct"):
-        train_ensemble("gdm", [1, 1], dataset, scaler=scaler, model_config=TINY, **KW)
+        train_ensemble("gdm", [1, 1], dataset, KW, scaler=scaler, model_config=TINY, progress=False)
     with pytest.raises(ValueError, match="strategy"):
-        train_ensemble("gdm", [1], dataset, scaler=scaler, model_config=TINY,
-                       strategy="threads", **KW)  # fmt: skip
+        train_ensemble(
+            "gdm",
+            [1],
+            dataset,
+            replace(KW, strategy="threads"),
+            scaler=scaler,
+            model_config=TINY,
+            progress=False,
+        )
     with pytest.raises(ValueError, match="model_config"):
-        train_ensemble(lambda: None, [1], dataset, model_config=TINY, **KW)
+        train_ensemble(lambda: None, [1], dataset, KW, model_config=TINY, progress=False)
     with pytest.raises(ValueError, match="replaced by 'members'"):
-        train_ensemble("gdm", [1], dataset, scaler=scaler, model_config=TINY,
-                       strategy="vmap", **KW)  # fmt: skip
+        train_ensemble(
+            "gdm",
+            [1],
+            dataset,
+            replace(KW, strategy="vmap"),
+            scaler=scaler,
+            model_config=TINY,
+            progress=False,
+        )
     with pytest.raises(ValueError, match="compile is for strategy 'loop'"):
-        train_ensemble("gdm", [1], dataset, scaler=scaler, model_config=TINY,
-                       strategy="members", compile=True, **KW)  # fmt: skip
+        train_ensemble(
+            "gdm",
+            [1],
+            dataset,
+            replace(KW, strategy="members", compile=True),
+            scaler=scaler,
+            model_config=TINY,
+            progress=False,
+        )
     with pytest.raises(ValueError, match="one path per seed"):
-        train_ensemble("gdm", [1, 2], dataset, scaler=scaler, model_config=TINY,
-                       member_logs=["a.csv"], **KW)  # fmt: skip
+        train_ensemble(
+            "gdm",
+            [1, 2],
+            dataset,
+            KW,
+            scaler=scaler,
+            model_config=TINY,
+            member_logs=["a.csv"],
+            progress=False,
+        )
 
 
 def test_failed_member_stays_failed_on_resume(scaler, dataset, tmp_path):
@@ -333,15 +395,16 @@ def test_failed_member_stays_failed_on_resume(scaler, dataset, tmp_path):
         m.cell.decoder.node_heads.cont.weight[0, 0] = float("nan")
 
     factory = _poisoned(scaler, 5, nan)
-    kw = dict(strategy="members", out_dir=tmp_path, checkpoint_every=1, **{**KW, "steps": 2})
-    train_ensemble(factory, SEEDS, dataset, **kw)
+    cfg = replace(KW, strategy="members", checkpoint_every=1, steps=2)
+    train_ensemble(factory, SEEDS, dataset, cfg, out_dir=tmp_path, progress=False)
     # a save cut short between its two renames leaves only .latest_old
     (tmp_path / "latest").rename(tmp_path / ".latest_old")
-    res = train_ensemble(factory, SEEDS, dataset, **{**kw, "steps": 3})
+    cfg = replace(cfg, steps=3)
+    res = train_ensemble(factory, SEEDS, dataset, cfg, out_dir=tmp_path, progress=False)
     assert res.resumed_from == 2 and res.steps == 3
     assert isinstance(res[1].error, FloatingPointError) and res[1].failed_step == 1
     assert res[0].ok and res[2].ok and not (tmp_path / "seed5" / "final").exists()
-    ref = train_ensemble(factory, SEEDS, dataset, **{**kw, "steps": 3, "out_dir": tmp_path / "r"})
+    ref = train_ensemble(factory, SEEDS, dataset, cfg, out_dir=tmp_path / "r", progress=False)
     for k in (0, 2):
         for key, v in ref.models[k].state_dict().items():
             assert torch.equal(v, res.models[k].state_dict()[key]), key
@@ -376,17 +439,17 @@ MISMATCHES = {
 def test_a_state_that_is_not_this_ensembles_is_refused(scaler, dataset, tmp_path, case):
     """Resuming refuses, naming the folder, an intact ``latest/`` whose members are not the
     ensemble's (K, seeds, extra folders, steps), and leaves it where it is."""
-    args = dict(scaler=scaler, model_config=CONFIGS["vanilla-gwm"], checkpoint_every=1,
-                **{**KW, "steps": 2})  # fmt: skip
-    train_ensemble("vanilla-gwm", SEEDS, dataset, out_dir=tmp_path / "run", **args)
-    train_ensemble("vanilla-gwm", SEEDS, dataset, out_dir=tmp_path / "early",
-                   **{**args, "steps": 1})  # fmt: skip
+    cfg = replace(KW, checkpoint_every=1, steps=2)
+    args = dict(scaler=scaler, model_config=CONFIGS["vanilla-gwm"], progress=False)
+    train_ensemble("vanilla-gwm", SEEDS, dataset, cfg, out_dir=tmp_path / "run", **args)
+    train_ensemble("vanilla-gwm", SEEDS, dataset, replace(cfg, steps=1),
+                   out_dir=tmp_path / "early", **args)  # fmt: skip
     latest = tmp_path / "run" / "latest"
     _mismatch(case, latest, tmp_path / "early" / "latest")
     seeds, message = MISMATCHES[case]
     with pytest.raises(CheckpointError, match=message) as err:
-        train_ensemble("vanilla-gwm", seeds, dataset, out_dir=tmp_path / "run",
-                       **{**args, "steps": 3})  # fmt: skip
+        train_ensemble("vanilla-gwm", seeds, dataset, replace(cfg, steps=3),
+                       out_dir=tmp_path / "run", **args)  # fmt: skip
     assert f"cannot resume from {latest}:" in str(err.value)
     assert (latest / "ensemble.json").is_file()
 
@@ -394,8 +457,8 @@ def test_a_state_that_is_not_this_ensembles_is_refused(scaler, dataset, tmp_path
 def test_a_damaged_state_raises_checkpoint_errors_naming_it(scaler, dataset, tmp_path):
     """verify_ensemble_state (what graphwm quarantines on) names the damaged file; resuming
     raises the same CheckpointError (a bad ensemble.json included)."""
-    args = dict(scaler=scaler, model_config=CONFIGS["vanilla-gwm"], **{**KW, "steps": 1})
-    train_ensemble("vanilla-gwm", SEEDS, dataset, out_dir=tmp_path, **args)
+    args = dict(scaler=scaler, model_config=CONFIGS["vanilla-gwm"], progress=False)
+    train_ensemble("vanilla-gwm", SEEDS, dataset, replace(KW, steps=1), out_dir=tmp_path, **args)
     latest = tmp_path / "latest"
     assert verify_ensemble_state(latest)["step"] == 1
     good = tmp_path / "good"
@@ -416,16 +479,18 @@ def test_a_damaged_state_raises_checkpoint_errors_naming_it(scaler, dataset, tmp
         with pytest.raises(CheckpointError, match=message):
             verify_ensemble_state(latest)
         with pytest.raises(CheckpointError, match=message):
-            train_ensemble("vanilla-gwm", SEEDS, dataset, out_dir=tmp_path, **args)
+            train_ensemble("vanilla-gwm", SEEDS, dataset, replace(KW, steps=1), out_dir=tmp_path,
+                           **args)  # fmt: skip
 
 
 def test_member_paths_for_a_pipeline(scaler, dataset, tmp_path):
     """One log and one final checkpoint per seed wherever the caller wants them."""
     jobs = [tmp_path / "jobs" / f"seed{s}" for s in SEEDS[:2]]
     res = train_ensemble(
-        "vanilla-gwm", SEEDS[:2], dataset, scaler=scaler, model_config=CONFIGS["vanilla-gwm"],
-        out_dir=tmp_path / "ens", member_logs=[j / "log.csv" for j in jobs],
-        member_finals=[j / "ckpt" / "final" for j in jobs], **{**KW, "steps": 1},
+        "vanilla-gwm", SEEDS[:2], dataset, replace(KW, steps=1), scaler=scaler,
+        model_config=CONFIGS["vanilla-gwm"], out_dir=tmp_path / "ens",
+        member_logs=[j / "log.csv" for j in jobs],
+        member_finals=[j / "ckpt" / "final" for j in jobs], progress=False,
     )  # fmt: skip
     for k, j in enumerate(jobs):
         assert res[k].log_csv == j / "log.csv" and (j / "log.csv").is_file()
@@ -498,11 +563,11 @@ def test_a_model_without_member_support_trains_with_the_loop(scaler, dataset):
     def factory():
         return _MeanReward(SYNTHETIC_SCHEMA, scaler, _RewardConfig())
 
-    res = train_ensemble(factory, SEEDS[:2], dataset, keep_history=True, **KW)
+    res = train_ensemble(factory, SEEDS[:2], dataset, KW, keep_history=True, progress=False)
     assert res.strategy == "loop" and all(m.ok for m in res)
     assert all(m.reward.item() != 0.0 for m in res.models)  # trained
     with pytest.raises(ValueError, match="does not inherit gdm_models.member_layers.MemberModel"):
-        train_ensemble(factory, SEEDS[:2], dataset, strategy="members", **KW)
+        train_ensemble(factory, SEEDS[:2], dataset, replace(KW, strategy="members"), progress=False)
     with pytest.raises(TypeError, match="MemberModel"):
         MemberEngine([factory()], lr=1e-3, clip=1.0, autocast=torch.autocast("cpu", enabled=False))
 
@@ -510,7 +575,7 @@ def test_a_model_without_member_support_trains_with_the_loop(scaler, dataset):
         return _OldHooks(SYNTHETIC_SCHEMA, scaler, _RewardConfig())
 
     with pytest.warns(UserWarning, match="inherit MemberModel"):
-        res = train_ensemble(old, SEEDS[:2], dataset, **KW)
+        res = train_ensemble(old, SEEDS[:2], dataset, KW, progress=False)
     assert res.strategy == "loop" and all(m.ok for m in res)
 
 
@@ -518,9 +583,9 @@ def test_a_model_without_member_support_trains_with_the_loop(scaler, dataset):
 def test_captured_loop_members_are_bit_identical_to_captured_single_runs(scaler, dataset):
     """One loop: the loop engine's static step for K members is train(capture=True) of each
     seed, bit for bit (on the CPU the static step runs eagerly)."""
-    kw = {**KW, "batch_size": 3}
-    res = train_ensemble("gdm", SEEDS, dataset, scaler=scaler, model_config=TINY,
-                         strategy="loop", capture=True, keep_history=True, **kw)  # fmt: skip
+    cfg = replace(KW, batch_size=3, strategy="loop", capture=True)
+    res = train_ensemble("gdm", SEEDS, dataset, cfg, scaler=scaler, model_config=TINY,
+                         keep_history=True, progress=False)  # fmt: skip
     for k, seed in enumerate(SEEDS):
         single, sres = _single("gdm", seed, scaler, dataset, capture=True, batch_size=3)
         assert res[k].history == sres.history

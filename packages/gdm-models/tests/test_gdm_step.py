@@ -6,13 +6,21 @@ every posterior path a scan of the same step, and checkpoints of the code before
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from gdm_models import EpisodeDataset, FeatureScaler, load_checkpoint, make_model, train
+from gdm_models import (
+    EpisodeDataset,
+    FeatureScaler,
+    TrainConfig,
+    load_checkpoint,
+    make_model,
+    train,
+)
 from gdm_models.data import OBS_KEYS
 from gdm_models.gdm import ABLATIONS, Noise, sequence_noise_to_steps
 from gdm_models.gdm.sequence_loss import draw_sequence_noise
@@ -260,7 +268,7 @@ def test_an_old_latest_state_resumes_exactly(tmp_path):
     round the last bits of steps 1-4 differently: the comparison is within rtol 1e-5 (a
     parameter in the wrong order or a lost Adam moment is off by far more)."""
     ds, scaler = _old_run_data()
-    kw = dict(batch_size=2, seq_len=3, lr=1e-3, seed=4, progress=False)
+    kw = TrainConfig(batch_size=2, seq_len=3, lr=1e-3, seed=4)
 
     def fresh():
         torch.manual_seed(7)
@@ -268,9 +276,15 @@ def test_an_old_latest_state_resumes_exactly(tmp_path):
 
     shutil.copytree(DATA / "latest", tmp_path / "run" / "latest")
     resumed = fresh()
-    train(resumed, ds, steps=6, checkpoint_dir=tmp_path / "run", checkpoint_every=2, **kw)
+    train(
+        resumed,
+        ds,
+        replace(kw, steps=6, checkpoint_every=2),
+        checkpoint_dir=tmp_path / "run",
+        progress=False,
+    )
     straight = fresh()
-    train(straight, ds, steps=6, **kw)
+    train(straight, ds, replace(kw, steps=6), progress=False)
     for k, v in straight.state_dict().items():
         torch.testing.assert_close(resumed.state_dict()[k], v, rtol=1e-5, atol=1e-6, msg=k)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from gdm_models import OBS_KEYS, EpisodeDataset, make_model, train
+from gdm_models import OBS_KEYS, EpisodeDataset, TrainConfig, make_model, train
 from gdm_models.synthetic import toggle_edge_episodes, toggle_schema
 
 P_TOGGLE = 0.3
@@ -35,9 +35,12 @@ def test_toggle_edge_probability_moves_towards_the_data_in_300_steps(tiny):
     before = np.mean(_toggle_rate(model, test))
     model.train()
     res = train(
-        model, ds, steps=300, batch_size=8, seq_len=6, lr=1e-2, seed=0, device="cpu",
-        progress=False, keep_history=True,
-    )  # fmt: skip
+        model,
+        ds,
+        TrainConfig(steps=300, batch_size=8, seq_len=6, lr=1e-2, seed=0, device="cpu"),
+        progress=False,
+        keep_history=True,
+    )
     first = np.mean([r["kl_adj"] for r in res.history[:10]])
     assert np.mean([r["kl_adj"] for r in res.history[-20:]]) < first
     after = np.mean(_toggle_rate(model, test))
@@ -59,9 +62,12 @@ def test_toggle_edge_probability_is_learned(tiny):
     torch.manual_seed(0)
     model = make_model("gdm", toggle_schema(4), None, **tiny)
     res = train(
-        model, ds, steps=2000, batch_size=8, seq_len=6, lr=1e-2, seed=0, device="cpu",
-        progress=False, keep_history=True,
-    )  # fmt: skip
+        model,
+        ds,
+        TrainConfig(steps=2000, batch_size=8, seq_len=6, lr=1e-2, seed=0, device="cpu"),
+        progress=False,
+        keep_history=True,
+    )
     first = np.mean([r["kl_adj"] for r in res.history[:10]])
     last = np.mean([r["kl_adj"] for r in res.history[-20:]])
     assert last < 0.7 * first

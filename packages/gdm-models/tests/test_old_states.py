@@ -11,6 +11,7 @@ the model's rounding does not break the check of the state format).
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,7 @@ import torch
 from gdm_models import (
     EpisodeDataset,
     FeatureScaler,
+    TrainConfig,
     load_checkpoint,
     make_model,
     train,
@@ -30,7 +32,7 @@ from safetensors.torch import load_file
 
 OLD = Path(__file__).parent / "data" / "state_9111df0"
 CONFIG = {"hidden_dim": 4, "mp_layers": 1}
-KW = dict(batch_size=2, seq_len=3, lr=1e-3, progress=False, checkpoint_every=2)
+KW = TrainConfig(batch_size=2, seq_len=3, lr=1e-3, checkpoint_every=2)
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +64,14 @@ def test_an_old_single_run_state_verifies_and_resumes(data, tmp_path):
     assert verify_trainer_state(ck / "latest")["step"] == 2
     torch.manual_seed(99)  # another initialisation: resuming replaces it
     model = make_model("vanilla-gwm", SYNTHETIC_SCHEMA, scaler, **CONFIG)
-    res = train(model, ds, steps=4, seed=3, checkpoint_dir=ck, log_csv=ck / "log.csv", **KW)
+    res = train(
+        model,
+        ds,
+        replace(KW, steps=4, seed=3),
+        checkpoint_dir=ck,
+        log_csv=ck / "log.csv",
+        progress=False,
+    )
     assert res.resumed_from == 2 and res.steps == 4
     _assert_weights(model, _expected("single"))
     _assert_weights(load_checkpoint(ck / "final"), _expected("single"))
@@ -77,9 +86,15 @@ def test_an_old_ensemble_state_verifies_and_resumes(data, tmp_path):
     shutil.copytree(OLD / "ensemble", out)
     assert verify_ensemble_state(out / "latest")["step"] == 2
     res = train_ensemble(
-        "vanilla-gwm", [1, 2], ds, scaler=scaler, model_config=CONFIG, steps=4, out_dir=out,
-        **KW,
-    )  # fmt: skip
+        "vanilla-gwm",
+        [1, 2],
+        ds,
+        replace(KW, steps=4),
+        scaler=scaler,
+        model_config=CONFIG,
+        out_dir=out,
+        progress=False,
+    )
     assert res.resumed_from == 2 and res.steps == 4 and all(m.ok for m in res)
     for seed, model in zip([1, 2], res.models, strict=True):
         _assert_weights(model, _expected(f"seed{seed}"))
@@ -88,5 +103,10 @@ def test_an_old_ensemble_state_verifies_and_resumes(data, tmp_path):
     shutil.copytree(OLD / "ensemble" / "latest" / "seed1", single / "latest")
     torch.manual_seed(99)
     model = make_model("vanilla-gwm", SYNTHETIC_SCHEMA, scaler, **CONFIG)
-    assert train(model, ds, steps=4, seed=1, checkpoint_dir=single, **KW).resumed_from == 2
+    assert (
+        train(
+            model, ds, replace(KW, steps=4, seed=1), checkpoint_dir=single, progress=False
+        ).resumed_from
+        == 2
+    )
     _assert_weights(model, _expected("seed1"))

@@ -6,6 +6,7 @@ import csv
 import math
 
 import pytest
+from gdm_models import TrainConfig
 
 pytest.importorskip("tensorboard")  # the optional extra; the workspace's dev group installs it
 
@@ -85,9 +86,15 @@ def test_tee_writes_both_and_without_a_folder_returns_the_log_itself(tmp_path):
 
 
 def test_train_writes_the_csv_rows_as_event_files(make_tiny, dataset, tmp_path):
-    kw = dict(steps=4, batch_size=2, seq_len=3, seed=1, device="cpu", progress=False)
-    train(make_tiny(seed=1), dataset, log_csv=tmp_path / "log.csv", tensorboard_dir=tmp_path / "tb",
-          **kw)  # fmt: skip
+    kw = TrainConfig(steps=4, batch_size=2, seq_len=3, seed=1, device="cpu")
+    train(
+        make_tiny(seed=1),
+        dataset,
+        kw,
+        log_csv=tmp_path / "log.csv",
+        tensorboard_dir=tmp_path / "tb",
+        progress=False,
+    )
     rows = _csv_rows(tmp_path / "log.csv")
     assert {"loss", "grad_norm"} <= set(rows[0])
     _assert_board_equals_csv(read_scalars(tmp_path / "tb"), rows)
@@ -95,9 +102,17 @@ def test_train_writes_the_csv_rows_as_event_files(make_tiny, dataset, tmp_path):
 
 def test_train_ensemble_writes_one_event_folder_per_member(scaler, dataset, tmp_path):
     seeds = [3, 5]
-    train_ensemble("gdm", seeds, dataset, scaler=scaler, model_config=TINY, strategy="loop",
-                   steps=3, batch_size=2, seq_len=3, device="cpu", progress=False,
-                   out_dir=tmp_path / "ens", tensorboard_dir=tmp_path / "tb")  # fmt: skip
+    train_ensemble(
+        "gdm",
+        seeds,
+        dataset,
+        TrainConfig(strategy="loop", steps=3, batch_size=2, seq_len=3, device="cpu"),
+        scaler=scaler,
+        model_config=TINY,
+        progress=False,
+        out_dir=tmp_path / "ens",
+        tensorboard_dir=tmp_path / "tb",
+    )
     assert sorted(p.name for p in (tmp_path / "tb").iterdir()) == ["seed3", "seed5"]
     for s in seeds:
         rows = _csv_rows(tmp_path / "ens" / f"seed{s}" / "log.csv")

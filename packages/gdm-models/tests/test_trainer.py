@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import csv
+from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
-from gdm_models import OBS_KEYS, load_checkpoint, train
+from gdm_models import OBS_KEYS, TrainConfig, load_checkpoint, train
 
 
 def _weights(m):
@@ -22,29 +23,49 @@ def test_deterministic_under_seed(make_tiny, dataset):
     runs = []
     for _ in range(2):
         m = make_tiny(seed=1)
-        train(m, dataset, steps=4, batch_size=2, seq_len=3, lr=1e-3, seed=7, device="cpu",
-              progress=False)  # fmt: skip
+        train(
+            m,
+            dataset,
+            TrainConfig(steps=4, batch_size=2, seq_len=3, lr=1e-3, seed=7, device="cpu"),
+            progress=False,
+        )
         runs.append(_weights(m))
     assert _same(*runs)
     m = make_tiny(seed=1)
-    train(m, dataset, steps=4, batch_size=2, seq_len=3, lr=1e-3, seed=8, device="cpu",
-          progress=False)  # fmt: skip
+    train(
+        m,
+        dataset,
+        TrainConfig(steps=4, batch_size=2, seq_len=3, lr=1e-3, seed=8, device="cpu"),
+        progress=False,
+    )
     assert not _same(runs[0], _weights(m))
 
 
 def test_exact_resume_and_csv(make_tiny, dataset, tmp_path):
-    kw = dict(batch_size=2, seq_len=3, lr=1e-3, seed=3, device="cpu", progress=False)
+    kw = TrainConfig(batch_size=2, seq_len=3, lr=1e-3, seed=3, device="cpu")
     ref = make_tiny(seed=2)
-    train(ref, dataset, steps=6, log_csv=tmp_path / "ref.csv", **kw)
+    train(ref, dataset, replace(kw, steps=6), log_csv=tmp_path / "ref.csv", progress=False)
 
     ck = tmp_path / "ck"
     m = make_tiny(seed=2)
-    train(m, dataset, steps=4, checkpoint_dir=ck, checkpoint_every=2,
-          log_csv=tmp_path / "run.csv", **kw)  # fmt: skip
+    train(
+        m,
+        dataset,
+        replace(kw, steps=4, checkpoint_every=2),
+        checkpoint_dir=ck,
+        log_csv=tmp_path / "run.csv",
+        progress=False,
+    )
     # "interrupted" after step 4; a fresh process rebuilds the model and resumes
     m2 = make_tiny(seed=99)
-    res = train(m2, dataset, steps=6, checkpoint_dir=ck, checkpoint_every=2,
-                log_csv=tmp_path / "run.csv", **kw)  # fmt: skip
+    res = train(
+        m2,
+        dataset,
+        replace(kw, steps=6, checkpoint_every=2),
+        checkpoint_dir=ck,
+        log_csv=tmp_path / "run.csv",
+        progress=False,
+    )
     assert res.resumed_from == 4 and res.steps == 6
     assert _same(_weights(ref), _weights(m2))
     with open(tmp_path / "ref.csv") as f:
@@ -71,24 +92,31 @@ def test_every_logged_row_reaches_the_disk_before_any_checkpoint(make_tiny, data
         return loss_fn(*args, **kwargs)
 
     model.training_loss = spy
-    train(model, dataset, steps=5, batch_size=2, seq_len=3, seed=3, device="cpu",
-          progress=False, log_csv=log, checkpoint_dir=tmp_path / "ck",
-          checkpoint_every=1000)  # fmt: skip
+    train(
+        model,
+        dataset,
+        TrainConfig(steps=5, batch_size=2, seq_len=3, seed=3, device="cpu", checkpoint_every=1000),
+        progress=False,
+        log_csv=log,
+        checkpoint_dir=tmp_path / "ck",
+    )
     assert rows_on_disk == [0, 1, 2, 3, 4]
 
 
 def test_epochs_and_argument_errors(make_tiny, dataset):
     m = make_tiny()
-    res = train(m, dataset, epochs=1, batch_size=4, seq_len=2, device="cpu", progress=False)
+    res = train(
+        m, dataset, TrainConfig(epochs=1, batch_size=4, seq_len=2, device="cpu"), progress=False
+    )
     assert res.steps == -(-len(dataset) // 4)
     with pytest.raises(ValueError, match="exactly one"):
-        train(m, dataset, steps=1, epochs=1, progress=False)
+        train(m, dataset, TrainConfig(steps=1, epochs=1), progress=False)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_train_and_imagine(make_tiny, dataset):
     m = make_tiny()
-    train(m, dataset, steps=2, batch_size=2, seq_len=3, device="cuda", progress=False)
+    train(m, dataset, TrainConfig(steps=2, batch_size=2, seq_len=3, device="cuda"), progress=False)
     ep = dataset.episodes[0]
     lat = m.observe({k: ep[k][:2] for k in OBS_KEYS}, ep["action_nodes"][:1], generator=0)
     out = m.imagine(lat, ep["action_nodes"][1], 4, generator=1)
@@ -98,12 +126,18 @@ def test_cuda_train_and_imagine(make_tiny, dataset):
 def test_log_every_logs_only_every_k_steps_and_keeps_training_identical(
     make_tiny, dataset, tmp_path
 ):
-    kw = dict(batch_size=2, seq_len=3, lr=1e-3, seed=3, device="cpu", progress=False)
+    kw = TrainConfig(batch_size=2, seq_len=3, lr=1e-3, seed=3, device="cpu")
     ref = make_tiny(seed=2)
-    train(ref, dataset, steps=7, log_csv=tmp_path / "every.csv", **kw)
+    train(ref, dataset, replace(kw, steps=7), log_csv=tmp_path / "every.csv", progress=False)
     m = make_tiny(seed=2)
-    res = train(m, dataset, steps=7, log_csv=tmp_path / "k.csv", log_every=3,
-                keep_history=True, **kw)  # fmt: skip
+    res = train(
+        m,
+        dataset,
+        replace(kw, steps=7, log_every=3),
+        log_csv=tmp_path / "k.csv",
+        keep_history=True,
+        progress=False,
+    )
     assert _same(_weights(ref), _weights(m))  # logging never changes the computation
     with open(tmp_path / "every.csv") as f:
         every = {r["step"]: r for r in csv.DictReader(f)}
@@ -115,15 +149,29 @@ def test_log_every_logs_only_every_k_steps_and_keeps_training_identical(
 
 
 def test_exact_resume_with_log_every(make_tiny, dataset, tmp_path):
-    kw = dict(batch_size=2, seq_len=3, lr=1e-3, seed=3, device="cpu", progress=False,
-              log_every=2, checkpoint_every=3)  # fmt: skip
+    kw = TrainConfig(
+        batch_size=2, seq_len=3, lr=1e-3, seed=3, device="cpu", log_every=2, checkpoint_every=3
+    )
     ref = make_tiny(seed=2)
-    train(ref, dataset, steps=7, log_csv=tmp_path / "ref.csv", **kw)
+    train(ref, dataset, replace(kw, steps=7), log_csv=tmp_path / "ref.csv", progress=False)
     m = make_tiny(seed=2)
-    train(m, dataset, steps=3, log_csv=tmp_path / "run.csv", checkpoint_dir=tmp_path / "ck", **kw)
+    train(
+        m,
+        dataset,
+        replace(kw, steps=3),
+        log_csv=tmp_path / "run.csv",
+        checkpoint_dir=tmp_path / "ck",
+        progress=False,
+    )
     m2 = make_tiny(seed=9)
-    train(m2, dataset, steps=7, log_csv=tmp_path / "run.csv", checkpoint_dir=tmp_path / "ck",
-          **kw)  # fmt: skip
+    train(
+        m2,
+        dataset,
+        replace(kw, steps=7),
+        log_csv=tmp_path / "run.csv",
+        checkpoint_dir=tmp_path / "ck",
+        progress=False,
+    )
     assert _same(_weights(ref), _weights(m2))
     assert (tmp_path / "run.csv").read_text() == (tmp_path / "ref.csv").read_text()
 
@@ -137,27 +185,27 @@ def test_bf16_autocast_is_close_to_fp32(make_tiny, dataset):
     assert got.item() == pytest.approx(want.item(), rel=0.05)
     assert got.item() != want.item()  # bf16 really ran
     m32, m16 = make_tiny(seed=4), make_tiny(seed=4)
-    kw = dict(steps=3, batch_size=2, seq_len=3, lr=1e-3, seed=0, device="cpu", progress=False)
-    r32 = train(m32, dataset, **kw)
-    r16 = train(m16, dataset, precision="bf16", **kw)
+    kw = TrainConfig(steps=3, batch_size=2, seq_len=3, lr=1e-3, seed=0, device="cpu")
+    r32 = train(m32, dataset, kw, progress=False)
+    r16 = train(m16, dataset, replace(kw, precision="bf16"), progress=False)
     assert r16.last_terms["loss"] == pytest.approx(r32.last_terms["loss"], rel=0.05)
     assert all(p.dtype == torch.float32 for p in m16.parameters())
     with pytest.raises(ValueError, match="precision"):
-        train(m16, dataset, precision="fp16", **kw)
+        train(m16, dataset, replace(kw, precision="fp16"), progress=False)
     with pytest.raises(ValueError, match="log_every"):
-        train(m16, dataset, log_every=0, **kw)
+        train(m16, dataset, replace(kw, log_every=0), progress=False)
 
 
 def test_compile_without_torch_compile_trains_eagerly(make_tiny, dataset, monkeypatch):
     from gdm_models.compiling import CompileFallbackWarning
 
-    kw = dict(steps=2, batch_size=2, seq_len=3, lr=1e-3, seed=0, device="cpu", progress=False)
+    kw = TrainConfig(steps=2, batch_size=2, seq_len=3, lr=1e-3, seed=0, device="cpu")
     ref = make_tiny(seed=4)
-    train(ref, dataset, **kw)
+    train(ref, dataset, kw, progress=False)
     monkeypatch.delattr(torch, "compile")
     m = make_tiny(seed=4)
     with pytest.warns(CompileFallbackWarning, match="running eager"):
-        train(m, dataset, compile=True, **kw)
+        train(m, dataset, replace(kw, compile=True), progress=False)
     assert _same(_weights(ref), _weights(m))
 
 
@@ -166,6 +214,11 @@ def test_non_finite_loss_is_raised_at_the_next_logged_step(make_tiny, dataset, t
     with torch.no_grad():
         m.cell.decoder.dec_n.theta.net[0].weight.fill_(float("nan"))
     with pytest.raises(FloatingPointError, match="between steps 1 and 2"):
-        train(m, dataset, steps=4, batch_size=2, seq_len=3, device="cpu", progress=False,
-              log_every=2, checkpoint_dir=tmp_path / "ck")  # fmt: skip
+        train(
+            m,
+            dataset,
+            TrainConfig(steps=4, batch_size=2, seq_len=3, device="cpu", log_every=2),
+            progress=False,
+            checkpoint_dir=tmp_path / "ck",
+        )
     assert not (tmp_path / "ck" / "latest").exists()  # nothing non-finite was checkpointed

@@ -13,7 +13,7 @@ import gdm_models.memory as memory
 import numpy as np
 import pytest
 import torch
-from gdm_models import EpisodeDataset, make_model, train
+from gdm_models import EpisodeDataset, TrainConfig, make_model, train
 from gdm_models.memory import SAFETY, activation_floats, training_step_bytes
 from gdm_models.synthetic import SYNTHETIC_SCHEMA, random_episode
 
@@ -34,7 +34,9 @@ def _measured_peak(model, n: int, b: int, seq: int) -> int:
     ctypes.CDLL("libc.so.6").malloc_trim(0)  # freed memory back to the OS: a fresh baseline
     CLEAR.write_text("5")  # reset the peak (VmHWM) to the current resident size
     before = _kib("VmRSS")
-    train(model, data, steps=1, batch_size=b, seq_len=seq, progress=False, device="cpu")
+    train(
+        model, data, TrainConfig(steps=1, batch_size=b, seq_len=seq, device="cpu"), progress=False
+    )
     return (_kib("VmHWM") - before) * 1024
 
 

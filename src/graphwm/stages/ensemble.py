@@ -33,10 +33,8 @@ from graphwm.stages.train import (
     TENSORBOARD_DIRNAME,
     TrainJob,
     job_reldir,
-    keep_option,
     train_job,
     train_record,
-    trainer_options,
     verify_resumable_ensemble,
 )
 from graphwm.store.checkpoints import recover_latest
@@ -65,8 +63,8 @@ def member_jobs(job: TrainJob, group: tuple[int, ...]) -> list[TrainJob]:
     """``job`` for every seed of ``group``, each keyed as a member of that ensemble (a group
     of one seed: the single job itself)."""
     if len(group) == 1:
-        return [dataclasses.replace(job, seed=group[0], ensemble=())]
-    return [dataclasses.replace(job, seed=s, ensemble=tuple(group)) for s in group]
+        return [dataclasses.replace(job.with_config(seed=group[0]), ensemble=())]
+    return [dataclasses.replace(job.with_config(seed=s), ensemble=tuple(group)) for s in group]
 
 
 @dataclass(frozen=True)
@@ -81,8 +79,8 @@ class EnsembleJob:
         seeds = tuple(m.seed for m in self.members)
         if len(seeds) < 2 or any(m.ensemble != seeds for m in self.members):
             raise ValueError(f"ensemble members must list their seeds {seeds} as their group")
-        first = dataclasses.replace(self.members[0], seed=0)
-        if any(dataclasses.replace(m, seed=0) != first for m in self.members[1:]):
+        first = self.members[0].with_config(seed=0)
+        if any(m.with_config(seed=0) != first for m in self.members[1:]):
             raise ValueError("ensemble members must differ only in their seed")
 
     @property
@@ -141,37 +139,27 @@ def train_ensemble_job(unit: EnsembleJob, run_dir: str) -> list[TrainRecord | Ba
 
     root = Path(run_dir)
     job = unit.members[0]
-    torch.set_num_threads(max(1, job.threads))
+    torch.set_num_threads(job.threads)
     _, scaler = load_fitted(job.fit.dir(root))
-    trainer = dict(job.trainer)
-    seq_len = int(trainer["seq_len"])
     dataset = EpisodeDataset(
-        training_episodes(root, job.fit.train_data), env_schema(job.env), seq_len=seq_len
-    )
-    length = {"steps": job.steps} if job.steps is not None else {"epochs": job.epochs}
+        training_episodes(root, job.fit.train_data), env_schema(job.env),
+        seq_len=job.config.seq_len,
+    )  # fmt: skip
     recover_latest(root, unit.dir(root), verify_resumable_ensemble)  # as a single job's
     result = train_ensemble(
         job.model,
         unit.seeds,
         dataset,
+        job.config,
         scaler=scaler,
         model_config=dict(job.model_config),
-        **length,
-        batch_size=int(trainer["batch_size"]),
-        seq_len=seq_len,
-        lr=float(trainer["lr"]),
-        device=job.device,
         out_dir=unit.dir(root),
         member_logs=[m.dir(root) / "log.csv" for m in unit.members],
         # one TensorBoard run per member: <ensemble folder>/tensorboard/seed<s>/
         tensorboard_dir=unit.dir(root) / TENSORBOARD_DIRNAME if job.tensorboard else None,
         member_finals=[m.checkpoint(root) for m in unit.members],
-        checkpoint_every=job.checkpoint_every,
         resume=True,
         progress=False,
-        strategy=job.strategy,
-        **keep_option(job),
-        **trainer_options(job),
     )
     out: list[TrainRecord | BaseException] = []
     for member, res in zip(unit.members, result.members, strict=True):

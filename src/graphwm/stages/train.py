@@ -14,12 +14,14 @@ an uninterrupted run. A corrupt ``latest/`` checkpoint falls back to the previou
 
 from __future__ import annotations
 
-import inspect
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from graphwm.config import TrainConfig
+from gdm_models.training import TrainConfig
+
+from graphwm.config import TrainSection
 from graphwm.envs import env_schema
 from graphwm.settings import defaults
 from graphwm.stages.fit import FitJob, load_fitted, training_episodes
@@ -28,7 +30,8 @@ from graphwm.store.files import CorruptFileError, content_key, inside, sha256_fi
 from graphwm.store.paths import safe_name
 from graphwm.store.records import TrainRecord
 
-_TRAIN = defaults(TrainConfig)  # the preset's defaults (graphwm.config) are the job's
+_TRAIN = defaults(TrainSection)  # the preset's [train] defaults (graphwm.config)
+_CLIP = TrainConfig().grad_clip
 
 
 #: the folder of a job's (or an ensemble's) TensorBoard event files, beside its log.csv
@@ -47,57 +50,88 @@ def job_reldir(env: str, model: str, stem: str, key: str) -> str:
     return f"train/{safe_name(env)}/{model_dir_name(model)}/{stem}-{digest}"
 
 
+#: the hyperparameters a job's ``trainer`` table holds (the paper's per-model preset under the
+#: preset's ``train_overrides``): fields of :class:`~gdm_models.training.TrainConfig`
+TRAINER_FIELDS = ("batch_size", "lr", "seq_len")
+
+
 @dataclass(frozen=True)
 class TrainJob:
-    """One training run; fields after ``precision`` do not change the weights (not keyed).
-
-    ``model_config`` / ``trainer`` are sorted ``(name, value)`` pairs: the model's
-    hyperparameters and ``lr``/``batch_size``/``seq_len`` after presets and overrides.
+    """One training run: ``config`` holds every training hyperparameter
+    (:class:`gdm_models.training.TrainConfig`: seed, length, batch, learning rate, device,
+    precision, ...), and the key is derived from it (and from the model, its config and the
+    fit). ``config``'s ``checkpoint_every``, ``log_every`` and ``threads`` do not change the
+    weights and are not keyed; nor is ``tensorboard`` (an extra output). ``grad_clip``,
+    ``capture`` and ``keep_every`` are keyed only when set (the keys of earlier jobs stand).
     """
 
     env: str
     model: str
-    seed: int
     fit: FitJob
+    #: the model's hyperparameters after presets and overrides, as sorted (name, value) pairs
     model_config: tuple[tuple[str, Any], ...]
-    trainer: tuple[tuple[str, Any], ...]
-    steps: int | None = None
-    epochs: int | None = None
-    device: str = "cpu"
-    precision: str = _TRAIN["precision"]
-    compile: bool = _TRAIN["compile"]
+    config: TrainConfig
     #: the seeds trained together with this one (``()``: a single run; see EnsembleJob)
     ensemble: tuple[int, ...] = ()
-    strategy: str = "auto"  # gdm_models.train_ensemble's; keyed only in an ensemble
-    #: keep the model checkpoint of every k-th step (train.eval_every, for the GDD curve):
-    #: keyed only when set, since a job that keeps them has more outputs than one that does not
-    keep_every: int | None = None
-    checkpoint_every: int = field(default=_TRAIN["checkpoint_every"], compare=False)
-    log_every: int = field(default=_TRAIN["log_every"], compare=False)
     #: also write TensorBoard event files into the job folder's ``tensorboard/``
     tensorboard: bool = field(default=_TRAIN["tensorboard"], compare=False)
-    threads: int = field(default=1, compare=False)
 
     kind = "train"
 
+    # the config's fields a job reads (its seed names its folder, its length its kept steps)
+    @property
+    def seed(self) -> int:
+        return self.config.seed
+
+    @property
+    def steps(self) -> int | None:
+        return self.config.steps
+
+    @property
+    def epochs(self) -> int | None:
+        return self.config.epochs
+
+    @property
+    def device(self) -> str:
+        return self.config.device or "cpu"
+
+    @property
+    def keep_every(self) -> int | None:
+        return self.config.keep_every
+
+    @property
+    def threads(self) -> int:
+        return self.config.threads or 1
+
+    def with_config(self, **changes: Any) -> TrainJob:
+        """This job with ``changes`` to its config (``seed=``, ``keep_every=``, ...)."""
+        return dataclasses.replace(self, config=dataclasses.replace(self.config, **changes))
+
     def describe(self) -> dict[str, Any]:
+        # the payload (and key) of jobs from before the TrainConfig, field for field
+        c = self.config
+        trainer: dict[str, Any] = {k: getattr(c, k) for k in TRAINER_FIELDS}
+        if c.grad_clip != _CLIP:  # only a preset that sets it (none shipped) keys it
+            trainer["grad_clip"] = c.grad_clip
         out = {
             "env": self.env,
             "model": self.model,
-            "seed": self.seed,
+            "seed": c.seed,
             "scaler": self.fit.scaler_key,  # holds the training data's keys
             "model_config": dict(self.model_config),
-            "trainer": dict(self.trainer),
-            "steps": self.steps,
-            "epochs": self.epochs,
-            "device": self.device,
-            "precision": self.precision,
-            "compile": self.compile,
+            "trainer": trainer,
+            "steps": c.steps,
+            "epochs": c.epochs,
+            "device": c.device,
+            "precision": c.precision,
+            "compile": c.compile,
         }
         if self.ensemble:  # a single run's payload (and key) is unchanged
-            out["ensemble"] = {"seeds": list(self.ensemble), "strategy": self.strategy}
-        if self.keep_every:  # likewise without kept checkpoints
-            out["keep_every"] = self.keep_every
+            out["ensemble"] = {"seeds": list(self.ensemble), "strategy": c.strategy}
+        if c.keep_every:  # likewise without kept checkpoints
+            out["keep_every"] = c.keep_every
+        if c.capture is not None:  # forced on or off (the weights differ): keyed when set
+            out["capture"] = c.capture
         return out
 
     @property
@@ -142,23 +176,35 @@ def make_train_job(
     epochs: int | None = None,
     model_overrides: dict[str, Any] | None = None,
     train_overrides: dict[str, Any] | None = None,
+    device: str = "cpu",
+    threads: int = 1,
+    tensorboard: bool = _TRAIN["tensorboard"],
     **options: Any,
 ) -> TrainJob:
-    """A job with the paper's preset of ``model`` on ``env`` resolved under the overrides."""
+    """A job with the paper's preset of ``model`` on ``env`` resolved under the overrides;
+    ``options``: further :class:`~gdm_models.training.TrainConfig` fields (``precision``,
+    ``checkpoint_every``, ...)."""
     from graphwm.envs import resolved_configs
 
     # the paper's preset, else the defaults of an untuned env, under the overrides
     model_config, trainer = resolved_configs(model, env, model_overrides, train_overrides)
+    unknown = sorted(set(trainer) - {*TRAINER_FIELDS, "grad_clip"})
+    if unknown:
+        raise ValueError(
+            f"{model} on {env}: the preset's 'train' table has keys {unknown}; a training "
+            f"preset sets {[*TRAINER_FIELDS, 'grad_clip']} (gdm_models.training.TrainConfig)"
+        )
+    config = TrainConfig(
+        seed=seed, steps=steps, epochs=epochs, device=device, threads=threads, **trainer,
+        **options,
+    )  # fmt: skip
     return TrainJob(
         env=env,
         model=model,
-        seed=seed,
         fit=fit,
         model_config=tuple(sorted(model_config.items())),
-        trainer=tuple(sorted(trainer.items())),
-        steps=steps,
-        epochs=epochs,
-        **options,
+        config=config,
+        tensorboard=tensorboard,
     )
 
 
@@ -172,65 +218,32 @@ def build_model(job: TrainJob, run_dir: Path):
     return make_model(job.model, env_schema(job.env), scaler, **dict(job.model_config))
 
 
-def trainer_options(job: TrainJob) -> dict[str, Any]:
-    """``precision``/``compile``/``log_every`` for the installed trainer.
-
-    They are passed only where ``gdm_models.train`` accepts them; asking for a non-default
-    value of one it lacks is an error rather than a silent fp32 run.
-    """
-    from gdm_models import train
-
-    accepted = inspect.signature(train).parameters
-    wanted = {"precision": job.precision, "compile": job.compile, "log_every": job.log_every}
-    defaults = _TRAIN
-    for name, value in wanted.items():
-        if name not in accepted and value != defaults[name]:
-            raise ValueError(
-                f"train.{name} = {value!r} needs a gdm-models trainer with a {name!r} argument"
-            )
-    return {k: v for k, v in wanted.items() if k in accepted}
-
-
 def train_job(job: TrainJob, run_dir: str) -> TrainRecord:
     """Train ``job.model`` on ``job.env``; returns the record of the final checkpoint."""
     import torch
     from gdm_models import EpisodeDataset, train
 
     run_dir_path = Path(run_dir)
-    torch.set_num_threads(max(1, job.threads))
+    torch.set_num_threads(job.threads)
     model = build_model(job, run_dir_path)
-    trainer = dict(job.trainer)
-    seq_len = int(trainer["seq_len"])
     dataset = EpisodeDataset(
-        training_episodes(run_dir_path, job.fit.train_data), env_schema(job.env), seq_len=seq_len
+        training_episodes(run_dir_path, job.fit.train_data),
+        env_schema(job.env),
+        seq_len=job.config.seq_len,
     )
     out = job.dir(run_dir_path)
     recover_latest(run_dir_path, out / "ckpt", verify_resumable)
-    length = {"steps": job.steps} if job.steps is not None else {"epochs": job.epochs}
     result = train(
         model,
         dataset,
-        **length,
-        batch_size=int(trainer["batch_size"]),
-        seq_len=seq_len,
-        lr=float(trainer["lr"]),
-        seed=job.seed,
-        device=job.device,
+        job.config,
         log_csv=out / "log.csv",
         tensorboard_dir=out / TENSORBOARD_DIRNAME if job.tensorboard else None,
         checkpoint_dir=out / "ckpt",
-        checkpoint_every=job.checkpoint_every,
         resume=True,
         progress=False,
-        **keep_option(job),
-        **trainer_options(job),
     )
     return train_record(job, result, run_dir_path)
-
-
-def keep_option(job: TrainJob) -> dict[str, Any]:
-    """``keep_every`` for the trainers where the job keeps checkpoints (else nothing)."""
-    return {"keep_every": job.keep_every} if job.keep_every else {}
 
 
 def train_record(job: TrainJob, result: Any, run_dir: Path) -> TrainRecord:

@@ -4,8 +4,8 @@ imagination.
 Public API::
 
     from gdm_models import (Schema, FeatureScaler, EpisodeDataset, WorldModel, MemberModel,
-                            make_model, register_model, get_preset, train, train_ensemble,
-                            load_checkpoint)
+                            make_model, register_model, get_preset, TrainConfig, train,
+                            train_ensemble, load_checkpoint)
 
 Modules in layers, each importing only those below it (checked by import-linter, see the root
 pyproject.toml):
@@ -34,6 +34,7 @@ from .training import (
     CheckpointError,
     EnsembleResult,
     MemberResult,
+    TrainConfig,
     TrainResult,
     load_checkpoint,
     save_checkpoint,
@@ -85,6 +86,7 @@ __all__ = [
     "register_model",
     "register_preset",
     "save_checkpoint",
+    "TrainConfig",
     "train",
     "train_ensemble",
 ]

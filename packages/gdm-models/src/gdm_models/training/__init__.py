@@ -14,11 +14,13 @@ pyproject.toml):
 5. ``step`` - THE training step (:func:`~gdm_models.training.step.train_step`) and THE
    gradient-norm clipping (:func:`~gdm_models.training.step.clip_grad_norms_`);
    ``checkpoint`` - save / verify / load a model;
-6. leaves: ``host_sync`` (find host synchronisations in a step), ``tensorboard_log``
+6. leaves: ``config`` (:class:`TrainConfig`, every hyperparameter of a run, each default
+   written once), ``host_sync`` (find host synchronisations in a step), ``tensorboard_log``
    (TensorBoard event files beside the CSV log; optional extra).
 """
 
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from .config import TrainConfig
 from .ensemble import EnsembleResult, MemberResult, train_ensemble
 from .ensemble_state import verify_ensemble_state
 from .state import verify_trainer_state
@@ -28,6 +30,7 @@ __all__ = [
     "CheckpointError",
     "EnsembleResult",
     "MemberResult",
+    "TrainConfig",
     "TrainResult",
     "load_checkpoint",
     "save_checkpoint",

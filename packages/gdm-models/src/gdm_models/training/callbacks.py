@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .checkpoint import kept_checkpoint_dir, save_checkpoint
+from .config import TrainConfig
 from .ensemble_state import ENSEMBLE_FILE, load_ensemble_state, save_ensemble_state
 from .loop import Callback
 from .members import OptState
@@ -31,7 +32,9 @@ class CsvLog:
     existing file is replaced.
     """
 
-    def __init__(self, path: str | Path, resume_step: int = 0, log_every: int = 1) -> None:
+    def __init__(
+        self, path: str | Path, resume_step: int = 0, log_every: int = TrainConfig.log_every
+    ) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.fieldnames: list[str] | None = None

@@ -31,6 +31,7 @@ from ..data import Batch, EpisodeDataset, EpochSampler
 from ..member_layers import MemberModel, MemberNoise, member_state, stack_members
 from ..world_model import WorldModel
 from .capture import GraphRunner, StaticBuffers, StaticShape, StaticTrainStep, pad_batch
+from .config import TrainConfig
 from .members import OptState, concat_batches, member_opt_state, stack_opt_states
 from .step import (
     StepOutput,
@@ -42,15 +43,11 @@ from .step import (
 )
 
 __all__ = [
-    "DEFAULT_GRAD_CLIP",
     "MemberEngine",
     "LoopEngine",
     "make_engine",
     "not_a_member_model",
 ]
-
-#: the trainers' default ``grad_clip`` (max global gradient norm)
-DEFAULT_GRAD_CLIP = 100.0
 
 Terms = dict[str, torch.Tensor]
 
@@ -340,33 +337,28 @@ class LoopEngine:
 def make_engine(
     models: Sequence[WorldModel],
     dataset: EpisodeDataset,
-    *,
-    batch_size: int,
-    seq_len: int,
-    lr: float = 1e-3,
-    grad_clip: float | None = DEFAULT_GRAD_CLIP,
-    precision: str = "fp32",
-    compile: bool = False,
-    capture: bool | None = None,
+    config: TrainConfig,
     strategy: str = "loop",
 ) -> MemberEngine | LoopEngine:
     """The engine that :func:`~gdm_models.training.trainer.train` (``strategy="loop"``, one
-    model) and :func:`~gdm_models.training.ensemble.train_ensemble` step, from their
-    arguments (see there), for ``models`` already on their device; what a benchmark or a cost
-    estimate times to time the trainers' step.
+    model) and :func:`~gdm_models.training.ensemble.train_ensemble` step, from ``config``'s
+    ``batch_size``, ``seq_len``, ``lr``, ``grad_clip``, ``precision``, ``compile`` and
+    ``capture``, for ``models`` already on their device; what a benchmark or a cost estimate
+    times to time the trainers' step.
 
     ``capture=None``: the static (captured) step on CUDA unless ``compile``.
     """
+    c = config
     device = models[0].device
-    static = (device.type == "cuda" and not compile) if capture is None else bool(capture)
-    if static and compile:
+    static = (device.type == "cuda" and not c.compile) if c.capture is None else c.capture
+    if static and c.compile:
         raise ValueError("capture and compile are alternatives: ask for one of them")
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
-    clip = math.inf if grad_clip is None else float(grad_clip)
-    shape = StaticShape.for_dataset(dataset, batch_size, seq_len) if static else None
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=c.precision == "bf16")
+    clip = math.inf if c.grad_clip is None else float(c.grad_clip)
+    shape = StaticShape.for_dataset(dataset, c.batch_size, c.seq_len) if static else None
     if strategy == "members":
-        return MemberEngine(models, lr=lr, clip=clip, autocast=autocast, static_shape=shape)
+        return MemberEngine(models, lr=c.lr, clip=clip, autocast=autocast, static_shape=shape)
     return LoopEngine(
-        models, lr=lr, clip=clip, autocast=autocast, compile=compile, static_shape=shape,
-        static_dtype=torch.bfloat16 if precision == "bf16" else None,
+        models, lr=c.lr, clip=clip, autocast=autocast, compile=c.compile, static_shape=shape,
+        static_dtype=torch.bfloat16 if c.precision == "bf16" else None,
     )  # fmt: skip

@@ -6,14 +6,14 @@ the K members together (:mod:`gdm_models.training.engines`: one member model who
 hold the K members' parameters on a leading axis, running the members' batches folded into one
 batch; or a per-member loop).
 
-Member k *is* the single run ``train(model_k, dataset, seed=seeds[k], ...)`` of a model built
-as ``torch.manual_seed(seeds[k]); make_model(...)`` (the convention of graphwm's training
-stage): its own initialisation, data sampler stream and model-noise generator (both seeded
-from ``seeds[k]`` as :func:`~gdm_models.training.trainer.train` seeds them), its own gradient-norm
-clipping and Adam state. With the per-member loop it is the same computation; with the member
-engine the same up to float rounding (batched kernels, and batches padded to the ensemble's
-largest node count - padded nodes are masked out of every loss term; each member's noise is
-drawn at its own node count, then padded).
+Member k *is* the single run ``train(model_k, dataset, replace(config, seed=seeds[k]), ...)``
+of a model built as ``torch.manual_seed(seeds[k]); make_model(...)`` (the convention of
+graphwm's training stage): its own initialisation, data sampler stream and model-noise
+generator (both seeded from ``seeds[k]`` as :func:`~gdm_models.training.trainer.train` seeds
+them), its own gradient-norm clipping and Adam state. With the per-member loop it is the same
+computation; with the member engine the same up to float rounding (batched kernels, and batches
+padded to the ensemble's largest node count - padded nodes are masked out of every loss term; each
+member's noise is drawn at its own node count, then padded).
 
 Layout of ``out_dir``::
 
@@ -23,7 +23,7 @@ Layout of ``out_dir``::
                                (model checkpoint + trainer_state.pt/.json, sealed)
     seed<s>/log.csv            the member's CSV log (the columns of train()'s)
     seed<s>/final/             the member's final model checkpoint (load_checkpoint)
-    seed<s>/step_000100/       with ``keep_every``: its model checkpoint of every k-th step
+    seed<s>/step_000100/       with ``config.keep_every``: its model checkpoint of every k-th step
                                (beside ``final/``, wherever ``member_finals`` puts that)
 
 (``member_logs`` / ``member_finals`` put the logs and final checkpoints elsewhere, e.g. one folder
@@ -61,14 +61,15 @@ from ..registry import make_model
 from ..scaling import FeatureScaler
 from ..world_model import WorldModel
 from .callbacks import CsvLog, EnsembleCheckpoints, Logs
-from .engines import DEFAULT_GRAD_CLIP
+from .config import TrainConfig, old_keywords_error
 from .ensemble_state import ENSEMBLE_FORMAT, verify_ensemble_state
 from .loop import Members, Schedule, TrainResult, run_loop
-from .setup import STRATEGIES, setup_run
+from .setup import STRATEGIES, setup_run, torch_threads
 from .tensorboard_log import tee_members
 
 __all__ = [
     "train_ensemble",
+    "TrainConfig",
     "verify_ensemble_state",
     "EnsembleResult",
     "MemberResult",
@@ -175,35 +176,23 @@ def train_ensemble(
     model: str | Callable[[], WorldModel],
     seeds: Sequence[int],
     dataset: EpisodeDataset,
+    config: TrainConfig | None = None,
     *,
     scaler: FeatureScaler | None = None,
     model_config: Mapping[str, Any] | None = None,
-    steps: int | None = None,
-    epochs: int | None = None,
-    batch_size: int = 8,
-    seq_len: int = 20,
-    lr: float = 1e-3,
-    grad_clip: float | None = DEFAULT_GRAD_CLIP,
-    device: torch.device | str | None = None,
     out_dir: str | Path | None = None,
     member_logs: Sequence[str | Path] | None = None,
     member_finals: Sequence[str | Path] | None = None,
-    checkpoint_every: int = 1000,
     resume: bool = True,
     progress: bool = True,
     keep_history: bool = False,
-    precision: str = "fp32",
-    compile: bool = False,
-    log_every: int = 1,
-    strategy: str = "auto",
-    capture: bool | None = None,
     tensorboard_dir: str | Path | None = None,
-    keep_every: int | None = None,
+    **old: Any,
 ) -> EnsembleResult:
     """Train one model configuration with K seeds together (see the module docstring).
 
     Member k equals ``torch.manual_seed(seeds[k]); m = <model>; train(m, dataset,
-    seed=seeds[k], ...)`` with the same arguments.
+    replace(config, seed=seeds[k]), ...)`` (``config.seed`` itself is not used).
 
     Args:
         model: a registry name (``"gdm"``, ``"gdm:<ablation>"``, ``"vanilla-gwm"``,
@@ -212,45 +201,44 @@ def train_ensemble(
             once per member right after ``torch.manual_seed(seed)``.
         seeds: one distinct seed per member.
         dataset: the training episodes (shared by the members; each samples its own stream).
+        config: every hyperparameter, as for :func:`~gdm_models.training.trainer.train`, for
+            every member; besides ``config.strategy``: "members", "loop" or "auto"
+            (:data:`STRATEGIES`): "members" trains the K members as one member model
+            (:class:`~gdm_models.training.engines.MemberEngine`, about the ops of one single
+            step; for a model whose class inherits :class:`~gdm_models.member_layers.MemberModel`),
+            "loop" one single step per member; "auto" the member engine for a ``MemberModel``
+            (unless ``config.compile``), else the loop. With ``config.capture`` member k equals
+            ``train`` with ``capture=True`` of its seed (the noise drawn at the static shape):
+            bit for bit with the loop, up to float rounding with the member engine.
+            ``config.keep_every`` keeps every live member's model checkpoint of each multiple
+            beside its final checkpoint (needs ``out_dir`` or ``member_finals``).
         scaler, model_config: for a model name (e.g. ``get_preset(name, env)["model"]``).
-        steps / epochs, batch_size, seq_len, lr, grad_clip, device, checkpoint_every,
-            progress, keep_history, precision, log_every: as in
-            :func:`~gdm_models.training.trainer.train`, for every member.
         out_dir: ensemble state (``latest/``) and, unless given below, ``seed<s>/log.csv``
             and ``seed<s>/final/``; ``None`` writes nothing.
         member_logs, member_finals: per-seed CSV log paths / final checkpoint directories.
         resume: continue from ``out_dir/latest`` if present.
-        compile: the loop strategy only: each member's ``enable_compile`` (as
-            ``train(compile=True)``); "auto" then picks the loop.
-        strategy: "members", "loop" or "auto" (:data:`STRATEGIES`): "members" trains the K
-            members as one member model (:class:`~gdm_models.training.engines.MemberEngine`,
-            about the ops of one single step; for a model whose class inherits
-            :class:`~gdm_models.member_layers.MemberModel`), "loop" one single step per
-            member; "auto" the member engine for a ``MemberModel``, else the loop.
-        capture: batches padded to one static shape, fused Adam, and on CUDA the whole
-            step captured as one CUDA graph (:mod:`gdm_models.training.capture`). ``None``
-            (default): on CUDA unless ``compile``; ``True`` on a CPU runs the static step eagerly.
-            Member k then equals ``train(..., capture=True)`` of its seed (the noise drawn at the
-            static shape, as there): bit for bit with the loop, up to float rounding with the member
-            engine.
+        progress, keep_history: as in ``train``.
         tensorboard_dir: also write each member's logged rows as TensorBoard scalars into
             ``tensorboard_dir/seed<s>/`` (one TensorBoard run per member; see ``train``).
-        keep_every: as in :func:`~gdm_models.training.trainer.train`: every live member's model
-            checkpoint of each multiple of ``keep_every``, kept beside its final checkpoint
-            (``kept_checkpoint_dir(final.parent, step)``); needs ``out_dir`` or
-            ``member_finals``.
 
     Returns:
         :class:`EnsembleResult` with one :class:`MemberResult` per seed.
     """
+    if old or config is None:
+        raise (
+            old_keywords_error("train_ensemble", old)
+            if old
+            else TypeError(
+                "train_ensemble() needs a TrainConfig: train_ensemble(model, seeds, dataset, "
+                "TrainConfig(steps=...))"
+            )
+        )
+    if not isinstance(config, TrainConfig):
+        raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
+    c = config
     seeds = _check_seeds(seeds)
     models = _build_members(model, seeds, dataset, scaler, model_config)
-    run = setup_run(
-        models, seeds, dataset, steps=steps, epochs=epochs, batch_size=batch_size,
-        seq_len=seq_len, lr=lr, grad_clip=grad_clip, precision=precision, compile=compile,
-        capture=capture, strategy=strategy, device=device, log_every=log_every,
-        checkpoint_every=checkpoint_every, keep_every=keep_every,
-    )  # fmt: skip
+    run = setup_run(models, seeds, dataset, c, c.strategy)
     root = Path(out_dir) if out_dir is not None else None
     logs = _member_paths("member_logs", member_logs, root, seeds, "log.csv")
     finals = _member_paths("member_finals", member_finals, root, seeds, "final")
@@ -264,18 +252,20 @@ def train_ensemble(
         for k, s in enumerate(seeds)
     ]
     writers = tee_members(
-        [CsvLog(p, start, log_every) for p in logs] if logs else None,
+        [CsvLog(p, start, c.log_every) for p in logs] if logs else None,
         tensorboard_dir, [f"seed{s}" for s in seeds], start,
     )  # fmt: skip
     schedule = Schedule(
-        run.total, log_every,
-        checkpoint_every if root is not None else None,
-        keep_every if finals is not None else None,
+        run.total, c.log_every,
+        c.checkpoint_every if root is not None else None,
+        c.keep_every if finals is not None else None,
     )  # fmt: skip
     members = Members(run.samplers, run.gens, results, [f"seed {s}: " for s in seeds])
     callbacks = [Logs(writers or [None] * len(seeds)), ckpts]
-    alive = run_loop(run.engine, members, alive, start, schedule, callbacks,
-                     keep_history=keep_history, progress=progress, device=run.device)  # fmt: skip
+    with torch_threads(c.threads):
+        alive = run_loop(run.engine, members, alive, start, schedule, callbacks,
+                         keep_history=keep_history, progress=progress,
+                         device=run.device)  # fmt: skip
     for k, f in failed.items():
         results[k].steps = results[k].failed_step = f["step"]
         results[k].error = FloatingPointError(f["error"])

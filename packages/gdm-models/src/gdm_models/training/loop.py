@@ -60,7 +60,7 @@ class Schedule:
     kept models every ``keep_every`` steps (``None``: never)."""
 
     total: int
-    log_every: int = 1
+    log_every: int
     checkpoint_every: int | None = None
     keep_every: int | None = None
 

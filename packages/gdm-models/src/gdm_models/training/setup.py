@@ -7,7 +7,8 @@ single run seeds them), the number of steps, and the engine
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,14 +17,25 @@ import torch
 from ..data import EpisodeDataset, EpochSampler
 from ..member_layers import MemberModel
 from ..world_model import WorldModel
+from .config import STRATEGIES, TrainConfig
 from .engines import LoopEngine, MemberEngine, make_engine, not_a_member_model
-from .step import check_train_args, default_device, run_seeds
+from .step import default_device, run_seeds
 
-__all__ = ["STRATEGIES", "RunSetup", "setup_run"]
+__all__ = ["STRATEGIES", "RunSetup", "setup_run", "torch_threads"]
 
-#: ``strategy`` values: "auto" = "members" for a
-#: :class:`~gdm_models.member_layers.MemberModel` unless ``compile`` is asked for, else "loop"
-STRATEGIES = ("auto", "members", "loop")
+
+@contextmanager
+def torch_threads(threads: int | None) -> Iterator[None]:
+    """Run the body with ``threads`` torch CPU threads (``None``: as they are), then restore."""
+    if threads is None:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 @dataclass
@@ -43,14 +55,6 @@ class RunSetup:
 
 
 def _strategy(models: Sequence[WorldModel], strategy: str, compile: bool) -> str:
-    if strategy == "vmap":
-        raise ValueError(
-            "strategy 'vmap' was replaced by 'members' (issue 27: the K members as one model "
-            "with member-dimension layers, the same numbers at a fraction of the ops); use "
-            "strategy='members' or 'auto'"
-        )
-    if strategy not in STRATEGIES:
-        raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
     stackable = isinstance(models[0], MemberModel)  # the model's class opted in
     if strategy == "auto" and not stackable and hasattr(models[0], "member_loss"):
         # a model written for the hooks WorldModel had before issue 36
@@ -74,54 +78,39 @@ def setup_run(
     models: Sequence[WorldModel],
     seeds: Sequence[int],
     dataset: EpisodeDataset,
-    *,
-    steps: int | None,
-    epochs: int | None,
-    batch_size: int,
-    seq_len: int,
-    lr: float,
-    grad_clip: float | None,
-    precision: str,
-    compile: bool,
-    capture: bool | None,
+    config: TrainConfig,
     strategy: str,
-    device: torch.device | str | None,
-    log_every: int,
-    checkpoint_every: int,
-    keep_every: int | None,
 ) -> RunSetup:
-    """Check the arguments (as documented by ``train``), move the models to the device in
-    training mode, and build each member's sampler and generator and the engine."""
-    check_train_args(
-        dataset, steps, epochs, precision, log_every, checkpoint_every, keep_every, lr, grad_clip
-    )
+    """Check the run (``config``'s length, the dataset), move the models to the device in
+    training mode, and build each member's sampler and generator and the engine (``strategy``:
+    ``config.strategy`` for an ensemble, "loop" for a single run)."""
+    c = config
+    c.check_length()
+    if not isinstance(dataset, EpisodeDataset):
+        raise TypeError("dataset must be an EpisodeDataset")
     if not dataset.schema.same_features(models[0].schema):
         raise ValueError("dataset schema does not match the model schema")
-    strategy = _strategy(models, strategy, compile)
-    dev = default_device() if device is None else torch.device(device)
+    strategy = _strategy(models, strategy, c.compile)
+    dev = default_device() if c.device is None else torch.device(c.device)
     for m in models:
         m.to(dev)
         m.train()
     samplers, gens = [], []
     for s in seeds:
         data_seed, noise_seed = run_seeds(s)
-        samplers.append(EpochSampler(dataset, batch_size, seq_len, seed=data_seed))
+        samplers.append(EpochSampler(dataset, c.batch_size, c.seq_len, seed=data_seed))
         gens.append(torch.Generator(device=dev).manual_seed(noise_seed))
-    if steps is not None:
-        total = int(steps)
+    if c.steps is not None:
+        total = c.steps
     else:
-        assert epochs is not None  # exactly one of them is given (checked above)
-        total = int(epochs) * samplers[0].batches_per_epoch
-    if total < 0:
-        raise ValueError("steps/epochs must be non-negative")
-    engine = make_engine(
-        models, dataset, batch_size=batch_size, seq_len=seq_len, lr=lr, grad_clip=grad_clip,
-        precision=precision, compile=compile, capture=capture, strategy=strategy,
-    )  # fmt: skip
+        assert c.epochs is not None  # exactly one of them is given (checked above)
+        total = c.epochs * samplers[0].batches_per_epoch
+    engine = make_engine(models, dataset, c, strategy)
     # every hyperparameter of the run: a resume with any of them changed is refused
     args = [
-        {"batch_size": batch_size, "seq_len": seq_len, "seed": s, "lr": lr, "grad_clip": grad_clip}
+        {"batch_size": c.batch_size, "seq_len": c.seq_len, "seed": s, "lr": c.lr,
+         "grad_clip": c.grad_clip}
         for s in seeds
-    ]
+    ]  # fmt: skip
     return RunSetup(list(models), [int(s) for s in seeds], engine, samplers, gens, total, dev,
                     strategy, args)  # fmt: skip

@@ -6,7 +6,6 @@ seeds a run derives from its seed."""
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -17,14 +16,14 @@ import numpy as np
 import torch
 
 from ..compiling import CompileFallbackWarning
-from ..data import Batch, EpisodeDataset
+from ..data import Batch
 from ..world_model import WorldModel
+from .config import PRECISIONS
 
 __all__ = [
     "PRECISIONS",
     "StepOutput",
     "batch_to_device",
-    "check_train_args",
     "clip_grad_norms_",
     "configure_adam",
     "default_device",
@@ -46,9 +45,6 @@ def run_seeds(seed: int) -> tuple[int, int]:
     ss = np.random.SeedSequence(seed)
     a, b = ss.generate_state(2, dtype=np.uint64)
     return int(a >> 1), int(b >> 1)
-
-
-PRECISIONS = ("fp32", "bf16")
 
 
 def batch_to_device(batch: Batch, device: torch.device) -> Batch:
@@ -185,47 +181,3 @@ def configure_adam(opt: torch.optim.Optimizer, *, fused: bool, capturable: bool)
             dtype = step.dtype if isinstance(step, torch.Tensor) else torch.float32
             dev = p.device if (fused or capturable) else torch.device("cpu")
             st["step"] = torch.as_tensor(step, dtype=dtype).to(dev)
-
-
-def check_train_args(
-    dataset: Any,
-    steps: int | None,
-    epochs: int | None,
-    precision: str,
-    log_every: int,
-    checkpoint_every: int,
-    keep_every: int | None = None,
-    lr: float = 1e-3,
-    grad_clip: float | None = None,
-) -> None:
-    """The argument checks :func:`train` and :func:`~gdm_models.training.ensemble.train_ensemble`
-    share (a clear exception naming the bad argument), all before any step: ``lr`` a finite
-    number > 0 (inf or NaN would only fail at the first step's non-finite loss) and
-    ``grad_clip`` ``None`` or a number > 0 (NaN clips nothing; 0 would scale every gradient
-    to zero, so no parameter would ever change; ``inf`` means no clipping)."""
-    if isinstance(lr, bool) or not isinstance(lr, int | float) or not math.isfinite(lr) or lr <= 0:
-        raise ValueError(f"lr must be a finite number > 0, got {lr!r}")
-    if grad_clip is not None and (
-        isinstance(grad_clip, bool)
-        or not isinstance(grad_clip, int | float)
-        or math.isnan(grad_clip)
-        or grad_clip <= 0
-    ):
-        zero = (
-            " (0 clips every gradient to zero: no parameter would change)" if grad_clip == 0 else ""
-        )
-        raise ValueError(
-            f"grad_clip must be a number > 0 (or None: no clipping), got {grad_clip!r}{zero}"
-        )
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
-    if int(log_every) < 1:
-        raise ValueError(f"log_every must be >= 1, got {log_every}")
-    if (steps is None) == (epochs is None):
-        raise ValueError("give exactly one of steps= or epochs=")
-    if not isinstance(dataset, EpisodeDataset):
-        raise TypeError("dataset must be an EpisodeDataset")
-    if checkpoint_every < 1:
-        raise ValueError("checkpoint_every must be >= 1")
-    if keep_every is not None and keep_every < 1:
-        raise ValueError(f"keep_every must be >= 1 (or None: keep none), got {keep_every}")
