@@ -133,7 +133,7 @@ def test_parallel_env_two_workers():
 
 @pytest.mark.parametrize("name", ("RGC", "SAR"))
 def test_gymnasium_vector_env_with_autoreset_disabled(name):
-    """The documented way to a Gymnasium vector env in torchrl (docs/envs.md): autoreset
+    """The documented way to a Gymnasium vector env in torchrl (docs/rl-libraries.md): autoreset
     DISABLED, which torchrl resets itself through ``reset_mask``."""
     vec = gym.make_vec(
         f"graphenv/{name}-v0",
