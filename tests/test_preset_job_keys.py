@@ -5,6 +5,8 @@ Another issue resumes stored runs by these keys, so a change to evaluation recor
 ``fixtures/preset_job_keys.json`` holds the keys computed on main before issue 49 (commit
 9518244), per preset: ``data`` (env/split/size), ``fit`` (env) and ``train``
 (env/model/seed). Only their values are compared, so a relabelled env still passes.
+The ``survey`` entry was added at commit 2f9c37c, when the survey's first run started, so a
+later tree resumes that run without retraining.
 
 The paper preset gained the eighth ablation (``gdm:bernoulli-adj+all-pairs-mp``), so its
 training keys may grow but every earlier one must remain.
@@ -40,7 +42,7 @@ def job_keys(name: str) -> dict[str, set[str]]:
 
 
 def test_fixture_covers_the_presets():
-    assert set(EXPECTED) == {"tiny", "smoke", "medium", "long", "paper"}
+    assert set(EXPECTED) == {"tiny", "smoke", "medium", "long", "paper", "survey"}
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
