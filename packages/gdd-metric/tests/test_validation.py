@@ -129,6 +129,9 @@ def test_bad_options(case):
         gdd(x, y, schema, bw, multipliers=(1.0, 0.0))
     with pytest.raises(ValueError, match="estimator"):
         gdd(x, y, schema, bw, estimator="linear")
+    # the keyword options are one set (GDDOptions): a misspelt one is refused by name
+    with pytest.raises(TypeError, match="estimater"):
+        gdd(x, y, schema, bw, estimater="unbiased")  # type: ignore[call-arg]
     one = {k: v[:1] for k, v in x.items()}
     with pytest.raises(ValueError, match="at least 2 samples"):
         gdd(one, y, schema, bw, estimator="unbiased")

@@ -13,6 +13,7 @@ import math
 import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
+from typing import TypedDict, Unpack
 
 import numpy as np
 
@@ -22,7 +23,9 @@ from .grams import ComponentGrams, component_grams, jaccard_gram
 from .schema import SampleSet, Schema, check_same_nodes, normalise_schema, validate_samples
 
 __all__ = [
+    "GDDOptions",
     "GDDResult",
+    "KernelOptions",
     "gdd",
     "gdd_many",
     "DEFAULT_WEIGHTS",
@@ -114,17 +117,47 @@ def _real(value: object, name: str) -> float:
     return float(value)
 
 
+class KernelOptions(TypedDict, total=False):
+    """The keyword options of :func:`gdd_estimates`: :class:`GDDOptions` but the estimator."""
+
+    weights: Sequence[float]
+    epsilon: float
+    multipliers: Sequence[float]
+    backend: str | Backend
+    device: str | None
+
+
+class GDDOptions(KernelOptions, total=False):
+    """The keyword options of :func:`gdd`, :func:`gdd_many` and the permutation test, each
+    optional; the defaults are :func:`resolve_options`'s.
+
+    Attributes:
+        weights: (w_n, w_g, w_e) >= 0 (default :data:`DEFAULT_WEIGHTS`).
+        epsilon: weight of the joint kernel (default :data:`DEFAULT_EPSILON`; paper: 1).
+        multipliers: the bandwidth multiplier set M (default :data:`DEFAULT_MULTIPLIERS`).
+        estimator: "biased" (default; the paper's V-statistic) or "unbiased" (U-statistic,
+            needs >= 2 samples per set).
+        backend: "numpy" (default) or "torch" (optional extra; the heavy kernel work runs on
+            ``device``, e.g. "cuda"), or a :class:`gdd_metric.Backend` instance.
+        device: the torch device (numpy: None / "cpu").
+    """
+
+    estimator: str
+
+
 def resolve_options(
     schema: Mapping | Schema,
     bandwidths: Bandwidths | Mapping,
-    weights: Sequence[float],
-    epsilon: float,
-    multipliers: Sequence[float],
-    estimator: str,
+    *,
+    weights: Sequence[float] = DEFAULT_WEIGHTS,
+    epsilon: float = DEFAULT_EPSILON,
+    multipliers: Sequence[float] = DEFAULT_MULTIPLIERS,
+    estimator: str = "biased",
     backend: str | Backend = "numpy",
     device: str | None = None,
 ) -> Options:
-    """Validate the common arguments (see :func:`gdd`) into an :class:`Options`."""
+    """Validate the schema, bandwidths and :class:`GDDOptions` (see :func:`gdd`) into an
+    :class:`Options`; an unknown option is a ``TypeError`` naming it."""
     sch = normalise_schema(schema)
     bw = as_bandwidths(bandwidths)
     bw.check(sch)
@@ -256,13 +289,7 @@ def gdd(
     true: Mapping,
     schema: Mapping | Schema,
     bandwidths: Bandwidths | Mapping,
-    *,
-    weights: Sequence[float] = DEFAULT_WEIGHTS,
-    epsilon: float = DEFAULT_EPSILON,
-    multipliers: Sequence[float] = DEFAULT_MULTIPLIERS,
-    estimator: str = "biased",
-    backend: str | Backend = "numpy",
-    device: str | None = None,
+    **options: Unpack[GDDOptions],
 ) -> GDDResult:
     """Graph Distribution Distance between two sample sets of attributed graphs.
 
@@ -276,13 +303,8 @@ def gdd(
             array widths must match it. Pass a restricted schema (and arrays) to score only
             some features, e.g. with :func:`gdd_metric.select_features`.
         bandwidths: sigma_f / lambda_f for every feature of the schema.
-        weights: (w_n, w_g, w_e) >= 0; epsilon: weight of the joint kernel (paper: 1).
-        multipliers: the bandwidth multiplier set M.
-        estimator: "biased" (paper default, V-statistic) or "unbiased" (U-statistic, needs
-            >= 2 samples per set).
-        backend: "numpy" (default) or "torch" (optional extra; the heavy kernel work runs on
-            ``device``, e.g. "cuda"), or a :class:`gdd_metric.Backend` instance;
-            device: the torch device (numpy: None / "cpu").
+        options: ``weights``, ``epsilon``, ``multipliers``, ``estimator``, ``backend``,
+            ``device``, each optional (see :class:`GDDOptions`).
 
     Returns:
         :class:`GDDResult` with the GDD, MMD^2 and the four squared components.
@@ -300,10 +322,8 @@ def gdd(
         >>> gdd(pred, pred, schema, bw).gdd
         0.0
     """
-    params = resolve_options(
-        schema, bandwidths, weights, epsilon, multipliers, estimator, backend, device
-    )
-    p, t = validate_pair(pred, true, params.schema, estimator)
+    params = resolve_options(schema, bandwidths, **options)
+    p, t = validate_pair(pred, true, params.schema, params.estimator)
     return _results(pooled_grams([(p, t)], params), p.num_samples, t.num_samples, params)[0]
 
 
@@ -311,13 +331,7 @@ def gdd_many(
     pairs: Sequence[tuple[Mapping, Mapping]],
     schema: Mapping | Schema,
     bandwidths: Bandwidths | Mapping,
-    *,
-    weights: Sequence[float] = DEFAULT_WEIGHTS,
-    epsilon: float = DEFAULT_EPSILON,
-    multipliers: Sequence[float] = DEFAULT_MULTIPLIERS,
-    estimator: str = "biased",
-    backend: str | Backend = "numpy",
-    device: str | None = None,
+    **options: Unpack[GDDOptions],
 ) -> list[GDDResult]:
     """GDD of many transitions at once: ``[gdd(pred, true, ...) for pred, true in pairs]``.
 
@@ -329,10 +343,8 @@ def gdd_many(
     Returns:
         one :class:`GDDResult` per pair, in input order.
     """
-    params = resolve_options(
-        schema, bandwidths, weights, epsilon, multipliers, estimator, backend, device
-    )
-    validated = [validate_pair(p, t, params.schema, estimator) for p, t in _as_pairs(pairs)]
+    params = resolve_options(schema, bandwidths, **options)
+    validated = [validate_pair(p, t, params.schema, params.estimator) for p, t in _as_pairs(pairs)]
     groups: dict[tuple[int, int, int], list[int]] = {}
     for k, (p, t) in enumerate(validated):
         groups.setdefault((p.num_samples, t.num_samples, p.num_nodes), []).append(k)
@@ -378,7 +390,7 @@ def gram_matrices(
 ) -> ComponentGrams:
     """The four component Gram matrices over the pooled samples [pred; true], each (T, T)."""
     params = resolve_options(
-        schema, bandwidths, DEFAULT_WEIGHTS, 1.0, multipliers, "biased", backend, device
+        schema, bandwidths, multipliers=multipliers, backend=backend, device=device
     )
     p, t = validate_pair(pred, true, params.schema, "biased")
     g = pooled_grams([(p, t)], params)

@@ -5,17 +5,16 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import Unpack
 
 import numpy as np
 
-from .backend import Backend
 from .bandwidths import Bandwidths
 from .mmd import (
-    DEFAULT_EPSILON,
-    DEFAULT_MULTIPLIERS,
-    DEFAULT_WEIGHTS,
     ESTIMATORS,
+    GDDOptions,
     GDDResult,
+    KernelOptions,
     Options,
     _results,
     pooled_grams,
@@ -57,13 +56,7 @@ def permutation_test(
     bandwidths: Bandwidths | Mapping,
     num_permutations: int,
     rng: np.random.Generator,
-    *,
-    weights: Sequence[float] = DEFAULT_WEIGHTS,
-    epsilon: float = DEFAULT_EPSILON,
-    multipliers: Sequence[float] = DEFAULT_MULTIPLIERS,
-    estimator: str = "biased",
-    backend: str | Backend = "numpy",
-    device: str | None = None,
+    **options: Unpack[GDDOptions],
 ) -> tuple[float, float]:
     """Permutation test of H0: pred and true come from the same distribution.
 
@@ -72,8 +65,8 @@ def permutation_test(
     estimate from it.
 
     Args:
-        pred, true, schema, bandwidths, weights, epsilon, multipliers, estimator, backend,
-            device: as in :func:`gdd_metric.gdd`.
+        pred, true, schema, bandwidths, options: as in :func:`gdd_metric.gdd`
+            (:class:`~gdd_metric.mmd.GDDOptions`).
         num_permutations: number of random relabelings (>= 1).
         rng: the caller's ``numpy.random.Generator``; the only source of randomness.
 
@@ -95,17 +88,15 @@ def permutation_test(
         (0.0, 1.0)
     """
     _check_test_args(rng, num_permutations)
-    params = resolve_options(
-        schema, bandwidths, weights, epsilon, multipliers, estimator, backend, device
-    )
-    p, t = validate_pair(pred, true, params.schema, estimator)
+    params = resolve_options(schema, bandwidths, **options)
+    p, t = validate_pair(pred, true, params.schema, params.estimator)
     grams = pooled_grams([(p, t)], params)
     return _test_on_grams(
         grams.total(params.weights, params.epsilon)[0],
         p.num_samples,
         num_permutations,
         rng,
-        estimator,
+        params.estimator,
     )
 
 
@@ -147,28 +138,20 @@ def gdd_and_permutation_test(
     bandwidths: Bandwidths | Mapping,
     num_permutations: int,
     rng: np.random.Generator,
-    *,
-    weights: Sequence[float] = DEFAULT_WEIGHTS,
-    epsilon: float = DEFAULT_EPSILON,
-    multipliers: Sequence[float] = DEFAULT_MULTIPLIERS,
-    estimator: str = "biased",
-    backend: str | Backend = "numpy",
-    device: str | None = None,
+    **options: Unpack[GDDOptions],
 ) -> tuple[GDDResult, float]:
     """``(gdd(pred, true, ...), permutation_test(pred, true, ...)[1])`` from one validation of
     the two sets and one computation of their Gram matrices (the expensive part of both):
     the same numbers as the two calls, about half their cost. Arguments as in
     :func:`permutation_test`."""
     _check_test_args(rng, num_permutations)
-    params: Options = resolve_options(
-        schema, bandwidths, weights, epsilon, multipliers, estimator, backend, device
-    )
-    p, t = validate_pair(pred, true, params.schema, estimator)
+    params: Options = resolve_options(schema, bandwidths, **options)
+    p, t = validate_pair(pred, true, params.schema, params.estimator)
     n, m = p.num_samples, t.num_samples
     grams = pooled_grams([(p, t)], params)
     result = _results(grams, n, m, params)[0]
     gram = grams.total(params.weights, params.epsilon)[0]
-    return result, _test_on_grams(gram, n, num_permutations, rng, estimator)[1]
+    return result, _test_on_grams(gram, n, num_permutations, rng, params.estimator)[1]
 
 
 def gdd_estimates(
@@ -181,11 +164,7 @@ def gdd_estimates(
     num_permutations: int = 0,
     rng: np.random.Generator | None = None,
     test_estimator: str = "biased",
-    weights: Sequence[float] = DEFAULT_WEIGHTS,
-    epsilon: float = DEFAULT_EPSILON,
-    multipliers: Sequence[float] = DEFAULT_MULTIPLIERS,
-    backend: str | Backend = "numpy",
-    device: str | None = None,
+    **options: Unpack[KernelOptions],
 ) -> tuple[dict[str, GDDResult], float | None]:
     """The GDD under each of ``estimators`` and, with ``num_permutations`` > 0, the
     permutation test's p-value (``test_estimator``'s statistic), all from one validation of
@@ -201,9 +180,7 @@ def gdd_estimates(
         raise ValueError(f"estimators must be a non-empty subset of {ESTIMATORS}, got {chosen!r}")
     if num_permutations:
         _check_test_args(rng, num_permutations)
-    params: Options = resolve_options(
-        schema, bandwidths, weights, epsilon, multipliers, test_estimator, backend, device
-    )
+    params: Options = resolve_options(schema, bandwidths, **options, estimator=test_estimator)
     # the strictest estimator decides the sample counts (unbiased: >= 2 per set)
     strictest = "unbiased" if "unbiased" in (*chosen, test_estimator) else "biased"
     p, t = validate_pair(pred, true, params.schema, strictest)
