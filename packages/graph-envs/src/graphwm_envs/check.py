@@ -46,6 +46,9 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from graphwm_envs.core.schema import FEATURE_KEYS
+from graphwm_envs.core.validation import OBS_DTYPES, observation_shapes
+
 __all__ = ["PROTOCOL_MEMBERS", "GraphEnvContractError", "check_graph_env"]
 
 #: how many seeds :func:`check_graph_env` restores each checked snapshot with
@@ -61,15 +64,8 @@ PROTOCOL_MEMBERS = (
     "restore_state",
 )
 
-_DTYPES = {
-    "adjacency": np.dtype(np.int8),
-    "node_continuous": np.dtype(np.float32),
-    "node_categorical": np.dtype(np.int64),
-    "graph_continuous": np.dtype(np.float32),
-    "graph_categorical": np.dtype(np.int64),
-    "action_mask": np.dtype(np.int8),
-}
-_FEATURES = ("node_continuous", "node_categorical", "graph_continuous", "graph_categorical")
+_DTYPES = {key: np.dtype(dtype) for key, dtype in OBS_DTYPES.items()}
+_FEATURES = FEATURE_KEYS
 
 
 class GraphEnvContractError(ValueError):
@@ -154,14 +150,7 @@ def _check_observation(obs: Any, schema: Mapping[str, Any], n: int, where: str) 
         why = "a feature type the schema lacks must be absent" if key in _FEATURES else "unknown"
         raise _fail(f"observation[{key!r}]", f"{where}: unexpected key ({why})")
     widths = _widths(schema)
-    shapes = {
-        "adjacency": (n, n),
-        "node_continuous": (n, widths["node_continuous"]),
-        "node_categorical": (n, widths["node_categorical"]),
-        "graph_continuous": (widths["graph_continuous"],),
-        "graph_categorical": (widths["graph_categorical"],),
-        "action_mask": (n,),
-    }
+    shapes = observation_shapes(widths, n)
     for key in sorted(want):
         arr = obs[key]
         part = f"observation[{key!r}]"

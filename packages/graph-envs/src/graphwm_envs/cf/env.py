@@ -95,6 +95,8 @@ class CFEnv(GraphEnv):
     )
 
     _state: CFState  # set by reset(); the hooks run only after it
+    params_class = CFParams
+    params: CFParams
 
     def __init__(
         self,
@@ -105,8 +107,9 @@ class CFEnv(GraphEnv):
         invalid_action: InvalidActionMode = "noop",
         render_mode: str | None = None,
     ) -> None:
-        self.params = params or CFParams()
-        super().__init__(num_nodes, invalid_action=invalid_action, render_mode=render_mode)
+        super().__init__(
+            num_nodes, params=params, invalid_action=invalid_action, render_mode=render_mode
+        )
         self.horizon = self.params.horizon(self.num_nodes)
         self._generator = CFGenerator(self.params, shk)
 

@@ -3,9 +3,10 @@
 Subclasses implement a small set of hooks (``feature_schema``, ``_make_action_space``,
 ``_initial_state``, ``_transition``, ``_node_features``, ``_graph_features``, ``_mask``,
 ``action_to_nodes``) on a mutable state object (a dataclass of numpy arrays); optional hooks:
-``_is_valid``, ``_max_steps``, ``_horizon``, ``_node_positions`` and the class attributes
-``max_nodes``/``max_nodes_reason``/``viewer_module`` (docs/own-env.md walks through a
-subclass). Everything the GDD protocol and RL agents need is provided here once:
+``_is_valid``, ``_max_steps``, ``_horizon``, ``_node_positions``, ``_setup`` and the class
+attributes ``params_class``/``max_nodes``/``max_nodes_reason``/``viewer_module``
+(docs/own-env.md walks through a subclass). Everything the GDD protocol and RL agents need
+is provided here once:
 
 * ``action_mask`` in every observation and :meth:`GraphEnv.action_masks` for MaskablePPO; the
   published mask is never all-zero (see :meth:`GraphEnv.node_mask`);
@@ -118,6 +119,8 @@ class GraphEnv(gym.Env[dict[str, np.ndarray], Any], ABC):
 
     Args:
         num_nodes: number of nodes N, ``5 <= N <= max_nodes`` (the env's documented limit).
+        params: an instance of the env's :attr:`params_class` (``None``: its defaults); an
+            env without a ``params_class`` takes none.
         invalid_action: ``"noop"`` (default) turns an action the mask forbids into a noop and
             reports ``info["invalid_action"] = True``; ``"raise"`` raises ``ValueError``.
         render_mode: ``None`` or ``"rgb_array"``.
@@ -137,13 +140,27 @@ class GraphEnv(gym.Env[dict[str, np.ndarray], Any], ABC):
         "rollout buffers and recorded episodes grow as N^2"
     )
 
+    #: The env's frozen parameter dataclass (``CFParams``, ...), checked and defaulted here
+    #: into ``self.params``; ``None``: the env has no parameters (or sets ``params`` itself).
+    params_class: ClassVar[type | None] = None
+
     def __init__(
         self,
         num_nodes: int = 20,
         *,
+        params: Any = None,
         invalid_action: InvalidActionMode = "noop",
         render_mode: str | None = None,
     ) -> None:
+        if self.params_class is not None:
+            if params is not None and not isinstance(params, self.params_class):
+                raise TypeError(
+                    f"params must be a {self.params_class.__name__} or None, got "
+                    f"{type(params).__name__}"
+                )
+            self.params = params or self.params_class()
+        elif params is not None:
+            raise TypeError(f"{type(self).__name__} takes no params (it has no params_class)")
         if isinstance(num_nodes, bool) or not isinstance(num_nodes, int | np.integer):
             raise TypeError(f"num_nodes must be an int, got {num_nodes!r}")
         if num_nodes < MIN_NODES:
@@ -169,6 +186,11 @@ class GraphEnv(gym.Env[dict[str, np.ndarray], Any], ABC):
         self._done = False
         self._layout_cache: np.ndarray | None = None
         self._render_trace: Any = None  # core.render.EpisodeTrace when rendering
+        self._setup()
+
+    def _setup(self) -> None:
+        """Optional hook, the constructor's last step: build what the env derives from
+        ``params`` and ``num_nodes`` (its generator, sizes). Draws no random numbers."""
 
     # ------------------------------------------------------------------ hooks
     @classmethod

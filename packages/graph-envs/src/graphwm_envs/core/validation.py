@@ -19,6 +19,20 @@ OBS_DTYPES = {
 }
 
 
+def observation_shapes(sizes: Mapping[str, int], num_nodes: int) -> dict[str, tuple[int, ...]]:
+    """The contract's shape of each observation key on ``num_nodes`` nodes, given the column
+    count of each feature key (``FeatureSchema.sizes``)."""
+    n = num_nodes
+    return {
+        "adjacency": (n, n),
+        "node_continuous": (n, sizes["node_continuous"]),
+        "node_categorical": (n, sizes["node_categorical"]),
+        "graph_continuous": (sizes["graph_continuous"],),
+        "graph_categorical": (sizes["graph_categorical"],),
+        "action_mask": (n,),
+    }
+
+
 def _zero_one(arr: np.ndarray) -> bool:
     """Every entry of an integer array is 0 or 1."""
     return arr.size == 0 or (int(arr.min()) >= 0 and int(arr.max()) <= 1)
@@ -36,16 +50,7 @@ def validate_observation(
     keys = observation_keys(schema)
     if set(obs) != set(keys):
         raise ValueError(f"observation keys {sorted(obs)} != contract keys {sorted(keys)}")
-    n = num_nodes
-    sizes = schema.sizes
-    shapes = {
-        "adjacency": (n, n),
-        "node_continuous": (n, sizes["node_continuous"]),
-        "node_categorical": (n, sizes["node_categorical"]),
-        "graph_continuous": (sizes["graph_continuous"],),
-        "graph_categorical": (sizes["graph_categorical"],),
-        "action_mask": (n,),
-    }
+    shapes = observation_shapes(schema.sizes, num_nodes)
     for key in keys:
         dtype = OBS_DTYPES[key]
         arr = obs[key]
@@ -68,30 +73,26 @@ def validate_observation(
         raise ValueError("action_mask has entries other than 0/1")
     if not obs["action_mask"].any():
         raise ValueError("action_mask is all zero (the contract's mask always has a valid node)")
-    for key, names in (
-        ("node_continuous", schema.node_continuous),
-        ("graph_continuous", schema.graph_continuous),
-    ):
-        if key not in obs:
-            continue
-        arr = obs[key]
+    for key in ("node_continuous", "graph_continuous", "node_categorical", "graph_categorical"):
+        if key in obs:  # a feature type the schema lacks is absent (checked above)
+            _check_values(obs[key], key, schema)
+
+
+def _check_values(arr: np.ndarray, key: str, schema: FeatureSchema) -> None:
+    """Continuous columns finite and inside their ranges, categorical codes inside
+    ``[0, card)``; raise ``ValueError`` naming the first feature that is not."""
+    if key.endswith("_continuous"):
         if not np.isfinite(arr).all():
             raise ValueError(f"{key} has NaN or inf")
-        for col, name in enumerate(names):
+        for col, name in enumerate(getattr(schema, key)):
             lo, hi = schema.range_of(name)
             values = arr[..., col]
             if values.size and (values.min() < lo or values.max() > hi):
                 raise ValueError(
                     f"{name} out of its range [{lo}, {hi}]: [{values.min()}, {values.max()}]"
                 )
-    for key, cats in (
-        ("node_categorical", schema.node_categorical),
-        ("graph_categorical", schema.graph_categorical),
-    ):
-        if key not in obs:
-            continue
-        arr = obs[key]
-        for col, (name, card) in enumerate(cats):
-            values = arr[..., col]
-            if values.size and (values.min() < 0 or values.max() >= card):
-                raise ValueError(f"{name} outside [0, {card - 1}]: {np.unique(values)}")
+        return
+    for col, (name, card) in enumerate(getattr(schema, key)):
+        values = arr[..., col]
+        if values.size and (values.min() < 0 or values.max() >= card):
+            raise ValueError(f"{name} outside [0, {card - 1}]: {np.unique(values)}")

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from graphwm_envs.core.base import GraphEnv, InvalidActionMode
+from graphwm_envs.core.base import GraphEnv
 from graphwm_envs.core.schema import FeatureSchema
 from graphwm_envs.od.dynamics import agent_influence, environment_moves
 from graphwm_envs.od.generator import ODGenerator
@@ -90,17 +90,10 @@ class ODEnv(GraphEnv):
     )
 
     _state: ODState  # set by reset(); the hooks run only after it
+    params_class = ODParams
+    params: ODParams
 
-    def __init__(
-        self,
-        num_nodes: int = 20,
-        *,
-        params: ODParams | None = None,
-        invalid_action: InvalidActionMode = "noop",
-        render_mode: str | None = None,
-    ) -> None:
-        self.params = params or ODParams()
-        super().__init__(num_nodes, invalid_action=invalid_action, render_mode=render_mode)
+    def _setup(self) -> None:
         self.k = self.params.k(self.num_nodes)
         self.k_env = self.params.k_env(self.num_nodes)
         self._generator = ODGenerator(self.params)

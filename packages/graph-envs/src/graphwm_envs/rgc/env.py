@@ -119,6 +119,8 @@ class RGCEnv(GraphEnv):
     """
 
     _state: RGCState
+    params_class = RGCParams
+    params: RGCParams
     max_nodes = 2000
     max_nodes_reason = (
         "every edge addition recomputes the targeted-attack robustness, O(K E log E) with "
@@ -138,11 +140,10 @@ class RGCEnv(GraphEnv):
     ) -> None:
         if action_mode not in ("nodes", "pair"):
             raise ValueError(f"action_mode must be 'nodes' or 'pair', got {action_mode!r}")
-        if params is not None and not isinstance(params, RGCParams):
-            raise TypeError(f"params must be an RGCParams, got {type(params).__name__}")
         self.action_mode: ActionMode = action_mode
-        self.params = params or RGCParams()
-        super().__init__(num_nodes, invalid_action=invalid_action, render_mode=render_mode)
+        super().__init__(
+            num_nodes, params=params, invalid_action=invalid_action, render_mode=render_mode
+        )
         self._generator = RGCGenerator(self.params)
         self._generator.check_size(self.num_nodes)
         # pair index -> (i, j), i < j, row-major over the upper triangle

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from graphwm_envs.core.base import GraphEnv, InvalidActionMode
+from graphwm_envs.core.base import GraphEnv
 from graphwm_envs.core.schema import FeatureSchema
 from graphwm_envs.sar.dynamics import collapse_edges, visible_nodes
 from graphwm_envs.sar.generator import SARGenerator
@@ -102,18 +102,10 @@ class SAREnv(GraphEnv):
         "rollout buffers and recorded episodes grow as N^2"
     )
 
-    def __init__(
-        self,
-        num_nodes: int = 20,
-        *,
-        params: SARParams | None = None,
-        invalid_action: InvalidActionMode = "noop",
-        render_mode: str | None = None,
-    ) -> None:
-        if params is not None and not isinstance(params, SARParams):
-            raise TypeError(f"params must be a SARParams, got {type(params).__name__}")
-        self.params = params or SARParams()
-        super().__init__(num_nodes, invalid_action=invalid_action, render_mode=render_mode)
+    params_class = SARParams
+    params: SARParams
+
+    def _setup(self) -> None:
         self._generator = SARGenerator(self.params)
 
     @classmethod
