@@ -11,9 +11,12 @@ import os
 os.environ.setdefault("NUMBA_DISABLE_JIT", "1")
 
 import copy  # noqa: E402
+import re
 import sys
 from collections.abc import Callable
+from importlib import resources
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 import torch
@@ -30,6 +33,44 @@ def tiny_preset(**overrides) -> dict:
     preset = load_preset("tiny")
     preset.update(overrides)
     return preset
+
+
+def tiny_sar_preset(models: list[str], seeds: list[int], *, train: dict, evaluate: dict) -> dict:
+    """The tiny preset cut to SAR, ``models`` and ``seeds``, no ablations and only the
+    single-step stages (no ``multi_step``, ``downstream`` or ``search``), two test episodes;
+    ``train`` updates its train table, ``evaluate`` replaces its evaluate table."""
+    preset = tiny_preset(envs=["SAR"], models=models, ablations=[], seeds=seeds)
+    for section in ("multi_step", "downstream", "search"):
+        preset.pop(section, None)
+    preset["collect"] = {**preset["collect"], "test_episodes": 2}
+    preset["train"] = {**preset["train"], **train}
+    preset["evaluate"] = evaluate
+    return preset
+
+
+class Sizing(NamedTuple):
+    """The sizing comment of a shipped preset file (medium.toml, long.toml)."""
+
+    text: str  # the whole file
+    lines: dict[str, int]  # ``# sizing KEY = N`` (steps, training, overhead, curve minutes)
+    per_unit: dict[tuple[str, str], int]  # ``# sizing ENV MODEL = ms``: one ensemble step
+    sec_per_step: float  # the units on 2 one-thread workers, each taking the next when free
+
+
+def preset_sizing(name: str) -> Sizing:
+    """The sizing lines of the shipped preset ``name`` and the seconds per training step
+    they imply on the 2-core CPU (two workers, each taking the next training unit when free,
+    in the file's order: the order the pool takes them)."""
+    text = resources.files("graphwm.presets").joinpath(f"{name}.toml").read_text()
+    lines = {k: int(v) for k, v in re.findall(r"^#\s+sizing ([\w-]+) = (\d+)", text, re.M)}
+    per_unit = {
+        (env, model): int(ms)
+        for env, model, ms in re.findall(r"^#\s+sizing (\w+) ([\w-]+) = (\d+)", text, re.M)
+    }
+    free = [0, 0]
+    for ms in per_unit.values():
+        free[free.index(min(free))] += ms
+    return Sizing(text, lines, per_unit, max(free) / 1000)
 
 
 def _with_key(preset: dict, key: str, value) -> dict:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import preset_sizing
 
 from graphwm.checks import parse_checked
 from graphwm.config import keep_models
@@ -387,7 +388,6 @@ def test_medium_preset_trains_three_seeds_as_one_ensemble_within_its_sizing():
     """The medium preset parses, trains its 3 seeds as one ensemble per (env, model), and the
     sizing lines of its comment agree with what it sets and with the 45-minute CPU budget."""
     import re
-    from importlib import resources
 
     from graphwm.config import Preset
 
@@ -399,25 +399,16 @@ def test_medium_preset_trains_three_seeds_as_one_ensemble_within_its_sizing():
     units = training_units(jobs)
     assert len(jobs) == 24 and len(units) == 8
     assert all(isinstance(u, EnsembleJob) and u.seeds == medium.seeds for u in units)
-    text = resources.files("graphwm.presets").joinpath("medium.toml").read_text()
-    sizing = dict(re.findall(r"^#\s+sizing ([\w-]+) = (\d+)", text, flags=re.MULTILINE))
-    per_unit = {
-        (env, model): int(ms)
-        for env, model, ms in re.findall(r"^#\s+sizing (\w+) ([\w-]+) = (\d+)", text, re.M)
-    }
+    text, sizing, per_unit, sec_per_step = preset_sizing("medium")
     # one measured ensemble step per training unit, in the order the pool takes them
     assert list(per_unit) == [(u.env, u.model) for u in units]
-    assert int(sizing["steps"]) == medium.train.steps
+    assert sizing["steps"] == medium.train.steps
     # 2 one-thread workers (the 2-core CPU), each taking the next unit when free
-    free = [0, 0]
-    for ms in per_unit.values():
-        free[free.index(min(free))] += ms
-    sec_per_step = max(free) / 1000
     assert f"after {sec_per_step:.1f} s per step" in text
     train_min = medium.train.steps * sec_per_step / 60
-    assert train_min <= int(sizing["training"])
+    assert train_min <= sizing["training"]
     # the GDD curve (train.eval_every) fits in the same budget, with at least 4 points
-    assert int(sizing["training"]) + int(sizing["overhead"]) + int(sizing["curve"]) <= 45
+    assert sizing["training"] + sizing["overhead"] + sizing["curve"] <= 45
     assert len(training_jobs(load_preset("medium", {"device": "cpu"}))[0].kept_steps()) >= 4
     assert f"{medium.train.steps} x {sec_per_step:.1f} s = {round(train_min)} min" in text
     # the end-to-end run, timed, stays within the CPU budget, and the docs quote it

@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 import pytest
+from conftest import preset_sizing, tiny_sar_preset
 
 from graphwm.cli import main
 from graphwm.config import PresetError, keep_models
@@ -33,20 +34,11 @@ from graphwm.store.paths import RunPaths
 def noise_preset() -> dict:
     """Tiny SAR, the GDM (posterior and imagination streams), one seed, 4 steps with a curve
     point every 2, two test episodes of 3 reference transitions."""
-    preset = load_preset("tiny")
-    preset.update(envs=["SAR"], models=["gdm"], ablations=[], seeds=[0])
-    preset = keep_models(preset, preset["models"])  # their overrides only
-    for section in ("multi_step", "downstream", "search"):
-        preset.pop(section, None)
-    preset["collect"] = {**preset["collect"], "test_episodes": 2}
-    preset["train"] = {**preset["train"], "eval_every": 2}
-    preset["evaluate"] = {
-        "num_samples": 4,
-        "reference_transitions": 3,
-        "max_episodes": 2,
-        "curve_episodes": 2,
-    }
-    return preset
+    evaluate = {"num_samples": 4, "reference_transitions": 3, "max_episodes": 2}
+    preset = tiny_sar_preset(
+        ["gdm"], [0], train={"eval_every": 2}, evaluate=evaluate | {"curve_episodes": 2}
+    )
+    return keep_models(preset, preset["models"])  # their overrides only
 
 
 # ---------------------------------------------------------------------------------------------
@@ -271,9 +263,6 @@ def test_measured_noise_prefers_env_samples_then_more_repeats_and_names_a_bad_fi
 # The long preset (config level: a 2-step run of it would collect medium's data)
 # ---------------------------------------------------------------------------------------------
 def test_long_preset_fits_its_2_hour_sizing_with_a_curve_every_10_percent():
-    import re
-    from importlib import resources
-
     from graphwm.config import Preset
     from graphwm.jobs import training_units
     from graphwm.stages.ensemble import EnsembleJob
@@ -293,24 +282,15 @@ def test_long_preset_fits_its_2_hour_sizing_with_a_curve_every_10_percent():
     jobs = curve_jobs(raw)
     assert len(jobs) == 4 * 2 * 10 and {j.max_episodes for j in jobs} == {10}
     # the sizing lines agree with the preset and the 2-hour budget
-    text = resources.files("graphwm.presets").joinpath("long.toml").read_text()
-    sizing = dict(re.findall(r"^#\s+sizing ([\w-]+) = (\d+)", text, flags=re.MULTILINE))
-    per_unit = {
-        (env, model): int(ms)
-        for env, model, ms in re.findall(r"^#\s+sizing (\w+) ([\w-]+) = (\d+)", text, re.M)
-    }
+    text, sizing, per_unit, sec_per_step = preset_sizing("long")
     assert list(per_unit) == [(u.env, u.model) for u in train]
-    free = [0, 0]
-    for ms in per_unit.values():
-        free[free.index(min(free))] += ms
-    sec_per_step = max(free) / 1000
     assert f"after {sec_per_step:.2f} s per step" in text
     train_min = steps * sec_per_step / 60
-    assert int(sizing["steps"]) == steps and train_min <= int(sizing["training"])
+    assert sizing["steps"] == steps and train_min <= sizing["training"]
     assert f"{steps} x {sec_per_step:.2f} s = {round(train_min)} min" in text
-    assert int(sizing["training"]) + int(sizing["overhead"]) + int(sizing["curve"]) <= 120
+    assert sizing["training"] + sizing["overhead"] + sizing["curve"] <= 120
     # the steps the budget would fit at the measured step times, as the comment says
-    spare = 120 - int(sizing["overhead"]) - int(sizing["curve"])
+    spare = 120 - sizing["overhead"] - sizing["curve"]
     fits = round(spare * 60 / sec_per_step, -1)
     assert f"about {fits:,.0f} steps" in text and steps <= fits
 

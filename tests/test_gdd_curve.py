@@ -10,13 +10,13 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import tiny_sar_preset
 
 import graphwm.pipeline as pipeline
 from graphwm.config import PresetError
 from graphwm.pipeline import (
     curve_jobs,
     evaluation_jobs,
-    load_preset,
     stage_curve,
     stage_train,
     training_jobs,
@@ -33,19 +33,13 @@ SEEDS = [0, 1]
 def curve_preset(**train) -> dict:
     """The tiny preset cut to SAR, two models and two seeds trained as one ensemble, 4 steps
     with a curve point every 2 (steps 2 and 4), on the first test episode."""
-    preset = load_preset("tiny")
-    preset.update(envs=["SAR"], models=["gdm", "vanilla-gwm"], ablations=[], seeds=SEEDS)
-    for section in ("multi_step", "downstream", "search"):
-        preset.pop(section, None)
-    preset["collect"] = {**preset["collect"], "test_episodes": 2}
-    preset["train"] = {**preset["train"], "ensemble": 2, "eval_every": 2, **train}
-    preset["evaluate"] = {
-        "num_samples": 4,
-        "reference_transitions": 2,
-        "max_episodes": 2,
-        "curve_episodes": 1,
-    }
-    return preset
+    evaluate = {"num_samples": 4, "reference_transitions": 2, "max_episodes": 2}
+    return tiny_sar_preset(
+        ["gdm", "vanilla-gwm"],
+        SEEDS,
+        train={"ensemble": 2, "eval_every": 2, **train},
+        evaluate=evaluate | {"curve_episodes": 1},
+    )
 
 
 def _done(run_dir: Path) -> Counter:
