@@ -18,6 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import NamedTuple
 
+import gymnasium as gym
 import pytest
 import torch
 
@@ -71,6 +72,36 @@ def preset_sizing(name: str) -> Sizing:
     for ms in per_unit.values():
         free[free.index(min(free))] += ms
     return Sizing(text, lines, per_unit, max(free) / 1000)
+
+
+def single_step_record(env: str, model: str, size: int, seed: int, gdd: float, **fields) -> dict:
+    """A single-step result record as the evaluate stage writes it (``kind``, the job's env,
+    model, seed and size, its GDD), with the other ``fields`` (components, factor metrics,
+    ...): the report tests' made-up results."""
+    return {
+        "kind": "single_step",
+        "env": env,
+        "model": model,
+        "seed": seed,
+        "size": size,
+        "gdd": gdd,
+        **fields,
+    }
+
+
+class CountInvalid(gym.Wrapper):
+    """Counts the steps, and those the env itself flags as invalid actions (the RL library
+    tests: a masked policy must never pick one)."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self.steps = self.invalid = 0
+
+    def step(self, action):
+        out = super().step(action)
+        self.steps += 1
+        self.invalid += int(out[4]["invalid_action"])
+        return out
 
 
 def _with_key(preset: dict, key: str, value) -> dict:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import single_step_record
 from matplotlib.container import BarContainer
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
@@ -36,16 +37,15 @@ def _single(env: str, model: str, size: int, seed: int) -> dict:
     features = {"stability": 0.1 + 0.01 * seed, "reward": 0.2, "exit_node": 0.3}
     if env == "OD":
         features = {"opinion": 0.3, "reward": 0.2 + 0.01 * seed}
-    return {
-        "kind": "single_step",
-        "env": env,
-        "model": model,
-        "seed": seed,
-        "size": size,
-        "gdd": _gdd(model, size, seed),
-        "components": {c: 0.1 * (i + 1) + 0.01 * seed for i, c in enumerate(COMPONENTS)},
-        "factor_metrics": {"adjacency_bce": 0.4 + 0.01 * seed, "features": features},
-    }
+    return single_step_record(
+        env,
+        model,
+        size,
+        seed,
+        _gdd(model, size, seed),
+        components={c: 0.1 * (i + 1) + 0.01 * seed for i, c in enumerate(COMPONENTS)},
+        factor_metrics={"adjacency_bce": 0.4 + 0.01 * seed, "features": features},
+    )
 
 
 def _records(seeds: int) -> list[dict]:

@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 import pytest
+from conftest import single_step_record
 from gdd_metric.reference import reference_gdd
 
 from graphwm import jobs
@@ -99,16 +100,15 @@ def test_multi_step_stores_the_unbiased_gdd_per_horizon(all_envs_run, scored, on
 
 def _old_single(seed: int) -> dict:
     """A single-step record as runs before issue 49 wrote it (no ``gdd_unbiased``)."""
-    return {
-        "kind": "single_step",
-        "env": "OD",
-        "model": "gdm",
-        "seed": seed,
-        "size": 20,
-        "gdd": 0.7 + 0.01 * seed,
-        "components": {"node": 0.1, "graph": 0.2, "edge": 0.3, "joint": 0.01},
-        "factor_metrics": {"adjacency_bce": 0.05, "features": {"opinion": 0.03}},
-    }
+    return single_step_record(
+        "OD",
+        "gdm",
+        20,
+        seed,
+        0.7 + 0.01 * seed,
+        components={"node": 0.1, "graph": 0.2, "edge": 0.3, "joint": 0.01},
+        factor_metrics={"adjacency_bce": 0.05, "features": {"opinion": 0.03}},
+    )
 
 
 def test_a_record_without_the_unbiased_gdd_loads_and_reads_a_dash():

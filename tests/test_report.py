@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import single_step_record
 
 from graphwm.report.build import (
     ResultsFormatError,
@@ -48,24 +49,24 @@ def _single(env: str, model: str, size: int, seed: int) -> dict:
     components = {"node": 0.1 * seed, "graph": 0.2, "edge": 0.3 + size, "joint": 0.01}
     if env == "OD" and model == "g-rssm" and size == 20 and seed == 1:
         components["node"] = math.nan
-    return {
-        "kind": "single_step",
-        "env": env,
-        "model": model,
-        "seed": seed,
-        "size": size,
-        "gdd": gdd,
-        "gdd_episodes": [gdd, gdd],
-        "components": components,
-        "factor_metrics": {"adjacency_bce": 0.05 + seed, "features": features},
-        "num_transitions": 40,
-        "indistinguishable": 0.1 * (seed + 1) if model == "gdm" else 0.0,
-        "num_permutations": 200,
-        "alpha": 0.05,
-        "some_future_key": {"ignored": True},
-        # the unbiased estimator's GDD; one EA-GWM seed is a record of an older run without it
-        **({} if model == "ea-gwm" and seed == 2 else {"gdd_unbiased": gdd - 0.5}),
-    }
+    # the unbiased estimator's GDD; one EA-GWM seed is a record of an older run without it
+    unbiased = {} if model == "ea-gwm" and seed == 2 else {"gdd_unbiased": gdd - 0.5}
+    return single_step_record(
+        env,
+        model,
+        size,
+        seed,
+        gdd,
+        gdd_episodes=[gdd, gdd],
+        components=components,
+        factor_metrics={"adjacency_bce": 0.05 + seed, "features": features},
+        num_transitions=40,
+        indistinguishable=0.1 * (seed + 1) if model == "gdm" else 0.0,
+        num_permutations=200,
+        alpha=0.05,
+        some_future_key={"ignored": True},
+        **unbiased,
+    )
 
 
 def _multi(env: str, model: str, seed: int) -> dict:

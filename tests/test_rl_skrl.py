@@ -12,6 +12,7 @@ import graphwm_envs  # noqa: F401  (registers graphenv/*)
 import gymnasium as gym
 import pytest
 import torch
+from conftest import CountInvalid
 from example_envs.bands import BandsEnv
 from graphwm_envs.wrappers import SkrlObservation
 from skrl.agents.torch.ppo import PPO
@@ -72,18 +73,6 @@ class Value(DeterministicMixin, Model):
 
     def compute(self, inputs, role=""):
         return self.net(inputs["observations"].float()), {}
-
-
-class CountInvalid(gym.Wrapper):
-    def __init__(self, env: gym.Env) -> None:
-        super().__init__(env)
-        self.steps = self.invalid = 0
-
-    def step(self, action):
-        out = super().step(action)
-        self.steps += 1
-        self.invalid += int(out[4]["invalid_action"])
-        return out
 
 
 @pytest.mark.parametrize("name", ENVS)

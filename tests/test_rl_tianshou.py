@@ -10,6 +10,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from conftest import CountInvalid
 from graphwm_envs.wrappers import TianshouMask
 from tianshou.algorithm.modelfree.dqn import DQN, DiscreteQLearningPolicy
 from tianshou.algorithm.optim import AdamOptimizerFactory
@@ -35,20 +36,6 @@ class QNet(torch.nn.Module):
     def forward(self, obs, state=None, info=None):
         parts = [torch.as_tensor(obs[k], dtype=torch.float32) for k in sorted(obs.keys())]
         return self.mlp(torch.cat([p.flatten(1) for p in parts], 1)), state
-
-
-class CountInvalid(gym.Wrapper):
-    """Counts the steps the env itself flags as invalid actions."""
-
-    def __init__(self, env: gym.Env) -> None:
-        super().__init__(env)
-        self.steps = self.invalid = 0
-
-    def step(self, action):
-        out = super().step(action)
-        self.steps += 1
-        self.invalid += int(out[4]["invalid_action"])
-        return out
 
 
 @pytest.mark.parametrize("name", ("RGC", "OD", "SAR", "CF"))

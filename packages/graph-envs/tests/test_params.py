@@ -100,3 +100,31 @@ def test_the_reported_cases():
 def test_ranges_name_the_field_and_the_interval(make, message):
     with pytest.raises(ValueError, match=message):
         make()
+
+
+ENV_PARAMS = [("RGC", RGCParams), ("OD", ODParams), ("SAR", SARParams), ("CF", CFParams)]
+
+
+@pytest.mark.parametrize(("env_id", "cls"), ENV_PARAMS)
+def test_every_env_takes_its_params_and_refuses_another_class(env_id, cls):
+    """GraphEnv checks ``params=`` against the env's ``params_class`` (defaults when None)."""
+    import graphwm_envs  # noqa: F401
+    import gymnasium as gym
+
+    env = gym.make(f"graphenv/{env_id}-v0", num_nodes=10).unwrapped
+    assert type(env).params_class is cls and env.params == cls()
+    custom = dataclasses.replace(cls(), horizon=7) if env_id == "OD" else cls()
+    assert gym.make(f"graphenv/{env_id}-v0", num_nodes=10, params=custom).unwrapped.params is custom
+    other = SHKParams()
+    with pytest.raises(TypeError, match=f"params must be a {cls.__name__} or None, got SHKParams"):
+        gym.make(f"graphenv/{env_id}-v0", num_nodes=10, params=other)
+
+
+def test_an_env_without_a_params_class_refuses_params():
+    from graphwm_envs.sar.env import SAREnv
+
+    class NoParams(SAREnv):
+        params_class = None
+
+    with pytest.raises(TypeError, match="NoParams takes no params"):
+        NoParams(10, params=SARParams())

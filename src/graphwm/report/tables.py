@@ -242,6 +242,17 @@ def _indistinguishable_share(records: list[dict]) -> float:
     return float(sum(w * s for w, s in zip(weights, shares, strict=True)) / sum(weights))
 
 
+def _base_models(records: list[dict]) -> tuple[list[dict], Callable[[str], list[str]]]:
+    """The single-step records of the base models (no ablations), and a function giving an
+    env's models in table order."""
+    models, _ = split_models(by_kind(records, "single_step"))
+
+    def models_of_env(env: str) -> list[str]:
+        return order_models(r["model"] for r in models if r["env"] == env)
+
+    return models, models_of_env
+
+
 def single_step_table(records: list[dict]) -> Table | None:
     """(a) Single-step GDD (paper table "ood_eval"): env x model rows, size columns.
 
@@ -249,11 +260,7 @@ def single_step_table(records: list[dict]) -> Table | None:
     reference transitions whose model and environment samples it cannot tell apart (mean and
     CI over seeds of the per-seed share over all sizes).
     """
-    models, _ = split_models(by_kind(records, "single_step"))
-
-    def models_of_env(env: str) -> list[str]:
-        return order_models(r["model"] for r in models if r["env"] == env)
-
+    models, models_of_env = _base_models(records)
     table = _model_size_table(
         models,
         "gdd_single_step",
@@ -283,11 +290,7 @@ def single_step_table(records: list[dict]) -> Table | None:
 def single_step_unbiased_table(records: list[dict]) -> Table | None:
     """(a') The main table with the unbiased estimator: env x model rows, size columns;
     "—" where a result of an older run lacks ``gdd_unbiased``."""
-    models, _ = split_models(by_kind(records, "single_step"))
-
-    def models_of_env(env: str) -> list[str]:
-        return order_models(r["model"] for r in models if r["env"] == env)
-
+    models, models_of_env = _base_models(records)
     table = _model_size_table(
         models,
         "gdd_single_step_unbiased",
