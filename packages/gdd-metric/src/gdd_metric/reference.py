@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import Unpack
 
 import numpy as np
 
 from .bandwidths import Bandwidths, as_bandwidths
-from .mmd import DEFAULT_EPSILON, DEFAULT_MULTIPLIERS, DEFAULT_WEIGHTS, GDDResult
+from .mmd import DEFAULT_MULTIPLIERS, GDDOptions, GDDResult, resolve_options
 from .schema import SampleSet, Schema, check_same_nodes, normalise_schema, validate_samples
 
 __all__ = ["pair_kernels", "reference_grams", "reference_gdd", "graph_at"]
@@ -117,14 +118,15 @@ def reference_gdd(
     true: Mapping,
     schema: Mapping | Schema,
     bandwidths: Bandwidths | Mapping,
-    *,
-    weights: Sequence[float] = DEFAULT_WEIGHTS,
-    epsilon: float = DEFAULT_EPSILON,
-    multipliers: Sequence[float] = DEFAULT_MULTIPLIERS,
-    estimator: str = "biased",
+    **options: Unpack[GDDOptions],
 ) -> GDDResult:
-    """GDD by the per-pair double loop and the MMD estimator written out with sums."""
-    grams, n = reference_grams(pred, true, schema, bandwidths, multipliers)
+    """GDD by the per-pair double loop and the MMD estimator written out with sums; the
+    options and their defaults are :func:`gdd_metric.gdd`'s (``backend`` and ``device``
+    are checked, then unused)."""
+    # the arguments only (checked and defaulted as gdd's are); every sum below is the oracle's
+    opts = resolve_options(schema, bandwidths, **options)
+    estimator = opts.estimator
+    grams, n = reference_grams(pred, true, schema, bandwidths, opts.multipliers.tolist())
     size = grams["node"].shape[0]
     m = size - n
 
@@ -139,18 +141,18 @@ def reference_gdd(
         sxy = sum(k[i, j] for i in xs for j in ys) / (n * m)
         return sxx + syy - 2 * sxy
 
-    w_n, w_g, w_e = (float(w) for w in weights)
+    w_n, w_g, w_e = opts.weights
     comps = {c: float(mmd2(g)) for c, g in grams.items()}
     k_total = w_n * grams["node"] + w_g * grams["graph"] + w_e * grams["edge"]
-    total = float(mmd2(k_total + epsilon * grams["joint"]))
+    total = float(mmd2(k_total + opts.epsilon * grams["joint"]))
     if estimator == "biased":
         comps = {c: max(v, 0.0) for c, v in comps.items()}
         total = max(total, 0.0)
     return GDDResult(
         gdd=math.sqrt(max(total, 0.0)),
         mmd2=total,
-        weights=(w_n, w_g, w_e),
-        epsilon=float(epsilon),
+        weights=opts.weights,
+        epsilon=opts.epsilon,
         estimator=estimator,
         n_pred=n,
         n_true=m,
