@@ -236,26 +236,32 @@ def _results(grams: ComponentGrams, n: int, m: int, params: Options) -> list[GDD
         for name in ("node", "graph", "edge", "joint")
     }
     total = mmd2_from_gram(grams.total(params.weights, params.epsilon), n, est)
-    out = []
-    for b in range(total.shape[0]):
-        vals = {k: float(v[b]) for k, v in comps.items()}
-        mmd2 = float(total[b])
-        if est == "biased":  # >= 0 mathematically; clamp float round-off
-            vals = {k: max(v, 0.0) for k, v in vals.items()}
-            mmd2 = max(mmd2, 0.0)
-        out.append(
-            GDDResult(
-                gdd=math.sqrt(max(mmd2, 0.0)),
-                mmd2=mmd2,
-                weights=params.weights,
-                epsilon=params.epsilon,
-                estimator=est,
-                n_pred=n,
-                n_true=m,
-                **vals,
-            )
-        )
-    return out
+    return [
+        result_of(float(total[b]), {k: float(v[b]) for k, v in comps.items()}, n, m, params)
+        for b in range(total.shape[0])
+    ]
+
+
+def result_of(
+    mmd2: float, components: Mapping[str, float], n: int, m: int, params: Options
+) -> GDDResult:
+    """The :class:`GDDResult` of the squared-MMD estimates ``mmd2`` (kernel K) and
+    ``components`` (node, graph, edge, joint) of an ``n`` vs ``m`` comparison; the biased
+    estimator's are clamped at 0 (>= 0 mathematically: the clamp removes float round-off)."""
+    vals = dict(components)
+    if params.estimator == "biased":
+        vals = {k: max(v, 0.0) for k, v in vals.items()}
+        mmd2 = max(mmd2, 0.0)
+    return GDDResult(
+        gdd=math.sqrt(max(mmd2, 0.0)),
+        mmd2=mmd2,
+        weights=params.weights,
+        epsilon=params.epsilon,
+        estimator=params.estimator,
+        n_pred=n,
+        n_true=m,
+        **vals,
+    )
 
 
 # ----------------------------------------------------------------------------- evaluation

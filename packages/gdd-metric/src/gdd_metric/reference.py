@@ -7,14 +7,13 @@ code with the vectorised implementation and exists to test it and to benchmark a
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Unpack
 
 import numpy as np
 
 from .bandwidths import Bandwidths, as_bandwidths
-from .mmd import DEFAULT_MULTIPLIERS, GDDOptions, GDDResult, resolve_options
+from .mmd import DEFAULT_MULTIPLIERS, GDDOptions, GDDResult, resolve_options, result_of
 from .schema import SampleSet, Schema, check_same_nodes, normalise_schema, validate_samples
 
 __all__ = ["pair_kernels", "reference_grams", "reference_gdd", "graph_at"]
@@ -123,7 +122,7 @@ def reference_gdd(
     """GDD by the per-pair double loop and the MMD estimator written out with sums; the
     options and their defaults are :func:`gdd_metric.gdd`'s (``backend`` and ``device``
     are checked, then unused)."""
-    # the arguments only (checked and defaulted as gdd's are); every sum below is the oracle's
+    # the arguments and the result record (the biased clamp) are gdd's; every sum is the oracle's
     opts = resolve_options(schema, bandwidths, **options)
     estimator = opts.estimator
     grams, n = reference_grams(pred, true, schema, bandwidths, opts.multipliers.tolist())
@@ -145,16 +144,4 @@ def reference_gdd(
     comps = {c: float(mmd2(g)) for c, g in grams.items()}
     k_total = w_n * grams["node"] + w_g * grams["graph"] + w_e * grams["edge"]
     total = float(mmd2(k_total + opts.epsilon * grams["joint"]))
-    if estimator == "biased":
-        comps = {c: max(v, 0.0) for c, v in comps.items()}
-        total = max(total, 0.0)
-    return GDDResult(
-        gdd=math.sqrt(max(total, 0.0)),
-        mmd2=total,
-        weights=opts.weights,
-        epsilon=opts.epsilon,
-        estimator=estimator,
-        n_pred=n,
-        n_true=m,
-        **comps,
-    )
+    return result_of(total, comps, n, m, opts)
