@@ -78,12 +78,12 @@ __all__ = [
 ]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class MemberResult(TrainResult):
     """Outcome of one member (the fields of :class:`~gdm_models.training.loop.TrainResult`
     plus its seed, its failure if it diverged, and where its outputs are)."""
 
-    seed: int = 0
+    seed: int
     error: FloatingPointError | None = None
     failed_step: int | None = None
     final_checkpoint: Path | None = None
