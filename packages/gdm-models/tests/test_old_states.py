@@ -17,17 +17,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from gdm_models import (
-    EpisodeDataset,
-    FeatureScaler,
+from gdm_models import EpisodeDataset, FeatureScaler, make_model
+from gdm_models.synthetic import SYNTHETIC_SCHEMA, random_episode
+from gdm_models.training import (
     TrainConfig,
     load_checkpoint,
-    make_model,
     train,
     train_ensemble,
+    verify_ensemble_state,
+    verify_trainer_state,
 )
-from gdm_models.synthetic import SYNTHETIC_SCHEMA, random_episode
-from gdm_models.training import verify_ensemble_state, verify_trainer_state
 from safetensors.torch import load_file
 
 OLD = Path(__file__).parent / "data" / "state_9111df0"
@@ -64,14 +63,8 @@ def test_an_old_single_run_state_verifies_and_resumes(data, tmp_path):
     assert verify_trainer_state(ck / "latest")["step"] == 2
     torch.manual_seed(99)  # another initialisation: resuming replaces it
     model = make_model("vanilla-gwm", SYNTHETIC_SCHEMA, scaler, **CONFIG)
-    res = train(
-        model,
-        ds,
-        replace(KW, steps=4, seed=3),
-        checkpoint_dir=ck,
-        log_csv=ck / "log.csv",
-        progress=False,
-    )
+    cfg = replace(KW, steps=4, seed=3)
+    res = train(model, ds, cfg, checkpoint_dir=ck, log_csv=ck / "log.csv", progress=False)
     assert res.resumed_from == 2 and res.steps == 4
     _assert_weights(model, _expected("single"))
     _assert_weights(load_checkpoint(ck / "final"), _expected("single"))
@@ -85,16 +78,8 @@ def test_an_old_ensemble_state_verifies_and_resumes(data, tmp_path):
     out = tmp_path / "ens"
     shutil.copytree(OLD / "ensemble", out)
     assert verify_ensemble_state(out / "latest")["step"] == 2
-    res = train_ensemble(
-        "vanilla-gwm",
-        [1, 2],
-        ds,
-        replace(KW, steps=4),
-        scaler=scaler,
-        model_config=CONFIG,
-        out_dir=out,
-        progress=False,
-    )
+    res = train_ensemble("vanilla-gwm", [1, 2], ds, replace(KW, steps=4), scaler=scaler,
+                         model_config=CONFIG, out_dir=out, progress=False)  # fmt: skip
     assert res.resumed_from == 2 and res.steps == 4 and all(m.ok for m in res)
     for seed, model in zip([1, 2], res.models, strict=True):
         _assert_weights(model, _expected(f"seed{seed}"))
