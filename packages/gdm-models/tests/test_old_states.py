@@ -55,12 +55,19 @@ def _assert_weights(model: torch.nn.Module, want: dict[str, torch.Tensor]) -> No
         torch.testing.assert_close(got[k], v, rtol=1e-5, atol=1e-6, msg=k)
 
 
+def _old(name: str, tmp_path: Path) -> Path:
+    """A copy of the old run ``name`` ("single", "ensemble"), its ``latest/`` verified (step 2)."""
+    out = tmp_path / name
+    shutil.copytree(OLD / name, out)
+    verify = verify_trainer_state if name == "single" else verify_ensemble_state
+    assert verify(out / "latest")["step"] == 2
+    return out
+
+
 @pytest.mark.exact_float
 def test_an_old_single_run_state_verifies_and_resumes(data, tmp_path):
     scaler, ds = data
-    ck = tmp_path / "ck"
-    shutil.copytree(OLD / "single", ck)
-    assert verify_trainer_state(ck / "latest")["step"] == 2
+    ck = _old("single", tmp_path)
     torch.manual_seed(99)  # another initialisation: resuming replaces it
     model = make_model("vanilla-gwm", SYNTHETIC_SCHEMA, scaler, **CONFIG)
     cfg = replace(KW, steps=4, seed=3)
@@ -75,9 +82,7 @@ def test_an_old_single_run_state_verifies_and_resumes(data, tmp_path):
 @pytest.mark.exact_float
 def test_an_old_ensemble_state_verifies_and_resumes(data, tmp_path):
     scaler, ds = data
-    out = tmp_path / "ens"
-    shutil.copytree(OLD / "ensemble", out)
-    assert verify_ensemble_state(out / "latest")["step"] == 2
+    out = _old("ensemble", tmp_path)
     res = train_ensemble("vanilla-gwm", [1, 2], ds, replace(KW, steps=4), scaler=scaler,
                          model_config=CONFIG, out_dir=out, progress=False)  # fmt: skip
     assert res.resumed_from == 2 and res.steps == 4 and all(m.ok for m in res)
