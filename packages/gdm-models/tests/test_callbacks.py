@@ -95,7 +95,7 @@ def _expected(members, seeds, last, logged, kept):
 def test_hooks_are_called_in_order_with_the_run(kind, make_tiny, scaler, dataset, tmp_path):
     seeds = [CFG.seed] if kind == "train" else SEEDS
     rec = Recorder([tmp_path / "latest" / (f"seed{s}" if kind != "train" else "") for s in seeds])
-    _, _, _, _, logs = _run(kind, make_tiny, scaler, dataset, tmp_path, callbacks=[rec])
+    _, _, _, _, logs = _run(kind, make_tiny, scaler, dataset, tmp_path, callbacks=rec)  # one alone
     assert rec.calls == _expected(len(seeds), seeds, 5, logged={2, 4, 5}, kept={4})
     # on_step_end's losses are the logged numbers (member k at entry k)
     for k, log in enumerate(logs):
@@ -110,10 +110,11 @@ def test_early_stop_leaves_a_consistent_state(kind, make_tiny, scaler, dataset, 
     """Stopped after step 3 of 5: step 3 is logged and checkpointed as a last step (latest/,
     final/ = the returned models = a 3-step run), and resuming continues as an uninterrupted
     run."""
-    rec = Recorder([], stop_at=3)
+    rec, other = Recorder([], stop_at=3), Recorder([])  # other: returns None, goes on
     res, models, latest, finals, logs = _run(kind, make_tiny, scaler, dataset, tmp_path / "stop",
-                                             callbacks=rec)  # fmt: skip
+                                             callbacks=[rec, other])  # fmt: skip
     assert res.steps == 3 and rec.calls[-2:] == [("end", 3, tuple(range(len(models)))), ("close",)]
+    assert other.calls == rec.calls  # every callback saw the stopping step and the end
     assert [c[1] for c in rec.calls if c[0] == "step"] == [1, 2, 3]
     _, three, *_ = _run(kind, make_tiny, scaler, dataset, tmp_path / "three", replace(CFG, steps=3))
     for m, ref, lt, fin, log in zip(models, three, latest, finals, logs, strict=True):

@@ -115,8 +115,8 @@ class Callback:
         term, each a tensor on the training device with one entry per live member (in seed
         order); reading a value (``float(losses["loss"][0])``) waits for the device, and the
         next step may overwrite them (clone to keep). Return ``False`` to stop training after
-        this step (as SB3's ``_on_step``): the step is logged and checkpointed as a last step
-        would be, and ``final/`` holds its model."""
+        this step (as SB3's ``_on_step``; ``None``, no return, goes on): the step is logged and
+        checkpointed as a last step would be, and ``final/`` holds its model."""
         return None
 
     def on_row(self, k: int, row: Mapping[str, float]) -> None:
@@ -211,8 +211,10 @@ def run_loop(
             idx = torch.tensor(alive, device=dev) if idx is None else idx
             nonfinite[idx] |= ~torch.isfinite(out[0].detach())
             losses = {"loss": out[0], "grad_norm": out[1], **out[2]}
-            # every callback sees every step (no short cut once one asked to stop)
-            stop = False in [cb.on_step_end(step, losses) for cb in callbacks]
+            # every callback sees every step (no short cut once one asked to stop); None (no
+            # return statement) goes on, anything false stops
+            said = [cb.on_step_end(step, losses) for cb in callbacks]
+            stop = any(r is not None and not r for r in said)
             do_log, do_ckpt, do_keep = schedule.due(step, stop)
             if do_log or do_ckpt or do_keep:
                 rows = host_rows(step, *out, nonfinite[idx])
