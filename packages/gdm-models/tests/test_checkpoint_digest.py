@@ -58,13 +58,12 @@ def test_sealed_files_are_covered(make_tiny, tmp_path):
 def test_trainer_state_is_sealed_into_latest(make_tiny, episodes, tmp_path):
     model = make_tiny()
     dataset = EpisodeDataset(episodes, SYNTHETIC_SCHEMA, seq_len=5)
-    train(
-        model,
-        dataset,
-        TrainConfig(steps=2, batch_size=2, seq_len=5),
-        checkpoint_dir=tmp_path,
-        progress=False,
-    )
+
+    def run(steps):
+        cfg = TrainConfig(steps=steps, batch_size=2, seq_len=5)
+        train(model, dataset, cfg, checkpoint_dir=tmp_path, progress=False)
+
+    run(2)
     latest = tmp_path / "latest"
     manifest = verify_checkpoint(latest)
     assert set(manifest["files"]) == {"trainer_state.pt", "trainer_state.json"}
@@ -72,13 +71,7 @@ def test_trainer_state_is_sealed_into_latest(make_tiny, episodes, tmp_path):
     state["step"] = 1
     (latest / "trainer_state.json").write_text(json.dumps(state))
     with pytest.raises(CheckpointError, match="trainer_state.json"):
-        train(
-            model,
-            dataset,
-            TrainConfig(steps=3, batch_size=2, seq_len=5),
-            checkpoint_dir=tmp_path,
-            progress=False,
-        )
+        run(3)
 
 
 def test_model_name_is_checked(make_tiny, tmp_path):

@@ -342,52 +342,23 @@ def test_stacked_adam_equals_k_adams():
         assert torch.equal(back["state"][i]["exp_avg"], opt.state_dict()["state"][i]["exp_avg"])
 
 
-def test_argument_errors(scaler, dataset):
-    with pytest.raises(ValueError, match="distinct"):
-        train_ensemble("gdm", [1, 1], dataset, KW, scaler=scaler, model_config=TINY, progress=False)
-    with pytest.raises(ValueError, match="strategy"):
-        train_ensemble(
-            "gdm",
-            [1],
-            dataset,
-            replace(KW, strategy="threads"),
-            scaler=scaler,
-            model_config=TINY,
-            progress=False,
-        )
-    with pytest.raises(ValueError, match="model_config"):
-        train_ensemble(lambda: None, [1], dataset, KW, model_config=TINY, progress=False)
-    with pytest.raises(ValueError, match="replaced by 'members'"):
-        train_ensemble(
-            "gdm",
-            [1],
-            dataset,
-            replace(KW, strategy="vmap"),
-            scaler=scaler,
-            model_config=TINY,
-            progress=False,
-        )
-    with pytest.raises(ValueError, match="compile is for strategy 'loop'"):
-        train_ensemble(
-            "gdm",
-            [1],
-            dataset,
-            replace(KW, strategy="members", compile=True),
-            scaler=scaler,
-            model_config=TINY,
-            progress=False,
-        )
-    with pytest.raises(ValueError, match="one path per seed"):
-        train_ensemble(
-            "gdm",
-            [1, 2],
-            dataset,
-            KW,
-            scaler=scaler,
-            model_config=TINY,
-            member_logs=["a.csv"],
-            progress=False,
-        )
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"seeds": [1, 1]}, "distinct"),
+        ({"config": {"strategy": "threads"}}, "strategy"),
+        ({"model": lambda: None, "scaler": None}, "model_config"),
+        ({"config": {"strategy": "vmap"}}, "replaced by 'members'"),
+        ({"config": {"strategy": "members", "compile": True}}, "compile is for strategy 'loop'"),
+        ({"seeds": [1, 2], "member_logs": ["a.csv"]}, "one path per seed"),
+    ],
+)
+def test_argument_errors(scaler, dataset, change, match):
+    args = {"model": "gdm", "seeds": [1], "scaler": scaler, "model_config": TINY, **change}
+    with pytest.raises(ValueError, match=match):
+        config = replace(KW, **args.pop("config", {}))
+        train_ensemble(args.pop("model"), args.pop("seeds"), dataset, config, progress=False,
+                       **args)  # fmt: skip
 
 
 def test_failed_member_stays_failed_on_resume(scaler, dataset, tmp_path):

@@ -19,52 +19,31 @@ def _same(a, b) -> bool:
     return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
 
 
+def _train(model, dataset, ck=None, **config) -> None:
+    """``model`` trained (seed 3) under ``KW`` changed by ``config``, checkpoints into ``ck``."""
+    train(model, dataset, replace(KW, seed=3, **config), checkpoint_dir=ck, progress=False)
+
+
 def test_train_keeps_every_kth_step_as_the_weights_of_a_run_that_long(make_tiny, dataset, tmp_path):
     ck = tmp_path / "ck"
-    m = make_tiny(seed=2)
-    train(
-        m,
-        dataset,
-        replace(KW, steps=3, seed=3, checkpoint_every=5, keep_every=2),
-        checkpoint_dir=ck,
-        progress=False,
-    )
+    _train(make_tiny(seed=2), dataset, ck, steps=3, checkpoint_every=5, keep_every=2)
     # interrupted after step 3 (its latest/ is step 3); resumed to step 6
-    m = make_tiny(seed=99)
-    train(
-        m,
-        dataset,
-        replace(KW, steps=6, seed=3, checkpoint_every=5, keep_every=2),
-        checkpoint_dir=ck,
-        progress=False,
-    )
+    _train(make_tiny(seed=99), dataset, ck, steps=6, checkpoint_every=5, keep_every=2)
     kept = sorted(p.name for p in ck.glob("step_*"))
     assert kept == ["step_000002", "step_000004", "step_000006"]
     for step in (2, 4):
         short = make_tiny(seed=2)
-        train(short, dataset, replace(KW, steps=step, seed=3), progress=False)
+        _train(short, dataset, steps=step)
         assert _same(load_checkpoint(kept_checkpoint_dir(ck, step)), short)
     assert _same(load_checkpoint(ck / "step_000006"), load_checkpoint(ck / "final"))
 
 
 def test_no_keep_every_keeps_nothing_and_bad_values_are_refused(make_tiny, dataset, tmp_path):
     m = make_tiny(seed=2)
-    train(
-        m,
-        dataset,
-        replace(KW, steps=2, seed=3, checkpoint_every=1),
-        checkpoint_dir=tmp_path,
-        progress=False,
-    )
+    _train(m, dataset, tmp_path, steps=2, checkpoint_every=1)
     assert not list(tmp_path.glob("step_*"))
     with pytest.raises(ValueError, match="keep_every must be >= 1"):
-        train(
-            m,
-            dataset,
-            replace(KW, steps=2, seed=3, keep_every=0),
-            checkpoint_dir=tmp_path,
-            progress=False,
-        )
+        _train(m, dataset, tmp_path, steps=2, keep_every=0)
 
 
 def test_ensemble_keeps_every_members_kth_step_beside_its_final(scaler, dataset, tmp_path):

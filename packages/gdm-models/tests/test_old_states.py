@@ -17,17 +17,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from gdm_models import (
-    EpisodeDataset,
-    FeatureScaler,
+from gdm_models import EpisodeDataset, FeatureScaler, make_model
+from gdm_models.synthetic import SYNTHETIC_SCHEMA, random_episode
+from gdm_models.training import (
     TrainConfig,
     load_checkpoint,
-    make_model,
     train,
     train_ensemble,
+    verify_ensemble_state,
+    verify_trainer_state,
 )
-from gdm_models.synthetic import SYNTHETIC_SCHEMA, random_episode
-from gdm_models.training import verify_ensemble_state, verify_trainer_state
 from safetensors.torch import load_file
 
 OLD = Path(__file__).parent / "data" / "state_9111df0"
@@ -56,22 +55,23 @@ def _assert_weights(model: torch.nn.Module, want: dict[str, torch.Tensor]) -> No
         torch.testing.assert_close(got[k], v, rtol=1e-5, atol=1e-6, msg=k)
 
 
+def _old(name: str, tmp_path: Path) -> Path:
+    """A copy of the old run ``name`` ("single", "ensemble"), its ``latest/`` verified (step 2)."""
+    out = tmp_path / name
+    shutil.copytree(OLD / name, out)
+    verify = verify_trainer_state if name == "single" else verify_ensemble_state
+    assert verify(out / "latest")["step"] == 2
+    return out
+
+
 @pytest.mark.exact_float
 def test_an_old_single_run_state_verifies_and_resumes(data, tmp_path):
     scaler, ds = data
-    ck = tmp_path / "ck"
-    shutil.copytree(OLD / "single", ck)
-    assert verify_trainer_state(ck / "latest")["step"] == 2
+    ck = _old("single", tmp_path)
     torch.manual_seed(99)  # another initialisation: resuming replaces it
     model = make_model("vanilla-gwm", SYNTHETIC_SCHEMA, scaler, **CONFIG)
-    res = train(
-        model,
-        ds,
-        replace(KW, steps=4, seed=3),
-        checkpoint_dir=ck,
-        log_csv=ck / "log.csv",
-        progress=False,
-    )
+    cfg = replace(KW, steps=4, seed=3)
+    res = train(model, ds, cfg, checkpoint_dir=ck, log_csv=ck / "log.csv", progress=False)
     assert res.resumed_from == 2 and res.steps == 4
     _assert_weights(model, _expected("single"))
     _assert_weights(load_checkpoint(ck / "final"), _expected("single"))
@@ -82,19 +82,9 @@ def test_an_old_single_run_state_verifies_and_resumes(data, tmp_path):
 @pytest.mark.exact_float
 def test_an_old_ensemble_state_verifies_and_resumes(data, tmp_path):
     scaler, ds = data
-    out = tmp_path / "ens"
-    shutil.copytree(OLD / "ensemble", out)
-    assert verify_ensemble_state(out / "latest")["step"] == 2
-    res = train_ensemble(
-        "vanilla-gwm",
-        [1, 2],
-        ds,
-        replace(KW, steps=4),
-        scaler=scaler,
-        model_config=CONFIG,
-        out_dir=out,
-        progress=False,
-    )
+    out = _old("ensemble", tmp_path)
+    res = train_ensemble("vanilla-gwm", [1, 2], ds, replace(KW, steps=4), scaler=scaler,
+                         model_config=CONFIG, out_dir=out, progress=False)  # fmt: skip
     assert res.resumed_from == 2 and res.steps == 4 and all(m.ok for m in res)
     for seed, model in zip([1, 2], res.models, strict=True):
         _assert_weights(model, _expected(f"seed{seed}"))

@@ -38,28 +38,13 @@ def test_bad_lr_or_grad_clip_is_refused_before_any_step(make_tiny, dataset, tmp_
 
 def test_bad_lr_is_refused_by_train_ensemble(scaler, dataset):
     with pytest.raises(ValueError, match="lr must be a finite number > 0, got inf"):
-        train_ensemble(
-            "gdm",
-            [1, 2],
-            dataset,
-            TrainConfig(steps=1, lr=math.inf, batch_size=2, seq_len=3, device="cpu"),
-            scaler=scaler,
-            model_config=TINY,
-            progress=False,
-        )
+        train_ensemble("gdm", [1, 2], dataset, replace(KW, steps=1, lr=math.inf), scaler=scaler,
+                       model_config=TINY, progress=False)  # fmt: skip
 
 
-def test_unclipped_training_still_works(make_tiny, dataset):
-    res = train(
-        make_tiny(seed=1), dataset, replace(KW, steps=1, lr=1e-3, grad_clip=None), progress=False
-    )
-    assert res.steps == 1
-    res = train(
-        make_tiny(seed=1),
-        dataset,
-        replace(KW, steps=1, lr=1e-3, grad_clip=math.inf),
-        progress=False,
-    )
+@pytest.mark.parametrize("clip", [None, math.inf])
+def test_unclipped_training_still_works(make_tiny, dataset, clip):
+    res = train(make_tiny(seed=1), dataset, replace(KW, steps=1, grad_clip=clip), progress=False)
     assert res.steps == 1
 
 
@@ -67,48 +52,23 @@ def test_unclipped_training_still_works(make_tiny, dataset):
 def test_resume_with_another_hyperparameter_is_refused_naming_it(
     make_tiny, dataset, tmp_path, key, value
 ):
-    ck = tmp_path / "ck"
-    train(
-        make_tiny(seed=1),
-        dataset,
-        replace(KW, steps=2, lr=1e-3, checkpoint_every=1),
-        checkpoint_dir=ck,
-        progress=False,
-    )
+    def run(**config):
+        cfg = replace(KW, checkpoint_every=1, **config)
+        return train(make_tiny(seed=1), dataset, cfg, checkpoint_dir=tmp_path, progress=False)
+
+    run(steps=2, lr=1e-3)
     with pytest.raises(CheckpointError, match=f"{key}={value!r} differs from the checkpoint"):
-        train(make_tiny(seed=1), dataset, replace(KW, steps=4, checkpoint_every=1, **{key: value}),
-              checkpoint_dir=ck, progress=False)  # fmt: skip
-    # the same hyperparameters resume
-    res = train(
-        make_tiny(seed=1),
-        dataset,
-        replace(KW, steps=4, lr=1e-3, checkpoint_every=1),
-        checkpoint_dir=ck,
-        progress=False,
-    )
-    assert res.resumed_from == 2
+        run(steps=4, **{key: value})
+    assert run(steps=4, lr=1e-3).resumed_from == 2  # the same hyperparameters resume
 
 
 def test_ensemble_resume_with_another_lr_is_refused(scaler, dataset, tmp_path):
     args = TrainConfig(strategy="loop", checkpoint_every=1, batch_size=2, seq_len=3, device="cpu")
-    train_ensemble(
-        "gdm",
-        [1, 2],
-        dataset,
-        replace(args, steps=2, lr=1e-3),
-        out_dir=tmp_path,
-        scaler=scaler,
-        model_config=TINY,
-        progress=False,
-    )
+
+    def run(**config):
+        train_ensemble("gdm", [1, 2], dataset, replace(args, **config), out_dir=tmp_path,
+                       scaler=scaler, model_config=TINY, progress=False)  # fmt: skip
+
+    run(steps=2, lr=1e-3)
     with pytest.raises(CheckpointError, match="lr=0.01 differs from the checkpoint's 0.001"):
-        train_ensemble(
-            "gdm",
-            [1, 2],
-            dataset,
-            replace(args, steps=4, lr=1e-2),
-            out_dir=tmp_path,
-            scaler=scaler,
-            model_config=TINY,
-            progress=False,
-        )
+        run(steps=4, lr=1e-2)

@@ -1,7 +1,8 @@
-"""The callbacks of the training loop (:class:`~gdm_models.training.loop.Callback`): the logs
-(CSV, TensorBoard) and the two checkpoint layouts with their resume, a single run's
-(:class:`RunCheckpoints`: ``latest/``, kept steps, ``final/``) and an ensemble's
-(:class:`EnsembleCheckpoints`)."""
+"""The trainers' own callbacks (:class:`~gdm_models.training.loop.Callback`): the logs (CSV,
+TensorBoard), the progress bar and the two checkpoint layouts with their resume, a single
+run's (:class:`RunCheckpoints`: ``latest/``, kept steps, ``final/``) and an ensemble's
+(:class:`EnsembleCheckpoints`); and :class:`Guarded`, which names a caller's callback that
+raised (:class:`CallbackError`)."""
 
 from __future__ import annotations
 
@@ -11,16 +12,27 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
+from tqdm.auto import tqdm
+
 from .checkpoint import kept_checkpoint_dir, save_checkpoint
 from .config import TrainConfig
 from .ensemble_state import ENSEMBLE_FILE, load_ensemble_state, save_ensemble_state
-from .loop import Callback
+from .loop import Callback, RunInfo
 from .members import OptState
 from .setup import RunSetup
 from .state import read_trainer_state, replacing_dir, write_trainer_state
 from .tensorboard_log import LogWriter
 
-__all__ = ["CsvLog", "EnsembleCheckpoints", "Logs", "RunCheckpoints"]
+__all__ = [
+    "CallbackError",
+    "CsvLog",
+    "EnsembleCheckpoints",
+    "Guarded",
+    "Logs",
+    "ProgressBar",
+    "RunCheckpoints",
+]
 
 
 class CsvLog:
@@ -98,9 +110,86 @@ class Logs(Callback):
                 w.close()
 
 
+class ProgressBar(Callback):
+    """A tqdm bar over the run's steps, with the members' mean loss of the last logged step."""
+
+    def __init__(self) -> None:
+        self.bar: Any = None
+        self._row_step, self._sum, self._n = -1, 0.0, 0
+
+    def on_train_start(self, run: RunInfo) -> None:
+        k = len(run.seeds)
+        self.bar = tqdm(total=run.total, initial=run.start, dynamic_ncols=True,
+                        desc="train" if k == 1 else f"train x{k}")  # fmt: skip
+
+    def on_step_end(self, step: int, losses: Mapping[str, torch.Tensor]) -> None:
+        self.bar.update(1)
+
+    def on_row(self, k: int, row: Mapping[str, float]) -> None:
+        if row["step"] != self._row_step:
+            self._row_step, self._sum, self._n = int(row["step"]), 0.0, 0
+        self._sum, self._n = self._sum + row["loss"], self._n + 1
+        self.bar.set_postfix(loss=f"{self._sum / self._n:.4g}", refresh=False)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+class CallbackError(RuntimeError):
+    """A caller's callback raised; the message names the callback, the hook and the step (the
+    original exception is the ``__cause__``). The run's last checkpoint stays as written."""
+
+
+class Guarded(Callback):
+    """A caller's callback whose exceptions become a :class:`CallbackError` naming it."""
+
+    def __init__(self, inner: Callback) -> None:
+        self.inner, self.step = inner, 0
+
+    def _call(self, hook: str, *args: Any) -> Any:
+        try:
+            return getattr(self.inner, hook)(*args)
+        except Exception as err:
+            name = type(self.inner).__name__
+            raise CallbackError(
+                f"callback {name}.{hook} raised at step {self.step}: {type(err).__name__}: {err}"
+            ) from err
+
+    def on_train_start(self, run: RunInfo) -> None:
+        self.step = run.start
+        self._call("on_train_start", run)
+
+    def on_step_end(self, step: int, losses: Mapping[str, torch.Tensor]) -> bool | None:
+        self.step = step
+        result: bool | None = self._call("on_step_end", step, losses)
+        return result
+
+    def on_row(self, k: int, row: Mapping[str, float]) -> None:
+        self._call("on_row", k, row)
+
+    def on_failure(self, k: int, step: int, message: str) -> None:
+        self._call("on_failure", k, step, message)
+
+    def on_keep(self, step: int, alive: list[int]) -> None:
+        self._call("on_keep", step, alive)
+
+    def on_checkpoint(self, step: int, alive: list[int]) -> None:
+        self._call("on_checkpoint", step, alive)
+
+    def on_train_end(self, step: int, alive: list[int]) -> None:
+        self._call("on_train_end", step, alive)
+
+    def close(self) -> None:
+        self._call("close")
+
+
 class RunCheckpoints(Callback):
     """A single run's checkpoints in ``ckdir`` (:mod:`gdm_models.training.trainer`'s layout):
     ``latest/`` (a full trainer state), ``step_<6 digits>/`` (kept models) and ``final/``."""
+
+    #: whether the run writes ``latest/`` / keeps models (the schedule's checkpoint and keep steps)
+    saves_state = keeps = True
 
     def __init__(self, ckdir: Path, run: RunSetup) -> None:
         self.ckdir, self.run = ckdir, run
@@ -128,7 +217,7 @@ class RunCheckpoints(Callback):
             write_trainer_state(tmp, model, opt_state, run.gens[0].get_state(),
                                 run.samplers[0].state_dict(), step, run.args[0])  # fmt: skip
 
-    def on_end(self, alive: list[int]) -> None:
+    def on_train_end(self, step: int, alive: list[int]) -> None:
         save_checkpoint(self.run.models[0], self.ckdir / "final")
 
 
@@ -140,6 +229,7 @@ class EnsembleCheckpoints(Callback):
 
     def __init__(self, root: Path | None, finals: list[Path] | None, run: RunSetup) -> None:
         self.root, self.finals, self.run = root, finals, run
+        self.saves_state, self.keeps = root is not None, finals is not None
         self.failed: dict[int, dict[str, Any]] = {}
         if root is not None:
             root.mkdir(parents=True, exist_ok=True)
@@ -175,7 +265,7 @@ class EnsembleCheckpoints(Callback):
             save_ensemble_state(self.root, step, run.seeds, alive, self.failed, run.engine,
                                 run.samplers, run.gens, run.args)  # fmt: skip
 
-    def on_end(self, alive: list[int]) -> None:
+    def on_train_end(self, step: int, alive: list[int]) -> None:
         for k in alive:
             model = self.run.engine.export(k)[0]  # the returned models hold the weights
             if self.finals is not None:

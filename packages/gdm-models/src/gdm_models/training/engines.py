@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import NotRequired, TypedDict, Unpack
 
 import torch
 
@@ -43,6 +44,8 @@ from .step import (
 )
 
 __all__ = [
+    "EngineArgs",
+    "LoopArgs",
     "MemberEngine",
     "LoopEngine",
     "make_engine",
@@ -50,6 +53,27 @@ __all__ = [
 ]
 
 Terms = dict[str, torch.Tensor]
+
+
+class EngineArgs(TypedDict):
+    """The keywords of both engines (:func:`make_engine` derives them from a
+    :class:`~gdm_models.training.config.TrainConfig`): Adam's learning rate ``lr``, the
+    gradient-norm bound ``clip`` (``math.inf``: none), the loss's ``autocast`` context and
+    ``static_shape`` (``None`` or left out: eager steps of each batch's own shape)."""
+
+    lr: float
+    clip: float
+    autocast: torch.autocast
+    static_shape: NotRequired[StaticShape | None]
+
+
+class LoopArgs(EngineArgs, total=False):
+    """:class:`EngineArgs` plus the loop engine's own: ``compile`` (each model's
+    ``enable_compile``; left out: eager) and ``static_dtype`` (``torch.bfloat16``: the static
+    step under bf16 autocast)."""
+
+    compile: bool
+    static_dtype: torch.dtype | None
 
 
 class MemberEngine:
@@ -68,21 +92,13 @@ class MemberEngine:
 
     name = "members"
 
-    def __init__(
-        self,
-        models: Sequence[WorldModel],
-        *,
-        lr: float,
-        clip: float,
-        autocast: torch.autocast,
-        static_shape: StaticShape | None = None,
-    ) -> None:
+    def __init__(self, models: Sequence[WorldModel], **args: Unpack[EngineArgs]) -> None:
         self.models = list(models)
         if not isinstance(self.models[0], MemberModel):
             raise TypeError(not_a_member_model(self.models[0]))
-        self.lr, self.clip, self.autocast = lr, clip, autocast
+        self.lr, self.clip, self.autocast = args["lr"], args["clip"], args["autocast"]
         self.device = self.models[0].device
-        self.static_shape = static_shape
+        self.static_shape = args.get("static_shape")
         self.members: list[int] = []
         self.model: MemberModel | None = None
         self._runner: GraphRunner[tuple[torch.Tensor, torch.Tensor, Terms]] | None = None
@@ -245,22 +261,13 @@ class LoopEngine:
 
     name = "loop"
 
-    def __init__(
-        self,
-        models: Sequence[WorldModel],
-        *,
-        lr: float,
-        clip: float,
-        autocast: torch.autocast,
-        compile: bool = False,
-        static_shape: StaticShape | None = None,
-        static_dtype: torch.dtype | None = None,
-    ) -> None:
+    def __init__(self, models: Sequence[WorldModel], **args: Unpack[LoopArgs]) -> None:
+        static_shape, compile = args.get("static_shape"), bool(args.get("compile"))
         if static_shape is not None and compile:
             raise ValueError("capture and compile are alternatives: ask for one of them")
         self.models = list(models)
-        self.clip, self.autocast = clip, autocast
-        self.static_shape, self.static_dtype = static_shape, static_dtype
+        lr, self.clip, self.autocast = args["lr"], args["clip"], args["autocast"]
+        self.static_shape, self.static_dtype = static_shape, args.get("static_dtype")
         self.device = self.models[0].device
         # Adam over every parameter, as the single run's: its state dict indexes them all
         every = [list(m.parameters()) for m in self.models]

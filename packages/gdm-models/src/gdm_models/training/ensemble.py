@@ -52,7 +52,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import torch
 
@@ -60,12 +60,12 @@ from ..data import EpisodeDataset
 from ..registry import make_model
 from ..scaling import FeatureScaler
 from ..world_model import WorldModel
-from .callbacks import CsvLog, EnsembleCheckpoints, Logs
-from .config import TrainConfig, old_keywords_error
+from .callbacks import EnsembleCheckpoints
+from .config import TrainConfig
 from .ensemble_state import ENSEMBLE_FORMAT, verify_ensemble_state
-from .loop import Members, Schedule, TrainResult, run_loop
-from .setup import STRATEGIES, setup_run, torch_threads
-from .tensorboard_log import tee_members
+from .loop import TrainResult
+from .session import RunOptions, check_call, run_members
+from .setup import STRATEGIES, setup_run
 
 __all__ = [
     "train_ensemble",
@@ -78,12 +78,12 @@ __all__ = [
 ]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class MemberResult(TrainResult):
     """Outcome of one member (the fields of :class:`~gdm_models.training.loop.TrainResult`
     plus its seed, its failure if it diverged, and where its outputs are)."""
 
-    seed: int = 0
+    seed: int
     error: FloatingPointError | None = None
     failed_step: int | None = None
     final_checkpoint: Path | None = None
@@ -183,11 +183,7 @@ def train_ensemble(
     out_dir: str | Path | None = None,
     member_logs: Sequence[str | Path] | None = None,
     member_finals: Sequence[str | Path] | None = None,
-    resume: bool = True,
-    progress: bool = True,
-    keep_history: bool = False,
-    tensorboard_dir: str | Path | None = None,
-    **old: Any,
+    **options: Unpack[RunOptions],
 ) -> EnsembleResult:
     """Train one model configuration with K seeds together (see the module docstring).
 
@@ -216,60 +212,33 @@ def train_ensemble(
         out_dir: ensemble state (``latest/``) and, unless given below, ``seed<s>/log.csv``
             and ``seed<s>/final/``; ``None`` writes nothing.
         member_logs, member_finals: per-seed CSV log paths / final checkpoint directories.
-        resume: continue from ``out_dir/latest`` if present.
-        progress, keep_history: as in ``train``.
-        tensorboard_dir: also write each member's logged rows as TensorBoard scalars into
-            ``tensorboard_dir/seed<s>/`` (one TensorBoard run per member; see ``train``).
+        **options: as for ``train`` (:class:`~gdm_models.training.session.RunOptions`):
+            ``resume`` from ``out_dir/latest``, ``progress``, ``keep_history``,
+            ``tensorboard_dir`` (member ``seed<s>`` into ``tensorboard_dir/seed<s>/``, one
+            TensorBoard run per member) and ``callbacks`` (the hooks see every member: a
+            callback that stops the run stops all of them).
 
     Returns:
         :class:`EnsembleResult` with one :class:`MemberResult` per seed.
     """
-    if old or config is None:
-        raise (
-            old_keywords_error("train_ensemble", old)
-            if old
-            else TypeError(
-                "train_ensemble() needs a TrainConfig: train_ensemble(model, seeds, dataset, "
-                "TrainConfig(steps=...))"
-            )
-        )
-    if not isinstance(config, TrainConfig):
-        raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
-    c = config
+    usage = "train_ensemble(model, seeds, dataset, TrainConfig(steps=...))"
+    opts = check_call("train_ensemble", config, options, usage)
+    assert config is not None  # checked
     seeds = _check_seeds(seeds)
     models = _build_members(model, seeds, dataset, scaler, model_config)
-    run = setup_run(models, seeds, dataset, c, c.strategy)
+    run = setup_run(models, seeds, dataset, config, config.strategy)
     root = Path(out_dir) if out_dir is not None else None
     logs = _member_paths("member_logs", member_logs, root, seeds, "log.csv")
     finals = _member_paths("member_finals", member_finals, root, seeds, "final")
     ckpts = EnsembleCheckpoints(root, finals, run)
-    start, opt_states = ckpts.resume() if resume else (0, None)
-    failed = ckpts.failed
-    alive = [k for k in range(len(seeds)) if k not in failed]
-    run.engine.build(alive, opt_states)
-    results = [
-        MemberResult(steps=start, resumed_from=start, seed=s, log_csv=logs[k] if logs else None)
-        for k, s in enumerate(seeds)
-    ]
-    writers = tee_members(
-        [CsvLog(p, start, c.log_every) for p in logs] if logs else None,
-        tensorboard_dir, [f"seed{s}" for s in seeds], start,
-    )  # fmt: skip
-    schedule = Schedule(
-        run.total, c.log_every,
-        c.checkpoint_every if root is not None else None,
-        c.keep_every if finals is not None else None,
-    )  # fmt: skip
-    members = Members(run.samplers, run.gens, results, [f"seed {s}: " for s in seeds])
-    callbacks = [Logs(writers or [None] * len(seeds)), ckpts]
-    with torch_threads(c.threads):
-        alive = run_loop(run.engine, members, alive, start, schedule, callbacks,
-                         keep_history=keep_history, progress=progress,
-                         device=run.device)  # fmt: skip
-    for k, f in failed.items():
+    results = [MemberResult(0, 0, seed=s, log_csv=logs[k] if logs else None)
+               for k, s in enumerate(seeds)]  # fmt: skip
+    alive = run_members(run, results, ckpts, logs, opts, single=False)
+    for k, f in ckpts.failed.items():
         results[k].steps = results[k].failed_step = f["step"]
         results[k].error = FloatingPointError(f["error"])
     for k in alive:
         results[k].final_checkpoint = finals[k] if finals is not None else None
+    start = results[0].resumed_from
     steps_done = max((r.steps for r in results if r.ok), default=start)
     return EnsembleResult(results, steps_done, start, run.strategy, models)

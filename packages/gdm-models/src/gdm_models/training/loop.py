@@ -21,12 +21,22 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import torch
-from tqdm.auto import tqdm
 
 from ..data import EpochSampler
+from ..world_model import WorldModel
+from .config import TrainConfig
 from .step import host_row
 
-__all__ = ["Callback", "Engine", "Members", "Schedule", "TrainResult", "host_rows", "run_loop"]
+__all__ = [
+    "Callback",
+    "Engine",
+    "Members",
+    "RunInfo",
+    "Schedule",
+    "TrainResult",
+    "host_rows",
+    "run_loop",
+]
 
 Terms = dict[str, torch.Tensor]
 
@@ -64,20 +74,53 @@ class Schedule:
     checkpoint_every: int | None = None
     keep_every: int | None = None
 
-    def due(self, step: int) -> tuple[bool, bool, bool]:
-        """(log, checkpoint, keep) at ``step``."""
-        last = step == self.total
+    def due(self, step: int, stop: bool = False) -> tuple[bool, bool, bool]:
+        """(log, checkpoint, keep) at ``step`` (``stop``: a callback ends training here)."""
+        last = step == self.total or stop
         ckpt = self.checkpoint_every is not None and (step % self.checkpoint_every == 0 or last)
         keep = self.keep_every is not None and step % self.keep_every == 0
         return step % self.log_every == 0 or last, ckpt, keep
 
 
+@dataclass(frozen=True)
+class RunInfo:
+    """What a :class:`Callback` is told at ``on_train_start``: member k is ``models[k]`` with
+    seed ``seeds[k]`` (a single run: one member, ``config.seed``), trained under ``config``
+    from step ``start`` (0, or the step a resumed run continues from) to ``total``."""
+
+    models: list[WorldModel]
+    seeds: list[int]
+    config: TrainConfig
+    start: int
+    total: int
+
+
 class Callback:
-    """A hook of :func:`run_loop`; every method does nothing unless overridden. Callbacks run
-    in list order (the logs first: a checkpoint is written after the logs are flushed)."""
+    """A hook object of :func:`~gdm_models.training.trainer.train` and
+    :func:`~gdm_models.training.ensemble.train_ensemble` (``callbacks=[...]``, after SB3's
+    ``learn(callback=...)``); every method does nothing unless overridden. The trainers' own
+    behaviours (the CSV and TensorBoard logs, the checkpoints, the progress bar) are callbacks
+    too, and run before the caller's, in list order.
+
+    Per step: ``on_step_end``; at a logged step ``on_row`` (or ``on_failure``) per member, then
+    ``on_keep`` and ``on_checkpoint`` where due. Member ``k`` is the index into the seeds
+    (always 0 for a single run).
+    """
+
+    def on_train_start(self, run: RunInfo) -> None:
+        """Before the first step (after a resume restored the state)."""
+
+    def on_step_end(self, step: int, losses: Mapping[str, torch.Tensor]) -> bool | None:
+        """After training step ``step``. ``losses``: ``loss``, ``grad_norm`` and every loss
+        term, each a tensor on the training device with one entry per live member (in seed
+        order); reading a value (``float(losses["loss"][0])``) waits for the device, and the
+        next step may overwrite them (clone to keep). Return ``False`` to stop training after
+        this step (as SB3's ``_on_step``; ``None``, no return, goes on): the step is logged and
+        checkpointed as a last step would be, and ``final/`` holds its model."""
+        return None
 
     def on_row(self, k: int, row: Mapping[str, float]) -> None:
-        """Member ``k``'s row at a logged step."""
+        """Member ``k``'s log row (host floats) at a logged step."""
 
     def on_failure(self, k: int, step: int, message: str) -> None:
         """Member ``k`` was found non-finite at ``step`` (it is dropped after this)."""
@@ -86,13 +129,15 @@ class Callback:
         """Every ``keep_every`` steps (before that step's checkpoint): keep the models."""
 
     def on_checkpoint(self, step: int, alive: list[int]) -> None:
-        """Every ``checkpoint_every`` steps and at the last: write the state."""
+        """Every ``checkpoint_every`` steps and at the last, when the run writes a state
+        (a caller's callback runs after the state is on disk)."""
 
-    def on_end(self, alive: list[int]) -> None:
-        """Training ended normally (not called when it raised)."""
+    def on_train_end(self, step: int, alive: list[int]) -> None:
+        """Training ended at ``step`` (the last, or the one a callback stopped at) with the
+        members ``alive``; not called when it raised. Final checkpoints are written here."""
 
     def close(self) -> None:
-        """Always, last: release files."""
+        """Always, last (also after an error): release files."""
 
 
 class Engine(Protocol):
@@ -134,31 +179,29 @@ def run_loop(
     engine: Engine,
     members: Members,
     alive: list[int],
-    start: int,
+    run: RunInfo,
     schedule: Schedule,
     callbacks: Sequence[Callback] = (),
     *,
     fail_fast: bool = False,
     keep_history: bool = False,
-    progress: bool = False,
     device: torch.device | None = None,
 ) -> list[int]:
-    """Train the members ``alive`` (indices into ``members``) from step ``start`` + 1 to
-    ``schedule.total``, calling ``callbacks`` at the steps ``schedule`` names; returns the
-    members still alive. ``fail_fast``: a non-finite loss raises :class:`FloatingPointError`
-    (the single run); else the member is handed to ``on_failure`` and dropped."""
+    """Train the members ``alive`` (indices into ``members``) from step ``run.start`` + 1 to
+    ``schedule.total`` (or the step an ``on_step_end`` returned ``False`` at), calling
+    ``callbacks`` at the steps ``schedule`` names; returns the members still alive.
+    ``fail_fast``: a non-finite loss raises :class:`FloatingPointError` (the single run);
+    else the member is handed to ``on_failure`` and dropped."""
     alive = list(alive)
     dev = device if device is not None else torch.device("cpu")
-    desc = "train" if len(members.samplers) == 1 else f"train x{len(members.samplers)}"
-    bar = tqdm(total=schedule.total, initial=start, disable=not progress, desc=desc,
-               dynamic_ncols=True)  # fmt: skip
     nonfinite = torch.zeros(len(members.samplers), dtype=torch.bool, device=dev)  # no sync
-    first_unchecked = start + 1
+    first_unchecked = step = run.start
     idx: torch.Tensor | None = None  # the live members' positions, rebuilt when one fails
     try:
-        for step in range(start + 1, schedule.total + 1):
-            if not alive:
-                break
+        for cb in callbacks:
+            cb.on_train_start(run)
+        while step < schedule.total and alive:
+            step += 1
             out = engine.step(
                 [members.samplers[k] for k in alive], [members.gens[k] for k in alive]
             )
@@ -167,30 +210,33 @@ def run_loop(
                 members.results[k].steps = step
             idx = torch.tensor(alive, device=dev) if idx is None else idx
             nonfinite[idx] |= ~torch.isfinite(out[0].detach())
-            do_log, do_ckpt, do_keep = schedule.due(step)
+            losses = {"loss": out[0], "grad_norm": out[1], **out[2]}
+            # every callback sees every step (no short cut once one asked to stop); None (no
+            # return statement) goes on, anything false stops
+            said = [cb.on_step_end(step, losses) for cb in callbacks]
+            stop = any(r is not None and not r for r in said)
+            do_log, do_ckpt, do_keep = schedule.due(step, stop)
             if do_log or do_ckpt or do_keep:
                 rows = host_rows(step, *out, nonfinite[idx])
-                failed = _read_rows(rows, alive, step, first_unchecked, members, callbacks,
+                failed = _read_rows(rows, alive, step, first_unchecked + 1, members, callbacks,
                                     do_log, fail_fast, keep_history)  # fmt: skip
-                first_unchecked = step + 1
+                first_unchecked = step
                 if failed:
                     engine.drop(failed)
                     alive, idx = [k for k in alive if k not in failed], None
-                if do_log and progress and alive:
-                    bar.set_postfix(loss=f"{sum(r['loss'] for r, _ in rows) / len(rows):.4g}")
                 for cb in callbacks:
                     if do_keep and alive:
                         cb.on_keep(step, alive)
                 for cb in callbacks:
                     if do_ckpt:
                         cb.on_checkpoint(step, alive)
-            bar.update(1)
+            if stop:
+                break
+        for cb in callbacks:
+            cb.on_train_end(step, alive)
     finally:
-        bar.close()
         for cb in callbacks:
             cb.close()
-    for cb in callbacks:
-        cb.on_end(alive)
     return alive
 
 

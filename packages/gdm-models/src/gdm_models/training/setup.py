@@ -52,6 +52,7 @@ class RunSetup:
     strategy: str
     #: member k's training arguments as its ``trainer_state.json`` records them
     args: list[dict[str, Any]]
+    config: TrainConfig
 
 
 def _strategy(models: Sequence[WorldModel], strategy: str, compile: bool) -> str:
@@ -113,4 +114,4 @@ def setup_run(
         for s in seeds
     ]  # fmt: skip
     return RunSetup(list(models), [int(s) for s in seeds], engine, samplers, gens, total, dev,
-                    strategy, args)  # fmt: skip
+                    strategy, args, c)  # fmt: skip

@@ -27,20 +27,21 @@ truncated to the resumed step.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Unpack
 
 from ..data import EpisodeDataset
 from ..world_model import WorldModel
-from .callbacks import CsvLog, Logs, RunCheckpoints
-from .config import TrainConfig, old_keywords_error
-from .loop import Members, Schedule, TrainResult, run_loop
-from .setup import setup_run, torch_threads
+from .callbacks import CsvLog, RunCheckpoints
+from .config import TrainConfig
+from .loop import Callback, TrainResult
+from .session import RunOptions, check_call, run_members
+from .setup import setup_run
 from .state import verify_trainer_state
 from .step import PRECISIONS, default_device
-from .tensorboard_log import tee
 
 __all__ = [
     "train",
+    "Callback",
     "TrainConfig",
     "TrainResult",
     "CsvLog",
@@ -57,16 +58,12 @@ def train(
     *,
     log_csv: str | Path | None = None,
     checkpoint_dir: str | Path | None = None,
-    resume: bool = True,
-    progress: bool = True,
-    keep_history: bool = False,
-    tensorboard_dir: str | Path | None = None,
-    **old: Any,
+    **options: Unpack[RunOptions],
 ) -> TrainResult:
     """Train ``model`` on ``dataset`` with Adam under ``config`` (every hyperparameter: length,
     batch, learning rate, clipping, seed, device, precision, checkpoint intervals, ...; see
     :class:`~gdm_models.training.config.TrainConfig`). Exactly one of ``config.steps`` and
-    ``config.epochs``. The keywords say where the run's outputs go:
+    ``config.epochs``.
 
     Args:
         log_csv: CSV path; one row per logged step (every ``config.log_every`` steps and the
@@ -76,43 +73,21 @@ def train(
             ``config.checkpoint_every`` steps), a ``final/`` model checkpoint and, with
             ``config.keep_every``, the kept ``step_<6 digits>/`` model checkpoints (written
             before that step's ``latest/``, so a resumed run holds every kept step it passed).
-        resume: continue from ``checkpoint_dir/latest`` if present.
-        progress: show a tqdm progress bar.
-        keep_history: also return every logged row in ``TrainResult.history``.
-        tensorboard_dir: also write each logged row as TensorBoard scalars (``train/loss``,
-            ...) into this folder (needs the ``gdm-models[tensorboard]`` extra); the CSV stays
-            the record.
+        **options: ``resume`` (default ``True``: continue from ``checkpoint_dir/latest`` if
+            present), ``progress`` (``True``: a tqdm bar), ``keep_history`` (``False``; ``True``:
+            every logged row in ``TrainResult.history``), ``tensorboard_dir`` (also TensorBoard
+            scalars) and ``callbacks`` (:class:`~gdm_models.training.loop.Callback` objects,
+            e.g. to stop early); see :class:`~gdm_models.training.session.RunOptions`.
 
     The old keywords (``steps=``, ``batch_size=``, ...) raise a ``TypeError`` naming the
     ``TrainConfig`` field to use.
     """
-    if old or config is None:
-        raise (
-            old_keywords_error("train", old)
-            if old
-            else TypeError(
-                "train() needs a TrainConfig: train(model, dataset, TrainConfig(steps=...))"
-            )
-        )
-    if not isinstance(config, TrainConfig):
-        raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
-    c = config
-    run = setup_run([model], [c.seed], dataset, c, strategy="loop")
+    usage = "train(model, dataset, TrainConfig(steps=...))"
+    opts = check_call("train", config, options, usage)
+    assert config is not None  # checked
+    run = setup_run([model], [config.seed], dataset, config, strategy="loop")
     ckpts = RunCheckpoints(Path(checkpoint_dir), run) if checkpoint_dir is not None else None
-    start, opt_states = ckpts.resume() if ckpts is not None and resume else (0, None)
-    run.engine.build([0], opt_states)
-    log = tee(
-        CsvLog(log_csv, start, c.log_every) if log_csv is not None else None, tensorboard_dir, start
-    )
-    result = TrainResult(steps=start, resumed_from=start)
-    schedule = Schedule(
-        run.total, c.log_every,
-        c.checkpoint_every if ckpts is not None else None,
-        c.keep_every if ckpts is not None else None,
-    )  # fmt: skip
-    callbacks = [Logs([log]), *([ckpts] if ckpts is not None else [])]
-    members = Members(run.samplers, run.gens, [result], [""])
-    with torch_threads(c.threads):
-        run_loop(run.engine, members, [0], start, schedule, callbacks, fail_fast=True,
-                 keep_history=keep_history, progress=progress, device=run.device)  # fmt: skip
+    result = TrainResult(steps=0, resumed_from=0)
+    logs = [Path(log_csv)] if log_csv is not None else None
+    run_members(run, [result], ckpts, logs, opts, single=True)
     return result
