@@ -262,7 +262,7 @@ def test_model_presets_of_an_env_the_paper_did_not_tune():
     try:
         assert model_preset("gdm", SPREAD)["model"] == {"hidden_dim": 16}
     finally:
-        from gdm_models.presets import PRESETS
+        from gdm_models.hyperparameters import PRESETS
 
         del PRESETS["gdm"]["example/Spread-v0"]
 
