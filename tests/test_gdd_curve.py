@@ -16,7 +16,7 @@ from graphwm.config import PresetError
 from graphwm.pipeline import (
     curve_jobs,
     evaluation_jobs,
-    load_preset,
+    preset_dict,
     stage_curve,
     stage_train,
     training_jobs,
@@ -33,7 +33,7 @@ SEEDS = [0, 1]
 def curve_preset(**train) -> dict:
     """The tiny preset cut to SAR, two models and two seeds trained as one ensemble, 4 steps
     with a curve point every 2 (steps 2 and 4), on the first test episode."""
-    preset = load_preset("tiny")
+    preset = preset_dict("tiny")
     preset.update(envs=["SAR"], models=["gdm", "vanilla-gwm"], ablations=[], seeds=SEEDS)
     for section in ("multi_step", "downstream", "search"):
         preset.pop(section, None)

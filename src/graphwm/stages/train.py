@@ -21,9 +21,8 @@ from typing import Any
 
 from gdm_models.training import TrainConfig
 
-from graphwm.config import TrainSection
+from graphwm.config import TrainSection, defaults
 from graphwm.envs import env_schema
-from graphwm.settings import defaults
 from graphwm.stages.fit import FitJob, load_fitted, training_episodes
 from graphwm.store.checkpoints import recover_latest
 from graphwm.store.files import CorruptFileError, content_key, inside, sha256_file
@@ -303,9 +302,8 @@ def checkpoint_size_problem(path: Path) -> str | None:
     import json
     import struct
 
+    from gdm_models.config_checks import memory_bytes
     from gdm_models.training.checkpoint import WEIGHTS_FILE, CheckpointError, read_manifest
-
-    from graphwm.checks import memory_bytes
 
     try:
         manifest = read_manifest(path)
