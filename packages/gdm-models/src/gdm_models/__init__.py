@@ -25,8 +25,8 @@ pyproject.toml):
 
 from .data import OBS_KEYS, Batch, DataError, EpisodeDataset, EpochSampler
 from .gdm import GDM, GDMConfig
-from .member_layers import MemberModel
 from .hyperparameters import ENV_IDS, default_preset, get_preset, register_preset
+from .member_layers import MemberModel
 from .registry import available_models, make_model, register_model
 from .scaling import FeatureScaler
 from .schema import Schema, SchemaError, parse_schema
