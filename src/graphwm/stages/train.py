@@ -171,18 +171,14 @@ def make_train_job(
     seed: int,
     fit: FitJob,
     *,
-    steps: int | None = None,
-    epochs: int | None = None,
     model_overrides: dict[str, Any] | None = None,
     train_overrides: dict[str, Any] | None = None,
-    device: str = "cpu",
-    threads: int = 1,
     tensorboard: bool = _TRAIN["tensorboard"],
     **options: Any,
 ) -> TrainJob:
-    """A job with the paper's preset of ``model`` on ``env`` resolved under the overrides;
-    ``options``: further :class:`~gdm_models.training.TrainConfig` fields (``precision``,
-    ``checkpoint_every``, ...)."""
+    """A job with the hyperparameters of ``model`` on ``env`` resolved under the overrides;
+    ``options``: the other :class:`~gdm_models.training.TrainConfig` fields (``steps`` or
+    ``epochs``, ``device``, ``threads``, ``precision``, ``checkpoint_every``, ...)."""
     from graphwm.envs import resolved_configs
 
     # the paper's preset, else the defaults of an untuned env, under the overrides
@@ -193,10 +189,7 @@ def make_train_job(
             f"{model} on {env}: the preset's 'train' table has keys {unknown}; a training "
             f"preset sets {[*TRAINER_FIELDS, 'grad_clip']} (gdm_models.training.TrainConfig)"
         )
-    config = TrainConfig(
-        seed=seed, steps=steps, epochs=epochs, device=device, threads=threads, **trainer,
-        **options,
-    )  # fmt: skip
+    config = TrainConfig(seed=seed, **trainer, **options)
     return TrainJob(
         env=env,
         model=model,
