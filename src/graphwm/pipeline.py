@@ -255,11 +255,7 @@ def stage_fit(preset: CheckedPreset, paths: RunPaths) -> dict[str, Path]:
 def stage_train(preset: CheckedPreset, paths: RunPaths, progress: bool = True) -> list[TrainRecord]:
     """Stage 3: train every model (and ablation) on every env and seed (collecting and
     fitting what is not there yet first)."""
-    with run_lock(paths), shared_pool():  # one worker pool for every stage
-        failed = _Failed()
-        records = _train(preset, paths, progress, failed)
-        failed.finish(paths)
-        return records
+    return _stages(preset, paths, progress)
 
 
 @_entry
@@ -268,12 +264,7 @@ def stage_evaluate(preset: CheckedPreset, paths: RunPaths, progress: bool = True
 
     Trains whatever is not trained yet first (finished training jobs are skipped).
     """
-    with run_lock(paths), shared_pool():  # one worker pool for every stage
-        failed = _Failed()
-        _train(preset, paths, progress, failed)
-        records = _evaluate(preset, paths, progress, failed)
-        failed.finish(paths)
-        return records
+    return _stages(preset, paths, progress, _evaluate)
 
 
 @_entry
@@ -281,13 +272,7 @@ def stage_curve(preset: CheckedPreset, paths: RunPaths, progress: bool = True) -
     """The GDD curve (``train.eval_every``): single-step GDD of every checkpoint the training
     jobs kept, stored in ``results/`` like every evaluation and listed in ``run.json``'s
     ``curve`` (empty when the curve is off). Trains whatever is not trained yet first."""
-    with run_lock(paths), shared_pool():  # one worker pool for every stage
-        failed = _Failed()
-        if jobs.curve_jobs(preset):
-            _train(preset, paths, progress, failed)
-        records = _curve(preset, paths, progress, failed)
-        failed.finish(paths)
-        return records
+    return _stages(preset, paths, progress, _curve, train=bool(jobs.curve_jobs(preset)))
 
 
 @_entry
@@ -298,13 +283,8 @@ def stage_downstream(preset: CheckedPreset, paths: RunPaths, progress: bool = Tr
 
     Trains whatever is not trained yet first; a preset without the section records none.
     """
-    with run_lock(paths), shared_pool():  # one worker pool for every stage
-        failed = _Failed()
-        if _downstream_section(preset) is not None:
-            _train(preset, paths, progress, failed)
-        records = _downstream(preset, paths, progress, failed)
-        failed.finish(paths)
-        return records
+    train = _downstream_section(preset) is not None
+    return _stages(preset, paths, progress, _downstream, train=train)
 
 
 @_entry
@@ -322,6 +302,22 @@ def run_training_jobs(
 
 # The stages' bodies: a checked preset, the run lock held by the caller; each runs its own
 # stage only (the public stage_* functions and reproduce decide what runs first).
+_Body = Callable[[CheckedPreset, RunPaths, bool, "_Failed"], list]
+
+
+def _stages(
+    p: CheckedPreset, paths: RunPaths, progress: bool, then: _Body | None = None, train: bool = True
+) -> list:
+    """Under the run lock and one worker pool for every stage: collect, fit and train (with
+    ``train``), then ``then``; its records (else the training's), the failed jobs raised at
+    the end."""
+    with run_lock(paths), shared_pool():
+        failed = _Failed()
+        records: list = _train(p, paths, progress, failed) if train else []
+        if then is not None:
+            records = then(p, paths, progress, failed)
+        failed.finish(paths)
+        return records
 
 
 def _collect(p: CheckedPreset, paths: RunPaths, progress: bool) -> list[DataRef]:
