@@ -360,9 +360,8 @@ class PpoSettings(Section):
     stable-baselines3's default, the others are the defaults of every downstream agent."""
 
     n_steps: Annotated[int, Int(ge=1, le=2**20)] = 256  # rollout length per env
-    batch_size: Annotated[int, Int(ge=2, le=2**20)] = (
-        64  # SB3 normalizes advantages over a minibatch
-    )
+    # SB3 normalizes advantages over a minibatch: one sample has no spread
+    batch_size: Annotated[int, Int(ge=2, le=2**20)] = 64
     n_epochs: Annotated[int, Int(ge=1, le=10_000)] = 4
     learning_rate: Annotated[float, Float(gt=0.0, le=1.0)] = 3e-4
     gamma: Annotated[float, Float(gt=0.0, le=1.0)] | None = None
