@@ -200,6 +200,9 @@ def test_a_checked_preset_is_passed_down_not_checked_again(monkeypatch):
     checked = parse_checked(raw)
     assert isinstance(checked, CheckedPreset) and parse_checked(checked) is checked
     assert load_preset("tiny") == checked  # the public entry: parsed and checked once
+    import graphwm
+
+    assert graphwm.load_preset("tiny") == checked
     assert checked.to_dict() == Preset.parse(raw).to_dict()
     # a plain Preset is still checked: a model name gdm_models cannot build is refused
     with pytest.raises(PresetError, match=r"'models\[1\]' \('nope'\)"):
