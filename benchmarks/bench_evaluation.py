@@ -186,9 +186,9 @@ def extrapolate_with(preset_name: str, measured: dict, env: str) -> None:
     runs on a GPU). Transitions per job and size: reference transitions x test episodes."""
     from graphwm.checks import parse_checked
     from graphwm.jobs import training_jobs
-    from graphwm.pipeline import load_preset
+    from graphwm.pipeline import preset_dict
 
-    preset = parse_checked(load_preset(preset_name, {"device": "cpu"}))
+    preset = parse_checked(preset_dict(preset_name, {"device": "cpu"}))
     jobs = training_jobs(preset)
     per_size = preset.evaluate.reference_transitions * preset.collect.test_episodes
     models = {m for m, _ in measured}

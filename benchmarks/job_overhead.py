@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         "seeds": list(range(args.jobs)),
         "workers": args.workers,
     }
-    preset = pipeline.load_preset("tiny", overrides)
+    preset = pipeline.preset_dict("tiny", overrides)
     with tempfile.TemporaryDirectory() as tmp:
         paths = pipeline.RunPaths(Path(tmp) / "run")
         pipeline.stage_collect(preset, paths, progress=False)

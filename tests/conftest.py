@@ -22,7 +22,7 @@ import gymnasium as gym
 import pytest
 import torch
 
-from graphwm.pipeline import RunPaths, load_preset, stage_collect, stage_fit
+from graphwm.pipeline import RunPaths, preset_dict, stage_collect, stage_fit
 
 # the tests' helper modules (``import tiny_models``): --import-mode=importlib adds no test
 # folder to sys.path by itself
@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 def tiny_preset(**overrides) -> dict:
     """The tiny preset (two envs, two models) with overrides."""
-    preset = load_preset("tiny")
+    preset = preset_dict("tiny")
     preset.update(overrides)
     return preset
 

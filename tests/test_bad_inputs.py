@@ -10,7 +10,7 @@ import torch
 
 from graphwm.cli import main
 from graphwm.config import PresetError
-from graphwm.pipeline import load_preset, reproduce
+from graphwm.pipeline import preset_dict, reproduce
 
 NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 
@@ -61,7 +61,7 @@ BAD = [
 
 @pytest.mark.parametrize(("key", "value", "message"), BAD)
 def test_bad_value_is_refused_before_any_work(tmp_path, preset_with, key, value, message):
-    bad = preset_with(load_preset("tiny"), key, value)
+    bad = preset_with(preset_dict("tiny"), key, value)
     with pytest.raises(PresetError, match=message):
         reproduce(bad, tmp_path / "run", progress=False)
     assert not (tmp_path / "run").exists()

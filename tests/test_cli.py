@@ -9,7 +9,7 @@ import numpy as np
 from graphwm.cli import main
 from graphwm.config import keep_models
 from graphwm.demo import run_episode
-from graphwm.pipeline import RunPaths, load_preset
+from graphwm.pipeline import RunPaths, preset_dict
 from graphwm.search import run_search
 
 
@@ -36,7 +36,7 @@ def test_demo_episode_statistics_are_consistent():
 
 
 def test_search_selects_the_lowest_mean_validation_gdd(tmp_path):
-    preset = load_preset("tiny")
+    preset = preset_dict("tiny")
     preset.update(envs=["SAR"], models=["gdm"], ablations=[])
     preset = keep_models(preset, preset["models"])  # their overrides only
     best = run_search(preset, RunPaths(tmp_path), progress=False)
@@ -51,7 +51,7 @@ def test_search_selects_the_lowest_mean_validation_gdd(tmp_path):
 def test_cost_estimate_scales_measured_unit_costs_by_job_counts():
     from graphwm.cost import estimate, format_estimate
 
-    preset = load_preset("tiny")
+    preset = preset_dict("tiny")
     preset.update(envs=["RGC"], models=["vanilla-gwm"], ablations=[], seeds=[0, 1, 2])
     preset = keep_models(preset, preset["models"])  # their overrides only
     (line,) = estimate(preset, "cpu", steps=1, probe_sizes=(8, 12))
@@ -79,7 +79,7 @@ def test_cost_estimate_counts_the_gdd_curve_points():
     curve_episodes episodes at the smallest test size."""
     from graphwm.cost import estimate
 
-    preset = load_preset("tiny")
+    preset = preset_dict("tiny")
     preset.update(envs=["RGC"], models=["vanilla-gwm"], ablations=[], seeds=[0, 1, 2])
     preset = keep_models(preset, preset["models"])  # their overrides only
     preset["train"].update(steps=4, eval_every=2)

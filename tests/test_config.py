@@ -8,7 +8,7 @@ import pytest
 
 from graphwm.cli import main
 from graphwm.config import PRESET_NAMES, Preset, PresetError
-from graphwm.pipeline import load_preset, reproduce
+from graphwm.pipeline import load_preset, preset_dict, reproduce
 
 
 def _set(preset: dict, key: str, value) -> dict:
@@ -52,7 +52,7 @@ BAD_VALUES = [
 
 @pytest.mark.parametrize(("key", "value", "message"), BAD_VALUES, ids=[b[0] for b in BAD_VALUES])
 def test_bad_preset_value_is_refused_before_collect(tmp_path, key, value, message):
-    bad = _set(load_preset("tiny"), key, value)
+    bad = _set(preset_dict("tiny"), key, value)
     with pytest.raises(PresetError, match=message):
         reproduce(bad, tmp_path / "run", progress=False)
     assert not (tmp_path / "run").exists()  # nothing was collected (or even created)
@@ -60,9 +60,9 @@ def test_bad_preset_value_is_refused_before_collect(tmp_path, key, value, messag
 
 def test_shipped_presets_parse_and_round_trip():
     for name in PRESET_NAMES:
-        preset = Preset.parse(load_preset(name))
+        preset = Preset.parse(preset_dict(name))
         assert Preset.parse(preset.to_dict()) == preset
-    tiny = Preset.parse(load_preset("tiny"))
+    tiny = Preset.parse(preset_dict("tiny"))
     # defaults live in one place (graphwm.config) and are filled in at parse time
     assert tiny.train.precision == "fp32" and tiny.train.compile is False
     assert tiny.fit.transitions_per_episode == 4 and tiny.collect.rgc_max_test_size == 200
@@ -73,8 +73,8 @@ def test_shipped_presets_parse_and_round_trip():
 def test_medium_preset_is_the_paper_setting_on_od_and_sar():
     """Issue 10's medium preset: paper-size training data for OD and SAR, the four models at
     the paper's hyperparameters (no overrides), single-step GDD at N = 20 and 50, on a GPU."""
-    medium = Preset.parse(load_preset("medium"))
-    paper = Preset.parse(load_preset("paper"))
+    medium = Preset.parse(preset_dict("medium"))
+    paper = Preset.parse(preset_dict("paper"))
     assert medium.envs == ("OD", "SAR") and medium.device == "cuda"
     assert set(medium.models) == set(paper.models) and medium.ablations == ()
     assert medium.collect.train_sizes == paper.collect.train_sizes
@@ -86,14 +86,15 @@ def test_medium_preset_is_the_paper_setting_on_od_and_sar():
 
 def test_cli_errors_are_one_line_with_exit_code_2(tmp_path, capsys):
     toml = tmp_path / "bad.toml"
-    raw = load_preset("tiny")
+    raw = preset_dict("tiny")
     raw["collect"]["train_episodes"] = 0
     toml.write_text(_to_toml(raw))
     code = main(["reproduce", "--preset", str(toml), "--out", str(tmp_path / "run"), "--quiet"])
     err = capsys.readouterr().err
     assert code == 2
-    assert err.strip().splitlines() == [
-        "graphwm: error: preset key 'collect.train_episodes': must be an integer >= 1, got 0"
+    assert err.strip().splitlines() == [  # the file, the key, what is allowed, the value
+        f"graphwm: error: {toml}: preset key 'collect.train_episodes': must be an integer >= 1, "
+        "got 0"
     ]
     assert "Traceback" not in err
     assert main(["report", str(tmp_path / "missing")]) == 2
@@ -138,8 +139,7 @@ def test_every_default_is_a_dataclass_field():
     trainer's from gdm_models.training.TrainConfig."""
     from gdm_models.training import TrainConfig
 
-    from graphwm.config import DEFAULT_PPO, PpoSettings, TrainSection
-    from graphwm.settings import defaults
+    from graphwm.config import DEFAULT_PPO, PpoSettings, TrainSection, defaults
 
     assert DEFAULT_PPO == {k: v for k, v in defaults(PpoSettings).items() if v is not None}
     assert DEFAULT_PPO == {"n_steps": 256, "batch_size": 64, "n_epochs": 4, "learning_rate": 3e-4}
@@ -193,12 +193,16 @@ def test_a_checked_preset_is_passed_down_not_checked_again(monkeypatch):
     from graphwm.checks import CheckedPreset, parse_checked
     from graphwm.pipeline import evaluation_jobs
 
-    raw = load_preset("tiny")
+    raw = preset_dict("tiny")
     calls = _count_checks(monkeypatch)
     jobs = evaluation_jobs(raw)  # builds every fit, training and evaluation job
     assert len(jobs) > 1 and len(calls) == 1
     checked = parse_checked(raw)
     assert isinstance(checked, CheckedPreset) and parse_checked(checked) is checked
+    assert load_preset("tiny") == checked  # the public entry: parsed and checked once
+    import graphwm
+
+    assert graphwm.load_preset("tiny") == checked
     assert checked.to_dict() == Preset.parse(raw).to_dict()
     # a plain Preset is still checked: a model name gdm_models cannot build is refused
     with pytest.raises(PresetError, match=r"'models\[1\]' \('nope'\)"):
@@ -242,9 +246,9 @@ def test_a_training_job_holds_its_train_config():
     from graphwm import jobs
     from graphwm.checks import parse_checked
     from graphwm.envs import resolved_configs
-    from graphwm.pipeline import load_preset
+    from graphwm.pipeline import preset_dict
 
-    preset = parse_checked(load_preset("tiny"))
+    preset = parse_checked(preset_dict("tiny"))
     job = jobs.training_jobs(preset)[0]
     assert isinstance(job.config, TrainConfig)
     base = job.model.split(":", 1)[0]

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from graphwm.downstream.report import load_downstream
-from graphwm.pipeline import PresetError, load_preset, reproduce
+from graphwm.pipeline import PresetError, load_preset, preset_dict, reproduce
 
 pytest.importorskip("sb3_contrib")
 
@@ -16,7 +16,7 @@ def test_tiny_preset_downstream_stage_and_report(tmp_path, capsys):
     from graphwm.cli import main
 
     torch.set_num_threads(1)
-    preset = load_preset("tiny")
+    preset = preset_dict("tiny")
     assert preset["downstream"]["envs"] == ["SAR"]
     preset.update(envs=["SAR"])  # the downstream env only (RGC is covered by test_pipeline)
     report = reproduce(preset, tmp_path, progress=False)
@@ -64,7 +64,7 @@ def test_tiny_preset_downstream_stage_and_report(tmp_path, capsys):
 def test_bad_downstream_section_is_a_preset_error(tmp_path):
     with pytest.raises(PresetError, match="downstream.budget"):
         load_preset("tiny", {"downstream": {"budget": 0}})
-    preset = load_preset("tiny", {"downstream": {"budget": 8, "envs": ["CF"]}})
+    preset = preset_dict("tiny", {"downstream": {"budget": 8, "envs": ["CF"]}})
     with pytest.raises(PresetError, match=r"downstream.envs\[0\]"):
         reproduce(preset, tmp_path / "run", progress=False)
     assert not (tmp_path / "run").exists()  # refused before any work

@@ -24,7 +24,7 @@ from graphwm.config import keep_models
 from graphwm.jobs import train_job_for
 from graphwm.pipeline import (
     RunPaths,
-    load_preset,
+    preset_dict,
     stage_collect,
     stage_fit,
     stage_train,
@@ -35,7 +35,7 @@ from graphwm.store.results import ResultStore
 
 
 def _preset(seeds=(0, 1), k: int = 2, steps: int = 4, every: int = 2, models=("gdm",)) -> dict:
-    preset = load_preset("tiny")
+    preset = preset_dict("tiny")
     preset.update(envs=["SAR"], ablations=[], seeds=list(seeds))
     preset = keep_models(preset, list(models))  # and their overrides only
     preset.pop("multi_step")
@@ -370,7 +370,7 @@ def test_an_ensemble_latest_of_other_members_is_refused(interrupted, tmp_path, c
 def test_cost_estimate_counts_ensembles_at_their_measured_step_ratio():
     from graphwm.cost import estimate, format_estimate
 
-    preset = load_preset("tiny")
+    preset = preset_dict("tiny")
     preset.update(envs=["RGC"], models=["vanilla-gwm"], ablations=[], seeds=[0, 1, 2])
     preset = keep_models(preset, preset["models"])  # their overrides only
     preset["train"]["ensemble"] = 2
@@ -391,11 +391,11 @@ def test_medium_preset_trains_three_seeds_as_one_ensemble_within_its_sizing():
 
     from graphwm.config import Preset
 
-    medium = Preset.parse(load_preset("medium"))
+    medium = Preset.parse(preset_dict("medium"))
     assert medium.envs == ("OD", "SAR") and len(medium.seeds) == 3
     assert medium.train.ensemble == 3 and medium.evaluate.num_samples == 30
     assert medium.collect.test_sizes == (20, 50)
-    jobs = training_jobs(load_preset("medium", {"device": "cpu"}))  # no GPU needed here
+    jobs = training_jobs(preset_dict("medium", {"device": "cpu"}))  # no GPU needed here
     units = training_units(jobs)
     assert len(jobs) == 24 and len(units) == 8
     assert all(isinstance(u, EnsembleJob) and u.seeds == medium.seeds for u in units)
@@ -409,7 +409,7 @@ def test_medium_preset_trains_three_seeds_as_one_ensemble_within_its_sizing():
     assert train_min <= sizing["training"]
     # the GDD curve (train.eval_every) fits in the same budget, with at least 4 points
     assert sizing["training"] + sizing["overhead"] + sizing["curve"] <= 45
-    assert len(training_jobs(load_preset("medium", {"device": "cpu"}))[0].kept_steps()) >= 4
+    assert len(training_jobs(preset_dict("medium", {"device": "cpu"}))[0].kept_steps()) >= 4
     assert f"{medium.train.steps} x {sec_per_step:.1f} s = {round(train_min)} min" in text
     # the end-to-end run, timed, stays within the CPU budget, and the docs quote it
     (measured,) = re.findall(r"^#\s+measured end-to-end minutes = (\d+)", text, re.M)

@@ -18,6 +18,7 @@ from graphwm.pipeline import (
     data_refs,
     fit_job,
     load_preset,
+    preset_dict,
     reproduce,
     stage_collect,
     training_jobs,
@@ -39,7 +40,7 @@ def test_safe_name_is_the_identity_without_refused_characters():
 @pytest.mark.parametrize("name", ["tiny", "smoke", "medium", "long", "paper"])
 def test_the_shipped_presets_write_the_folders_they_wrote_before(name):
     """The folders are the env and model names as they are (what every earlier run holds)."""
-    preset = load_preset(name, {"device": "cpu"})  # the folders do not depend on the device
+    preset = preset_dict(name, {"device": "cpu"})  # the folders do not depend on the device
     for env in preset["envs"]:
         assert all(r.relpath.startswith(f"data/{env}/") for refs in data_refs(preset, env).values()
                    for r in refs)  # fmt: skip
@@ -60,7 +61,7 @@ def test_labels_must_name_the_presets_envs_and_differ():
 @pytest.fixture(scope="module")
 def own_env_run(tmp_path_factory):
     """The tiny preset on the example env named as ``module:id``, labelled ``EdgeFlip``."""
-    preset = load_preset(
+    preset = preset_dict(
         "tiny",
         {"envs": [ENV], "models": ["vanilla-gwm"], "ablations": [],
          "env_labels": {ENV: "EdgeFlip"}},

@@ -16,7 +16,7 @@ from graphwm.cli import main
 from graphwm.config import PresetError, keep_models
 from graphwm.metric.protocol import STREAM_ENV, STREAM_MODEL, sample_seeds
 from graphwm.noise import noise_jobs, repeat_jobs, run_noise
-from graphwm.pipeline import curve_jobs, evaluation_jobs, load_preset, stage_curve
+from graphwm.pipeline import curve_jobs, evaluation_jobs, preset_dict, stage_curve
 from graphwm.report.eval_noise import (
     attach_measured_noise,
     bootstrap_sd,
@@ -267,11 +267,11 @@ def test_long_preset_fits_its_2_hour_sizing_with_a_curve_every_10_percent():
     from graphwm.jobs import training_units
     from graphwm.stages.ensemble import EnsembleJob
 
-    raw = load_preset("long", {"device": "cpu"})  # validated (no GPU needed here)
+    raw = preset_dict("long", {"device": "cpu"})  # validated (no GPU needed here)
     long = Preset.parse(raw)
     assert long.envs == ("OD", "SAR") and long.models == ("gdm", "vanilla-gwm")
     assert long.seeds == (0, 1) and long.train.ensemble == 2 and long.ablations == ()
-    medium = Preset.parse(load_preset("medium"))
+    medium = Preset.parse(preset_dict("medium"))
     assert long.collect == medium.collect and long.train.model_overrides == {}
     # the curve: every 10% of training, the final checkpoint last, every test episode
     train = training_units(parse_checked_long(raw))
@@ -307,8 +307,8 @@ def test_the_noise_measurement_preset_validates_with_medium_s_curve_settings():
     from graphwm.config import Preset
 
     path = Path(__file__).parents[1] / "benchmarks" / "eval_noise_smoke_od.toml"
-    mine, medium = Preset.parse(load_preset(path)), Preset.parse(load_preset("medium"))
+    mine, medium = Preset.parse(preset_dict(path)), Preset.parse(preset_dict("medium"))
     for name in ("num_samples", "reference_transitions", "curve_episodes"):
         assert getattr(mine.evaluate, name) == getattr(medium.evaluate, name)
     assert min(mine.collect.test_sizes) == min(medium.collect.test_sizes) == 20
-    assert [j.step for j in curve_jobs(load_preset(path))][:3] == [40, 80, 120]
+    assert [j.step for j in curve_jobs(preset_dict(path))][:3] == [40, 80, 120]

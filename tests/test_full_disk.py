@@ -133,9 +133,9 @@ def test_a_full_disk_during_training_is_a_clear_error_and_the_run_resumes(
 
 
 def _tiny(run: Path) -> dict:
-    from graphwm.pipeline import load_preset
+    from graphwm.pipeline import preset_dict
 
-    return load_preset("tiny", {"envs": ["SAR"], "models": ["gdm"]})
+    return preset_dict("tiny", {"envs": ["SAR"], "models": ["gdm"]})
 
 
 def test_a_full_disk_during_evaluation_keeps_what_is_stored_and_the_run_resumes(

@@ -25,7 +25,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from graphwm.pipeline import RunPaths, load_preset, training_jobs
+from graphwm.pipeline import RunPaths, preset_dict, training_jobs
 from graphwm.stages.train import verify_trained
 from graphwm.store.files import read_json
 from graphwm.store.records import TrainRecord
@@ -158,7 +158,7 @@ def _interrupt_and_resume(tmp_path: Path, sig: signal.Signals, command: str) -> 
     assert stderr.count(" SAR gdm\n") == 2, stderr  # both seeds' jobs named
     assert f"graphwm {command} --preset" in stderr  # how to resume
 
-    preset = load_preset(str(preset_path), {"envs": envs, "models": models})
+    preset = preset_dict(str(preset_path), {"envs": envs, "models": models})
     _assert_store_consistent(run_dir, preset)
     store = ResultStore(RunPaths(run_dir).jobs)
     interrupted = [job for job in training_jobs(preset) if not store.has(job)]

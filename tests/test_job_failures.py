@@ -13,7 +13,7 @@ import gdm_models
 import pytest
 
 from graphwm.cli import main
-from graphwm.pipeline import RunFailed, RunPaths, load_preset, reproduce_report, stage_train
+from graphwm.pipeline import RunFailed, RunPaths, preset_dict, reproduce_report, stage_train
 from graphwm.store.executors import run_jobs
 from graphwm.store.outcomes import JobsFailed
 from graphwm.store.results import ResultStore
@@ -73,7 +73,7 @@ def test_a_failed_job_is_recorded_the_others_run_and_the_report_marks_it(
 
     # a rerun does not train the deterministically failed job again ...
     calls.clear()
-    preset = load_preset("tiny", {"envs": ["SAR"], "models": ["gdm", "vanilla-gwm"]})
+    preset = preset_dict("tiny", {"envs": ["SAR"], "models": ["gdm", "vanilla-gwm"]})
     with pytest.raises(RunFailed, match="recorded by an earlier run") as info:
         reproduce_report(preset, out, progress=False)
     assert calls == [] and info.value.report is not None
@@ -128,7 +128,7 @@ def test_run_jobs_runs_every_job_after_a_failure(tmp_path):
 def test_stage_train_raises_after_the_other_jobs(tmp_path, monkeypatch):
     calls: list[str] = []
     monkeypatch.setattr(gdm_models, "train", _diverging(calls, "vanilla-gwm"))
-    preset = load_preset("tiny", {"envs": ["SAR"], "models": ["vanilla-gwm", "gdm"],
+    preset = preset_dict("tiny", {"envs": ["SAR"], "models": ["vanilla-gwm", "gdm"],
                                   "ablations": [], "downstream": None})  # fmt: skip
     with pytest.raises(JobsFailed) as info:
         stage_train(preset, RunPaths(tmp_path), progress=False)

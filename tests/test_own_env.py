@@ -30,7 +30,7 @@ from graphwm import checks
 from graphwm.config import PresetError
 from graphwm.envs import env_id, env_limits, env_schema, make_env, model_preset
 from graphwm.metric.graph import extend_schema
-from graphwm.pipeline import load_preset, reproduce
+from graphwm.pipeline import preset_dict, reproduce
 
 SPREAD = "example_envs:example/Spread-v0"
 EDGEFLIP = "example_envs:example/EdgeFlip-v0"
@@ -232,7 +232,7 @@ def test_env_names_resolve_module_id_and_namespace_forms(tmp_path, monkeypatch):
         env_id("nope/X-v0")
     with pytest.raises(ValueError, match="cannot import its module 'no_such_mod'"):
         env_id("no_such_mod:nope/X-v0")
-    preset = {**load_preset("tiny"), "envs": ["SAR", "nope/X-v0"]}
+    preset = {**preset_dict("tiny"), "envs": ["SAR", "nope/X-v0"]}
     with pytest.raises(PresetError, match=r"'envs\[1\]' \('nope/X-v0'\): unknown env"):
         checks.parse_checked(preset)
 
@@ -262,7 +262,7 @@ def test_model_presets_of_an_env_the_paper_did_not_tune():
     try:
         assert model_preset("gdm", SPREAD)["model"] == {"hidden_dim": 16}
     finally:
-        from gdm_models.presets import PRESETS
+        from gdm_models.hyperparameters import PRESETS
 
         del PRESETS["gdm"]["example/Spread-v0"]
 
@@ -276,7 +276,7 @@ def test_the_metric_graph_refuses_a_feature_it_would_add():
 @pytest.fixture(scope="module")
 def own_run(tmp_path_factory):
     """``graphwm reproduce`` with the tiny preset on the two example envs."""
-    preset = load_preset("tiny")
+    preset = preset_dict("tiny")
     preset.update(envs=[SPREAD, EDGEFLIP], ablation_envs=[SPREAD])
     preset["downstream"]["envs"] = [SPREAD, EDGEFLIP]
     out = tmp_path_factory.mktemp("own") / "run"

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from graphwm.checks import parse_checked
-from graphwm.pipeline import load_preset
+from graphwm.pipeline import preset_dict
 
 #: the paper's ablation table (appendix): no graph state, beta_h = 0, no h+ correction,
 #: Bernoulli adjacency, all-pairs message passing, Bernoulli adjacency + all-pairs message
@@ -28,7 +28,7 @@ ENV, N, B = "SAR", 6, 2
 
 
 def test_the_paper_preset_lists_the_eight_ablations_of_the_paper():
-    preset = parse_checked(load_preset("paper"))
+    preset = parse_checked(preset_dict("paper"))
     assert len(preset.ablations) == 8 and set(preset.ablations) == PAPER_ABLATIONS
     assert set(preset.ablation_envs) == {"RGC", "OD", "SAR", "CF"}
 

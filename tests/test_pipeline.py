@@ -18,7 +18,7 @@ import pytest
 from graphwm.config import keep_models
 from graphwm.pipeline import (
     RunPaths,
-    load_preset,
+    preset_dict,
     reproduce,
     stage_collect,
     stage_fit,
@@ -59,7 +59,7 @@ def test_tiny_preset_end_to_end(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(
         graphwm.report.build, "build_report", counted("report", graphwm.report.build.build_report)
     )
-    preset = load_preset("tiny")
+    preset = preset_dict("tiny")
     report_dir = reproduce(preset, tmp_path, progress=False)
     # one pass: training (the tiny preset has a [downstream] section) and the report run once
     assert calls == {"train": 1, "report": 1}
@@ -130,7 +130,7 @@ for r in stage_train(preset, RunPaths(sys.argv[2]), progress=False):
 
 
 def _resume_preset(tmp_path: Path) -> tuple[dict, Path]:
-    preset = load_preset("tiny")
+    preset = preset_dict("tiny")
     preset.update(envs=["SAR"], models=["gdm"], ablations=[])
     preset = keep_models(preset, preset["models"])  # their overrides only
     preset["train"] = {**preset["train"], "steps": 40, "checkpoint_every": 5}
@@ -183,7 +183,7 @@ def test_sigkilled_training_resumes_to_identical_result(tmp_path):
 
 @pytest.mark.slow
 def test_full_smoke_preset(tmp_path):
-    preset = load_preset("smoke")
+    preset = preset_dict("smoke")
     reproduce(preset, tmp_path, progress=False)
     results = load_results(tmp_path)
     single = [r for r in results if r["kind"] == "single_step"]

@@ -21,7 +21,7 @@ import pytest
 
 from graphwm import jobs
 from graphwm.checks import parse_checked
-from graphwm.pipeline import load_preset
+from graphwm.pipeline import preset_dict
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "preset_job_keys.json"
 EXPECTED = json.loads(FIXTURE.read_text(encoding="utf-8"))
@@ -31,7 +31,7 @@ GROWS = {"paper": {"train"}}
 
 def job_keys(name: str) -> dict[str, set[str]]:
     """The data, fit and training job keys of shipped preset ``name``."""
-    preset = parse_checked(load_preset(name))
+    preset = parse_checked(preset_dict(name))
     keys: dict[str, set[str]] = {"data": set(), "fit": set(), "train": set()}
     for env in preset.envs:
         for refs in jobs.data_refs(preset, env).values():

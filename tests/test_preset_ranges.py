@@ -8,9 +8,10 @@ import copy
 
 import pytest
 
-from graphwm.checks import memory_bytes, parse_checked, sample_bytes
+from graphwm.checks import parse_checked
 from graphwm.cli import main
 from graphwm.config import MAX_INT, MAX_SEED, PresetError, apply_overrides, read_preset
+from graphwm.work_bounds import memory_bytes, sample_bytes
 
 
 @pytest.fixture(scope="module")

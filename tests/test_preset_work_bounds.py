@@ -11,15 +11,15 @@ import numpy as np
 import pytest
 from gdd_metric import Bandwidths, gdd
 
-from graphwm.checks import (
+from graphwm.checks import parse_checked
+from graphwm.config import PresetError, read_preset
+from graphwm.work_bounds import (
     MAX_PERMUTATION_HOURS,
     memory_bytes,
-    parse_checked,
     permutation_hours,
     reference_transitions,
     sample_bytes,
 )
-from graphwm.config import PresetError, read_preset
 
 SCHEMA = {"node_continuous": ["v"], "node_categorical": {"o": 3}, "graph_continuous": ["g"]}
 

@@ -14,7 +14,7 @@ import pytest
 
 from graphwm.cli import main
 from graphwm.config import PresetError
-from graphwm.pipeline import RunPaths, load_preset, stage_collect
+from graphwm.pipeline import RunPaths, preset_dict, stage_collect
 
 MODULE = textwrap.dedent(
     """
@@ -68,7 +68,7 @@ def test_collect_refuses_a_broken_own_env_before_any_work(bad_envs, capsys, name
 
 @pytest.mark.parametrize(("name", "error"), CASES, ids=["short-adjacency", "reset-raises"])
 def test_the_collect_stage_refuses_it_too(bad_envs, name, error):
-    preset = {**load_preset("tiny"), "envs": [name], "ablation_envs": []}
+    preset = {**preset_dict("tiny"), "envs": [name], "ablation_envs": []}
     with pytest.raises(PresetError, match=error):
         stage_collect(preset, RunPaths(bad_envs / "run"), progress=False)
     assert not (bad_envs / "run" / "data").exists()

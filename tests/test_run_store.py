@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from graphwm.config import keep_models
-from graphwm.pipeline import load_preset, reproduce, stage_train
+from graphwm.pipeline import preset_dict, reproduce, stage_train
 from graphwm.report.build import load_results
 from graphwm.store.files import CorruptFileError
 from graphwm.store.paths import RunPaths
@@ -23,7 +23,7 @@ from graphwm.store.results import JOBS_LOG_KEYS, append_jobs_log, read_jobs_log
 
 def small_preset() -> dict:
     """The tiny preset cut to one env and one fast model (seconds per run)."""
-    preset = load_preset("tiny")
+    preset = preset_dict("tiny")
     preset.update(envs=["SAR"], models=["vanilla-gwm"], ablations=[])
     preset = keep_models(preset, preset["models"])  # their overrides only
     preset.pop("multi_step")

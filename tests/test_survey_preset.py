@@ -11,7 +11,7 @@ import pytest
 from graphwm import jobs
 from graphwm.checks import parse_checked
 from graphwm.config import PresetError
-from graphwm.pipeline import load_preset
+from graphwm.pipeline import preset_dict
 from graphwm.stages.ensemble import EnsembleJob
 
 BUDGET_MIN = 150
@@ -20,11 +20,11 @@ TEXT = resources.files("graphwm.presets").joinpath("survey.toml").read_text(enco
 
 @pytest.fixture(scope="module")
 def survey():
-    return parse_checked(load_preset("survey"))
+    return parse_checked(preset_dict("survey"))
 
 
 def test_the_survey_covers_every_axis_of_the_paper(survey):
-    paper = parse_checked(load_preset("paper"))
+    paper = parse_checked(preset_dict("paper"))
     assert survey.envs == ("RGC", "OD", "SAR", "CF") and set(survey.models) == set(paper.models)
     assert survey.seeds == (0, 1, 2) and survey.train.ensemble == 3
     assert survey.collect.train_sizes == paper.collect.train_sizes
@@ -73,7 +73,7 @@ def test_the_survey_fits_its_sizing_and_the_budget(survey):
 
 
 def test_ablation_sizes_must_be_test_sizes():
-    raw = load_preset("survey")
+    raw = preset_dict("survey")
     with pytest.raises(PresetError, match=r"'ablation_sizes\[1\]' \(30\) is not one of"):
         parse_checked({**raw, "ablation_sizes": [20, 30]})
     # unset: every test size, as before the key existed
@@ -82,7 +82,7 @@ def test_ablation_sizes_must_be_test_sizes():
 
 
 def test_the_permutation_work_counts_the_ablations_at_their_sizes_only(survey):
-    from graphwm.checks import reference_transitions
+    from graphwm.work_bounds import reference_transitions
 
     single = [j for j in jobs.evaluation_jobs(survey) if j.kind == "single_step"]
     per_job = survey.evaluate.reference_transitions * survey.collect.test_episodes

@@ -13,14 +13,14 @@ pytest.importorskip("tensorboard")  # the optional extra; the workspace's dev gr
 from gdm_models.training.tensorboard_log import read_scalars  # noqa: E402
 
 from graphwm.config import keep_models  # noqa: E402
-from graphwm.pipeline import load_preset, stage_train, training_jobs  # noqa: E402
+from graphwm.pipeline import preset_dict, stage_train, training_jobs  # noqa: E402
 from graphwm.stages.ensemble import EnsembleJob, training_units  # noqa: E402
 from graphwm.stages.train import TENSORBOARD_DIRNAME  # noqa: E402
 from graphwm.store.paths import RunPaths  # noqa: E402
 
 
 def _preset(**train) -> dict:
-    preset = load_preset("tiny")
+    preset = preset_dict("tiny")
     preset.update(envs=["SAR"], models=["vanilla-gwm", "gdm"], ablations=[])
     for section in ("multi_step", "downstream"):
         preset.pop(section, None)
@@ -105,7 +105,7 @@ def test_downstream_agents_write_their_training_scalars(tmp_path, one_torch_thre
     from graphwm.downstream.record import STORE_DIR
     from graphwm.pipeline import stage_downstream
 
-    preset = load_preset("tiny")
+    preset = preset_dict("tiny")
     preset.update(envs=["SAR"], models=["vanilla-gwm"], ablations=[])
     preset = keep_models(preset, preset["models"])  # their overrides only
     preset.pop("multi_step", None)

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-import graphwm.checks
+import graphwm.work_bounds
 from graphwm.checks import parse_checked
 from graphwm.cli import _checked, main
 from graphwm.config import PresetError, keep_models, read_preset
-from graphwm.pipeline import load_preset
+from graphwm.pipeline import preset_dict
 from graphwm.work_bounds import device_memory_bytes, longest_episode, training_peak
 
 GIB = 2**30
@@ -24,7 +24,7 @@ GIB = 2**30
 @pytest.fixture
 def sixteen_gib(monkeypatch):
     """A machine of 16 GiB (a laptop): the bounds do not depend on the test machine's."""
-    monkeypatch.setattr(graphwm.checks, "memory_bytes", lambda: 16 * GIB)
+    monkeypatch.setattr(graphwm.work_bounds, "memory_bytes", lambda: 16 * GIB)
 
 
 @pytest.fixture(scope="module")
@@ -122,13 +122,13 @@ def test_overrides_of_a_model_the_preset_does_not_run_are_refused(tiny):
 
 def test_models_narrowed_on_the_command_line_keep_the_file_s_overrides(tiny, tmp_path: Path):
     """--models gdm on tiny (which overrides gdm and vanilla-gwm): accepted, and the left-out
-    model's table is still checked; load_preset's 'models' override likewise."""
-    p = _checked("tiny", {"models": ["gdm"]})
+    model's table is still checked; preset_dict's 'models' override likewise."""
+    p = _checked(read_preset("tiny"), {"models": ["gdm"]})
     assert p.models == ("gdm",) and "vanilla-gwm" in p.train.model_overrides
-    assert set(load_preset("tiny", {"models": ["gdm"]})["train"]["model_overrides"]) == {"gdm"}
+    assert set(preset_dict("tiny", {"models": ["gdm"]})["train"]["model_overrides"]) == {"gdm"}
     bad = copy.deepcopy(tiny)
     bad["train"]["model_overrides"]["vanilla-gwm"] = {"hidden_dim": -1}
     path = tmp_path / "bad.toml"
     path.write_text(_toml(bad))
     with pytest.raises(PresetError, match=r"model_overrides.vanilla-gwm.hidden_dim"):
-        _checked(str(path), {"models": ["gdm"]})
+        _checked(read_preset(path), {"models": ["gdm"]})

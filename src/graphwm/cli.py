@@ -16,6 +16,7 @@ import argparse
 import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -209,13 +210,12 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _checked(name_or_path: str, overrides: dict) -> CheckedPreset:
-    """The command's preset with its overrides, parsed and checked once: the pipeline passes
-    it from stage to stage as it is."""
+def _checked(raw: dict, overrides: dict) -> CheckedPreset:
+    """The command's preset (``raw``: the file as read, once) with its overrides, parsed and
+    checked once: the pipeline passes it from stage to stage as it is."""
     from graphwm.checks import parse_checked
-    from graphwm.config import apply_overrides, read_preset
+    from graphwm.config import apply_overrides
 
-    raw = read_preset(name_or_path)
     # the preset file's own models and ablations: `--models` may narrow them, and the
     # train.model_overrides of a model it leaves out stay accepted (a value of another type
     # is left for the preset check to word)
@@ -224,21 +224,29 @@ def _checked(name_or_path: str, overrides: dict) -> CheckedPreset:
     return parse_checked(apply_overrides(raw, overrides), listed)
 
 
+def _in_file(name: str, read: Callable[[], CheckedPreset]) -> CheckedPreset:
+    """``read()``, a bad value's error naming the preset file first."""
+    from graphwm.config import PRESET_NAMES, PRESETS_DIR, PresetError
+
+    try:
+        return read()
+    except PresetError as err:
+        file = PRESETS_DIR / f"{name}.toml" if name in PRESET_NAMES else Path(name)
+        raise PresetError(f"{file}: {err}") from None
+
+
 def _ablations_of(ablations: list, models: list[str]) -> list:
     """The ablations ``--models`` keeps: those named, and those of a named base model
     (``gdm:no-edge`` with ``gdm``); a model left out takes its ablations with it."""
     return [a for a in ablations if a in models or str(a).split(":", 1)[0] in models]
 
 
-def _narrowed(name: str, envs: list[str] | None, models: list[str] | None) -> dict:
-    """The ``ablations``, ``ablation_envs`` and ``env_labels`` that ``--models`` and ``--envs``
-    leave (an ablation of a model left out, an ablation env or a label of an env left out,
-    go with it)."""
+def _narrowed(raw: dict, envs: list[str] | None, models: list[str] | None) -> dict:
+    """The ``ablations``, ``ablation_envs`` and ``env_labels`` of the preset file ``raw`` that
+    ``--models`` and ``--envs`` leave (an ablation of a model left out, an ablation env or a
+    label of an env left out, go with it)."""
     if not envs and not models:
         return {}
-    from graphwm.config import read_preset
-
-    raw = read_preset(name)
     out: dict = {}
     ablations, ablation_envs = raw.get("ablations", []), raw.get("ablation_envs")
     # a value of another type is left for the preset check to word
@@ -253,19 +261,21 @@ def _narrowed(name: str, envs: list[str] | None, models: list[str] | None) -> di
 
 
 def _preset(args: argparse.Namespace) -> CheckedPreset:
-    return _checked(
-        args.preset,
-        {
-            **_narrowed(args.preset, args.envs, args.models),
-            "executor": args.executor,
-            "device": args.device,
-            "workers": args.workers,
-            "envs": args.envs,
-            "models": args.models,
-            "train.precision": args.precision,
-            "train.tensorboard": args.tensorboard,
-        },
-    )
+    """The command's preset: its file read once, parsed and checked once."""
+    from graphwm.config import read_preset
+
+    raw = read_preset(args.preset)
+    overrides = {
+        **_narrowed(raw, args.envs, args.models),
+        "executor": args.executor,
+        "device": args.device,
+        "workers": args.workers,
+        "envs": args.envs,
+        "models": args.models,
+        "train.precision": args.precision,
+        "train.tensorboard": args.tensorboard,
+    }
+    return _in_file(args.preset, lambda: _checked(raw, overrides))
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
@@ -424,12 +434,14 @@ def _run(args: argparse.Namespace) -> int:
         return 0
 
     if args.command == "estimate-cost":
+        # measured on --device: the preset's own device need not exist here
+        from graphwm.config import read_preset
         from graphwm.cost import estimate, format_estimate
 
-        # measured on --device: the preset's own device need not exist here
+        raw = read_preset(args.preset)
         overrides = {"envs": args.envs, "models": args.models, "device": args.device}
-        overrides.update(_narrowed(args.preset, args.envs, args.models))
-        preset = _checked(args.preset, overrides)
+        overrides.update(_narrowed(raw, args.envs, args.models))
+        preset = _in_file(args.preset, lambda: _checked(raw, overrides))
         from graphwm.checks import check_device
 
         check_device(args.device, "--device")

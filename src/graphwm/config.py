@@ -1,26 +1,35 @@
-"""Typed, validated presets: every default of the pipeline is a dataclass field here.
+"""The preset: its TOML file read once into pydantic models, one per section.
 
-A preset (TOML file or dict) is parsed by :meth:`Preset.parse` into frozen dataclasses before
-any work starts, by the one field-driven parser of :mod:`graphwm.settings` (type hints, defaults,
-``setting(ge=..., choices=...)`` metadata); a bad value raises :class:`PresetError` naming the
-preset key, e.g. ``preset key 'collect.train_episodes': must be an integer >= 1, got 0``.
-Unknown keys are refused too (a typo would otherwise be silently ignored). Checks that need the
-envs and the models (names, overrides, size limits) are in :mod:`graphwm.checks`.
+:meth:`Preset.parse` reads a preset dict (as read from TOML) into frozen models whose fields
+hold every default of the pipeline; unknown keys are refused (a typo would otherwise be
+silently ignored). A bad value raises :class:`PresetError` naming the key, the value and what is
+allowed, e.g. ``preset key 'collect.train_episodes': must be an integer >= 1, got 0`` (the
+CLI puts the preset file in front). Checks that need the envs, the models or the machine are
+:mod:`graphwm.checks`'.
 """
 
 from __future__ import annotations
 
 import copy
+import math
+import operator
 import re
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Self
 
 from gdm_models.training.config import PRECISIONS, TrainConfig
-
-from graphwm.settings import Where, defaults, parse, read_fields, setting
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    GetCoreSchemaHandler,
+    StrictBool,
+    StrictStr,
+    ValidationError,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError, core_schema
 
 #: the trainer's defaults (gdm_models.training.TrainConfig): the [train] section's are these
 _TRAINER = TrainConfig()
@@ -34,8 +43,15 @@ MAX_PRESET_BYTES = 2**20
 #: the env registered, by graphwm.checks; docs/own-env.md)
 ENV_NAMES = ("RGC", "OD", "SAR", "CF")
 EXECUTORS = ("local", "ray")
-# "cpu", "cuda", "cuda:<index>" or "mps"; whether this machine has it: graphwm.checks
+# whether this machine has the device: graphwm.checks
 DEVICE_PATTERN = re.compile(r"cpu|cuda(:\d+)?|mps")
+DEVICES = "'cpu', 'cuda', 'cuda:<index>' or 'mps'"
+#: the largest integer a preset value may hold unless its field says less (a signed 32-bit
+#: integer: what every count, index and size of the run's arrays and libraries can hold)
+MAX_INT = 2**31 - 1
+#: the largest seed: every generator of a run accepts it (numpy's legacy RandomState and
+#: gymnasium's seeding stop at 2**32 - 1, torch.manual_seed at 2**64 - 1)
+MAX_SEED = 2**32 - 1
 
 
 class PresetError(ValueError):
@@ -43,189 +59,286 @@ class PresetError(ValueError):
 
 
 # ---------------------------------------------------------------------------------------------
-# The range table of preset numbers (docs/reproducing.md, "Limits"). Every integer a preset
-# holds has an upper bound: its field's own ``le``, else MAX_INT; seeds MAX_SEED. Sizes and
-# counts whose memory grows with them are bounded by this machine's memory on top
-# (graphwm.checks). Floats must be finite, and rates carry their own bounds.
+# Values: pydantic checks types and structure; a Rule says what is allowed in the project's words
 # ---------------------------------------------------------------------------------------------
-#: the largest integer a preset value may hold unless its field says less: a signed 32-bit
-#: integer, what every count, index and size of the run's arrays and libraries can hold
-MAX_INT = 2**31 - 1
-#: the largest seed: every generator of a run accepts it (numpy's legacy RandomState and
-#: gymnasium's seeding stop at 2**32 - 1, torch.manual_seed at 2**64 - 1)
-MAX_SEED = 2**32 - 1
+class Rule:
+    """Metadata of a preset value (``Annotated[int, Int(ge=1)]``): its type strict (``true``
+    is no integer, ``"3"`` no number), then each ``(test, what)`` in order, refused with
+    ``what``; ``then`` converts the value first."""
 
-#: how preset errors are worded: ``preset key 'collect.train_episodes': must be ..., got 0``
-PRESET = Where(PresetError, "preset key ", max_int=MAX_INT)
+    def __init__(self, *tests: tuple[Callable[[Any], Any], str], strict: bool = True,
+                 then: Callable[[Any], Any] | None = None) -> None:  # fmt: skip
+        self.tests, self.strict, self.then = tests, strict, then
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> Any:
+        schema = handler(source)
+        if self.strict:
+            schema = {**schema, "strict": True}
+        return core_schema.no_info_after_validator_function(self._check, schema)
+
+    def _check(self, value: Any) -> Any:
+        value = value if self.then is None else self.then(value)
+        for test, what in self.tests:
+            if not test(value):
+                raise ValueError(what)
+        return value
 
 
-def _sizes(**kw: Any) -> Any:
-    # graph sizes N: the envs accept 5 <= N <= max_nodes (graphwm.checks.check_limits)
-    return setting(ge=2, unique=True, **kw)
+def Int(ge: int | None = None, le: int | None = None) -> Rule:  # noqa: N802 (a type's rule)
+    """An integer in ``[ge, le]`` (``le`` unset: :data:`MAX_INT`, said only when broken)."""
+    top = MAX_INT if le is None else le
+    low = "must be an integer" + (f" >= {ge}" if ge is not None else "")
+    return Rule(
+        (lambda v: ge is None or v >= ge, low + (f" and <= {le}" if le is not None else "")),
+        (lambda v: v <= top, low + (" and" if ge is not None else "") + f" <= {top}"),
+    )
+
+
+def Float(**bound: float) -> Rule:  # noqa: N802
+    """A finite number within ``bound`` (``gt``, ``ge``, ``le``, ``lt``; said as ``must lie in
+    (0.0, 1.0]``), an integer read as a float (TOML's ``1`` for ``1.0``: keys hash alike)."""
+    gt, ge, le, lt = (bound.get(k) for k in ("gt", "ge", "le", "lt"))
+    low = f"({gt}" if gt is not None else (f"[{ge}" if ge is not None else "(-inf")
+    high = f"{lt})" if lt is not None else (f"{le}]" if le is not None else "inf)")
+    ops = [
+        (op, b)
+        for op, b in zip(
+            (operator.gt, operator.ge, operator.le, operator.lt), (gt, ge, le, lt), strict=True
+        )
+        if b is not None
+    ]
+    inside = (lambda v: all(op(v, b) for op, b in ops), f"must lie in {low}, {high}")
+    return Rule((math.isfinite, "must be a finite number"), inside, then=float)
+
+
+def Str(choices: Sequence[str] | None = None) -> Rule:  # noqa: N802
+    """A non-empty string (one of ``choices`` when given)."""
+    one_of = f"must be one of {list(choices or [])}"
+    return Rule(
+        (bool, "must be a non-empty string"), (lambda v: not choices or v in choices, one_of)
+    )
+
+
+def Items(*, allow_empty: bool = False) -> Rule:  # noqa: N802
+    """A list (kept as a tuple) of distinct values, non-empty unless allowed."""
+    filled = (lambda v: allow_empty or len(v) > 0, "must be a non-empty list")
+    return Rule(
+        filled,
+        (lambda v: len(set(map(repr, v))) == len(v), "must not repeat a value"),
+        strict=False,
+    )
+
+
+class Given:
+    """Metadata of a ``dict`` field read through a section ``model`` (keys and values checked)
+    and kept as a plain dict of the keys given: what job keys hash (a default left unset
+    stays out of them)."""
+
+    def __init__(self, model: type[BaseModel]) -> None:
+        self.model = model
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> Any:
+        return core_schema.no_info_after_validator_function(
+            lambda m: m.model_dump(exclude_unset=True), handler.generate_schema(self.model),
+            serialization=core_schema.plain_serializer_function_ser_schema(dict),
+        )  # fmt: skip
+
+
+Sizes = Annotated[tuple[Annotated[int, Int(ge=2)], ...], Items()]  # each env's range: checks
+Name = Annotated[str, Str()]
+Names = Annotated[tuple[Name, ...], Items()]
+Seed = Annotated[int, Int(ge=0, le=MAX_SEED)]
+
+
+class Section(BaseModel):
+    """A preset table: frozen, every key known."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, raw: Any) -> Any:
+        if isinstance(raw, Mapping):
+            unknown = sorted(str(k) for k in set(raw) - set(cls.model_fields))
+            if unknown:
+                raise PydanticCustomError(
+                    "unknown_key",
+                    "unknown key",
+                    {"key": unknown[0], "known": sorted(cls.model_fields)},
+                )
+        return raw
+
+    @classmethod
+    def parse(cls, raw: Any, key: str = "") -> Self:
+        """The table ``raw`` (at preset key ``key``) read; :class:`PresetError` naming a key."""
+        try:
+            return cls.model_validate(raw)
+        except ValidationError as err:
+            raise preset_error(err, key) from None
+
+
+def defaults(model: type[BaseModel]) -> dict[str, Any]:
+    """``{field: default}`` of a section (fields with a default only)."""
+    return {k: f.get_default(call_default_factory=True) for k, f in model.model_fields.items()
+            if not f.is_required()}  # fmt: skip
+
+
+def _fail(key: str, what: str, value: Any = None) -> PydanticCustomError:
+    """A check between fields: ``key`` (below the table) refused with ``what``."""
+    return PydanticCustomError("preset", "refused", {"key": key, "what": what, "value": value})
+
+
+def _short(value: Any) -> str:
+    try:
+        text = repr(list(value) if isinstance(value, tuple) else value)
+    except RecursionError:
+        return "a value nested too deeply to show"
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+#: what each pydantic error type means, in the words of the range table
+_TYPES = {"int_type": "must be an integer", "float_type": "must be a number",
+          "bool_type": "must be true or false", "string_type": "must be a non-empty string",
+          "tuple_type": "must be a list", "list_type": "must be a list",
+          "dict_type": "must be a table", "model_type": "must be a table",
+          "model_attributes_type": "must be a table"}  # fmt: skip
+
+
+def preset_error(err: ValidationError, key: str = "") -> PresetError:
+    """The first error of ``err`` as ``preset key 'a.b[1]': what is allowed, got value``."""
+    e = err.errors()[0]
+    parts = [key] if key else []
+    for p in e["loc"]:
+        if isinstance(p, int):
+            parts[-1:] = [f"{parts[-1] if parts else ''}[{p}]"]
+        else:
+            parts.append(str(p))
+    ctx, kind = e.get("ctx") or {}, e["type"]
+    if ctx.get("key"):
+        parts.append(ctx["key"])
+    where = f"preset key {'.'.join(parts) or 'the preset'!r}"
+    if kind == "unknown_key":
+        return PresetError(f"{where} is unknown; known keys here: {ctx['known']}")
+    if kind == "missing":
+        return PresetError(f"{where} is missing")
+    if kind == "preset":
+        got = "" if ctx.get("value") is None else f", got {_short(ctx['value'])}"
+        return PresetError(f"{where}: {ctx['what']}{got}")
+    what = str(ctx["error"]) if kind == "value_error" else _TYPES.get(kind, e["msg"])
+    return PresetError(f"{where}: {what}, got {_short(e['input'])}")
 
 
 # ---------------------------------------------------------------------------------------------
-# The typed preset: every default of the pipeline is a field default below
+# The sections: every default of the pipeline is a field default below
 # ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class CollectConfig:
+class CollectConfig(Section):
     """Stage 1: sizes and episode counts per split (``[collect]``)."""
 
-    train_sizes: tuple[int, ...] = _sizes(help="N of the training files (observations stored)")
-    train_episodes: int = setting(ge=1, help="episodes per training size")
-    val_sizes: tuple[int, ...] = _sizes(help="N of the validation files (search)")
-    val_episodes: int = setting(ge=1, help="episodes per validation size")
-    test_sizes: tuple[int, ...] = _sizes(help="N of the test files (replayed from seeds)")
-    test_episodes: int = setting(ge=1, help="episodes per test size")
-    # RGC episodes are quadratic in N (docs/reproducing.md)
-    rgc_max_test_size: int = setting(200, ge=2, help="RGC test sizes above this are skipped")
+    train_sizes: Sizes  # N of the training files (observations stored)
+    train_episodes: Annotated[int, Int(ge=1)]
+    val_sizes: Sizes  # N of the validation files (search)
+    val_episodes: Annotated[int, Int(ge=1)]
+    test_sizes: Sizes  # N of the test files (replayed from seeds)
+    test_episodes: Annotated[int, Int(ge=1)]
+    # RGC episodes are quadratic in N (docs/reproducing.md): its test sizes above are skipped
+    rgc_max_test_size: Annotated[int, Int(ge=2)] = 200
 
 
-@dataclass(frozen=True)
-class FitConfig:
-    """Stage 2: bandwidth fitting (``[fit]``)."""
+class FitConfig(Section):
+    """Stage 2: bandwidth fitting (``[fit]``; paper appendix "Bandwidth Fitting")."""
 
-    # paper appendix "Bandwidth Fitting"
-    transitions_per_episode: int = setting(8, ge=1, help="bandwidth transitions per episode")
-    seed: int = setting(0, ge=0, le=MAX_SEED, help="seed of the transitions' draw")
+    transitions_per_episode: Annotated[int, Int(ge=1)] = 8
+    seed: Seed = 0
 
 
-@dataclass(frozen=True)
-class TrainerSettings:
+class TrainerSettings(Section):
     """``[train.train_overrides]`` (and the trainer keys of a search grid): set for every
-    model, else the paper's per-model preset (gdm_models.get_preset) holds."""
+    model, else the model's hyperparameters (gdm_models.get_preset) hold."""
 
-    lr: float | None = setting(None, gt=0.0, le=10.0, help="Adam learning rate")
-    batch_size: int | None = setting(None, ge=1, help="episodes per batch")
-    seq_len: int | None = setting(None, ge=1, help="transitions per training sequence")
-
-
-TRAINER_KEYS = tuple(f.name for f in fields(TrainerSettings))
+    lr: Annotated[float, Float(gt=0.0, le=10.0)] | None = None  # Adam learning rate
+    batch_size: Annotated[int, Int(ge=1)] | None = None  # episodes per batch
+    seq_len: Annotated[int, Int(ge=1)] | None = None  # transitions per training sequence
 
 
-@dataclass(frozen=True)
-class TrainSection:
+TRAINER_KEYS = tuple(TrainerSettings.model_fields)
+
+
+class TrainSection(Section):
     """Stage 3: training length, overrides and trainer options (``[train]``).
 
     Exactly one of ``steps`` and ``epochs``. ``model_overrides`` maps a base model name
     (``gdm``, ``vanilla-gwm``, ...) to model hyperparameters (checked against the model's
     config by :mod:`graphwm.checks`); ``train_overrides`` sets ``lr``/``batch_size``/
-    ``seq_len`` for every model (else the paper's per-model preset).
+    ``seq_len`` for every model. ``ensemble``: the most seeds of one configuration trained
+    together (graphwm.stages.ensemble). ``eval_every``: steps between the checkpoints kept
+    and evaluated for the GDD curve (0: off; graphwm.stages.curve).
     """
 
-    steps: int | None = setting(None, ge=1, help="optimiser steps")
-    epochs: int | None = setting(None, ge=1, help="passes over the training episodes")
-    checkpoint_every: int = setting(
-        _TRAINER.checkpoint_every, ge=1, help="steps between checkpoints"
-    )
-    model_overrides: dict[str, dict[str, Any]] = setting(default_factory=dict)
-    train_overrides: dict[str, Any] = setting(default_factory=dict, table=TrainerSettings)
-    precision: str = setting(_TRAINER.precision, choices=PRECISIONS)
-    compile: bool = setting(_TRAINER.compile, help="torch.compile the model")
-    log_every: int = setting(_TRAINER.log_every, ge=1, help="steps between log.csv rows")
-    tensorboard: bool = setting(
-        False, help="also write TensorBoard event files (needs the graphwm[tensorboard] extra)"
-    )
-    # seeds in preset order chunked by K (graphwm.stages.ensemble); 1: every seed alone
-    ensemble: int = setting(
-        _TRAINER.ensemble,
-        ge=1,
-        help="most seeds of one configuration trained together as one ensemble",
-    )
-    # the GDD curve (graphwm.stages.curve): 0 keeps and evaluates no intermediate checkpoint
-    eval_every: int = setting(
-        0, ge=0, help="steps between the checkpoints kept and evaluated for the GDD curve (0: off)"
-    )
+    steps: Annotated[int, Int(ge=1)] | None = None
+    epochs: Annotated[int, Int(ge=1)] | None = None
+    checkpoint_every: Annotated[int, Int(ge=1)] = _TRAINER.checkpoint_every
+    model_overrides: dict[str, dict[str, Any]] = {}
+    train_overrides: Annotated[dict[str, Any], Given(TrainerSettings)] = {}
+    precision: Annotated[str, Str(PRECISIONS)] = _TRAINER.precision
+    compile: StrictBool = _TRAINER.compile
+    log_every: Annotated[int, Int(ge=1)] = _TRAINER.log_every
+    tensorboard: StrictBool = False  # needs the graphwm[tensorboard] extra
+    ensemble: Annotated[int, Int(ge=1)] = _TRAINER.ensemble
+    eval_every: Annotated[int, Int(ge=0)] = 0
 
-    @classmethod
-    def _check(cls, obj: TrainSection, where: Where, key: str) -> None:
-        if (obj.steps is None) == (obj.epochs is None):
-            raise where.say(f"{where.loc(key)}: give exactly one of 'steps' and 'epochs'")
-        at = f"{key}.eval_every" if key else "eval_every"
-        if obj.eval_every and obj.steps is None:
-            raise where.fail(at, "needs the training length in 'steps' (not 'epochs')",
-                             obj.eval_every)  # fmt: skip
-        if obj.eval_every and obj.steps is not None and obj.eval_every > obj.steps:
-            raise where.fail(at, f"must be at most 'steps' = {obj.steps}", obj.eval_every)
+    @model_validator(mode="after")
+    def _length(self) -> Self:
+        if (self.steps is None) == (self.epochs is None):
+            raise _fail("", "give exactly one of 'steps' and 'epochs'")
+        if self.eval_every and self.steps is None:
+            raise _fail("eval_every", "needs the training length in 'steps' (not 'epochs')",
+                        self.eval_every)  # fmt: skip
+        if self.eval_every and self.steps is not None and self.eval_every > self.steps:
+            raise _fail("eval_every", f"must be at most 'steps' = {self.steps}", self.eval_every)
+        return self
 
 
-@dataclass(frozen=True)
-class EvalConfig:
+class EvalConfig(Section):
     """Stages 4-6: the single-step evaluation protocol (``[evaluate]``).
 
     ``num_samples`` is kappa (>= 2: the unbiased self-GDD and the permutation test need two
-    samples per set). ``permutations`` > 0 adds the permutation-test column.
+    samples per set). ``permutations`` > 0 adds the permutation-test column (at most 10^6: a
+    p-value resolution far beyond any test level). ``curve_episodes``: test episodes (the first
+    ones) of the GDD curve's subset; unset: 2, or every evaluated test episode where fewer.
     """
 
-    num_samples: int = setting(ge=2, help="kappa: model samples per reference transition")
-    reference_transitions: int = setting(ge=1, help="reference transitions per episode")
-    max_episodes: int | None = setting(None, ge=1, help="test episodes used (None: all)")
-    # le: a p-value resolution of 1e-6 is far beyond any test level; the run's total
-    # permutation work is bounded too (graphwm.checks.MAX_PERMUTATION_HOURS)
-    permutations: int = setting(
-        0, ge=0, le=10**6, help="permutation-test relabelings (0: no column)"
-    )
-    alpha: float = setting(0.05, gt=0.0, lt=1.0, help="level of the permutation test")
-    curve_episodes: int = setting(
-        2,
-        ge=1,
-        help="test episodes (the first ones) of the GDD curve's subset (train.eval_every); "
-        "unset: 2, or every evaluated test episode where there are fewer",
-    )
+    num_samples: Annotated[int, Int(ge=2)]
+    reference_transitions: Annotated[int, Int(ge=1)]
+    max_episodes: Annotated[int, Int(ge=1)] | None = None  # test episodes used (None: all)
+    permutations: Annotated[int, Int(ge=0, le=10**6)] = 0
+    alpha: Annotated[float, Float(gt=0.0, lt=1.0)] = 0.05
+    curve_episodes: Annotated[int, Int(ge=1)] = 2
+
+    def evaluated(self, test_episodes: int) -> int:
+        """The test episodes the final evaluation uses."""
+        return min(test_episodes, self.max_episodes or test_episodes)
 
 
-@dataclass(frozen=True)
-class MultiStepConfig:
+class MultiStepConfig(Section):
     """Stage 7: multi-step rollouts (``[multi_step]``)."""
 
-    num_samples: int = setting(ge=2, help="model rollouts per reference transition")
-    reference_transitions: int = setting(ge=1, help="reference transitions per episode")
-    size: int = setting(ge=2, help="N of the multi-step test file")
-    horizon: int = setting(ge=1, help="rollout length H")
-    max_episodes: int | None = setting(None, ge=1, help="test episodes used (None: all)")
+    num_samples: Annotated[int, Int(ge=2)]
+    reference_transitions: Annotated[int, Int(ge=1)]
+    size: Annotated[int, Int(ge=2)]  # N of the multi-step test file
+    horizon: Annotated[int, Int(ge=1)]  # rollout length H
+    max_episodes: Annotated[int, Int(ge=1)] | None = None
 
 
-@dataclass(frozen=True)
-class SearchConfig:
-    """``[search]``: the hyperparameter grid per model and the validation sizes.
+class SearchConfig(Section):
+    """``[search]``: ``grid.<model>.<name>`` lists the values of one hyperparameter (a list of
+    tables sets several at once; checked by :mod:`graphwm.checks`) and the validation sizes."""
 
-    ``grid.<model>.<name>`` lists the values of one hyperparameter (a list of tables sets
-    several at once); names and values are checked by :mod:`graphwm.checks`.
-    """
-
-    grid: dict[str, dict[str, list]] = setting(default_factory=dict)
-    val_sizes: tuple[int, ...] | None = _sizes(default=None)
-
-
-def _fitted_curve_default(evaluate: EvalConfig, collect: CollectConfig) -> EvalConfig:
-    """``evaluate`` with the default ``curve_episodes`` lowered to the test episodes the final
-    evaluation uses when there are fewer (the tiny preset has one): a key the user never set
-    must not be the one a preset fails on."""
-    import dataclasses
-
-    evaluated = min(collect.test_episodes, evaluate.max_episodes or collect.test_episodes)
-    if evaluate.curve_episodes <= evaluated:
-        return evaluate
-    return dataclasses.replace(evaluate, curve_episodes=evaluated)
-
-
-def _check_curve(train: TrainSection, evaluate: EvalConfig, collect: CollectConfig) -> None:
-    """The GDD curve's subset lies inside the final evaluation's episodes (when it is on)."""
-    if not train.eval_every:
-        return
-    evaluated = min(collect.test_episodes, evaluate.max_episodes or collect.test_episodes)
-    if evaluate.curve_episodes > evaluated:
-        raise PRESET.fail(
-            "evaluate.curve_episodes",
-            f"must be at most the {evaluated} test episodes the final evaluation uses "
-            "(collect.test_episodes, evaluate.max_episodes)",
-            evaluate.curve_episodes,
-        )
+    grid: dict[str, dict[str, list]] = {}
+    val_sizes: Sizes | None = None
 
 
 # ---------------------------------------------------------------------------------------------
-# [downstream]: RL agents trained in each model's dream env (docs/dream.md; the stage and its
-# records: graphwm.downstream)
+# [downstream]: RL agents trained in each model's dream env (docs/dream.md; graphwm.downstream)
 # ---------------------------------------------------------------------------------------------
 #: agent policies: graphwm_envs.agents' MaskableGraphPolicy (any N, message passing) or SB3's
 #: MultiInputPolicy (an MLP on the flattened observation, tied to one N)
@@ -236,124 +349,94 @@ DEFAULT_ENVS = 8
 #: the graph policy's width and depth unless the preset says otherwise: the defaults of
 #: graphwm_envs.agents.MaskableGraphPolicy (``hidden_dim``, ``num_layers``)
 GRAPH_HIDDEN_DIM, GRAPH_NUM_LAYERS = 64, 3
-#: the graph policy's largest width and depth a preset may ask for (a width of 65536 is
-#: already 4 G weights a layer)
+#: the graph policy's largest width and depth (a width of 65536 is 4 G weights a layer)
 MAX_POLICY_WIDTH, MAX_POLICY_DEPTH = 65536, 1024
 #: ``{[downstream] key: its default}`` of the graph policy's network settings
 GRAPH_NET_DEFAULTS = {"policy_hidden_dim": GRAPH_HIDDEN_DIM, "policy_num_layers": GRAPH_NUM_LAYERS}
 
 
-@dataclass(frozen=True)
-class PpoSettings:
+class PpoSettings(Section):
     """``[downstream.ppo]``: MaskablePPO settings; a field left at ``None`` keeps
     stable-baselines3's default, the others are the defaults of every downstream agent."""
 
-    n_steps: int = setting(256, ge=1, le=2**20, help="rollout length per env")
+    n_steps: Annotated[int, Int(ge=1, le=2**20)] = 256  # rollout length per env
     # SB3 normalizes advantages over a minibatch: one sample has no spread
-    batch_size: int = setting(64, ge=2, le=2**20, help="minibatch size")
-    n_epochs: int = setting(4, ge=1, le=10_000, help="passes over each rollout")
-    learning_rate: float = setting(3e-4, gt=0.0, le=1.0)
-    gamma: float | None = setting(None, gt=0.0, le=1.0)
-    gae_lambda: float | None = setting(None, ge=0.0, le=1.0)
-    ent_coef: float | None = setting(None, ge=0.0, le=10.0)
-    clip_range: float | None = setting(None, gt=0.0, le=10.0)
+    batch_size: Annotated[int, Int(ge=2, le=2**20)] = 64
+    n_epochs: Annotated[int, Int(ge=1, le=10_000)] = 4
+    learning_rate: Annotated[float, Float(gt=0.0, le=1.0)] = 3e-4
+    gamma: Annotated[float, Float(gt=0.0, le=1.0)] | None = None
+    gae_lambda: Annotated[float, Float(ge=0.0, le=1.0)] | None = None
+    ent_coef: Annotated[float, Float(ge=0.0, le=10.0)] | None = None
+    clip_range: Annotated[float, Float(gt=0.0, le=10.0)] | None = None
 
 
 #: MaskablePPO settings of every downstream agent unless the preset overrides them
 DEFAULT_PPO = {k: v for k, v in defaults(PpoSettings).items() if v is not None}
-PPO_KEYS = tuple(f.name for f in fields(PpoSettings))
+PPO_KEYS = tuple(PpoSettings.model_fields)
 
 
-@dataclass(frozen=True)
-class DownstreamConfig:
+class DownstreamConfig(Section):
     """The ``[downstream]`` preset section (see docs/dream.md).
 
     Attributes:
-        budget: env steps of MaskablePPO training per agent, summed over its parallel envs
-            (dream and real alike; rounded up to whole rollouts).
-        policy: the agents' policy, ``"graph"`` (``graphwm_envs.agents.MaskableGraphPolicy``)
-            or ``"mlp"`` (SB3's ``MultiInputPolicy``); dream and real agents alike.
-        policy_hidden_dim: the graph policy's node embedding width (its ``hidden_dim``).
-        policy_num_layers: the graph policy's message-passing layers (its ``num_layers``;
-            0 switches message passing off). Both are refused with ``policy = "mlp"`` unless
-            left at their defaults.
-        dream_envs: parallel envs per agent: a dream agent steps this many imagined episodes
-            with one world-model forward pass (``DreamSB3VecEnv``), the real-env agent as
-            many real envs (SB3's ``DummyVecEnv``).
-        episodes: real-env evaluation episodes per agent.
-        num_nodes: N of the dream and real episodes.
-        envs: envs to run (``None``: every env of the preset).
-        models: world models to train agents in (``None``: every model and ablation the
-            preset trains on that env).
-        real_agent: also train the agent in the real env with the same budget.
-        yardsticks: also evaluate the random policy and the greedy heuristic.
+        budget: env steps of MaskablePPO training per agent, summed over its parallel envs.
+        policy: ``"graph"`` (``graphwm_envs.agents.MaskableGraphPolicy``) or ``"mlp"``.
+        policy_hidden_dim, policy_num_layers: the graph policy's width and depth (0 layers:
+            no message passing); refused with ``policy = "mlp"`` unless left at their defaults.
+        dream_envs: parallel envs per agent (dream episodes per forward pass, or real envs).
+        episodes: real-env evaluation episodes per agent; num_nodes: their N.
+        envs, models: what to run (``None``: every env of the preset, every model and
+            ablation it trains there).
+        real_agent, yardsticks: also the real-env agent, the random and greedy policies.
         eval_seed: first evaluation seed (episode e resets with ``eval_seed + e``).
         ppo: MaskablePPO overrides (keys in ``PPO_KEYS``, see :class:`PpoSettings`).
     """
 
-    budget: int = setting(ge=1, help="agent training env steps")
-    policy: str = setting(GRAPH, choices=POLICIES, help="agent policy")
-    policy_hidden_dim: int = setting(
-        GRAPH_HIDDEN_DIM, ge=1, le=MAX_POLICY_WIDTH, help="graph policy width"
-    )
-    policy_num_layers: int = setting(
-        GRAPH_NUM_LAYERS, ge=0, le=MAX_POLICY_DEPTH, help="graph policy depth"
-    )
-    dream_envs: int = setting(DEFAULT_ENVS, ge=1, le=4096, help="parallel envs per agent")
-    episodes: int = setting(100, ge=1, le=10**6)
-    num_nodes: int = setting(20, ge=5)
-    envs: tuple[str, ...] | None = setting(None, unique=True)
-    models: tuple[str, ...] | None = setting(None, unique=True)
-    real_agent: bool = True
-    yardsticks: bool = True
-    eval_seed: int = setting(1_000_000, ge=0, le=MAX_SEED)
-    ppo: Mapping[str, Any] | None = setting(None, table=PpoSettings)
+    budget: Annotated[int, Int(ge=1)]
+    policy: Annotated[str, Str(POLICIES)] = GRAPH
+    policy_hidden_dim: Annotated[int, Int(ge=1, le=MAX_POLICY_WIDTH)] = GRAPH_HIDDEN_DIM
+    policy_num_layers: Annotated[int, Int(ge=0, le=MAX_POLICY_DEPTH)] = GRAPH_NUM_LAYERS
+    dream_envs: Annotated[int, Int(ge=1, le=4096)] = DEFAULT_ENVS
+    episodes: Annotated[int, Int(ge=1, le=10**6)] = 100
+    num_nodes: Annotated[int, Int(ge=5)] = 20
+    envs: Names | None = None
+    models: Names | None = None
+    real_agent: StrictBool = True
+    yardsticks: StrictBool = True
+    eval_seed: Seed = 1_000_000
+    ppo: Annotated[dict[str, Any], Given(PpoSettings)] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The TOML/dict form that :meth:`parse` reads back (unset keys left out)."""
-        out = {k: v for k, v in asdict(self).items() if v is not None}
-        for k in ("envs", "models"):
-            if k in out:
-                out[k] = list(out[k])
-        return out
+        return self.model_dump(mode="json", exclude_none=True)
 
     @classmethod
-    def parse(cls, raw: Any, key: str = "downstream") -> DownstreamConfig:
-        """Validate the section; ``PresetError`` (a ``ValueError``) naming the offending key."""
-        return parse(cls, raw, PRESET, key)
+    def parse(cls, raw: Any, key: str = "downstream") -> Self:
+        """The section read (errors name ``downstream.<key>``)."""
+        return super().parse(raw, key)
 
-    @classmethod
-    def _check(cls, obj: DownstreamConfig, where: Where, key: str) -> None:
-        """The graph policy's network settings mean nothing to the MLP policy: refused; the
-        evaluation seeds ``eval_seed + e`` must stay seeds, and a rollout must hold more than
-        one sample (SB3 normalizes advantages over it)."""
-        last = obj.eval_seed + obj.episodes - 1
-        if last > MAX_SEED:
-            raise where.fail(
-                f"{key}.eval_seed" if key else "eval_seed",
-                f"plus episodes - 1 ({obj.episodes - 1}) must be <= {MAX_SEED} (episode e "
-                "resets with eval_seed + e, and seeds stop there)",
-                obj.eval_seed,
+    @model_validator(mode="after")
+    def _sb3_limits(self) -> Self:
+        """Evaluation seeds stay seeds, a rollout holds more than one sample (SB3 normalizes
+        advantages over it), and the MLP policy has no graph network to set."""
+        if self.eval_seed + self.episodes - 1 > MAX_SEED:
+            why = "episode e resets with eval_seed + e, and seeds stop there"
+            what = f"plus episodes - 1 ({self.episodes - 1}) must be <= {MAX_SEED} ({why})"
+            raise _fail("eval_seed", what, self.eval_seed)
+        n_steps = {**DEFAULT_PPO, **(self.ppo or {})}["n_steps"]
+        if n_steps * self.dream_envs < 2:
+            why = "a rollout of one sample gives PPO no advantage spread"
+            raise _fail(
+                "ppo.n_steps", f"times dream_envs ({self.dream_envs}) must be >= 2 ({why})", n_steps
             )
-        ppo = {**DEFAULT_PPO, **(obj.ppo or {})}
-        if ppo["n_steps"] * obj.dream_envs < 2:
-            raise where.fail(
-                f"{key}.ppo.n_steps" if key else "ppo.n_steps",
-                f"times dream_envs ({obj.dream_envs}) must be >= 2 (a rollout of one sample "
-                "gives PPO no advantage spread)",
-                ppo["n_steps"],
-            )
-        if obj.policy == GRAPH:
-            return
         for name, default in GRAPH_NET_DEFAULTS.items():
-            value = getattr(obj, name)
-            if value != default:
-                raise where.fail(
-                    f"{key}.{name}" if key else name,
-                    f"sets the graph policy's network, but policy is {obj.policy!r} (leave it "
-                    f"at {default} or use policy = {GRAPH!r})",
-                    value,
+            if self.policy != GRAPH and getattr(self, name) != default:
+                what = (
+                    f"sets the graph policy's network, but policy is {self.policy!r} (leave "
+                    f"it at {default} or use policy = {GRAPH!r})"
                 )
+                raise _fail(name, what, getattr(self, name))
+        return self
 
     def graph_net(self) -> dict[str, int]:
         """The graph policy's network settings that differ from the defaults (``{}`` when
@@ -365,10 +448,8 @@ class DownstreamConfig:
         does not train (``models_of(env)``: the preset's models and ablations of ``env``)."""
         for i, env in enumerate(self.envs or ()):
             if env not in envs:
-                raise ValueError(
-                    f"preset key 'downstream.envs[{i}]' ({env!r}) is not one of the preset's "
-                    f"envs {list(envs)}"
-                )
+                at = f"preset key 'downstream.envs[{i}]' ({env!r})"
+                raise ValueError(f"{at} is not one of the preset's envs {list(envs)}")
         trained = {m for env in (self.envs or envs) for m in models_of(env)}
         for i, model in enumerate(self.models or ()):
             if model not in trained:
@@ -378,65 +459,61 @@ class DownstreamConfig:
                 )
 
 
-@dataclass(frozen=True)
-class Preset:
-    """A validated preset. Build with :meth:`parse` (or :func:`load_preset`)."""
+class Preset(Section):
+    """A validated preset. Build with :meth:`parse` (checked: :func:`graphwm.checks.parse_checked`).
 
-    # a short name of ENV_NAMES or a Gymnasium id ("mypkg/MyEnv-v0", "mypkg.envs:mypkg/MyEnv-v0")
-    envs: tuple[str, ...] = setting(unique=True)
-    models: tuple[str, ...] = setting(unique=True)
-    seeds: tuple[int, ...] = setting(ge=0, le=MAX_SEED, unique=True)
-    collect: CollectConfig = setting()
-    train: TrainSection = setting()
-    evaluate: EvalConfig = setting()
-    name: str = setting("custom")
-    fit: FitConfig = setting(default_factory=FitConfig)
-    ablations: tuple[str, ...] = setting((), allow_empty=True, unique=True)
-    ablation_envs: tuple[str, ...] | None = setting(None, allow_empty=True)
-    #: short labels of envs in tables and figures, ``{env: label}`` (``[env_labels]``); an
-    #: env without one is labelled by its name
-    env_labels: dict[str, str] = setting(default_factory=dict)
-    # the test sizes the ablations are evaluated at (None: every test size of their env)
-    ablation_sizes: tuple[int, ...] | None = setting(None, ge=2, unique=True)
-    device: str = setting("cpu", help="cpu, cuda, cuda:<index> or mps")
-    executor: str = setting("local", choices=EXECUTORS)
-    workers: int = setting(0, ge=0, help="local worker processes (0: one per core)")
-    multi_step: MultiStepConfig | None = setting(None)
-    search: SearchConfig | None = setting(None)
-    downstream: DownstreamConfig | None = setting(None)
+    ``envs``: short names of :data:`ENV_NAMES` or Gymnasium ids (``"mypkg/MyEnv-v0"``,
+    ``"mypkg.envs:mypkg/MyEnv-v0"``). ``env_labels``: short labels of envs in tables and
+    figures. ``ablation_sizes``: the test sizes the ablations are evaluated at (None: all).
+    ``workers``: local worker processes (0: one per core).
+    """
+
+    envs: Names
+    models: Names
+    seeds: Annotated[tuple[Seed, ...], Items()]
+    collect: CollectConfig
+    train: TrainSection
+    evaluate: EvalConfig
+    name: Annotated[str, Str()] = "custom"
+    fit: FitConfig = FitConfig()
+    ablations: Annotated[tuple[Name, ...], Items(allow_empty=True)] = ()
+    ablation_envs: Annotated[tuple[Name, ...], Items(allow_empty=True)] | None = None
+    env_labels: dict[str, StrictStr] = {}
+    ablation_sizes: Sizes | None = None
+    device: Annotated[str, Rule((DEVICE_PATTERN.fullmatch, f"must be {DEVICES}"))] = "cpu"
+    executor: Annotated[str, Str(EXECUTORS)] = "local"
+    workers: Annotated[int, Int(ge=0)] = 0
+    multi_step: MultiStepConfig | None = None
+    search: SearchConfig | None = None
+    downstream: DownstreamConfig | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _empty_multi_step(cls, raw: Any) -> Any:
+        if isinstance(raw, Mapping) and raw.get("multi_step", True) in ({}, None):
+            raw = {k: v for k, v in raw.items() if k != "multi_step"}  # no multi-step stage
+        return raw
+
+    @model_validator(mode="after")
+    def _curve(self) -> Self:
+        """The GDD curve's subset lies inside the final evaluation's episodes; unset, it is
+        lowered to them (a key the user never set must not be the one a preset fails on)."""
+        e = self.evaluate
+        evaluated = e.evaluated(self.collect.test_episodes)
+        if "curve_episodes" not in e.model_fields_set and e.curve_episodes > evaluated:
+            object.__setattr__(self, "evaluate", e.model_copy(update={"curve_episodes": evaluated}))
+        elif self.train.eval_every and e.curve_episodes > evaluated:
+            raise _fail("evaluate.curve_episodes", f"must be at most the {evaluated} test "
+                        "episodes the final evaluation uses (collect.test_episodes, "
+                        "evaluate.max_episodes)", e.curve_episodes)  # fmt: skip
+        return self
 
     @classmethod
-    def parse(cls, raw: Mapping[str, Any] | Preset) -> Preset:
-        """Validate a preset dict (as read from TOML); raise :class:`PresetError` naming a key.
-
-        What needs the envs and the models (model names, overrides and grid entries against
-        each model's config, sizes against the envs' limits) is checked on top by
-        :func:`graphwm.checks.parse_checked`, which the pipeline's entry points call; whether
-        this machine has the device, by :func:`graphwm.checks.check_machine`.
-        """
-        if isinstance(raw, Preset):
-            return raw
-        if not isinstance(raw, Mapping):
-            raise PRESET.fail("the preset", "must be a table", raw)
-        known = [f.name for f in fields(cls)]
-        unknown = sorted(str(k) for k in set(raw) - set(known))
-        if unknown:
-            raise PresetError(
-                f"preset key {unknown[0]!r} is unknown; known keys here: {sorted(known)}"
-            )
-        plain = dict(raw)
-        if not plain.get("multi_step", True):
-            plain.pop("multi_step")  # an empty [multi_step] table: no multi-step stage
-        values = read_fields(cls, plain, PRESET)
-        if not DEVICE_PATTERN.fullmatch(values.get("device", "cpu")):
-            raise PRESET.fail("device", "must be 'cpu', 'cuda', 'cuda:<index>' or 'mps'",
-                              values["device"])  # fmt: skip
-        evaluate = plain.get("evaluate")
-        if not (isinstance(evaluate, Mapping) and "curve_episodes" in evaluate):
-            # not set: the default (2) where it fits, else every evaluated test episode
-            values["evaluate"] = _fitted_curve_default(values["evaluate"], values["collect"])
-        _check_curve(values["train"], values["evaluate"], values["collect"])
-        return cls(**values)
+    def parse(cls, raw: Any, key: str = "") -> Self:
+        """Validate a preset dict (as read from TOML); :class:`PresetError` naming a key. What
+        needs the envs and the models is checked on top by
+        :func:`graphwm.checks.parse_checked`."""
+        return raw if isinstance(raw, cls) else super().parse(raw, key)
 
     # -- derived views -----------------------------------------------------------------------
     def test_sizes(self, env: str) -> tuple[int, ...]:
@@ -463,15 +540,7 @@ class Preset:
 
     def to_dict(self) -> dict[str, Any]:
         """A plain dict that :meth:`parse` reads back to an equal preset."""
-
-        def clean(value):
-            if isinstance(value, dict):
-                return {k: clean(v) for k, v in value.items() if v is not None}
-            if isinstance(value, list | tuple):
-                return [clean(v) for v in value]
-            return value
-
-        return clean(asdict(self))
+        return self.model_dump(mode="json", exclude_none=True)
 
 
 def read_preset(name_or_path: str | Path) -> dict[str, Any]:
@@ -485,8 +554,7 @@ def read_preset(name_or_path: str | Path) -> dict[str, Any]:
     if not text.strip():
         raise PresetError(f"the preset is empty: give one of {PRESET_NAMES} or a .toml file")
     if text in PRESET_NAMES:
-        source = (PRESETS_DIR / f"{text}.toml").read_text(encoding="utf-8")
-        return tomllib.loads(source)
+        return tomllib.loads((PRESETS_DIR / f"{text}.toml").read_text(encoding="utf-8"))
     path = Path(name_or_path)
     if path.suffix != ".toml" and len(path.parts) <= 1 and not path.exists():
         raise PresetError(f"unknown preset {text!r}: give one of {PRESET_NAMES} or a .toml file")
@@ -495,10 +563,8 @@ def read_preset(name_or_path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise PresetError(f"preset file {path} is not a regular file")
     if path.stat().st_size > MAX_PRESET_BYTES:
-        raise PresetError(
-            f"preset file {path} is {path.stat().st_size} bytes; a preset is at most "
-            f"{MAX_PRESET_BYTES}"
-        )
+        raise PresetError(f"preset file {path} is {path.stat().st_size} bytes; a preset is at "
+                          f"most {MAX_PRESET_BYTES}")  # fmt: skip
     try:
         # a UTF-8 byte order mark (some editors write one) is read as what it is, not TOML
         return tomllib.loads(path.read_bytes().decode("utf-8-sig"))
@@ -530,17 +596,31 @@ def apply_overrides(raw: Mapping[str, Any], overrides: Mapping[str, Any] | None)
             table = table.setdefault(p, {})
             if not isinstance(table, dict):
                 where = ".".join(parents[: i + 1])
-                raise PRESET.fail(where, f"must be a table (to set {key!r})", table)
+                raise PresetError(f"preset key {where!r}: must be a table (to set {key!r}), "
+                                  f"got {_short(table)}")  # fmt: skip
         table[leaf] = value
     return out
+
+
+def preset_dict(
+    name_or_path: str | Path | Mapping[str, Any], overrides: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The preset by name, TOML file (or dict) as a plain dict to edit, unchecked (parse it
+    with :func:`graphwm.pipeline.load_preset` or pass it to a pipeline function).
+    ``overrides`` replace keys (``"train.precision"`` style keys set nested ones; ``None``
+    values are skipped); a ``"models"`` override also drops the ``train.model_overrides`` of
+    the models it leaves out (:func:`keep_models`)."""
+    raw = name_or_path if isinstance(name_or_path, Mapping) else read_preset(name_or_path)
+    out = apply_overrides(raw, overrides)
+    models = (overrides or {}).get("models")
+    return keep_models(out, models) if isinstance(models, list) else out
 
 
 def keep_models(raw: Mapping[str, Any], models: Sequence[str]) -> dict:
     """A copy of the preset dict ``raw`` that runs only ``models`` (what ``--models`` selects,
     for a preset handled as a dict): ``models`` set, and the ``train.model_overrides`` tables
     of the base models it no longer runs (neither in ``models`` nor in its ``ablations``)
-    removed: a preset holds override tables only for models it runs (``graphwm.checks``
-    refuses the others). Values of another type are left for the preset check to word."""
+    removed (``graphwm.checks`` refuses tables of models a preset does not run)."""
     out = copy.deepcopy(dict(raw))
     out["models"] = list(models)
     ablations = out.get("ablations")

@@ -18,9 +18,10 @@ checkpoint. A command's stages share one local worker pool
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from graphwm import jobs
 from graphwm.checks import CheckedPreset, check_machine, parse_checked
@@ -30,7 +31,7 @@ from graphwm.config import (
     Preset,
     PresetError,
     apply_overrides,
-    keep_models,
+    preset_dict,
     read_preset,
 )
 from graphwm.stages.collect import DataRef, collect
@@ -61,6 +62,7 @@ __all__ = [
     "executor_args",
     "fit_job",
     "load_preset",
+    "preset_dict",
     "reproduce",
     "reproduce_report",
     "stage_collect",
@@ -73,76 +75,99 @@ __all__ = [
     "training_jobs",
 ]
 
-PresetLike = Preset | Mapping[str, Any]
+#: what the public entries take: a checked preset as it is, anything else parsed once
+PresetLike = Preset | Mapping[str, Any] | str | Path
 
 
-def load_preset(name_or_path: str | Path, overrides: dict[str, Any] | None = None) -> dict:
-    """A validated preset dict by name (``smoke``, ``paper``, ``tiny``) or from a TOML file.
-
-    ``overrides`` replace top-level keys (``"train.precision"`` style keys set nested ones;
-    ``None`` values are skipped). Raises :class:`PresetError` naming a bad key. A
-    ``"models"`` override narrows the file's models as ``--models`` does: the
-    ``train.model_overrides`` of the models it leaves out are checked, then dropped from the
-    dict returned (:func:`graphwm.config.keep_models`).
-    """
+def load_preset(
+    name_or_path: str | Path, overrides: Mapping[str, Any] | None = None
+) -> CheckedPreset:
+    """The preset by name (``smoke``, ``paper``, ``tiny``) or TOML file, parsed and checked
+    once, as the CLI does: pass it to every function here as it is. ``overrides`` replace
+    keys (``"train.precision"`` style keys set nested ones; ``None`` values are skipped); a
+    ``"models"`` override narrows the file's models as ``--models`` does (the
+    ``train.model_overrides`` of those it leaves out stay checked). Raises
+    :class:`PresetError` naming a bad key."""
     file = read_preset(name_or_path)
-    raw = apply_overrides(file, overrides)
-    models = (overrides or {}).get("models")
-    if not isinstance(models, list):
-        parse_checked(raw)
-        return raw
     listed = [m for k in ("models", "ablations") if isinstance(file.get(k), list)
               for m in file[k] if isinstance(m, str)]  # fmt: skip
-    parse_checked(raw, listed)
-    return keep_models(raw, models)
+    return parse_checked(apply_overrides(file, overrides), listed)
 
 
 def _preset(preset: PresetLike) -> CheckedPreset:
-    """The parsed, checked preset (a :class:`CheckedPreset` passes as it is: the stages hand
-    theirs down, so a command checks its preset once), and this machine's device."""
+    """The parsed, checked preset (a :class:`CheckedPreset` passes as it is: the CLI and the
+    entries below parse theirs once), and this machine's device."""
+    if isinstance(preset, str | Path):
+        preset = read_preset(preset)
     p = parse_checked(preset)
     check_machine(p)
     return p
 
 
-def test_sizes(preset: PresetLike, env: str) -> tuple[int, ...]:
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _entry(
+    body: Callable[Concatenate[CheckedPreset, _P], _R],
+) -> Callable[Concatenate[PresetLike, _P], _R]:
+    """A public entry whose first argument is a preset: a :class:`CheckedPreset` (what the
+    CLI gives) is passed on as it is; a name, a TOML path, a dict or an unchecked
+    :class:`Preset` is parsed and checked here, once; this machine's device is checked either
+    way. The body takes the checked preset and checks nothing again."""
+
+    @functools.wraps(body)
+    def entry(preset: PresetLike, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        return body(_preset(preset), *args, **kwargs)
+
+    return entry
+
+
+@_entry
+def test_sizes(preset: CheckedPreset, env: str) -> tuple[int, ...]:
     """Test sizes of an env (RGC is capped: its episodes are quadratic in N)."""
-    return _preset(preset).test_sizes(env)
+    return preset.test_sizes(env)
 
 
 # ---------------------------------------------------------------------------------------------
 # Jobs of a preset (pure: no work, no I/O): graphwm.jobs on the checked preset
 # ---------------------------------------------------------------------------------------------
-def executor_args(preset: PresetLike, gpu: bool = False) -> dict:
+@_entry
+def executor_args(preset: CheckedPreset, gpu: bool = False) -> dict:
     """Executor keyword arguments of :func:`graphwm.store.executors.run_jobs` for a preset."""
-    return jobs.executor_args(_preset(preset), gpu)
+    return jobs.executor_args(preset, gpu)
 
 
-def data_refs(preset: PresetLike, env: str) -> dict[str, list[DataRef]]:
+@_entry
+def data_refs(preset: CheckedPreset, env: str) -> dict[str, list[DataRef]]:
     """Every collected file of an env, per split (test: test sizes + the multi-step size)."""
-    return jobs.data_refs(_preset(preset), env)
+    return jobs.data_refs(preset, env)
 
 
-def fit_job(preset: PresetLike, env: str) -> FitJob:
+@_entry
+def fit_job(preset: CheckedPreset, env: str) -> FitJob:
     """The bandwidth/scaler fit of an env."""
-    return jobs.fit_job(_preset(preset), env)
+    return jobs.fit_job(preset, env)
 
 
-def training_jobs(preset: PresetLike) -> list[TrainJob]:
+@_entry
+def training_jobs(preset: CheckedPreset) -> list[TrainJob]:
     """Every (env, model, seed) training job, ablations included; with ``train.ensemble``
     = K > 1 the seeds are keyed as members of ensembles of <= K (preset order, chunked)."""
-    return jobs.training_jobs(_preset(preset))
+    return jobs.training_jobs(preset)
 
 
-def evaluation_jobs(preset: PresetLike) -> list[EvalJob]:
+@_entry
+def evaluation_jobs(preset: CheckedPreset) -> list[EvalJob]:
     """Self-GDD, single-step (models and ablations) and multi-step jobs of a preset."""
-    return jobs.evaluation_jobs(_preset(preset))
+    return jobs.evaluation_jobs(preset)
 
 
-def curve_jobs(preset: PresetLike) -> list[EvalJob]:
+@_entry
+def curve_jobs(preset: CheckedPreset) -> list[EvalJob]:
     """The GDD curve's jobs (:func:`graphwm.jobs.curve_jobs`); none when ``train.eval_every``
     is 0."""
-    return jobs.curve_jobs(_preset(preset))
+    return jobs.curve_jobs(preset)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -212,78 +237,59 @@ class _Failed:
             raise merged
 
 
-def stage_collect(preset: PresetLike, paths: RunPaths, progress: bool = True) -> list[DataRef]:
+@_entry
+def stage_collect(preset: CheckedPreset, paths: RunPaths, progress: bool = True) -> list[DataRef]:
     """Stage 1: random-policy rollouts for every env and split."""
-    p = _preset(preset)
     with run_lock(paths):
-        return _collect(p, paths, progress)
+        return _collect(preset, paths, progress)
 
 
-def stage_fit(preset: PresetLike, paths: RunPaths) -> dict[str, Path]:
+@_entry
+def stage_fit(preset: CheckedPreset, paths: RunPaths) -> dict[str, Path]:
     """Stage 2: bandwidths and feature scaling per env; returns env -> fit folder."""
-    p = _preset(preset)
     with run_lock(paths):
-        return _fit(p, paths)
+        return _fit(preset, paths)
 
 
-def stage_train(preset: PresetLike, paths: RunPaths, progress: bool = True) -> list[TrainRecord]:
+@_entry
+def stage_train(preset: CheckedPreset, paths: RunPaths, progress: bool = True) -> list[TrainRecord]:
     """Stage 3: train every model (and ablation) on every env and seed (collecting and
     fitting what is not there yet first)."""
-    p = _preset(preset)
-    with run_lock(paths), shared_pool():  # one worker pool for every stage
-        failed = _Failed()
-        records = _train(p, paths, progress, failed)
-        failed.finish(paths)
-        return records
+    return _stages(preset, paths, progress)
 
 
-def stage_evaluate(preset: PresetLike, paths: RunPaths, progress: bool = True) -> list[Record]:
+@_entry
+def stage_evaluate(preset: CheckedPreset, paths: RunPaths, progress: bool = True) -> list[Record]:
     """Stages 4-7: self-GDD, single-step GDD (models and ablations), multi-step GDD.
 
     Trains whatever is not trained yet first (finished training jobs are skipped).
     """
-    p = _preset(preset)
-    with run_lock(paths), shared_pool():  # one worker pool for every stage
-        failed = _Failed()
-        _train(p, paths, progress, failed)
-        records = _evaluate(p, paths, progress, failed)
-        failed.finish(paths)
-        return records
+    return _stages(preset, paths, progress, _evaluate)
 
 
-def stage_curve(preset: PresetLike, paths: RunPaths, progress: bool = True) -> list[Record]:
+@_entry
+def stage_curve(preset: CheckedPreset, paths: RunPaths, progress: bool = True) -> list[Record]:
     """The GDD curve (``train.eval_every``): single-step GDD of every checkpoint the training
     jobs kept, stored in ``results/`` like every evaluation and listed in ``run.json``'s
     ``curve`` (empty when the curve is off). Trains whatever is not trained yet first."""
-    p = _preset(preset)
-    with run_lock(paths), shared_pool():  # one worker pool for every stage
-        failed = _Failed()
-        if jobs.curve_jobs(p):
-            _train(p, paths, progress, failed)
-        records = _curve(p, paths, progress, failed)
-        failed.finish(paths)
-        return records
+    return _stages(preset, paths, progress, _curve, train=bool(jobs.curve_jobs(preset)))
 
 
-def stage_downstream(preset: PresetLike, paths: RunPaths, progress: bool = True) -> list[Record]:
+@_entry
+def stage_downstream(preset: CheckedPreset, paths: RunPaths, progress: bool = True) -> list[Record]:
     """Stage 8 (``[downstream]``): MaskablePPO (the graph policy unless the section says
     ``policy = "mlp"``) on parallel episodes of each trained model's dream env, evaluated
     in the real env, next to the real-env agent and the yardsticks (docs/dream.md).
 
     Trains whatever is not trained yet first; a preset without the section records none.
     """
-    p = _preset(preset)
-    with run_lock(paths), shared_pool():  # one worker pool for every stage
-        failed = _Failed()
-        if _downstream_section(p) is not None:
-            _train(p, paths, progress, failed)
-        records = _downstream(p, paths, progress, failed)
-        failed.finish(paths)
-        return records
+    train = _downstream_section(preset) is not None
+    return _stages(preset, paths, progress, _downstream, train=train)
 
 
+@_entry
 def run_training_jobs(
-    preset: PresetLike, paths: RunPaths, train: list[TrainJob], desc: str, progress: bool = True
+    preset: CheckedPreset, paths: RunPaths, train: list[TrainJob], desc: str, progress: bool = True
 ) -> list[TrainRecord]:
     """Run training jobs in the run's job store (shared by ``stage_train`` and the search),
     re-verifying every stored result's checkpoint (and log) before it is reused.
@@ -291,11 +297,27 @@ def run_training_jobs(
     The members of an ensemble run as one unit (:func:`graphwm.stages.ensemble.training_units`);
     the records come back in the order of ``train``.
     """
-    return _run_training(_preset(preset), paths, train, desc, progress)
+    return _run_training(preset, paths, train, desc, progress)
 
 
 # The stages' bodies: a checked preset, the run lock held by the caller; each runs its own
 # stage only (the public stage_* functions and reproduce decide what runs first).
+_Body = Callable[[CheckedPreset, RunPaths, bool, "_Failed"], list]
+
+
+def _stages(
+    p: CheckedPreset, paths: RunPaths, progress: bool, then: _Body | None = None, train: bool = True
+) -> list:
+    """Under the run lock and one worker pool for every stage: collect, fit and train (with
+    ``train``), then ``then``; its records (else the training's), the failed jobs raised at
+    the end."""
+    with run_lock(paths), shared_pool():
+        failed = _Failed()
+        records: list = _train(p, paths, progress, failed) if train else []
+        if then is not None:
+            records = then(p, paths, progress, failed)
+        failed.finish(paths)
+        return records
 
 
 def _collect(p: CheckedPreset, paths: RunPaths, progress: bool) -> list[DataRef]:
@@ -406,7 +428,9 @@ def _curve(p: CheckedPreset, paths: RunPaths, progress: bool, failed: _Failed) -
 
 
 def _downstream_section(p: Preset) -> DownstreamConfig | None:
-    """The ``[downstream]`` section checked against the preset's envs and models."""
+    """The ``[downstream]`` section checked against the preset's envs and models (here, not
+    with the preset: ``--models`` and ``--envs`` may leave out what it names, which only
+    the stages that read it refuse)."""
     section = p.downstream
     if section is not None:
         try:
@@ -462,8 +486,9 @@ class RunFailed(JobsFailed):
         self.report = report
 
 
+@_entry
 def reproduce_report(
-    preset: PresetLike,
+    preset: CheckedPreset,
     out: Path,
     progress: bool = True,
     redo_corrupt: bool = False,
@@ -478,17 +503,16 @@ def reproduce_report(
     """
     from graphwm.report.build import build_report
 
-    p = _preset(preset)
-    _downstream_section(p)  # a bad [downstream] section fails before any work
+    _downstream_section(preset)  # a bad [downstream] section fails before any work
     if not str(out).strip():
         raise PresetError("the run directory (--out) must be a non-empty path")
     paths = RunPaths(Path(out), redo_corrupt=redo_corrupt, retry_failed=retry_failed)
     with run_lock(paths), shared_pool():  # one worker pool for every stage
         failed = _Failed()
-        _train(p, paths, progress, failed)
-        _evaluate(p, paths, progress, failed)
-        _curve(p, paths, progress, failed)
-        _downstream(p, paths, progress, failed)
+        _train(preset, paths, progress, failed)
+        _evaluate(preset, paths, progress, failed)
+        _curve(preset, paths, progress, failed)
+        _downstream(preset, paths, progress, failed)
         try:
             failed.finish(paths)
         except JobsFailed as err:

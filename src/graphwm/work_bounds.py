@@ -1,6 +1,11 @@
-"""Bounds of the work a preset asks for that need a model or an env built, checked with the
-other preset checks before any stage runs (issue 38; :func:`graphwm.checks.check_preset`
-calls :func:`check_work_bounds`):
+"""Bounds of the work and memory a preset asks for, checked with the other preset checks
+before any stage runs (:func:`graphwm.checks.check_preset` calls :func:`check_work_bounds`):
+
+* **evaluation memory**: the samples and Gram matrices of one reference transition
+  (:func:`sample_bytes`) and the graph policy's weights within half this machine's memory;
+* **permutation work**: the run's permutation tests at most :data:`MAX_PERMUTATION_HOURS`;
+* **model size**: a model's weights, gradients and Adam state (16 bytes a parameter, counted
+  on torch's meta device) within half this machine's memory;
 
 * **training memory**: the peak of one training step of every (env, model) the preset trains
   (:func:`gdm_models.memory.training_step_bytes`: activations from the batch B, the sequence
@@ -24,15 +29,134 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from graphwm.config import Preset, PresetError
+from gdm_models.config_checks import memory_bytes
+
+from graphwm.config import MAX_SEED, Preset, PresetError
 
 __all__ = [
+    "MAX_PERMUTATION_HOURS",
+    "check_model_size",
     "check_work_bounds",
     "device_memory_bytes",
     "longest_episode",
+    "memory_bytes",
     "meta_model",
+    "permutation_hours",
+    "reference_transitions",
+    "sample_bytes",
     "training_peak",
 ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Evaluation memory, permutation work and model sizes
+# ---------------------------------------------------------------------------------------------
+def _fits(key: str, value: Any, need: float, what: str) -> None:
+    """Refuse ``value`` of ``key`` when ``need`` bytes exceed half this machine's memory."""
+    have = memory_bytes() // 2
+    if need > have:
+        raise PresetError(
+            f"preset key {key!r}: {value!r} needs about {_gib(need)} ({what}), more than half "
+            f"this machine's memory ({_gib(have)})"
+        )
+
+
+#: float64 (T, T) matrices alive at once at the peak of one GDD, T = 2 kappa pooled samples
+#: (gdd_metric.grams: the eight kernel terms, the four component Grams and the temporaries of
+#: their assembly). Measured with tracemalloc: 16.0 x 8 T^2 bytes at kappa = 250, 500, 1000.
+GRAM_MATRICES_AT_PEAK = 16
+#: seconds per pooled-Gram entry of one permutation-test relabeling (gdd_metric.stats: each
+#: relabeling sums the (T, T) Gram under a mask); measured 7 ns on a 2-core CPU, rounded up
+PERMUTATION_SECONDS_PER_ENTRY = 10e-9
+#: the most CPU-hours the permutation tests of one run may take (the paper preset's: 2.3)
+MAX_PERMUTATION_HOURS = 1000.0
+
+
+def sample_bytes(num_samples: int, num_nodes: int) -> int:
+    """Bytes held at once for one reference transition's GDD: the two sets of
+    ``num_samples`` sampled N x N graphs (float32) and the peak of the pooled float64 Gram
+    matrices (:data:`GRAM_MATRICES_AT_PEAK` of them, T = 2 ``num_samples``)."""
+    pooled = 2 * num_samples
+    return 4 * pooled * num_nodes * num_nodes + 8 * GRAM_MATRICES_AT_PEAK * pooled * pooled
+
+
+def reference_transitions(p: Preset) -> int:
+    """Reference transitions the final evaluation scores: per env, evaluated test size (an
+    ablation's: ``ablation_sizes``), model and seed, ``evaluate.reference_transitions`` of
+    each evaluated test episode."""
+    per_run = p.evaluate.reference_transitions * p.evaluate.evaluated(p.collect.test_episodes)
+    return sum(
+        len(p.eval_sizes(env, model)) * per_run * len(p.seeds)
+        for env in p.envs
+        for model in p.models_of(env)
+    )
+
+
+def permutation_hours(p: Preset) -> float:
+    """CPU-hours of the run's permutation tests: relabelings x transitions x (2 kappa)^2
+    Gram entries at :data:`PERMUTATION_SECONDS_PER_ENTRY`."""
+    pooled = 2 * p.evaluate.num_samples
+    entries = p.evaluate.permutations * reference_transitions(p) * pooled * pooled
+    return entries * PERMUTATION_SECONDS_PER_ENTRY / 3600
+
+
+def _check_evaluation(p: Preset) -> None:
+    """The samples of one GDD and the graph policy fit half this machine's memory, the
+    permutation tests take at most :data:`MAX_PERMUTATION_HOURS`, and a dream agent's env
+    seeds stay seeds."""
+    largest = max(max(p.test_sizes(env), default=0) for env in p.envs)
+    k = p.evaluate.num_samples
+    _fits("evaluate.num_samples", k, sample_bytes(k, largest), f"samples of N = {largest}")
+    if p.multi_step is not None:
+        m = p.multi_step
+        need = sample_bytes(m.num_samples, m.size)
+        _fits("multi_step.num_samples", m.num_samples, need, f"samples of N = {m.size}")
+    section = p.downstream
+    if section is not None:
+        width, depth = section.policy_hidden_dim, max(1, section.policy_num_layers)
+        # weights, gradients and Adam's two moments, float32
+        need = 16 * width * width * (depth + 2)
+        _fits("downstream.policy_hidden_dim", width, need, "the graph policy's weights")
+        if max(p.seeds) + section.dream_envs - 1 > MAX_SEED:
+            raise PresetError(
+                f"preset key 'seeds': {max(p.seeds)} plus downstream.dream_envs - 1 "
+                f"({section.dream_envs - 1}) must be <= {MAX_SEED} (a dream agent's envs reset "
+                "with seed + i, and seeds stop there)"
+            )
+    hours = permutation_hours(p)
+    if hours > MAX_PERMUTATION_HOURS:
+        raise PresetError(
+            f"preset key 'evaluate.permutations': {p.evaluate.permutations} relabelings of "
+            f"{reference_transitions(p)} reference transitions need about {hours:.3g} CPU-hours "
+            f"(more than {MAX_PERMUTATION_HOURS:g}); lower evaluate.permutations (the paper: "
+            "200) or the transitions evaluated (evaluate.reference_transitions, "
+            "evaluate.max_episodes)"
+        )
+
+
+def check_model_size(model: str, env: str, values: Mapping[str, Any], key: str) -> None:
+    """A model whose weights, gradients and Adam state (16 bytes a parameter) would not fit
+    half this machine's memory is refused, naming the size key(s) of ``values``."""
+    from graphwm.envs import resolved_configs
+
+    sizes = {k: v for k, v in values.items() if isinstance(v, int) and not isinstance(v, bool)}
+    if not sizes:
+        return
+    what = ", ".join(f"{key}.{k} = {v}" for k, v in sizes.items())
+    config, _ = resolved_configs(model, env, values)
+    try:
+        built = meta_model(model, env, json.dumps(config, sort_keys=True))
+        count = sum(int(t.numel()) for t in built.parameters())
+    except (RuntimeError, TypeError, ValueError, OverflowError, MemoryError) as err:
+        said = str(err).splitlines()[0]
+        raise PresetError(f"preset key {key!r}: {what} is too large to build ({said})") from None
+    have = memory_bytes() // 2
+    if 16 * count > have:
+        raise PresetError(
+            f"preset key {key!r}: {what} makes {model!r} hold {count} parameters, about "
+            f"{_gib(16 * count)} with gradients and Adam's state, more than half this "
+            f"machine's memory ({_gib(have)})"
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -40,7 +164,7 @@ __all__ = [
 # ---------------------------------------------------------------------------------------------
 def device_memory_bytes(device: str, machine: int) -> int | None:
     """What one training job may use on ``device``: half of ``machine`` (this machine's
-    memory, :func:`graphwm.checks.memory_bytes`) on the CPU (the OS, the data and the other
+    memory, :func:`memory_bytes`) on the CPU (the OS, the data and the other
     workers live there too), the GPU's memory on CUDA when this machine has that GPU;
     ``None`` (not bounded here) otherwise (a CUDA preset checked on a machine without CUDA,
     ``mps``)."""
@@ -189,8 +313,8 @@ def _check_horizon(p: Preset) -> None:
             )
 
 
-def check_work_bounds(p: Preset, machine: int) -> None:
-    """The multi-step horizon and the training memory (see the module docstring);
-    ``machine``: this machine's memory in bytes."""
+def check_work_bounds(p: Preset) -> None:
+    """Every bound of this module (see its docstring)."""
+    _check_evaluation(p)
     _check_horizon(p)
-    _check_training_memory(p, machine)
+    _check_training_memory(p, memory_bytes())

@@ -1,6 +1,6 @@
 """GDM speed/memory benchmark (issue 10): fast path next to the eager reference, same run.
 
-1. Training step at the paper's OD hyperparameters (gdm_models.presets), B = 8 windows of
+1. Training step at the paper's OD hyperparameters (gdm_models.hyperparameters), B = 8 windows of
    L = 20 transitions on 15-25-node graphs: ms per step (forward, backward, clip, Adam) and,
    from torch.profiler, aten ops per step (CPU) or CUDA kernels per step and the GPU busy
    fraction (CUDA), for

@@ -1,6 +1,6 @@
 """One model's CPU training step (issue 36's "CPU step time not slower"), against any tree.
 
-A training step at the paper's OD hyperparameters (``gdm_models.presets``) on synthetic
+A training step at the paper's OD hyperparameters (``gdm_models.hyperparameters``) on synthetic
 15-25-node episodes: loss, backward, gradient clipping (norm 100) and Adam, one torch thread,
 ``--steps`` steps after ``--warmup`` steps, each tree's own training step (the training
 package's ``train_step``, or ``gdm_models.train_step`` in a tree before issue 36), so the same

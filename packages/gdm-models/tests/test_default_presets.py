@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from gdm_models import default_preset, get_preset, make_model, register_preset
-from gdm_models.presets import ENV_IDS, PRESETS
+from gdm_models.hyperparameters import ENV_IDS, PRESETS
 
 SCHEMA = {"node_continuous": ["x"], "graph_continuous": ["k"], "node_categorical": {"c": 3}}
 

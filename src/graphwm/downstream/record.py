@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
-from graphwm.settings import Where
+from graphwm.store.fields import Where
 from graphwm.store.records import Record, register_record
 
 #: the agent of a job: trained in a world model's dream env (its record's agent is

@@ -21,9 +21,8 @@ from typing import Any
 
 from gdm_models.training import TrainConfig
 
-from graphwm.config import TrainSection
+from graphwm.config import TrainSection, defaults
 from graphwm.envs import env_schema
-from graphwm.settings import defaults
 from graphwm.stages.fit import FitJob, load_fitted, training_episodes
 from graphwm.store.checkpoints import recover_latest
 from graphwm.store.files import CorruptFileError, content_key, inside, sha256_file
@@ -172,18 +171,14 @@ def make_train_job(
     seed: int,
     fit: FitJob,
     *,
-    steps: int | None = None,
-    epochs: int | None = None,
     model_overrides: dict[str, Any] | None = None,
     train_overrides: dict[str, Any] | None = None,
-    device: str = "cpu",
-    threads: int = 1,
     tensorboard: bool = _TRAIN["tensorboard"],
     **options: Any,
 ) -> TrainJob:
-    """A job with the paper's preset of ``model`` on ``env`` resolved under the overrides;
-    ``options``: further :class:`~gdm_models.training.TrainConfig` fields (``precision``,
-    ``checkpoint_every``, ...)."""
+    """A job with the hyperparameters of ``model`` on ``env`` resolved under the overrides;
+    ``options``: the other :class:`~gdm_models.training.TrainConfig` fields (``steps`` or
+    ``epochs``, ``device``, ``threads``, ``precision``, ``checkpoint_every``, ...)."""
     from graphwm.envs import resolved_configs
 
     # the paper's preset, else the defaults of an untuned env, under the overrides
@@ -194,10 +189,7 @@ def make_train_job(
             f"{model} on {env}: the preset's 'train' table has keys {unknown}; a training "
             f"preset sets {[*TRAINER_FIELDS, 'grad_clip']} (gdm_models.training.TrainConfig)"
         )
-    config = TrainConfig(
-        seed=seed, steps=steps, epochs=epochs, device=device, threads=threads, **trainer,
-        **options,
-    )  # fmt: skip
+    config = TrainConfig(seed=seed, **trainer, **options)
     return TrainJob(
         env=env,
         model=model,
@@ -303,9 +295,8 @@ def checkpoint_size_problem(path: Path) -> str | None:
     import json
     import struct
 
+    from gdm_models.config_checks import memory_bytes
     from gdm_models.training.checkpoint import WEIGHTS_FILE, CheckpointError, read_manifest
-
-    from graphwm.checks import memory_bytes
 
     try:
         manifest = read_manifest(path)

@@ -2,7 +2,7 @@
 
 Every record is a frozen dataclass with ``to_dict()`` (the stored JSON, format in
 docs/reporting.md) and ``from_dict(raw, path)``, which reads it through the field-driven parser
-of :mod:`graphwm.settings` (the one that reads presets; a bad value raises
+of :mod:`graphwm.store.fields` (a bad value raises
 :class:`ResultsFormatError` naming the file and the key). :func:`parse_record` dispatches on
 ``kind``; :func:`register_record` adds the record type of a new stage.
 """
@@ -16,7 +16,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
-from graphwm.settings import Where, parse, setting, spec
+from graphwm.store.fields import Where, parse, setting, spec
 
 COMPONENTS = ("node", "graph", "edge", "joint")
 
@@ -49,7 +49,7 @@ def _need_components(raw: Mapping, name: str, where: Where) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Records: the fields are the format; :mod:`graphwm.settings` reads them
+# Records: the fields are the format; :mod:`graphwm.store.fields` reads them
 # ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Record:

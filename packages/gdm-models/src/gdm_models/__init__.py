@@ -19,14 +19,14 @@ pyproject.toml):
 5. ``member_layers`` (the member axis: the ``MemberModel`` interface a model opts into and
    the member layers of a member model);
 6. leaves: ``scaling``, ``data``, ``layers``, ``adjacency``, ``message_passing``,
-   ``compiling``, ``presets`` (hyperparameters of every model, plain data), ``synthetic``;
+   ``compiling``, ``hyperparameters`` (hyperparameters of every model, plain data), ``synthetic``;
    below them ``member_ops``, then ``schema``.
 """
 
 from .data import OBS_KEYS, Batch, DataError, EpisodeDataset, EpochSampler
 from .gdm import GDM, GDMConfig
+from .hyperparameters import ENV_IDS, default_preset, get_preset, register_preset
 from .member_layers import MemberModel
-from .presets import ENV_IDS, default_preset, get_preset, register_preset
 from .registry import available_models, make_model, register_model
 from .scaling import FeatureScaler
 from .schema import Schema, SchemaError, parse_schema

@@ -9,7 +9,7 @@ Subclass :class:`WorldModel` and
   instance holding *every* constructor hyperparameter (JSON-able scalars/strings/bools);
   the model must be reconstructible as ``factory(schema, scaler, **dataclasses.asdict(config))``;
 * add one line for its factory to :data:`gdm_models.registry.MODELS` (and its presets, if
-  any, to :data:`gdm_models.presets.PRESETS`);
+  any, to :data:`gdm_models.hyperparameters.PRESETS`);
 * implement the abstract methods:
 
   - ``_observe_at(obs, actions, steps, generator) -> list[latent]``: condition on one

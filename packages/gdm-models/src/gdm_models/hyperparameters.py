@@ -1,4 +1,4 @@
-"""Hyperparameter presets of every model per environment (paper, appendix "Final
+"""Hyperparameters of every model per environment (paper, appendix "Final
 Hyperparameters"), as plain data: this module imports nothing from the package, so any layer
 may read it.
 

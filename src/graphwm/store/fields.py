@@ -1,18 +1,13 @@
-"""One parser for every typed table of graphwm: preset sections and stored records.
+"""The field-driven reader of stored records (:mod:`graphwm.store.records`).
 
-A table is a dataclass whose fields say everything about it: the type hint gives the type
+A record is a dataclass whose fields say everything about it: the type hint gives the type
 (``int``, ``float``, ``bool``, ``str``, ``tuple[int, ...]``, ``list[float]``,
 ``dict[str, float]``, ``X | None``, a nested dataclass, ``Any``), the default gives the
 default (a field without one is required), and :func:`spec` metadata gives ranges, choices and
-help. :func:`parse` reads a raw mapping (TOML or JSON) into the dataclass, refusing unknown
-keys (or ignoring them, for records that carry extra keys), and reports the first bad value
-through a :class:`Where` that words the error for its caller: presets say
-``preset key 'collect.train_episodes': must be an integer >= 1, got 0``, records say
-``RUN_DIR/results/x.json: 'seed' must be an integer, got '0'``.
-
-Written here rather than taken from pydantic/cattrs/msgspec: the messages are part of the
-interface (tests pin them), the library versions in the environment word their errors their own
-way, and the whole parser is a page; every default stays a plain dataclass field.
+help. :func:`parse` reads a raw mapping (JSON) into the dataclass and reports the first bad
+value through a :class:`Where` that words the error, e.g.
+``RUN_DIR/results/x.json: 'seed' must be an integer, got '0'``. (Presets are read by pydantic:
+:mod:`graphwm.config`.)
 """
 
 from __future__ import annotations
