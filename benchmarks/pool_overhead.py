@@ -81,6 +81,50 @@ def _spans(jobs_log: Path) -> tuple[dict[str, list[float]], dict[int, float]]:
     return spans, pids
 
 
+def timeline(jobs_log: Path, workers: int) -> list[dict]:
+    """Per stage of a run's ``jobs.log`` (in run order, the driver-side collect and fit
+    included): its jobs, their seconds (CPU time: one thread each), its span from first start
+    to last end, the idle worker seconds within that span (``workers`` x span - busy), the
+    gap since the previous stage ended (the driver's own work between stages) and its longest
+    job."""
+    rows = [json.loads(line) for line in jobs_log.read_text().splitlines() if line.strip()]
+    stages: dict[str, list[dict]] = {}
+    for row in rows:
+        if row.get("status") == "done":
+            stages.setdefault(str(row["kind"]), []).append(row)
+    out, previous = [], None
+    for kind, group in sorted(stages.items(), key=lambda kv: min(r["started"] for r in kv[1])):
+        lo = min(float(r["started"]) for r in group)
+        hi = max(float(r["started"]) + float(r["seconds"]) for r in group)
+        busy = sum(float(r["seconds"]) for r in group)
+        longest = max(group, key=lambda r: float(r["seconds"]))
+        out.append({
+            "stage": kind, "jobs": len(group), "busy": busy, "span": hi - lo,
+            "idle": max(0.0, workers * (hi - lo) - busy),
+            "gap": 0.0 if previous is None else lo - previous,
+            "longest": (float(longest["seconds"]),
+                        " ".join(str(longest.get(k)) for k in ("env", "model") if longest.get(k))),
+            "processes": len({r["pid"] for r in group}),
+        })  # fmt: skip
+        previous = hi
+    return out
+
+
+def print_timeline(jobs_log: Path, workers: int) -> None:
+    """:func:`timeline` as a table, with the totals."""
+    rows = timeline(jobs_log, workers)
+    print(f"{'stage':12} {'jobs':>4} {'busy s':>8} {'span s':>8} {'idle %':>6} {'gap s':>6}  "
+          "longest job")  # fmt: skip
+    for r in rows:
+        idle = 100 * r["idle"] / (workers * r["span"]) if r["span"] else 0.0
+        print(f"{r['stage']:12} {r['jobs']:4d} {r['busy']:8.1f} {r['span']:8.1f} {idle:6.0f} "
+              f"{r['gap']:6.1f}  {r['longest'][0]:.1f} s {r['longest'][1]}")  # fmt: skip
+    span = sum(r["span"] + r["gap"] for r in rows)
+    busy = sum(r["busy"] for r in rows)
+    print(f"all: {busy:.1f} job seconds over {span:.1f} s from the first job to the last "
+          f"({busy / span:.2f} of {workers} workers busy)")  # fmt: skip
+
+
 def run_once(tree: Path, preset: str, workers: int, extra: list[str]) -> float:
     """Wall seconds of one ``graphwm reproduce`` into a fresh run directory (printed with
     the stage gaps its ``jobs.log`` shows)."""
