@@ -19,6 +19,10 @@ the per-pair ratios), e.g. ``/usr/bin/time -f %e`` around::
     python3 benchmarks/pool_overhead.py --tree /path/to/old/checkout --preset smoke --workers 2
     python3 benchmarks/pool_overhead.py --preset smoke --workers 2
 
+``--timeline`` adds each run's per-stage table (:func:`timeline`: jobs, job seconds, span,
+idle worker share, the driver's gap before the stage, the longest job);
+``--timeline-of RUN_DIR --workers N`` prints that table for a finished run.
+
 A timing needs an idle machine; this script asserts nothing about speed.
 """
 
@@ -125,7 +129,9 @@ def print_timeline(jobs_log: Path, workers: int) -> None:
           f"({busy / span:.2f} of {workers} workers busy)")  # fmt: skip
 
 
-def run_once(tree: Path, preset: str, workers: int, extra: list[str]) -> float:
+def run_once(
+    tree: Path, preset: str, workers: int, extra: list[str], timeline_too: bool = False
+) -> float:
     """Wall seconds of one ``graphwm reproduce`` into a fresh run directory (printed with
     the stage gaps its ``jobs.log`` shows)."""
     with tempfile.TemporaryDirectory(prefix="pool-overhead-") as tmp:
@@ -141,6 +147,8 @@ def run_once(tree: Path, preset: str, workers: int, extra: list[str]) -> float:
             raise SystemExit(f"graphwm reproduce failed (exit {done.returncode}): {cmd}")
         processes, gaps = stage_summary(out / "jobs.log")
         first, total, busiest = busy_summary(out / "jobs.log", clock)
+        if timeline_too:
+            print_timeline(out / "jobs.log", workers)
     between = ", ".join(f"{k} {s:.1f} s" for k, s in gaps) or "none"
     print(f"{tree}: --preset {preset} --workers {workers}: {wall:.1f} s wall; jobs ran in "
           f"{processes} process(es); gap before each stage: {between}; first training job "
@@ -157,15 +165,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2],
                         help="worker counts, one run each (default: 1 2)")  # fmt: skip
     parser.add_argument("--repeat", type=int, default=1, help="runs per worker count")
+    parser.add_argument("--timeline", action="store_true",
+                        help="also print each run's per-stage timeline")  # fmt: skip
+    parser.add_argument("--timeline-of", type=Path, metavar="RUN_DIR",
+                        help="only print the timeline of a finished run (--workers: its one "
+                        "worker count)")  # fmt: skip
     parser.add_argument("extra", nargs="*", help="more reproduce arguments (after --)")
     args = parser.parse_args(argv)
     if args.repeat < 1 or any(w < 1 for w in args.workers):
         parser.error("--repeat and every --workers value must be >= 1")
+    if args.timeline_of is not None:
+        if not (args.timeline_of / "jobs.log").is_file():
+            parser.error(f"{args.timeline_of} has no jobs.log")
+        print_timeline(args.timeline_of / "jobs.log", args.workers[0])
+        return 0
     tree = args.tree.resolve()
     walls: dict[int, list[float]] = {}
     for _ in range(args.repeat):
         for workers in args.workers:  # alternated: a drifting machine affects both alike
-            walls.setdefault(workers, []).append(run_once(tree, args.preset, workers, args.extra))
+            wall = run_once(tree, args.preset, workers, args.extra, args.timeline)
+            walls.setdefault(workers, []).append(wall)
     if len(walls) > 1 or args.repeat > 1:
         for workers, times in walls.items():
             ordered = sorted(times)
