@@ -314,9 +314,10 @@ def _train_cost(p: CheckedPreset) -> Any:
     from graphwm.work_bounds import training_peak
 
     def cost(unit: TrainJob | EnsembleJob) -> float:
-        job = parts_of(unit)[0]
+        members = unit_members(unit)
+        job = members[0]
         peak = training_peak(p, job.env, job.model)[0] or 0
-        return float(peak) * (job.config.steps or 1) * len(parts_of(unit))
+        return float(peak) * (job.config.steps or 1) * len(members)
 
     return cost
 

@@ -29,12 +29,15 @@ which needs no start-up) and the others in ``max_workers - 1`` spawned pool work
 workers are started once and serve every stage: a spawned worker imports torch and the
 packages (seconds to tens of seconds), which a pool per stage paid again at every stage; the
 driver works meanwhile, and runs a job it gave a worker that has not started it rather than
-wait (each job runs once: :func:`_claim`). A reused pool worker starts each job from the
-state it had before its first job (:func:`_pooled_execute`: the global random generators,
-torch's thread count and flags, the working directory), so a job's result never depends on
-which jobs its worker ran before it, nor on the worker count. A pool worker that dies breaks
-the pool (the jobs it was given fail as a machine failure would), the driver runs the stage's
-other jobs, and the next stage starts a new pool.
+wait (each job runs once: :func:`_claim`). A stage queues all its jobs on the pool at once,
+longest first where the caller estimates their cost (:func:`longest_first`), so a worker
+that ends a job takes the next one while the driver is still in its own; the block's end
+ends the idle workers at once (one still starting is not waited for). A reused pool worker
+starts each job from the state it had before its first job (:func:`_pooled_execute`: the
+global random generators, torch's thread count and flags, the working directory), so a job's
+result never depends on which jobs its worker ran before it, nor on the worker count. A pool
+worker that dies breaks the pool (the job it was running fails as a machine failure would),
+the driver runs the stage's other jobs, and the next stage starts a new pool.
 
 A job with ``parts`` (several jobs run as one unit of work, e.g. the members of a training
 ensemble) yields one record per part: its function returns, in the order of ``parts``, each
@@ -442,10 +445,10 @@ def _run_local(fn, todo, run_dir, workers, desc, progress, done, cost=None) -> N
                 break
         skip = min(size, len(futures))  # the workers' first jobs
         while unstored:
-            job = claim_next(skip)
+            mine = claim_next(skip)
             skip = 0
-            if job is not None:
-                finish(job, execute(fn, job, str(run_dir)))
+            if mine is not None:
+                finish(mine, execute(fn, mine, str(run_dir)))
             elif futures:
                 wait(futures, return_when=FIRST_COMPLETED)
             else:  # every job claimed, none queued: a claimed job's outcome got lost
