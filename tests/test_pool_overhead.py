@@ -119,13 +119,11 @@ def test_times_this_tree_for_each_worker_count(bench, capsys):
 
 
 def test_job_times_groups_finished_training_jobs_by_worker_in_start_order(job_bench, tmp_path):
-    _jobs_log(tmp_path, [
-        _row("train", 7, 5.0, 0.2),
-        _row("train", 7, 1.0, 2.5),
-        _row("train", 7, 9.0, 9.9, status="failed"),
-        _row("fit", 7, 0.5, 4.0),
-        _row("train", 8, 2.0, 3.0),
-    ])  # fmt: skip
+    # (kind, pid, started, seconds, status) per line, in the order written
+    lines = [("train", 7, 5.0, 0.2, "done"), ("train", 7, 1.0, 2.5, "done"),
+             ("train", 7, 9.0, 9.9, "failed"), ("fit", 7, 0.5, 4.0, "done"),
+             ("train", 8, 2.0, 3.0, "done")]  # fmt: skip
+    _jobs_log(tmp_path, [_row(*line) for line in lines])
     # the cold job (the worker's first) leads, whatever order the lines were written in
     assert job_bench.job_times(tmp_path) == {7: [2.5, 0.2], 8: [3.0]}
 

@@ -146,12 +146,12 @@ def test_two_stages_run_on_the_same_workers_each_job_from_a_fresh_state(tmp_path
     assert {ln["pid"] for ln in _log(run_dir)} == set(a)
 
 
-BROKEN_RUN = """
+#: the scripts' start: a job of a key, and the record a job returns
+SCRIPT_START = """
 import os, sys, time
 from pathlib import Path
 
 from graphwm.store.executors import run_jobs, shared_pool
-from graphwm.store.outcomes import JobsFailed
 from graphwm.store.results import ResultStore
 
 
@@ -163,6 +163,21 @@ class Job:
 
     def describe(self):
         return {"key": self.key}
+
+
+def record():
+    from graphwm.store.records import COMPONENTS, SelfGddRecord
+
+    return SelfGddRecord(kind="self_gdd", env="SAR", seed=0, size=7, gdd=0.5,
+                         components=dict.fromkeys(COMPONENTS, 0.0))
+"""
+
+
+BROKEN_RUN = (
+    SCRIPT_START
+    + """
+
+from graphwm.store.outcomes import JobsFailed
 
 
 def job_fn(job, run_dir):
@@ -180,10 +195,7 @@ def job_fn(job, run_dir):
             assert time.time() < deadline, "the new pool's worker never took its job"
             time.sleep(0.05)
     print("PID", os.getpid())
-    from graphwm.store.records import COMPONENTS, SelfGddRecord
-
-    return SelfGddRecord(kind="self_gdd", env="SAR", seed=0, size=7, gdd=0.5,
-                         components=dict.fromkeys(COMPONENTS, 0.0))
+    return record()
 
 
 if __name__ == "__main__":
@@ -200,6 +212,7 @@ if __name__ == "__main__":
                  progress=False)
     print("DONE")
 """
+)
 
 
 def test_a_stage_after_a_dead_worker_runs_on_a_new_pool(tmp_path):
@@ -217,32 +230,17 @@ def test_a_stage_after_a_dead_worker_runs_on_a_new_pool(tmp_path):
     assert not (store / "dies.failure").exists()  # a machine failure: not recorded
 
 
-HELD_RUN = """
-import os, sys, time
+HELD_RUN = (
+    SCRIPT_START
+    + """
 import multiprocessing as mp
 from concurrent.futures import ProcessPoolExecutor
-from pathlib import Path
 
 import graphwm.store.executors as executors
-from graphwm.store.executors import run_jobs, shared_pool
-from graphwm.store.results import ResultStore
-
-
-class Job:
-    kind, env = "self_gdd", "SAR"
-
-    def __init__(self, key):
-        self.key = key
-
-    def describe(self):
-        return {"key": self.key}
 
 
 def job_fn(job, run_dir):
-    from graphwm.store.records import COMPONENTS, SelfGddRecord
-
-    return SelfGddRecord(kind="self_gdd", env="SAR", seed=0, size=7, gdd=0.5,
-                         components=dict.fromkeys(COMPONENTS, 0.0))
+    return record()
 
 
 def held(parent):
@@ -271,6 +269,7 @@ if __name__ == "__main__":
                  max_workers=2, progress=False)
     print("DONE", flush=True)
 """
+)
 
 
 def test_the_driver_takes_a_job_no_worker_started_and_the_run_never_waits_for_it(tmp_path):
@@ -291,24 +290,12 @@ def test_the_driver_takes_a_job_no_worker_started_and_the_run_never_waits_for_it
     assert not (run_dir / "late").exists()
 
 
-FED_RUN = """
-import os, sys, time
-from pathlib import Path
+FED_RUN = (
+    SCRIPT_START
+    + """
 
-from graphwm.store.executors import run_jobs, shared_pool
-from graphwm.store.results import ResultStore
 
 COST = {"small": 1.0, "middle": 2.0, "large": 3.0}
-
-
-class Job:
-    kind, env = "self_gdd", "SAR"
-
-    def __init__(self, key):
-        self.key = key
-
-    def describe(self):
-        return {"key": self.key}
 
 
 def job_fn(job, run_dir):
@@ -319,10 +306,7 @@ def job_fn(job, run_dir):
         while not (root / "done-small").exists() and time.time() < deadline:
             time.sleep(0.05)
     (root / f"done-{job.key}").touch()
-    from graphwm.store.records import COMPONENTS, SelfGddRecord
-
-    return SelfGddRecord(kind="self_gdd", env="SAR", seed=0, size=7, gdd=0.5,
-                         components=dict.fromkeys(COMPONENTS, 0.0))
+    return record()
 
 
 if __name__ == "__main__":
@@ -334,6 +318,7 @@ if __name__ == "__main__":
                  ResultStore(root / "store"), root, max_workers=2, progress=False,
                  cost=lambda job: COST[job.key])
 """
+)
 
 
 def test_jobs_start_longest_first_and_a_worker_takes_its_next_job_while_the_driver_works(tmp_path):
