@@ -19,6 +19,10 @@ the per-pair ratios), e.g. ``/usr/bin/time -f %e`` around::
     python3 benchmarks/pool_overhead.py --tree /path/to/old/checkout --preset smoke --workers 2
     python3 benchmarks/pool_overhead.py --preset smoke --workers 2
 
+``--timeline`` adds each run's per-stage table (:func:`timeline`: jobs, job seconds, span,
+idle worker share, the driver's gap before the stage, the longest job);
+``--timeline-of RUN_DIR --workers N`` prints that table for a finished run.
+
 A timing needs an idle machine; this script asserts nothing about speed.
 """
 
@@ -81,7 +85,53 @@ def _spans(jobs_log: Path) -> tuple[dict[str, list[float]], dict[int, float]]:
     return spans, pids
 
 
-def run_once(tree: Path, preset: str, workers: int, extra: list[str]) -> float:
+def timeline(jobs_log: Path, workers: int) -> list[dict]:
+    """Per stage of a run's ``jobs.log`` (in run order, the driver-side collect and fit
+    included): its jobs, their seconds (CPU time: one thread each), its span from first start
+    to last end, the idle worker seconds within that span (``workers`` x span - busy), the
+    gap since the previous stage ended (the driver's own work between stages) and its longest
+    job."""
+    rows = [json.loads(line) for line in jobs_log.read_text().splitlines() if line.strip()]
+    stages: dict[str, list[dict]] = {}
+    for row in rows:
+        if row.get("status") == "done":
+            stages.setdefault(str(row["kind"]), []).append(row)
+    out, previous = [], None
+    for kind, group in sorted(stages.items(), key=lambda kv: min(r["started"] for r in kv[1])):
+        lo = min(float(r["started"]) for r in group)
+        hi = max(float(r["started"]) + float(r["seconds"]) for r in group)
+        busy = sum(float(r["seconds"]) for r in group)
+        longest = max(group, key=lambda r: float(r["seconds"]))
+        out.append({
+            "stage": kind, "jobs": len(group), "busy": busy, "span": hi - lo,
+            "idle": max(0.0, workers * (hi - lo) - busy),
+            "gap": 0.0 if previous is None else lo - previous,
+            "longest": (float(longest["seconds"]),
+                        " ".join(str(longest.get(k)) for k in ("env", "model") if longest.get(k))),
+            "processes": len({r["pid"] for r in group}),
+        })  # fmt: skip
+        previous = hi
+    return out
+
+
+def print_timeline(jobs_log: Path, workers: int) -> None:
+    """:func:`timeline` as a table, with the totals."""
+    rows = timeline(jobs_log, workers)
+    print(f"{'stage':12} {'jobs':>4} {'busy s':>8} {'span s':>8} {'idle %':>6} {'gap s':>6}  "
+          "longest job")  # fmt: skip
+    for r in rows:
+        idle = 100 * r["idle"] / (workers * r["span"]) if r["span"] else 0.0
+        print(f"{r['stage']:12} {r['jobs']:4d} {r['busy']:8.1f} {r['span']:8.1f} {idle:6.0f} "
+              f"{r['gap']:6.1f}  {r['longest'][0]:.1f} s {r['longest'][1]}")  # fmt: skip
+    span = sum(r["span"] + r["gap"] for r in rows)
+    busy = sum(r["busy"] for r in rows)
+    print(f"all: {busy:.1f} job seconds over {span:.1f} s from the first job to the last "
+          f"({busy / span:.2f} of {workers} workers busy)")  # fmt: skip
+
+
+def run_once(
+    tree: Path, preset: str, workers: int, extra: list[str], timeline_too: bool = False
+) -> float:
     """Wall seconds of one ``graphwm reproduce`` into a fresh run directory (printed with
     the stage gaps its ``jobs.log`` shows)."""
     with tempfile.TemporaryDirectory(prefix="pool-overhead-") as tmp:
@@ -97,6 +147,8 @@ def run_once(tree: Path, preset: str, workers: int, extra: list[str]) -> float:
             raise SystemExit(f"graphwm reproduce failed (exit {done.returncode}): {cmd}")
         processes, gaps = stage_summary(out / "jobs.log")
         first, total, busiest = busy_summary(out / "jobs.log", clock)
+        if timeline_too:
+            print_timeline(out / "jobs.log", workers)
     between = ", ".join(f"{k} {s:.1f} s" for k, s in gaps) or "none"
     print(f"{tree}: --preset {preset} --workers {workers}: {wall:.1f} s wall; jobs ran in "
           f"{processes} process(es); gap before each stage: {between}; first training job "
@@ -113,15 +165,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2],
                         help="worker counts, one run each (default: 1 2)")  # fmt: skip
     parser.add_argument("--repeat", type=int, default=1, help="runs per worker count")
+    parser.add_argument("--timeline", action="store_true",
+                        help="also print each run's per-stage timeline")  # fmt: skip
+    parser.add_argument("--timeline-of", type=Path, metavar="RUN_DIR",
+                        help="only print the timeline of a finished run (--workers: its one "
+                        "worker count)")  # fmt: skip
     parser.add_argument("extra", nargs="*", help="more reproduce arguments (after --)")
     args = parser.parse_args(argv)
     if args.repeat < 1 or any(w < 1 for w in args.workers):
         parser.error("--repeat and every --workers value must be >= 1")
+    if args.timeline_of is not None:
+        if not (args.timeline_of / "jobs.log").is_file():
+            parser.error(f"{args.timeline_of} has no jobs.log")
+        print_timeline(args.timeline_of / "jobs.log", args.workers[0])
+        return 0
     tree = args.tree.resolve()
     walls: dict[int, list[float]] = {}
     for _ in range(args.repeat):
         for workers in args.workers:  # alternated: a drifting machine affects both alike
-            walls.setdefault(workers, []).append(run_once(tree, args.preset, workers, args.extra))
+            wall = run_once(tree, args.preset, workers, args.extra, args.timeline)
+            walls.setdefault(workers, []).append(wall)
     if len(walls) > 1 or args.repeat > 1:
         for workers, times in walls.items():
             ordered = sorted(times)

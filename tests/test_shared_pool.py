@@ -20,6 +20,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
+
 PROBE_RUN = """
 import hashlib, json, os, random, sys, time
 from pathlib import Path
@@ -97,22 +99,36 @@ def _seen(run_dir: Path, key: str) -> dict:
     return json.loads(line[len("SEEN ") :])
 
 
-def test_two_stages_run_on_the_same_workers_each_job_from_a_fresh_state(tmp_path):
-    script = tmp_path / "probe_run.py"
-    script.write_text(PROBE_RUN)
+def _run_script(tmp_path: Path, source: str) -> tuple[subprocess.CompletedProcess, Path]:
+    """Run ``source`` as a script (a spawned worker imports its job function from it) with a
+    fresh run directory as its argument; it must succeed."""
+    script = tmp_path / "run_script.py"
+    script.write_text(source)
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
         [sys.executable, str(script), str(run_dir)],
         cwd=tmp_path,
-        env=env,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
         capture_output=True,
         text=True,
         timeout=900,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    driver = int(done.stdout.split("DRIVER ", 1)[1].split()[0])
+    return done, run_dir
+
+
+def _driver(done: subprocess.CompletedProcess) -> int:
+    return int(done.stdout.split("DRIVER ", 1)[1].split()[0])
+
+
+def _log(run_dir: Path) -> list[dict]:
+    return [json.loads(x) for x in (run_dir / "jobs.log").read_text().splitlines()]
+
+
+def test_two_stages_run_on_the_same_workers_each_job_from_a_fresh_state(tmp_path):
+    done, run_dir = _run_script(tmp_path, PROBE_RUN)
+    driver = _driver(done)
     a = {s["pid"]: s for s in (_seen(run_dir, f"probe-a{i}") for i in range(2))}
     b = {s["pid"]: s for s in (_seen(run_dir, f"probe-b{i}") for i in range(2))}
     # the driver and the same pool worker ran both stages (a pool per stage: a new worker)
@@ -127,16 +143,15 @@ def test_two_stages_run_on_the_same_workers_each_job_from_a_fresh_state(tmp_path
     assert {k: b[worker][k] for k in same} == {k: a[worker][k] for k in same}
     assert a[worker]["dtype"] == "torch.float32" and a[worker]["grad"] is True
     # jobs.log names the worker of each job: the pids the probes saw
-    lines = [json.loads(x) for x in (run_dir / "jobs.log").read_text().splitlines()]
-    assert {ln["pid"] for ln in lines} == set(a)
+    assert {ln["pid"] for ln in _log(run_dir)} == set(a)
 
 
-BROKEN_RUN = """
+#: the scripts' start: a job of a key, and the record a job returns
+SCRIPT_START = """
 import os, sys, time
 from pathlib import Path
 
 from graphwm.store.executors import run_jobs, shared_pool
-from graphwm.store.outcomes import JobsFailed
 from graphwm.store.results import ResultStore
 
 
@@ -148,6 +163,21 @@ class Job:
 
     def describe(self):
         return {"key": self.key}
+
+
+def record():
+    from graphwm.store.records import COMPONENTS, SelfGddRecord
+
+    return SelfGddRecord(kind="self_gdd", env="SAR", seed=0, size=7, gdd=0.5,
+                         components=dict.fromkeys(COMPONENTS, 0.0))
+"""
+
+
+BROKEN_RUN = (
+    SCRIPT_START
+    + """
+
+from graphwm.store.outcomes import JobsFailed
 
 
 def job_fn(job, run_dir):
@@ -165,10 +195,7 @@ def job_fn(job, run_dir):
             assert time.time() < deadline, "the new pool's worker never took its job"
             time.sleep(0.05)
     print("PID", os.getpid())
-    from graphwm.store.records import COMPONENTS, SelfGddRecord
-
-    return SelfGddRecord(kind="self_gdd", env="SAR", seed=0, size=7, gdd=0.5,
-                         components=dict.fromkeys(COMPONENTS, 0.0))
+    return record()
 
 
 if __name__ == "__main__":
@@ -185,68 +212,45 @@ if __name__ == "__main__":
                  progress=False)
     print("DONE")
 """
+)
 
 
 def test_a_stage_after_a_dead_worker_runs_on_a_new_pool(tmp_path):
     """A pool worker that dies breaks the pool (its job fails, not deterministically: a rerun
     runs it; the driver runs the stage's other jobs); the next stage starts a new pool."""
-    script = tmp_path / "broken_run.py"
-    script.write_text(BROKEN_RUN)
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    done = subprocess.run(
-        [sys.executable, str(script), str(run_dir)],
-        cwd=tmp_path,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    done, run_dir = _run_script(tmp_path, BROKEN_RUN)
     assert "FAILED dies\n" in done.stdout, done.stdout
     assert done.stdout.rstrip().endswith("DONE")
     store = run_dir / "store"
     assert all((store / f"{k}.json").exists() for k in ("first", "third", "second-0", "second-1"))
-    lines = [json.loads(x) for x in (run_dir / "jobs.log").read_text().splitlines()]
-    pid = {ln["key"]: ln["pid"] for ln in lines}
+    pid = {ln["key"]: ln["pid"] for ln in _log(run_dir)}
     # the driver ran the first stage's other jobs (and stored the dead worker's failure), the
     # second stage's first job ran in a new pool's worker
     assert pid["first"] == pid["third"] == pid["second-1"] == pid["dies"] != pid["second-0"]
     assert not (store / "dies.failure").exists()  # a machine failure: not recorded
 
 
-HELD_RUN = """
-import os, sys, time
+HELD_RUN = (
+    SCRIPT_START
+    + """
 import multiprocessing as mp
 from concurrent.futures import ProcessPoolExecutor
-from pathlib import Path
 
 import graphwm.store.executors as executors
-from graphwm.store.executors import run_jobs, shared_pool
-from graphwm.store.results import ResultStore
-
-
-class Job:
-    kind, env = "self_gdd", "SAR"
-
-    def __init__(self, key):
-        self.key = key
-
-    def describe(self):
-        return {"key": self.key}
 
 
 def job_fn(job, run_dir):
-    from graphwm.store.records import COMPONENTS, SelfGddRecord
-
-    return SelfGddRecord(kind="self_gdd", env="SAR", seed=0, size=7, gdd=0.5,
-                         components=dict.fromkeys(COMPONENTS, 0.0))
+    return record()
 
 
 def held(parent):
-    # a worker whose start-up lasts until the driver's work is over (as a slow import would)
-    while not Path(os.environ["RELEASE"]).exists():
+    # a worker whose start-up outlasts the run (as a slow import would); it gives up after
+    # a minute, saying so, where a block end waited for it
+    print("WORKER", os.getpid(), flush=True)
+    deadline = time.time() + 60
+    while time.time() < deadline:
         time.sleep(0.05)
+    Path(os.environ["LATE"]).touch()
     executors._init_worker(parent)
 
 
@@ -257,37 +261,87 @@ def held_pool(workers):
 
 if __name__ == "__main__":
     root = Path(sys.argv[1])
-    os.environ["RELEASE"] = str(root / "release")
+    os.environ["LATE"] = str(root / "late")
     executors._new_pool = held_pool
     print("DRIVER", os.getpid(), flush=True)
     with shared_pool():
         run_jobs(job_fn, [Job("a"), Job("b"), Job("c")], ResultStore(root / "store"), root,
                  max_workers=2, progress=False)
-        (root / "release").touch()  # the worker starts, finds its job taken, leaves it
     print("DONE", flush=True)
 """
+)
 
 
-def test_the_driver_takes_a_job_no_worker_started_instead_of_waiting(tmp_path):
+def test_the_driver_takes_a_job_no_worker_started_and_the_run_never_waits_for_it(tmp_path):
     """A stage never waits for a pool worker's start-up: with no job left to take, the driver
-    runs the job it gave the pool that no worker started yet; the worker, once started,
-    finds it claimed and leaves it (no job runs twice)."""
-    script = tmp_path / "held_run.py"
-    script.write_text(HELD_RUN)
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    done = subprocess.run(
-        [sys.executable, str(script), str(run_dir)],
-        cwd=tmp_path,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    runs the job it gave the pool that no worker started yet (no job runs twice), and the
+    block's end ends a worker still starting instead of waiting for it (a run too short for
+    the worker to take a job does not pay the rest of its start-up)."""
+    done, run_dir = _run_script(tmp_path, HELD_RUN)
     assert done.stdout.rstrip().endswith("DONE")
-    driver = int(done.stdout.split("DRIVER ", 1)[1].split()[0])
-    lines = [json.loads(x) for x in (run_dir / "jobs.log").read_text().splitlines()]
+    driver = _driver(done)
+    lines = _log(run_dir)
     assert sorted(ln["key"] for ln in lines) == ["a", "b", "c"]  # each job once
     assert {ln["pid"] for ln in lines} == {driver}
     assert all((run_dir / "store" / f"{k}.json").exists() for k in "abc")
+    # the held worker was ended with the block, not waited for until it gave up
+    worker = int(done.stdout.split("WORKER ", 1)[1].split()[0])
+    assert not psutil.pid_exists(worker) or psutil.Process(worker).status() == "zombie"
+    assert not (run_dir / "late").exists()
+
+
+FED_RUN = (
+    SCRIPT_START
+    + """
+
+
+COST = {"small": 1.0, "middle": 2.0, "large": 3.0}
+
+
+def job_fn(job, run_dir):
+    root = Path(run_dir)
+    (root / f"in-{job.key}").touch()
+    if job.key == "middle":  # the driver's: busy until the worker has run its second job
+        deadline = time.time() + 240
+        while not (root / "done-small").exists() and time.time() < deadline:
+            time.sleep(0.05)
+    (root / f"done-{job.key}").touch()
+    return record()
+
+
+if __name__ == "__main__":
+    root = Path(sys.argv[1])
+    print("DRIVER", os.getpid(), flush=True)
+    with shared_pool():
+        # given cheapest first: started longest first
+        run_jobs(job_fn, [Job("small"), Job("middle"), Job("large")],
+                 ResultStore(root / "store"), root, max_workers=2, progress=False,
+                 cost=lambda job: COST[job.key])
+"""
+)
+
+
+def test_jobs_start_longest_first_and_a_worker_takes_its_next_job_while_the_driver_works(tmp_path):
+    """Jobs start in decreasing cost: the pool's worker takes the largest, the driver the
+    next; the worker, done, takes the smallest at once, while the driver is still in its job
+    (every job is queued on the pool: a busy driver need not hand it over)."""
+    done, run_dir = _run_script(tmp_path, FED_RUN)
+    driver = _driver(done)
+    by_key = {ln["key"]: ln for ln in _log(run_dir)}
+    assert by_key["middle"]["pid"] == driver
+    assert by_key["large"]["pid"] == by_key["small"]["pid"] != driver
+    middle_end = by_key["middle"]["started"] + by_key["middle"]["seconds"]
+    assert by_key["small"]["started"] < middle_end  # not after the driver's job ended
+    assert (run_dir / "done-small").exists()
+
+
+def test_longest_first_orders_by_decreasing_cost_keeping_ties_in_order():
+    from graphwm.store.executors import longest_first
+
+    class Job:
+        def __init__(self, key: str, cost: float) -> None:
+            self.key, self.cost = key, cost
+
+    jobs = [Job("a", 1.0), Job("b", 3.0), Job("c", 1.0), Job("d", 2.0)]
+    assert [j.key for j in longest_first(jobs, lambda j: j.cost)] == ["b", "d", "a", "c"]
+    assert [j.key for j in longest_first(jobs, None)] == ["a", "b", "c", "d"]

@@ -330,6 +330,25 @@ def _fit(p: CheckedPreset, paths: RunPaths) -> dict[str, Path]:
     return {env: run_fit(paths, jobs.fit_job(p, env)) for env in p.envs}
 
 
+def _train_cost(p: CheckedPreset) -> Any:
+    """A training unit's relative run time, for the executor's longest-first start: its
+    members x steps x the estimated bytes of one step (the memory check's estimate)."""
+    from graphwm.work_bounds import training_peak
+
+    def cost(unit: TrainJob | EnsembleJob) -> float:
+        members = unit_members(unit)
+        job = members[0]
+        peak = training_peak(p, job.env, job.model)[0] or 0
+        return float(peak) * (job.config.steps or 1) * len(members)
+
+    return cost
+
+
+def _eval_cost(job: EvalJob) -> float:
+    """An evaluation's relative run time (its pairwise terms: size^2 x horizon)."""
+    return float(job.size) ** 2 * job.horizon
+
+
 def _run_units(
     p: CheckedPreset,
     paths: RunPaths,
@@ -346,6 +365,7 @@ def _run_units(
         desc=desc,
         progress=progress,
         verify=lambda record, job: verify_trained(paths.root, record, job),
+        cost=_train_cost(p),
         **jobs.executor_args(p, gpu=True),
     )
 
@@ -402,7 +422,7 @@ def _evaluate(p: CheckedPreset, paths: RunPaths, progress: bool, failed: _Failed
             records += failed.run(
                 lambda fn=fn, batch=batch: run_jobs(
                     fn, batch, store, paths, desc=fn.__name__, progress=progress,
-                    **jobs.executor_args(p),
+                    cost=_eval_cost, **jobs.executor_args(p),
                 )
             )  # fmt: skip
     done = [j for j in evaluation if j.key not in failed.keys]

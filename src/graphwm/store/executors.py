@@ -29,12 +29,15 @@ which needs no start-up) and the others in ``max_workers - 1`` spawned pool work
 workers are started once and serve every stage: a spawned worker imports torch and the
 packages (seconds to tens of seconds), which a pool per stage paid again at every stage; the
 driver works meanwhile, and runs a job it gave a worker that has not started it rather than
-wait (each job runs once: :func:`_claim`). A reused pool worker starts each job from the
-state it had before its first job (:func:`_pooled_execute`: the global random generators,
-torch's thread count and flags, the working directory), so a job's result never depends on
-which jobs its worker ran before it, nor on the worker count. A pool worker that dies breaks
-the pool (the jobs it was given fail as a machine failure would), the driver runs the stage's
-other jobs, and the next stage starts a new pool.
+wait (each job runs once: :func:`_claim`). A stage queues all its jobs on the pool at once,
+longest first where the caller estimates their cost (:func:`longest_first`), so a worker
+that ends a job takes the next one while the driver is still in its own; the block's end
+ends the idle workers at once (one still starting is not waited for). A reused pool worker
+starts each job from the state it had before its first job (:func:`_pooled_execute`: the
+global random generators, torch's thread count and flags, the working directory), so a job's
+result never depends on which jobs its worker ran before it, nor on the worker count. A pool
+worker that dies breaks the pool (the job it was running fails as a machine failure would),
+the driver runs the stage's other jobs, and the next stage starts a new pool.
 
 A job with ``parts`` (several jobs run as one unit of work, e.g. the members of a training
 ensemble) yields one record per part: its function returns, in the order of ``parts``, each
@@ -119,6 +122,7 @@ def run_jobs(
     progress: bool = True,
     verify: Callable[[R, Any], None] | None = None,
     retry_failed: bool = False,
+    cost: Callable[[Any], float] | None = None,
 ) -> list[R]:
     """Run every unfinished job; return all records in the order of ``jobs`` (a job with
     ``parts``: its parts' records in their order).
@@ -137,6 +141,8 @@ def run_jobs(
         verify: an extra integrity check ``verify(record, job)`` of a stored record (raises
             ``CorruptFileError``).
         retry_failed: run again the jobs whose failure an earlier run recorded.
+        cost: an estimate of a job's run time (any unit): jobs start longest first
+            (:func:`longest_first`); in the order of ``jobs`` without it.
     """
     paths = paths if isinstance(paths, RunPaths) else RunPaths(Path(paths))
     run_dir = paths.root
@@ -169,9 +175,10 @@ def run_jobs(
     if runnable:
         if executor == "local":
             workers = max_workers or default_workers()
-            _run_local(fn, runnable, run_dir, workers, desc, progress, done)
+            _run_local(fn, runnable, run_dir, workers, desc, progress, done, cost)
         elif executor == "ray":
-            _run_ray(fn, runnable, run_dir, num_gpus_per_job, desc, progress, done)
+            ordered = longest_first(runnable, cost)
+            _run_ray(fn, ordered, run_dir, num_gpus_per_job, desc, progress, done)
         else:
             raise ValueError(f"unknown executor {executor!r}; choose 'local' or 'ray'")
     # each stored record is fn's (the job key holds its kind)
@@ -183,6 +190,14 @@ def run_jobs(
     if failed:
         raise JobsFailed(list(failed.values()), records)
     return cast(list[R], records)
+
+
+def longest_first(jobs: Iterable[Job], cost: Callable[[Any], float] | None) -> list[Job]:
+    """``jobs`` in decreasing ``cost`` (equal costs in their order; all in their order without
+    a cost): started so, the longest jobs do not end a stage alone while other cores idle
+    (the order never changes a result: each job's is its own)."""
+    jobs = list(jobs)
+    return jobs if cost is None else sorted(jobs, key=lambda job: -cost(job))
 
 
 def describe_job(job: Job) -> str:
@@ -316,16 +331,14 @@ class _SharedPool:
         if self.pool is pool:
             self.pool = None
 
-    def close(self, stop: bool = False) -> None:
-        """Shut the pool down: its idle workers exit; ``stop`` ends them at once (a run
-        stopped by an error: nothing of theirs is waited for)."""
+    def close(self) -> None:
+        """End the pool's workers at once. Every stage waited for its jobs, so they hold
+        none; a worker still starting (importing torch: seconds) is not waited for, which
+        a clean shutdown would do (a run too short for the worker to take a job paid its
+        whole start-up at the end)."""
         pool, self.pool = self.pool, None
-        if pool is None:
-            return
-        if stop or _broken(pool):
+        if pool is not None:
             _stop_pool(pool, [])
-        else:
-            pool.shutdown(wait=True)
 
 
 def _broken(pool: ProcessPoolExecutor) -> bool:
@@ -342,40 +355,41 @@ def shared_pool() -> Iterator[None]:
     The pool starts with the first :func:`run_jobs` call that needs one (``executor="local"``,
     ``max_workers`` > 1, more than one job) and serves every later call asking for as many
     workers, so its workers import torch and the packages once per block instead of once per
-    stage. It shuts down when the block ends (its workers are ended at once if the block
-    ends with an exception). A block inside another uses the outer block's pool.
+    stage. Its workers are ended at once when the block ends (they hold no job then; one
+    still starting is not waited for). A block inside another uses the outer block's pool.
     """
     if _SHARED.get() is not None:
         yield
         return
     scope = _SharedPool()
     token = _SHARED.set(scope)
-    ok = False
     try:
         yield
-        ok = True
     finally:
         _SHARED.reset(token)
-        scope.close(stop=not ok)
+        scope.close()
 
 
-def _run_local(fn, todo, run_dir, workers, desc, progress, done) -> None:
+def _run_local(fn, todo, run_dir, workers, desc, progress, done, cost=None) -> None:
     """The local executor: ``workers`` jobs at a time, one in this process (the driver) and
     the others in pool worker processes.
 
-    The driver takes a job whenever every pool worker has one: it needs no start-up, and what
-    it runs needs no transfer. With no job left to take, it takes a job it gave the pool
-    that no worker started yet (a worker still importing): whichever claims a job first runs
-    it (:func:`_claim`), so no stage waits for a worker's start-up. A pool worker that dies
-    fails the jobs it was given (not deterministically: a rerun runs them); the driver runs
-    the stage's remaining jobs.
+    Jobs start in decreasing ``cost`` (when given; ties in the order of ``todo``), so the
+    longest ones do not end the stage alone on one core. Every job is queued on the pool at
+    once, in that order: a worker that ends a job takes the next without the driver (busy in
+    a job of its own) having to hand it over. The driver takes the first job that no worker
+    has claimed, its first pick leaving the first ``workers - 1`` jobs to the pool; whichever
+    claims a job first runs it (:func:`_claim`), so each job runs once and no stage waits for
+    a worker's start-up. A pool worker that dies fails the job it was running (not
+    deterministically: a rerun runs it); the driver runs the stage's other jobs.
     """
     import shutil
     import tempfile
 
-    bar = tqdm(total=len(todo), desc=desc, disable=not progress)
-    if workers <= 1 or len(todo) == 1:
-        for job in todo:
+    order = longest_first(todo, cost)
+    bar = tqdm(total=len(order), desc=desc, disable=not progress)
+    if workers <= 1 or len(order) == 1:
+        for job in order:
             try:
                 outcome = execute(fn, job, str(run_dir))
             except KeyboardInterrupt as err:
@@ -387,11 +401,11 @@ def _run_local(fn, todo, run_dir, workers, desc, progress, done) -> None:
         return
     scope = _SHARED.get()
     size = workers - 1  # the pool's processes: the driver is the other worker
-    pool = _new_pool(min(size, len(todo) - 1)) if scope is None else scope.get(size)
+    pool = _new_pool(min(size, len(order) - 1)) if scope is None else scope.get(size)
     claims = tempfile.mkdtemp(prefix="graphwm-claims-")
-    pending = list(reversed(todo))  # popped from the end: in the order of todo
-    futures: dict[Future, Job] = {}  # given to the pool, not yet stored
-    driver: Job | None = None  # the job this process runs
+    unstored = {job.key: job for job in order}  # running or queued (an interrupt names them)
+    futures: dict[Future, Job] = {}  # queued on the pool, outcome not stored yet
+    taken: set[str] = set()  # claimed, by the driver or a pool worker
     broken = False
 
     def store(future: Future) -> None:
@@ -401,48 +415,53 @@ def _run_local(fn, todo, run_dir, workers, desc, progress, done) -> None:
             outcome = future.result()
         except Exception as err:  # the worker died (killed, out of memory)
             broken = broken or isinstance(err, BrokenProcessPool)
+            if job.key not in unstored or not (Path(claims) / job.key).exists():
+                return  # the driver ran it, or no worker started it: the driver's loop takes it
             failure = Failure.of(err, deterministic=False)
             outcome = Outcome(job.key, [failure] * len(parts_of(job)), failure.traceback)
+        if outcome is None:  # the driver claimed it first
+            return
+        finish(job, outcome)
+
+    def finish(job: Job, outcome: Outcome) -> None:
         done(job, outcome)
+        del unstored[job.key]
         bar.update()
 
-    def run_here(job: Job) -> None:
-        nonlocal driver
-        driver = job
-        done(job, execute(fn, job, str(run_dir)))
-        bar.update()
-        driver = None
+    def claim_next(skip: int) -> Job | None:
+        for job in order[skip:]:
+            if job.key in unstored and job.key not in taken:
+                taken.add(job.key)
+                if _claim(claims, job):
+                    return job
+        return None
 
     try:
-        while pending or futures:
-            while pending and not broken and len(futures) < size:
-                try:  # submitting starts a worker: a signal may come meanwhile
-                    future = pool.submit(_pooled_execute, fn, pending[-1], str(run_dir), claims)
-                except BrokenProcessPool:
-                    broken = True
-                    break
-                futures[future] = pending.pop()
-            if pending:  # every pool worker has a job: the driver runs the next one
-                job = pending.pop()
-                _claim(claims, job)
-                run_here(job)
-            else:  # a job no worker started yet: the driver's, instead of waiting
-                unstarted = next((f for f, job in futures.items() if _claim(claims, job)), None)
-                if unstarted is not None:  # its worker finds it claimed and leaves it
-                    run_here(futures.pop(unstarted))
-                else:
-                    wait(futures, return_when=FIRST_COMPLETED)
+        for job in order:
+            try:  # submitting starts a worker: a signal may come meanwhile
+                futures[pool.submit(_pooled_execute, fn, job, str(run_dir), claims)] = job
+            except BrokenProcessPool:
+                broken = True
+                break
+        skip = min(size, len(futures))  # the workers' first jobs
+        while unstored:
+            mine = claim_next(skip)
+            skip = 0
+            if mine is not None:
+                finish(mine, execute(fn, mine, str(run_dir)))
+            elif futures:
+                wait(futures, return_when=FIRST_COMPLETED)
+            else:  # every job claimed, none queued: a claimed job's outcome got lost
+                raise RuntimeError(f"jobs claimed but never stored: {sorted(unstored)}")
             for future in [f for f in futures if f.done()]:
                 store(future)
-        if scope is None:
-            pool.shutdown(wait=True)
+        if scope is None:  # idle now: a worker still starting is not waited for
+            _stop_pool(pool, [])
         elif broken:  # a worker died: the pool runs nothing more, the next stage's is new
             scope.discard(pool)
             _stop_pool(pool, [])
     except KeyboardInterrupt as err:
-        unfinished = [describe_job(job) for job in [driver] if job is not None]
-        unfinished += [describe_job(job) for f, job in futures.items() if not f.done()]
-        unfinished += [describe_job(job) for job in reversed(pending)]
+        unfinished = [describe_job(job) for job in unstored.values()]
         _stop_pool(pool, futures)
         if scope is not None:
             scope.discard(pool)
