@@ -137,6 +137,35 @@ def test_use_backend_switches_and_restores():
     assert set(BACKENDS) == {"auto", "reference", "torch", "compiled"}
 
 
+def test_backend_switches_are_decided_in_one_place():
+    """The edge MLP's shortcuts and form are the backend's answers, never a call site's:
+    ``"torch"`` has none of the shortcuts, ``"compiled"`` (= ``"auto"``) all of them, and a
+    benchmark may turn one off; bad names and switches are refused before any work."""
+    from gdm_models import backends
+
+    cpu, meta = torch.device("cpu"), torch.device("meta")
+    assert backends.share_identical() and backends.exp_split(cpu) and not backends.exp_split(meta)
+    assert backends.edge_mlp_form() == "dense"  # autograd on: the training step's form
+    with torch.no_grad():
+        assert backends.edge_mlp_form() == "chunked"
+        with use_backend("reference"):
+            assert backends.edge_mlp_form() == "plain"
+        with use_backend("torch"):
+            assert not (backends.share_identical() or backends.exp_split(cpu))
+            assert not compiled_loops(torch.zeros(2))
+        with use_backend("compiled", loops=False):
+            assert active_backend() == "compiled" and not compiled_loops(torch.zeros(2))
+            assert backends.share_identical() and backends.exp_split(cpu)
+        with use_backend("compiled", share_identical=False):
+            assert not backends.share_identical() and compiled_loops(torch.zeros(2))
+    with pytest.raises(ValueError, match="unknown backend switches \\['fast'\\]"):
+        with use_backend("compiled", fast=True):
+            pass
+    with pytest.raises(ValueError, match="reference backend has no shortcuts"):
+        with use_backend("reference", loops=False):
+            pass
+
+
 def test_reference_backend_refuses_member_models(make_tiny, dataset):
     from gdm_models.member_layers import stack_members
 

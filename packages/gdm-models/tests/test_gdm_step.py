@@ -287,22 +287,3 @@ def test_an_old_latest_state_resumes_exactly(tmp_path):
     train(straight, ds, replace(kw, steps=6), progress=False)
     for k, v in straight.state_dict().items():
         torch.testing.assert_close(resumed.state_dict()[k], v, rtol=1e-5, atol=1e-6, msg=k)
-
-
-def test_imagine_step_passes_the_edge_implementation(make_tiny, monkeypatch):
-    """``edge_impl`` of the GPU block path reaches the edge MLP through the prior step."""
-    from gdm_models.adjacency import EdgeUpdateMLP
-
-    m = make_tiny()
-    seen = []
-    forward = EdgeUpdateMLP.forward
-
-    def spy(self, *args, impl=None, **kwargs):
-        seen.append(impl)
-        return forward(self, *args, impl=impl, **kwargs)
-
-    monkeypatch.setattr(EdgeUpdateMLP, "forward", spy)
-    lat = m.cell.initial_latent(2, 5)
-    with torch.no_grad():
-        m.imagine_step(lat, torch.zeros(2, 5), Noise(torch.Generator(), m.device), "i0", "dense")
-    assert seen == ["dense"]

@@ -239,7 +239,8 @@ def grssm_filter_reference(
     node_mask: torch.Tensor,
     generator: torch.Generator,
 ) -> dict[str, torch.Tensor]:
-    """Posterior pass, one step (and one ``torch.rand``) at a time (original ``_filter``)."""
+    """Posterior pass, one step (and one ``torch.rand``) at a time (what
+    :func:`~gdm_models.baselines.grssm_filter.posterior_pass` computes)."""
     B, T1, N = obs["adjacency"].shape[:3]
     flat = {k: v.reshape(B * T1, *v.shape[2:]) for k, v in obs.items() if k in OBS_KEYS}
     mask_bt = node_mask[:, None].expand(B, T1, N).reshape(B * T1, N)

@@ -365,11 +365,9 @@ class GDMCell(nn.Module):
         u_zg: torch.Tensor | None,
         u_adj: torch.Tensor | None,
         u_zn: torch.Tensor,
-        edge_impl: str | None = None,
     ) -> dict[str, Any]:
         """The prior given h^- (steps 3-6: p_g, edge logits, sampled A_t, m^-, p_n), for any
-        batch of graphs; the uniforms drawn by the caller. ``edge_impl``: the edge MLP's
-        implementation (``None``: its default, :attr:`~gdm_models.adjacency.EdgeUpdateMLP.impl`)."""
+        batch of graphs; the uniforms drawn by the caller."""
         c = self.config
         if c.graph_state:
             assert u_zg is not None  # with graph state the caller draws the uniforms
@@ -381,7 +379,7 @@ class GDMCell(nn.Module):
         if c.recurrent_adjacency:
             assert u_adj is not None  # drawn whenever the adjacency is recurrent
             adj = self.adjacency
-            logits = adj.edge_mlp(h_n_m, g, a_prev, c.edge_chunk_elems, impl=edge_impl)
+            logits = adj.edge_mlp(h_n_m, g, a_prev, c.edge_chunk_elems)
             a_m, b_bar = adj.sample(logits, a_prev, pair_mask, u_adj)
             pm = pair_mask.to(logits.dtype)
             if c.message_passing == "all_pairs":
@@ -413,12 +411,7 @@ class GDMCell(nn.Module):
         return u_zg, u_adj, noise.uniform(f"{t}/zn_prior", self.zn_shape(b, n))
 
     def imagine_step(
-        self,
-        latent: GDMLatent,
-        action: torch.Tensor,
-        noise: Noise,
-        key: str,
-        edge_impl: str | None = None,
+        self, latent: GDMLatent, action: torch.Tensor, noise: Noise, key: str
     ) -> tuple[dict[str, Any], dict[str, Any], GDMLatent]:
         """One prior step of S graphs ((S, N) float actions): the node and graph heads'
         outputs and the next latent; ``key`` names the step's noise (``"<key>/<what>"``)."""
@@ -427,7 +420,7 @@ class GDMCell(nn.Module):
         pm = ~torch.eye(N, dtype=torch.bool, device=self.device)[None]
         h_n_m, h_g_m = self.transition(latent, self.embed.action_embed(action), nm)
         u_prior = self.prior_noise(noise, key, S, N)
-        o = self.prior(h_n_m, h_g_m, latent.adjacency, nm, pm, *u_prior, edge_impl=edge_impl)
+        o = self.prior(h_n_m, h_g_m, latent.adjacency, nm, pm, *u_prior)
         node_out, graph_out, d_n = self.decoder(
             h_n_m, o["z_n_m"], o["p_n"], h_g_m, o["z_g_m"], o["p_g"], nm
         )
