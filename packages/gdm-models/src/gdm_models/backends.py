@@ -127,8 +127,8 @@ def plain() -> bool:
 
 
 def compiled_loops(*tensors: torch.Tensor) -> bool:
-    """Whether the compiled CPU loops compute a part on ``tensors``: the backend is
-    ``"compiled"`` or ``"auto"``, autograd is off, not inside ``torch.compile``, and every
+    """Whether the compiled CPU loops compute a part on ``tensors``: the backend's ``loops``
+    are on (``"compiled"``, ``"auto"``), autograd is off, not inside ``torch.compile``, and every
     tensor is a float32 CPU tensor. The training step (autograd on, possibly compiled or
     captured) and every other device keep their torch operations."""
     if torch.is_grad_enabled() or torch.compiler.is_compiling():
