@@ -262,6 +262,7 @@ def test_stored_start_states_and_bad_inputs():
         DreamEnv(object(), make_env("SAR", N))
 
 
+@pytest.mark.parametrize("env_name", ["RGC", "CF"])
 def test_dream_env_on_the_other_envs(env_name):
     model = tiny_trained_model("gdm", env_name, num_nodes=N)
     run_checkers(DreamEnv(model, make_env(env_name, N), seed=0))

@@ -106,7 +106,9 @@ def use_backend(name: str, **switches: bool) -> Iterator[None]:
         raise ValueError(f"unknown backend switches {bad}; known: {list(_SWITCHES)}")
     if switches and name == "reference":
         raise ValueError("the reference backend has no shortcuts to switch")
-    token = _ACTIVE.set(dataclasses.replace(_SETTINGS[name], **switches))
+    base = _SETTINGS[name]
+    on = {k: switches.get(k, getattr(base, k)) for k in _SWITCHES}
+    token = _ACTIVE.set(Backend(base.name, base.fused, **on))
     try:
         yield
     finally:
