@@ -108,7 +108,7 @@ def bench_real(
 def verify(model, env_name: str, n: int, steps: int = 5) -> None:
     """Check on the model's device that a one-episode dream rollout draws what the model's
     own ``observe`` + ``imagine_multi`` draw with the same generator (prints the largest
-    differences; the GPU's dense edge path may differ from the row blocks by rounding)."""
+    differences: one step function, so zero up to float rounding)."""
     from gdm_models import predictions_to_numpy
 
     env = make_env(env_name, n)
@@ -125,7 +125,7 @@ def verify(model, env_name: str, n: int, steps: int = 5) -> None:
         worst: dict[str, float] = {}
         for k in range(steps):
             a = torch.as_tensor(actions[k : k + 1], dtype=torch.float32, device=model.device)
-            pred, state = model.step(state, a, g, batched=True)
+            pred, state = model.step(state, a, g)
             got = predictions_to_numpy(pred)
             for key, value in expected[k].items():
                 diff = float(np.abs(got[key].astype(float) - value.astype(float)).max(initial=0))

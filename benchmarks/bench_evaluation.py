@@ -6,12 +6,13 @@ the paper's hyperparameters: the cost does not depend on training) it then score
 ``--refs`` reference transitions as ``graphwm.stages.evaluate.single_step_job`` does, twice,
 alternately, in the same process:
 
-* old: every kappa sample's pairwise edge-MLP block computed (``share_identical = False``)
-  with a SiLU per pair and hidden unit (``exp_split = False``), the GDD and the permutation
+* old: the ``"torch"`` backend (:mod:`gdm_models.backends`): every kappa sample's pairwise
+  edge-MLP block computed with a SiLU per pair and hidden unit, no compiled loops, the GDD
+  and the permutation
   test each validating the sets and building the Gram matrices;
 * new: bitwise-equal samples' edge-MLP blocks computed once
   (:func:`gdm_models.adjacency.same_rows`), the pairwise SiLUs from per-node exponentials
-  (:attr:`gdm_models.adjacency.EdgeUpdateMLP.exp_split`: float rounding apart, the same
+  (the ``"auto"`` backend's ``exp_split``: float rounding apart, the same
   logits), the GDD and the test from one Gram computation
   (:meth:`graphwm.metric.protocol.EvalContext.gdd_and_p_value`).
 
@@ -98,17 +99,14 @@ def _setup(env: str, n: int, refs: int):
 def _score(model, ctx, replay, latents, t, env_set, permutations: int, new: bool):
     """One reference transition as single_step_job scores it: (times, gdd, p-value)."""
     import torch
-    from gdm_models.adjacency import EdgeUpdateMLP
+    from gdm_models.backends import use_backend
 
     from graphwm.metric.factor_metrics import factor_metrics
     from graphwm.metric.graph import model_samples_to_metric
 
-    EdgeUpdateMLP.share_identical = new
-    EdgeUpdateMLP.exp_split = new
-    EdgeUpdateMLP.cpu_kernel = new
     terminal = bool(replay.terminated[t])
     start = time.perf_counter()
-    with torch.no_grad():
+    with torch.no_grad(), use_backend("auto" if new else "torch"):
         preds = model.imagine_multi(latents[t], replay.action_nodes[t : t + 1], 30, generator=t)
     model_set = model_samples_to_metric(preds[0])
     mid = time.perf_counter()
@@ -121,9 +119,6 @@ def _score(model, ctx, replay, latents, t, env_set, permutations: int, new: bool
         p = ctx.p_value(model_set, env_set, terminal, permutations, t)
     factor_metrics(model_set, env_set, ctx.metric_schema, terminal)
     end = time.perf_counter()
-    EdgeUpdateMLP.share_identical = True
-    EdgeUpdateMLP.exp_split = True
-    EdgeUpdateMLP.cpu_kernel = True
     return {"imagine": mid - start, "metric": end - mid}, result.gdd, p
 
 

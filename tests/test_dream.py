@@ -98,7 +98,7 @@ def test_stepping_draws_what_observe_and_imagine_multi_draw(model_name, env_name
         state = model.start(env.core.model_inputs([obs0]), g)
         for k, a in enumerate(actions):
             a = torch.as_tensor(a[None], dtype=torch.float32)
-            pred, state = model.step(state, a, g, batched=True)
+            pred, state = model.step(state, a, g)
             got = predictions_to_numpy(pred)
             for key, value in expected[k].items():
                 np.testing.assert_allclose(got[key], value, rtol=1e-5, atol=1e-6, err_msg=key)
@@ -260,55 +260,6 @@ def test_stored_start_states_and_bad_inputs():
         env.core.start(np.zeros(1, np.int64), [StartState(small, None)])
     with pytest.raises(TypeError, match="gdm_models.WorldModel"):
         DreamEnv(object(), make_env("SAR", N))
-
-
-def test_gdm_gpu_block_path_matches_the_default_path(monkeypatch):
-    """The GPU path (episodes in blocks, dense edge MLP) forced on the CPU: one block draws
-    what the model's own observe + imagine_multi draw; several blocks keep episodes in order
-    and give valid observations; the model's edge-MLP setting is left alone."""
-    from gdm_models import GDM
-    from gdm_models.adjacency import EdgeUpdateMLP
-
-    model = trained("gdm", "SAR")
-    block = {"size": 1}
-
-    def blocks(self, b, n):
-        return [slice(i, min(b, i + block["size"])) for i in range(0, b, block["size"])]
-
-    monkeypatch.setattr(GDM, "dense_step_blocks", blocks)
-    dense_calls = []
-    forward_dense = EdgeUpdateMLP.forward_dense
-
-    def counted(self, *args, **kwargs):
-        dense_calls.append(args[0].shape[0])
-        return forward_dense(self, *args, **kwargs)
-
-    monkeypatch.setattr(EdgeUpdateMLP, "forward_dense", counted)
-    ep = episodes("SAR")[0]
-    obs0 = {k: ep[k][0] for k in make_env("SAR", N).observation_space.spaces}
-    g = torch.Generator().manual_seed(5)
-    latent = model.observe(obs0, None, generator=g)
-    expected = model.imagine_multi(latent, ep["action_nodes"][:3], 1, generator=g)
-    env = DreamEnv(model, make_env("SAR", N))
-    g = torch.Generator().manual_seed(5)
-    with torch.no_grad():
-        state = model.start(env.core.model_inputs([obs0]), g)
-        for k in range(3):
-            a = torch.as_tensor(ep["action_nodes"][k : k + 1], dtype=torch.float32)
-            pred, state = model.step(state, a, g, batched=True)
-            np.testing.assert_array_equal(pred["adjacency"].numpy()[0], expected[k]["adjacency"][0])
-            np.testing.assert_allclose(pred["reward"].numpy(), expected[k]["reward"], atol=1e-5)
-    assert dense_calls == [1, 1, 1]  # the block path ran, with the dense edge MLP
-    assert model.cell.adjacency.edge_mlp.impl == "auto"
-
-    block["size"] = 2
-    vec = DreamVectorEnv(model, make_env("SAR", N), 5)
-    obs, _ = vec.reset(seed=0)
-    before = {k: v.clone() for k, v in vec.core.state.items()}
-    for _ in range(3):
-        obs, *_ = vec.step(np.array([np.flatnonzero(m)[0] for m in vec.action_masks()]))
-        assert vec.observation_space.contains(obs)
-    assert all(vec.core.state[k].shape == before[k].shape for k in before)
 
 
 @pytest.mark.parametrize("env_name", ["RGC", "CF"])

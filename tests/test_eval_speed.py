@@ -10,7 +10,7 @@ import pytest
 import torch
 from gdd_metric import fit_bandwidths
 from gdm_models import FeatureScaler, make_model
-from gdm_models.adjacency import EdgeUpdateMLP
+from gdm_models.backends import use_backend
 from tiny_models import TINY_OVERRIDES
 
 from graphwm.envs import env_schema
@@ -38,9 +38,8 @@ def _points(ctx: EvalContext, seed: int = 3):
 
 
 def _score(model, ctx, points, new: bool) -> list[tuple[float, dict, float]]:
-    # the old path: every block computed, F.silu per pair, torch blocks (no compiled loop)
-    EdgeUpdateMLP.share_identical = EdgeUpdateMLP.exp_split = EdgeUpdateMLP.cpu_kernel = new
-    try:
+    # the old path: the "torch" backend (every block computed, F.silu per pair, torch blocks)
+    with use_backend("auto" if new else "torch"):
         sampler, out = ModelSampler(model, KAPPA), []
         for point in points:
             model_set, env_set = sampler(point)[0], point.env_sets[0]
@@ -52,8 +51,6 @@ def _score(model, ctx, points, new: bool) -> list[tuple[float, dict, float]]:
                 p = ctx.p_value(model_set, env_set, terminal, PERMUTATIONS, point.t)
             out.append((res.gdd, {k: getattr(res, k) for k in ("node", "edge", "joint")}, p))
         return out
-    finally:
-        EdgeUpdateMLP.share_identical = EdgeUpdateMLP.exp_split = EdgeUpdateMLP.cpu_kernel = True
 
 
 @pytest.mark.parametrize("name", ["gdm:no-graph-state", "gdm"])

@@ -34,26 +34,13 @@ import torch
 from gdm_models import EpisodeDataset, FeatureScaler, TrainConfig, get_preset, make_model
 from gdm_models.data import OBS_KEYS
 from gdm_models.reference import grssm_loss_reference, gwm_loss_reference
-from gdm_models.synthetic import schema_episode
+from gdm_models.synthetic import ENV_SCHEMAS, schema_episode
 from gdm_models.training.step import train_step
 
 #: the trainers' gradient-norm clipping (gdm_models.TrainConfig's default)
 CLIP = TrainConfig().grad_clip
 
-SCHEMAS = {
-    "OD": {
-        "node_continuous": ["vibe"],
-        "node_categorical": {"opinion": 5},
-        "graph_continuous": ["k_frac", "k_frac_env"],
-        "graph_categorical": {},
-    },
-    "SAR": {
-        "node_continuous": ["stability"],
-        "node_categorical": {"survivor_present": 2, "exit_node": 2, "current_location": 2},
-        "graph_continuous": ["k"],
-        "graph_categorical": {"escorting": 2},
-    },
-}
+SCHEMAS = {env: ENV_SCHEMAS[env] for env in ("OD", "SAR")}
 MODELS = ("g-rssm", "ea-gwm", "vanilla-gwm")
 SIZES = (15, 18, 20, 23, 25)  # paper preset's training graph sizes
 

@@ -20,6 +20,7 @@ from gdm_models.adjacency import (
     symmetric_uniform,
     xor_update,
 )
+from gdm_models.backends import use_backend
 from gdm_models.reference import edge_logits_reference
 
 
@@ -228,11 +229,8 @@ def test_forward_chunked_shares_bitwise_equal_graphs():
         pc, q = m.w_i(h) + m.w_g(g)[:, None], m.w_j(h)
     assert same_rows(pc, q) == [0, 1, 0, 3]
     shared = m.forward_chunked(h, g, a, chunk_elems=9 * 7 * 2)  # row blocks
-    try:
-        EdgeUpdateMLP.share_identical = False
+    with use_backend("compiled", share_identical=False):
         plain = m.forward_chunked(h, g, a, chunk_elems=9 * 7 * 2)
-    finally:
-        EdgeUpdateMLP.share_identical = True
     assert torch.equal(shared, plain)
     assert not torch.equal(shared[0], shared[1])
 
@@ -245,7 +243,6 @@ def test_exp_split_is_the_silu_up_to_rounding_and_computes_no_pairwise_silu(
     (P_i + Q_j) / (1 + e^-P_i e^-Q_j), in torch blocks (the compiled loop off): the same
     logits up to float rounding, and no SiLU over the (pairs x hidden) block (only the few
     existing edges' rows)."""
-    monkeypatch.setattr(EdgeUpdateMLP, "cpu_kernel", False)
     torch.manual_seed(3)
     m = EdgeUpdateMLP(6, 4, 7)
     h, g = 2 * torch.randn(3, 9, 6), torch.randn(3, 4)
@@ -255,11 +252,12 @@ def test_exp_split_is_the_silu_up_to_rounding_and_computes_no_pairwise_silu(
     monkeypatch.setattr(
         adjacency.F, "silu", lambda x, **kw: sizes.append(x.numel()) or exact(x, **kw)
     )
-    split = m.forward_chunked(h, g, a, chunk_elems=chunk_elems)
+    with use_backend("compiled", loops=False):
+        split = m.forward_chunked(h, g, a, chunk_elems=chunk_elems)
     assert max(sizes) == int(a.sum()) * 7  # the existing edges' recomputed rows only
     sizes.clear()
-    monkeypatch.setattr(EdgeUpdateMLP, "exp_split", False)
-    plain = m.forward_chunked(h, g, a, chunk_elems=chunk_elems)
+    with use_backend("compiled", loops=False, exp_split=False):
+        plain = m.forward_chunked(h, g, a, chunk_elems=chunk_elems)
     assert max(sizes) >= 9 * 7  # the plain path's SiLU over whole rows of pairs
     torch.testing.assert_close(split, plain, rtol=1e-6, atol=1e-6)
     assert torch.equal(split, split.transpose(1, 2))
@@ -279,10 +277,7 @@ def test_exp_split_falls_back_to_silu_beyond_its_bound():
         dense = m.forward_dense(h, g, a)
     split = m.forward_chunked(h, g, a)
     assert torch.equal(split, m.forward_chunked(h, g, a, chunk_elems=8 * 7))
-    try:
-        EdgeUpdateMLP.exp_split = False
+    with use_backend("compiled", exp_split=False):
         plain = m.forward_chunked(h, g, a)
-    finally:
-        EdgeUpdateMLP.exp_split = True
     assert torch.equal(split, plain) and torch.isfinite(split).all()
     torch.testing.assert_close(split, dense, rtol=1e-5, atol=1e-4)

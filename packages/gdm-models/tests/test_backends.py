@@ -16,39 +16,10 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from gdm_models import EpisodeDataset, FeatureScaler, make_model
+from gdm_models import OBS_KEYS, EpisodeDataset, FeatureScaler, make_model
 from gdm_models.backends import BACKENDS, active_backend, compiled_loops, plain, use_backend
 from gdm_models.gdm import GDMLatent, Noise
-from gdm_models.synthetic import TINY_GDM_CONFIG, schema_episode
-
-#: the feature schemas of the four environments (graphwm_envs' ``feature_schema()``; this
-#: package does not import the envs, tests/test_contract_agreement.py checks the envs' side)
-ENV_SCHEMAS: dict[str, dict[str, Any]] = {
-    "SAR": {
-        "node_continuous": ["stability"],
-        "node_categorical": {"survivor_present": 2, "exit_node": 2, "current_location": 2},
-        "graph_continuous": ["k"],
-        "graph_categorical": {"escorting": 2},
-    },
-    "OD": {
-        "node_continuous": ["vibe"],
-        "node_categorical": {"opinion": 5},
-        "graph_continuous": ["k_frac", "k_frac_env"],
-        "graph_categorical": {},
-    },
-    "RGC": {
-        "node_continuous": [],
-        "node_categorical": {},
-        "graph_continuous": ["tau", "k"],
-        "graph_categorical": {},
-    },
-    "CF": {
-        "node_continuous": ["load", "capacity"],
-        "node_categorical": {},
-        "graph_continuous": ["k"],
-        "graph_categorical": {},
-    },
-}
+from gdm_models.synthetic import ENV_SCHEMAS, TINY_GDM_CONFIG, schema_episode
 
 RTOL = 1e-5
 
@@ -89,17 +60,7 @@ def _setup(env: str, n: int, steps: int, mp_layers: int = 2, **overrides: Any):
 
 def _observe(model, ep: dict[str, np.ndarray], backend: str) -> GDMLatent:
     with use_backend(backend):
-        return model.observe({k: ep[k] for k in _OBS}, ep["action_nodes"], 5)
-
-
-_OBS = (
-    "adjacency",
-    "node_continuous",
-    "node_categorical",
-    "graph_continuous",
-    "graph_categorical",
-    "action_mask",
-)
+        return model.observe({k: ep[k] for k in OBS_KEYS}, ep["action_nodes"], 5)
 
 
 def _loss_and_grads(model, batch, backend: str) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -137,6 +98,35 @@ def test_use_backend_switches_and_restores():
     assert set(BACKENDS) == {"auto", "reference", "torch", "compiled"}
 
 
+def test_backend_switches_are_decided_in_one_place():
+    """The edge MLP's shortcuts and form are the backend's answers, never a call site's:
+    ``"torch"`` has none of the shortcuts, ``"compiled"`` (= ``"auto"``) all of them, and a
+    benchmark may turn one off; bad names and switches are refused before any work."""
+    from gdm_models import backends
+
+    cpu, meta = torch.device("cpu"), torch.device("meta")
+    assert backends.share_identical() and backends.exp_split(cpu) and not backends.exp_split(meta)
+    assert backends.edge_mlp_form() == "dense"  # autograd on: the training step's form
+    with torch.no_grad():
+        assert backends.edge_mlp_form() == "chunked"
+        with use_backend("reference"):
+            assert backends.edge_mlp_form() == "plain"
+        with use_backend("torch"):
+            assert not (backends.share_identical() or backends.exp_split(cpu))
+            assert not compiled_loops(torch.zeros(2))
+        with use_backend("compiled", loops=False):
+            assert active_backend() == "compiled" and not compiled_loops(torch.zeros(2))
+            assert backends.share_identical() and backends.exp_split(cpu)
+        with use_backend("compiled", share_identical=False):
+            assert not backends.share_identical() and compiled_loops(torch.zeros(2))
+    with pytest.raises(ValueError, match="unknown backend switches \\['fast'\\]"):
+        with use_backend("compiled", fast=True):
+            pass
+    with pytest.raises(ValueError, match="reference backend has no shortcuts"):
+        with use_backend("reference", loops=False):
+            pass
+
+
 def test_reference_backend_refuses_member_models(make_tiny, dataset):
     from gdm_models.member_layers import stack_members
 
@@ -149,22 +139,17 @@ def test_reference_backend_refuses_member_models(make_tiny, dataset):
 
 
 # ---------------------------------------------------------------------------- N = 7
-@pytest.mark.parametrize("env", sorted(ENV_SCHEMAS))
-def test_rollout_equals_the_plain_form_small(env):
-    """N = 7: observe 10 steps, imagine 3 steps (the samples themselves), one training step."""
-    model, eps, ds = _setup(env, 7, 10)
-    ep = eps[0]
+def _rollout_equals_the_plain_form(model, ep, acts, samples: int, batch) -> None:
+    """Every fast backend's observe, imagine (the samples themselves) and one training step's
+    loss and gradients equal the reference backend's within :data:`RTOL`."""
     want_latent = _observe(model, ep, "reference")
-    acts = np.stack([ep["action_nodes"][k % 10] for k in range(3)])
     with use_backend("reference"):
-        want_img = model.imagine_multi(want_latent, acts, 4, 21)
-    batch = ds.make_batch([(0, 0), (1, 1)], seq_len=3)
+        want_img = model.imagine_multi(want_latent, acts, samples, 21)
     want_loss, want_grads = _loss_and_grads(model, batch, "reference")
     for backend in _fast_backends():
-        latent = _observe(model, ep, backend)
-        _check_latents(latent, want_latent)
+        _check_latents(_observe(model, ep, backend), want_latent)
         with use_backend(backend):
-            img = model.imagine_multi(want_latent, acts, 4, 21)
+            img = model.imagine_multi(want_latent, acts, samples, 21)
         for k, (got, want) in enumerate(zip(img, want_img, strict=True)):
             for key in want:
                 g, w = torch.as_tensor(got[key]), torch.as_tensor(want[key])
@@ -176,6 +161,15 @@ def test_rollout_equals_the_plain_form_small(env):
             _close(g, want_grads[name], f"{backend} grad {name}")
 
 
+@pytest.mark.parametrize("env", sorted(ENV_SCHEMAS))
+def test_rollout_equals_the_plain_form_small(env):
+    """N = 7: observe 10 steps, imagine 3 steps (the samples themselves), one training step."""
+    model, eps, ds = _setup(env, 7, 10)
+    acts = np.stack([eps[0]["action_nodes"][k % 10] for k in range(3)])
+    batch = ds.make_batch([(0, 0), (1, 1)], seq_len=3)
+    _rollout_equals_the_plain_form(model, eps[0], acts, 4, batch)
+
+
 @pytest.mark.parametrize(
     "ablation",
     ["no-graph-state", "no-h-plus", "bernoulli-adj", "all-pairs-mp", "no-recurrent-adj"],
@@ -185,56 +179,8 @@ def test_ablations_equal_the_plain_form(ablation):
     from gdm_models.gdm.config import ABLATIONS
 
     model, eps, ds = _setup("OD", 7, 6, **ABLATIONS[ablation])
-    ep = eps[0]
-    want_latent = _observe(model, ep, "reference")
-    acts = ep["action_nodes"][:3]
-    with use_backend("reference"):
-        want_img = model.imagine_multi(want_latent, acts, 3, 21)
     batch = ds.make_batch([(0, 0), (1, 1)], seq_len=3)
-    want_loss, want_grads = _loss_and_grads(model, batch, "reference")
-    for backend in _fast_backends():
-        _check_latents(_observe(model, ep, backend), want_latent)
-        with use_backend(backend):
-            img = model.imagine_multi(want_latent, acts, 3, 21)
-        for k, (got, want) in enumerate(zip(img, want_img, strict=True)):
-            for key in want:
-                g, w = torch.as_tensor(got[key]), torch.as_tensor(want[key])
-                _close(g.double(), w.double(), f"{backend} imagine step {k} {key}")
-        loss, grads = _loss_and_grads(model, batch, backend)
-        _close(loss, want_loss, f"{backend} loss")
-        for name, g in grads.items():
-            _close(g, want_grads[name], f"{backend} grad {name}")
-
-
-def test_captured_step_equals_the_plain_form(dataset, scaler):
-    """The static training step (captured as one CUDA graph on a GPU, the same step eagerly
-    here): its loss, gradient norm and terms on a padded batch, from the same weights, are
-    the plain form's."""
-    import copy
-
-    from gdm_models.synthetic import SYNTHETIC_SCHEMA
-    from gdm_models.training.capture import StaticShape, StaticTrainStep
-    from gdm_models.training.step import make_adam
-
-    torch.manual_seed(0)
-    model = make_model("gdm", SYNTHETIC_SCHEMA, scaler, **TINY_GDM_CONFIG)
-    batch = dataset.make_batch([(0, 0), (1, 2)], seq_len=3)
-    outs = {}
-    for backend in ("reference", "auto"):
-        m = copy.deepcopy(model)
-        params = [p for p in m.parameters() if p.requires_grad]
-        step = StaticTrainStep(
-            m, make_adam(params, 1e-3, torch.device("cpu")), params,
-            torch.Generator().manual_seed(0), 1.0, StaticShape(3, 3, batch.num_nodes + 2),
-            warmup=1,
-        )  # fmt: skip
-        with use_backend(backend):
-            outs[backend] = step(batch)
-    (want_loss, want_norm, want_terms), (loss, norm, terms) = outs["reference"], outs["auto"]
-    _close(loss, want_loss, "captured loss")
-    _close(norm, want_norm, "captured gradient norm")
-    for k, v in want_terms.items():
-        _close(terms[k], v, f"captured term {k}")
+    _rollout_equals_the_plain_form(model, eps[0], eps[0]["action_nodes"][:3], 3, batch)
 
 
 # ---------------------------------------------------------------------------- N = 150
@@ -247,7 +193,7 @@ def _prior_step(model, latent: GDMLatent, action: torch.Tensor, seed: int):
     noise = Noise(torch.Generator().manual_seed(seed), model.device)
     with torch.no_grad():
         h_n, h_g = cell.transition(latent, cell.embed.action_embed(action), nm)
-        o = cell.prior(h_n, h_g, latent.adjacency, nm, pm, *cell.prior_noise(noise, "i", s, n))
+        o = cell.prior(h_n, h_g, latent.adjacency, nm, pm, cell.prior_noise(noise, "i", s, n))
         node_out, graph_out, _ = cell.decoder(
             h_n, o["z_n_m"], o["p_n"], h_g, o["z_g_m"], o["p_g"], nm
         )

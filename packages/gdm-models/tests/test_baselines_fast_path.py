@@ -14,6 +14,7 @@ from gdm_models.baselines import grssm as grssm_mod
 from gdm_models.baselines import gwm as gwm_mod
 from gdm_models.baselines.common import sampled_state, state_from_observation
 from gdm_models.baselines.grssm import AllPairsAttention
+from gdm_models.baselines.grssm_filter import posterior_pass
 from gdm_models.compiling import CompileFallbackWarning
 from gdm_models.data import OBS_KEYS, observation_to_tensors
 from gdm_models.synthetic import schema_episode
@@ -190,9 +191,9 @@ def test_grssm_training_noise_drawn_at_once_equals_per_step_draws():
     obs = {k: getattr(batch, k) for k in OBS_KEYS}
     B, T1, N = batch.batch_size, batch.seq_len + 1, batch.num_nodes
     u = torch.rand((T1, B, N, 2, 4), generator=torch.Generator().manual_seed(2))
-    at_once = model._filter(obs, batch.action_nodes, batch.node_mask, None, u)
-    per_step = model._filter(
-        obs, batch.action_nodes, batch.node_mask, torch.Generator().manual_seed(2)
+    at_once = posterior_pass(model, obs, batch.action_nodes, batch.node_mask, None, u)
+    per_step = posterior_pass(
+        model, obs, batch.action_nodes, batch.node_mask, torch.Generator().manual_seed(2)
     )
     for k in ("h", "z", "prior", "posterior"):
         torch.testing.assert_close(at_once[k], per_step[k], rtol=0, atol=0)

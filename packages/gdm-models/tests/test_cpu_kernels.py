@@ -12,6 +12,7 @@ from gdm_models.adjacency import (
     hard_concrete_open,
     symmetric_uniform,
 )
+from gdm_models.backends import use_backend
 from gdm_models.gdm.config import GDMConfig
 from gdm_models.gdm.parts import AdjacencyPart
 from gdm_models.reference import edge_logits_reference
@@ -58,16 +59,16 @@ def test_compiled_edge_mlp_is_the_reference_function(seed, monkeypatch):
     assert torch.equal(fast, fast.transpose(1, 2))
 
 
-def test_compiled_edge_mlp_matches_the_torch_blocks_within_rounding(monkeypatch):
-    """The loop and the torch blocks (cpu_kernel off) compute the same units; only the order
-    of the second layer's sum differs."""
+def test_compiled_edge_mlp_matches_the_torch_blocks_within_rounding():
+    """The loop and the torch blocks (the backend's loops off) compute the same units; only
+    the order of the second layer's sum differs."""
     torch.manual_seed(0)
     m = EdgeUpdateMLP(16, 8, 32)
     h, g = torch.randn(4, 50, 16), torch.randn(4, 8)
     a = _sym_adjacency(4, 50, 0.05, torch.Generator().manual_seed(1))
     fast = m.forward_chunked(h, g, a)
-    monkeypatch.setattr(EdgeUpdateMLP, "cpu_kernel", False)
-    blocks = m.forward_chunked(h, g, a)
+    with use_backend("compiled", loops=False):
+        blocks = m.forward_chunked(h, g, a)
     assert not torch.equal(fast, blocks)  # really two computations
     torch.testing.assert_close(fast, blocks, rtol=2e-6, atol=2e-6)
 
@@ -85,7 +86,7 @@ def test_pair_logits_writes_only_the_named_graphs():
     torch.testing.assert_close(out[[0, 2]], want[[0, 2]], rtol=1e-5, atol=1e-6)
 
 
-def test_graphs_with_equal_projections_but_other_edges_are_not_shared(monkeypatch):
+def test_graphs_with_equal_projections_but_other_edges_are_not_shared():
     """Sharing copies a graph's logits only when its A_{t-1} is the same too (the existing
     edges are part of the compiled pass)."""
     torch.manual_seed(2)
@@ -97,8 +98,8 @@ def test_graphs_with_equal_projections_but_other_edges_are_not_shared(monkeypatc
     a[2] = a[0]
     a[1, 0, 1] = a[1, 1, 0] = 1.0 - a[0, 0, 1]  # graph 1: one edge differs from graph 0
     shared = m.forward_chunked(h, g, a)
-    monkeypatch.setattr(EdgeUpdateMLP, "share_identical", False)
-    plain = m.forward_chunked(h, g, a)
+    with use_backend("compiled", share_identical=False):
+        plain = m.forward_chunked(h, g, a)
     assert torch.equal(shared, plain)
     assert torch.equal(shared[2], shared[0]) and not torch.equal(shared[1], shared[0])
 

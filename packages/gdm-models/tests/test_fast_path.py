@@ -28,6 +28,11 @@ def _loss_and_grads(model, batch, noise, reference):
     return total, terms, grads
 
 
+def _seeded_loss(m, b) -> float:
+    """The total loss of batch ``b`` with the noise of seed 0."""
+    return m.loss(b, torch.Generator().manual_seed(0))[0].item()
+
+
 @pytest.mark.parametrize("name", VARIANTS)
 def test_fast_loss_and_gradients_equal_the_reference(make_tiny, dataset, name):
     m = make_tiny(name, mp_layers=2)
@@ -91,12 +96,11 @@ def test_training_loss_terms_stay_on_device_as_tensors(make_tiny, dataset):
 def test_compile_unavailable_falls_back_to_eager_with_a_notice(make_tiny, dataset, monkeypatch):
     m = make_tiny()
     b = dataset.sample_batch(2, np.random.default_rng(0), seq_len=3)
-    want, _ = m.loss(b, torch.Generator().manual_seed(0))
+    want = _seeded_loss(m, b)
     monkeypatch.delattr(torch, "compile")
     with pytest.warns(CompileFallbackWarning, match="running eager"):
         assert m.enable_compile() is False
-    got, _ = m.loss(b, torch.Generator().manual_seed(0))
-    assert got.item() == want.item()
+    assert _seeded_loss(m, b) == want
 
 
 def test_compile_failure_at_first_call_falls_back_once(make_tiny, dataset, monkeypatch):
@@ -116,14 +120,13 @@ def test_compile_failure_at_first_call_falls_back_once(make_tiny, dataset, monke
     with pytest.warns(
         CompileFallbackWarning, match=r"RuntimeError: backend exploded\); running eager$"
     ):
-        m.loss(b, torch.Generator().manual_seed(0))
+        _seeded_loss(m, b)
     n = len(calls)
     assert n == 1  # one compiled function: the loss after the noise draw
-    got, _ = m.loss(b, torch.Generator().manual_seed(0))
+    got = _seeded_loss(m, b)
     assert len(calls) == n  # and stays eager afterwards (unpadded)
     m.disable_compile()
-    want, _ = m.loss(b, torch.Generator().manual_seed(0))
-    assert got.item() == want.item()
+    assert got == _seeded_loss(m, b)
 
 
 def test_compiled_path_pads_nodes_without_changing_the_loss(make_tiny, dataset, monkeypatch):

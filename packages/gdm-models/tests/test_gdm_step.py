@@ -23,6 +23,7 @@ from gdm_models import (
 )
 from gdm_models.data import OBS_KEYS
 from gdm_models.gdm import ABLATIONS, Noise, sequence_noise_to_steps
+from gdm_models.gdm.latent import PosteriorSequence
 from gdm_models.gdm.sequence_loss import draw_sequence_noise
 from gdm_models.gdm.step import STEP_OUTPUTS, PosteriorStep
 from gdm_models.layers import (
@@ -143,9 +144,10 @@ def test_posterior_step_parts_equal_the_reference(make_tiny, dataset, name):
     a_pool = masked_mean(a_emb, nm.float()[:, None, :, None], 2)
     w = batch.adjacency if m.config.recurrent_adjacency else batch.pair_mask.float()
     with torch.no_grad():
-        _, ys = cell.posterior(
-            a_emb, a_pool, e_v, e_g, normalise_weights(w), nm, u["zg_post"], u["zn_post"]
+        seq = PosteriorSequence(
+            a_emb, a_pool, e_v, e_g, normalise_weights(w), u["zg_post"], u["zn_post"]
         )
+        _, ys = cell.posterior(seq, nm)
         replay = Noise(None, m.device, sequence_noise_to_steps(noise.record))
         latent = cell.initial_latent(B, N)
         for t, y in enumerate(ys):
@@ -287,22 +289,3 @@ def test_an_old_latest_state_resumes_exactly(tmp_path):
     train(straight, ds, replace(kw, steps=6), progress=False)
     for k, v in straight.state_dict().items():
         torch.testing.assert_close(resumed.state_dict()[k], v, rtol=1e-5, atol=1e-6, msg=k)
-
-
-def test_imagine_step_passes_the_edge_implementation(make_tiny, monkeypatch):
-    """``edge_impl`` of the GPU block path reaches the edge MLP through the prior step."""
-    from gdm_models.adjacency import EdgeUpdateMLP
-
-    m = make_tiny()
-    seen = []
-    forward = EdgeUpdateMLP.forward
-
-    def spy(self, *args, impl=None, **kwargs):
-        seen.append(impl)
-        return forward(self, *args, impl=impl, **kwargs)
-
-    monkeypatch.setattr(EdgeUpdateMLP, "forward", spy)
-    lat = m.cell.initial_latent(2, 5)
-    with torch.no_grad():
-        m.imagine_step(lat, torch.zeros(2, 5), Noise(torch.Generator(), m.device), "i0", "dense")
-    assert seen == ["dense"]

@@ -22,25 +22,26 @@ def _toggle_rate(model, test) -> list[float]:
     return rates
 
 
+def _train_toggle(tiny, rng, steps: int, test=None):
+    """A tiny GDM trained ``steps`` steps on 400 toggle-edge episodes: (model, result, its
+    toggle rate on ``test`` before training, if given)."""
+    eps = toggle_edge_episodes(400, 16, 4, P_TOGGLE, rng)
+    ds = EpisodeDataset(eps, toggle_schema(4), seq_len=6)
+    torch.manual_seed(0)
+    model = make_model("gdm", toggle_schema(4), None, **tiny)
+    before = None if test is None else np.mean(_toggle_rate(model, test))
+    model.train()
+    config = TrainConfig(steps=steps, batch_size=8, seq_len=6, lr=1e-2, seed=0, device="cpu")
+    return model, train(model, ds, config, progress=False, keep_history=True), before
+
+
 def test_toggle_edge_probability_moves_towards_the_data_in_300_steps(tiny):
     """The default run's short version of the slow test below: 300 steps move the imagined
     toggle rate from the edge MLP's initial 1.8 % (bias -4) well towards the data's 30 %
     (measured at seed 0: see the assertion); an untrained model stays near 2 %."""
     rng = np.random.default_rng(0)
-    eps = toggle_edge_episodes(400, 16, 4, P_TOGGLE, rng)
-    ds = EpisodeDataset(eps, toggle_schema(4), seq_len=6)
-    torch.manual_seed(0)
-    model = make_model("gdm", toggle_schema(4), None, **tiny)
     test = toggle_edge_episodes(4, 6, 4, P_TOGGLE, np.random.default_rng(1))
-    before = np.mean(_toggle_rate(model, test))
-    model.train()
-    res = train(
-        model,
-        ds,
-        TrainConfig(steps=300, batch_size=8, seq_len=6, lr=1e-2, seed=0, device="cpu"),
-        progress=False,
-        keep_history=True,
-    )
+    model, res, before = _train_toggle(tiny, rng, 300, test)
     first = np.mean([r["kl_adj"] for r in res.history[:10]])
     assert np.mean([r["kl_adj"] for r in res.history[-20:]]) < first
     after = np.mean(_toggle_rate(model, test))
@@ -57,17 +58,7 @@ def test_toggle_edge_probability_is_learned(tiny):
     # Measured over training seeds 0-5 (model init and noise): mean learned rate 0.26, 0.33,
     # 0.36, 0.36, 0.27, 0.36, every test episode within 0.11 of 0.3; at 300 steps and 24
     # episodes it ranged from 0.09 to 0.33 (slow convergence, not a bias of the model).
-    eps = toggle_edge_episodes(400, 16, 4, P_TOGGLE, rng)
-    ds = EpisodeDataset(eps, toggle_schema(4), seq_len=6)
-    torch.manual_seed(0)
-    model = make_model("gdm", toggle_schema(4), None, **tiny)
-    res = train(
-        model,
-        ds,
-        TrainConfig(steps=2000, batch_size=8, seq_len=6, lr=1e-2, seed=0, device="cpu"),
-        progress=False,
-        keep_history=True,
-    )
+    model, res, _ = _train_toggle(tiny, rng, 2000)
     first = np.mean([r["kl_adj"] for r in res.history[:10]])
     last = np.mean([r["kl_adj"] for r in res.history[-20:]])
     assert last < 0.7 * first

@@ -213,8 +213,7 @@ class DreamCore:
                 f"action_nodes must be ({self.num_episodes}, {self.num_nodes}), "
                 f"got {tuple(a.shape)}"
             )
-        # batched: the model may pick its implementation for many independent episodes
-        pred, self.state = self.model.step(self.state, a, self.generator, batched=True)
+        pred, self.state = self.model.step(self.state, a, self.generator)
         obs, mask = self.fixer.observation(pred, self.masks)
         if mask is not None:
             self.masks = mask

@@ -26,7 +26,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from .backends import compiled_loops, plain
+from . import backends
+from .backends import compiled_loops
 from .member_ops import expand_like, member_apply
 
 __all__ = [
@@ -223,7 +224,7 @@ def _pair_block(
 ) -> None:
     """out = silu(P + Q) @ w2 for one block of pairs, written into ``out``; ``buf`` (and
     ``den``) the block's buffers. With ``epq = (e^-P, e^-Q)``, silu(P + Q) = (P + Q) /
-    (1 + e^-P e^-Q), no exponential per pair (:attr:`EdgeUpdateMLP.exp_split`)."""
+    (1 + e^-P e^-Q), no exponential per pair (:func:`gdm_models.backends.exp_split`)."""
     torch.add(*pq, out=buf)
     if epq is None:
         F.silu(buf, inplace=True)
@@ -345,11 +346,11 @@ class EdgeUpdateMLP(nn.Module):
         else blocks of rows (at least one row) written into one reused buffer; a graph whose
         projections equal an earlier graph's bit for bit (:func:`same_rows`; the kappa samples
         of one imagination without a graph state, or with equal graph latents) copies that
-        graph's result (:attr:`share_identical`). Pairs that are
+        graph's result (:func:`gdm_models.backends.share_identical`). Pairs that are
         edges of ``a_prev`` (few in sparse graphs) are then recomputed with w_A added.
         Peak extra memory: one block plus the (B, N, N) output. On the CPU (float32, the
         split SiLU) one compiled loop per graph replaces the blocks
-        (:attr:`cpu_kernel`, :func:`gdm_models.cpu_kernels.pair_logits`).
+        (the backend's ``loops``, :func:`gdm_models.cpu_kernels.pair_logits`).
         """
         b, n, _ = h.shape
         hid = self.hidden
@@ -365,18 +366,16 @@ class EdgeUpdateMLP(nn.Module):
         # function up to float rounding (a few ulp per unit, docs/models.md "Imagination").
         # Only while every |P|, |Q| <= EXP_SPLIT_BOUND (products finite and normal), else silu;
         # on the CPU only, where the exponential is the cost (a GPU's launches stay as they were).
-        split = (
-            self.exp_split
-            and h.device.type == "cpu"
-            and bool(torch.maximum(pc.abs().amax(), q.abs().amax()) <= EXP_SPLIT_BOUND)
+        split = backends.exp_split(h.device) and bool(
+            torch.maximum(pc.abs().amax(), q.abs().amax()) <= EXP_SPLIT_BOUND
         )
-        if split and self.cpu_kernel and compiled_loops(h) and w2.numel() == hid:
+        if split and compiled_loops(h) and w2.numel() == hid:
             # CPU: one compiled pass per graph (gdm_models.cpu_kernels), existing edges
             # included; the same units, the sum over hidden units in another order
             if bool((pc + self.w_a).abs().amax() <= EXP_SPLIT_BOUND):
                 from . import cpu_kernels
 
-                first = same_rows(pc, q) if self.share_identical else list(range(b))
+                first = same_rows(pc, q) if backends.share_identical() else list(range(b))
                 for s in range(b):  # a copied graph also needs A_{t-1}: its edges are in it
                     if first[s] != s and not torch.equal(a_prev[s], a_prev[first[s]]):
                         first[s] = s
@@ -406,7 +405,8 @@ class EdgeUpdateMLP(nn.Module):
     ) -> None:
         """f = silu(P_i + Q_j) @ w2 by torch operations over blocks of at most ``budget``
         floats (whole graphs, or rows of one graph), bitwise-equal graphs once
-        (:attr:`share_identical`); ``epq = (e^-P, e^-Q)``: the SiLU without exponentials."""
+        (the backend's ``share_identical``); ``epq = (e^-P, e^-Q)``: the SiLU without
+        exponentials."""
         b, n, hid = pc.shape
         per_row = max(1, n * hid) * (2 if epq is not None else 1)  # one row of pairs' buffers
         rows = max(1, budget // per_row)
@@ -424,7 +424,7 @@ class EdgeUpdateMLP(nn.Module):
             return
         buf = pc.new_empty(rows, n, hid)
         den = pc.new_empty(rows, n, hid) if epq is not None else buf
-        first = same_rows(pc, q) if self.share_identical else list(range(b))
+        first = same_rows(pc, q) if backends.share_identical() else list(range(b))
         for s in range(b):
             if first[s] != s:  # bitwise the inputs of an earlier graph: its result
                 f[s] = f[first[s]]
@@ -437,48 +437,16 @@ class EdgeUpdateMLP(nn.Module):
                     w2, f[s, r0:r1], buf[: r1 - r0], den[: r1 - r0],
                 )  # fmt: skip
 
-    #: whether :meth:`forward_chunked` computes the pairwise block of bitwise-equal graphs
-    #: once (the result is the same either way; False: the plain loop, for benchmarks)
-    share_identical: bool = True
-
-    #: whether :meth:`forward_chunked` computes the SiLUs of its pairwise blocks from the
-    #: per-node exponentials on the CPU (the same function up to float rounding; False:
-    #: ``F.silu``, the path before it, for benchmarks and tests; other devices always take F.silu)
-    exp_split: bool = True
-
-    #: whether :meth:`forward_chunked` computes the pairwise block and the symmetrisation on
-    #: the CPU by compiled loops (:mod:`gdm_models.cpu_kernels`: one pass over memory instead
-    #: of one per torch operation; the same units, the second layer's sum in another order,
-    #: so the same logits up to float rounding). Needs :attr:`exp_split`; False: the torch
-    #: blocks (the path before it, for benchmarks and tests)
-    cpu_kernel: bool = True
-
-    #: implementation used by :meth:`forward`: "auto" (dense with autograd, else chunked),
-    #: "dense" or "chunked"
-    impl: str = "auto"
-
     def forward(
-        self,
-        h: torch.Tensor,
-        g: torch.Tensor,
-        a_prev: torch.Tensor,
-        chunk_elems: int = 0,
-        impl: str | None = None,
+        self, h: torch.Tensor, g: torch.Tensor, a_prev: torch.Tensor, chunk_elems: int = 0
     ) -> torch.Tensor:
-        """Symmetric edge-update logits (B, N, N); see :attr:`impl`.
-
-        ``chunk_elems``: block size of the chunked (no-grad) path in floats (``0``: by the
-        device's memory budget, :data:`EDGE_CHUNK_BYTES`). ``impl``: the implementation of
-        this call (``None``: :attr:`impl`), so a caller can choose one without changing the
-        module. The ``"reference"`` backend (:mod:`gdm_models.backends`) takes
-        :meth:`forward_plain` whatever ``impl`` says."""
-        if plain():
+        """Symmetric edge-update logits (B, N, N) in the form the backend picks
+        (:func:`gdm_models.backends.edge_mlp_form`: plain, dense with autograd, chunked
+        without). ``chunk_elems``: block size of the chunked path in floats (``0``: by the
+        device's memory budget, :data:`EDGE_CHUNK_BYTES`)."""
+        form = backends.edge_mlp_form()
+        if form == "plain":
             return self.forward_plain(h, g, a_prev)
-        impl = self.impl if impl is None else impl
-        if impl == "auto":
-            impl = "dense" if torch.is_grad_enabled() else "chunked"
-        if impl == "dense":
+        if form == "dense":
             return self.forward_dense(h, g, a_prev)
-        if impl == "chunked":
-            return self.forward_chunked(h, g, a_prev, chunk_elems)
-        raise ValueError(f"unknown EdgeUpdateMLP.impl {impl!r}")
+        return self.forward_chunked(h, g, a_prev, chunk_elems)

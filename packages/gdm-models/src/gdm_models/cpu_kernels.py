@@ -207,7 +207,7 @@ def pair_logits(
     ``pc``, ``q`` (B, N, H): the first layer's per-node projections P (bias and graph term
     included) and Q; ``w_a`` (H,) the first layer's weight of A_{t-1}(i, j); ``a_prev``
     (B, N, N) 0/1. The SiLU from the per-node exponentials, silu(x) = x / (1 + e^-P e^-Q)
-    (:attr:`gdm_models.adjacency.EdgeUpdateMLP.exp_split`): the caller keeps |P|, |P + w_A|
+    (:func:`gdm_models.backends.exp_split`): the caller keeps |P|, |P + w_A|
     and |Q| within :data:`gdm_models.adjacency.EXP_SPLIT_BOUND`.
     """
     b, n, h = pc.shape

@@ -16,11 +16,10 @@ gradients and samples, and measure what they save. Production code never calls t
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from .adjacency import EdgeUpdateMLP
 from .backends import use_backend
@@ -37,7 +36,7 @@ from .baselines.ea_losses import (
     spectral_loss_per_layer,
 )
 from .baselines.grssm import GRSSM, GRSSM_TERM_KEYS, window_targets
-from .baselines.gwm import GWM, GWM_TERM_KEYS
+from .baselines.gwm import GWM, GWM_TERM_KEYS, spectral_term
 from .data import OBS_KEYS, Batch
 from .gdm import GDM, GDMLatent, Noise
 from .gdm.cell import PlainInputs, PlainPosteriorStep
@@ -104,7 +103,7 @@ def gdm_posterior_step_reference(
         if need_prior:
             u = cell.prior_noise(noise, t, b, n)
             out.update(
-                cell.prior(out["h_n_m"], out["h_g_m"], prev.adjacency, node_mask, pair_mask, *u)
+                cell.prior(out["h_n_m"], out["h_g_m"], prev.adjacency, node_mask, pair_mask, u)
             )
     latent.adjacency = a_obs
     if not c.graph_state:
@@ -239,7 +238,8 @@ def grssm_filter_reference(
     node_mask: torch.Tensor,
     generator: torch.Generator,
 ) -> dict[str, torch.Tensor]:
-    """Posterior pass, one step (and one ``torch.rand``) at a time (original ``_filter``)."""
+    """Posterior pass, one step (and one ``torch.rand``) at a time (what
+    :func:`~gdm_models.baselines.grssm_filter.posterior_pass` computes)."""
     B, T1, N = obs["adjacency"].shape[:3]
     flat = {k: v.reshape(B * T1, *v.shape[2:]) for k, v in obs.items() if k in OBS_KEYS}
     mask_bt = node_mask[:, None].expand(B, T1, N).reshape(B * T1, N)
@@ -335,23 +335,6 @@ def gwm_step_reference(
     return model.readout(state, h, e_g, pooled_a, q_s, m[..., None]), h
 
 
-def _spectral_reference(model: GWM) -> torch.Tensor:
-    """EA-GWM's spectral term, layer by layer (the power-iteration vectors advance in
-    training)."""
-    cfg = model.config
-    us = [getattr(model, f"spectral_u_{i}") for i in range(cfg.mp_layers)]
-    spectral, new_us = spectral_loss_per_layer(
-        [cast(nn.Linear, w).weight for w in model.mp_weights],
-        us,
-        cfg.power_iterations,
-        cfg.spectral_target,
-    )
-    if model.training:
-        for i, u in enumerate(new_us):
-            getattr(model, f"spectral_u_{i}").copy_(u)
-    return spectral
-
-
 def gwm_loss_reference(
     model: GWM, batch: Batch, generator: torch.Generator | None = None
 ) -> tuple[torch.Tensor, dict[str, float]]:
@@ -416,7 +399,7 @@ def gwm_loss_reference(
         )
         total = total + cfg.rollout_weight * rollout
     if cfg.spectral_weight > 0:
-        spectral = _spectral_reference(model)
+        spectral = spectral_term(model, spectral_loss_per_layer)
         total = total + cfg.spectral_weight * spectral
     if cfg.critical_weight > 0:
         c = critical_node_weights(

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "ENV_SCHEMAS",
     "SYNTHETIC_SCHEMA",
     "TINY_GDM_CONFIG",
     "toggle_schema",
@@ -23,6 +24,35 @@ SYNTHETIC_SCHEMA: dict[str, Any] = {
     "node_categorical": {"kind": 3, "flag": 2},
     "graph_continuous": ["k"],
     "graph_categorical": {"mode": 2},
+}
+
+#: the feature schemas of the four environments (graphwm_envs' ``feature_schema()`` without
+#: its ranges; this package does not import the envs): synthetic data of their shapes
+ENV_SCHEMAS: dict[str, dict[str, Any]] = {
+    "SAR": {
+        "node_continuous": ["stability"],
+        "node_categorical": {"survivor_present": 2, "exit_node": 2, "current_location": 2},
+        "graph_continuous": ["k"],
+        "graph_categorical": {"escorting": 2},
+    },
+    "OD": {
+        "node_continuous": ["vibe"],
+        "node_categorical": {"opinion": 5},
+        "graph_continuous": ["k_frac", "k_frac_env"],
+        "graph_categorical": {},
+    },
+    "RGC": {
+        "node_continuous": [],
+        "node_categorical": {},
+        "graph_continuous": ["tau", "k"],
+        "graph_categorical": {},
+    },
+    "CF": {
+        "node_continuous": ["load", "capacity"],
+        "node_categorical": {},
+        "graph_continuous": ["k"],
+        "graph_categorical": {},
+    },
 }
 
 #: GDM config overrides for a model small enough for unit tests and loss fingerprints

@@ -19,8 +19,8 @@ Subclass :class:`WorldModel` and
   - ``_latent_num_nodes(latent) -> int``: check that a latent is what ``_observe_at``
     returns and give its number of nodes;
   - ``start(obs, generator) -> state`` and ``_step(state, actions, generator) -> (prediction,
-    state)``: batched stepping (below; the public :meth:`step` calls ``_step``, and
-    ``_step_batched`` where a model has a GPU block path);
+    state)``: batched stepping (below; the public :meth:`step` checks the actions and calls
+    ``_step``, the one step function: a single rollout is a batch of one);
     ``state_from_latent(latent, num_samples, generator) -> state``: the stepping state of
     ``num_samples`` rollouts from an ``observe`` latent.
     :meth:`imagine_multi` (and :meth:`imagine`) are derived from these two;
@@ -42,7 +42,9 @@ its RSSM): a state is a ``dict[str, torch.Tensor]`` with one row per independent
 with one generator, ``start`` + k ``step`` calls draw what ``observe`` + ``imagine_multi`` draw
 (docs/models.md, "The WorldModel API"). Inputs are checked by :mod:`gdm_models.inputs`.
 
-Saving and loading go through :mod:`gdm_models.training.checkpoint` (``model.save(path)``,
+Input checks and conversions (``prepare_sequence``, ``prepare_actions``, ``make_generator``,
+...) come from :class:`gdm_models.model_inputs.ModelInputs`. Saving and loading go through
+:mod:`gdm_models.training.checkpoint` (``model.save(path)``,
 ``WorldModel.load(path)`` / :func:`gdm_models.training.checkpoint.load_checkpoint`).
 """
 
@@ -62,19 +64,13 @@ from .compiling import compile_or_eager, default_compile_mode
 from .config_checks import check_config_types
 from .data import (  # (PREDICTION_KEYS, predictions_to_numpy: re-exported, their old home)
     NP_DTYPES,
-    OBS_KEYS,
     PREDICTION_KEYS,
     Batch,
-    DataError,
     TensorObs,
-    observation_to_tensors,
     predictions_to_numpy,
-    stack_observations,
-    validate_action_nodes,
-    validate_observation_sequence,
-    validate_start_observations,
 )
-from .inputs import check_seed, check_step_actions, check_steps
+from .inputs import check_step_actions
+from .model_inputs import ModelInputs, check_num_samples
 from .scaling import FeatureScaler
 from .schema import Schema
 
@@ -99,7 +95,7 @@ def terms_to_floats(terms: Mapping[str, torch.Tensor]) -> dict[str, float]:
     return dict(zip(terms, values, strict=True))
 
 
-class WorldModel(nn.Module, abc.ABC):
+class WorldModel(nn.Module, ModelInputs, abc.ABC):
     """Abstract base class of all world models (see the module docstring for the contract).
 
     Args:
@@ -170,11 +166,6 @@ class WorldModel(nn.Module, abc.ABC):
         range), from one pass over the trajectory: what every model implements, and what
         :meth:`observe` (``steps = [T]``) and :meth:`observe_at` call."""
 
-    @staticmethod
-    def check_steps(steps: Sequence[int], num_observations: int) -> list[int]:
-        """Validate ``observe_at`` step indices against T+1 observations."""
-        return check_steps(steps, num_observations)
-
     @torch.no_grad()
     def imagine_multi(
         self,
@@ -185,30 +176,11 @@ class WorldModel(nn.Module, abc.ABC):
     ) -> list[dict[str, np.ndarray]]:
         """Sample ``num_samples`` rollouts over K actions ((K, N) the same for every sample,
         or (K, S, N)) from ``latent``; return K prediction dicts (see :meth:`imagine`)."""
-        if isinstance(num_samples, bool) or not isinstance(num_samples, int | np.integer):
-            raise TypeError(f"num_samples must be an int, got {type(num_samples).__name__}")
-        if num_samples < 1:
-            raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+        check_num_samples(num_samples)
         n = self._latent_num_nodes(latent)
-        self._check_imagination_size(action_sequence, n, int(num_samples))
+        self.check_imagination_size(action_sequence, n, int(num_samples))
         actions = self.prepare_actions(action_sequence, n, int(num_samples))
         return self._imagine(latent, actions, self.make_generator(generator))
-
-    @staticmethod
-    def _check_imagination_size(action_sequence: Any, n: int, num_samples: int) -> None:
-        """Refuse, by name and before any allocation, a rollout whose outputs alone (K x S
-        sampled N x N int8 adjacencies and the (K, S, N) float32 actions) exceed half this
-        machine's memory (the bound :func:`gdm_models.registry.check_model_fits` uses)."""
-        from .config_checks import memory_bytes
-
-        steps = int(np.shape(action_sequence)[0]) if np.ndim(action_sequence) else 1
-        need = max(steps, 1) * num_samples * n * (n + 4)
-        if need > memory_bytes() // 2:
-            raise ValueError(
-                f"num_samples={num_samples:,} over {steps} step(s) of N = {n} needs at least "
-                f"{need / 2**30:.3g} GiB for the sampled graphs alone, more than half this "
-                f"machine's memory ({memory_bytes() / 2**31:.3g} GiB): draw fewer samples"
-            )
 
     @torch.no_grad()
     def imagine_batch(
@@ -258,38 +230,22 @@ class WorldModel(nn.Module, abc.ABC):
         state: StepState,
         actions: torch.Tensor,
         generator: torch.Generator,
-        *,
-        batched: bool = False,
     ) -> StepResult:
         """One imagined transition of every row: (B, N) float actions -> (sampled prediction
         tensors with the keys of :data:`PREDICTION_KEYS`, next state); see the module
-        docstring. ``batched=True`` lets a model run its rows in blocks suited to a GPU
-        (:meth:`_step_batched`; the same function, but its uniforms may be drawn per block).
+        docstring. One rollout is a batch of one; the model's backend
+        (:mod:`gdm_models.backends`) picks how its rows are computed, never the caller.
 
         Raises ``TypeError`` for actions that are not a tensor and :class:`DataError` for
         actions of the wrong shape, or not exactly 0/1 (NaN, inf, 2.0, 0.5)."""
         check_step_actions(state, actions)
-        if batched:
-            return self._step_batched(state, actions, generator)
         return self._step(state, actions, generator)
-
-    def check_start_observations(self, obs: Mapping[str, Any]) -> None:
-        """What every model's :meth:`start` checks first: B observations against the data
-        contract and this model's schema (:func:`~gdm_models.data.validate_start_observations`)."""
-        validate_start_observations(obs, self.schema)
 
     @abc.abstractmethod
     def _step(
         self, state: StepState, actions: torch.Tensor, generator: torch.Generator
     ) -> StepResult:
         """What every model implements for :meth:`step`: one imagined transition of B rows."""
-
-    def _step_batched(
-        self, state: StepState, actions: torch.Tensor, generator: torch.Generator
-    ) -> StepResult:
-        """:meth:`step` with ``batched=True``; a model with a GPU block path overrides it
-        (the GDM), the others step as usual."""
-        return self._step(state, actions, generator)
 
     @abc.abstractmethod
     def state_from_latent(
@@ -381,75 +337,6 @@ class WorldModel(nn.Module, abc.ABC):
         for b in self.buffers():
             return b.device
         return torch.device("cpu")
-
-    def make_generator(self, generator: torch.Generator | int | None) -> torch.Generator:
-        """Return ``generator`` or a new ``torch.Generator`` on ``self.device``.
-
-        ``None`` draws a seed from numpy's OS entropy (non-deterministic); an integer in
-        [0, 2**64 - 1] seeds it. Anything else (a float, a string, a bool, a numpy Generator)
-        raises ``TypeError``; a seed out of range ``ValueError``.
-        """
-        if isinstance(generator, torch.Generator):
-            if generator.device.type != self.device.type:
-                raise ValueError(f"generator is on {generator.device}, model is on {self.device}")
-            return generator
-        g = torch.Generator(device=self.device)
-        if generator is None:
-            seed = int(np.random.SeedSequence().generate_state(1, dtype=np.uint64)[0] >> 1)
-        else:
-            seed = check_seed(generator)
-        g.manual_seed(seed)
-        return g
-
-    def prepare_sequence(
-        self,
-        obs_sequence: Mapping[str, Any] | Sequence[Mapping[str, Any]],
-        actions: Any,
-    ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-        """Validate a trajectory and convert it to tensors on ``self.device``.
-
-        Returns ``(obs, actions)`` with ``obs[k]`` of shape (T+1, ...) and actions (T, N) float.
-        A single observation dict (no time axis) is accepted as T = 0.
-        """
-        if isinstance(obs_sequence, Mapping):
-            adj = np.asarray(obs_sequence["adjacency"])
-            if adj.ndim == 2:
-                obs_sequence = {k: np.asarray(obs_sequence[k])[None] for k in OBS_KEYS}
-        else:
-            obs_sequence = stack_observations(list(obs_sequence))
-        n = validate_observation_sequence(obs_sequence, self.schema, lead=1)
-        t1 = np.asarray(obs_sequence["adjacency"]).shape[0]
-        if t1 < 1:
-            raise DataError("observe needs at least one observation")
-        if actions is None:
-            actions = np.zeros((0, n), np.int8)
-        a = np.asarray(actions)
-        if a.size == 0 and t1 == 1:
-            a = np.zeros((0, n), np.int8)
-        a = validate_action_nodes(a, n, lead=1)
-        if a.shape[0] != t1 - 1:
-            raise DataError(
-                f"got {t1} observations and {a.shape[0]} actions; expected {t1 - 1} actions"
-            )
-        obs_t = observation_to_tensors(obs_sequence, self.device)
-        return obs_t, torch.as_tensor(a, dtype=torch.float32, device=self.device)
-
-    def prepare_actions(self, action_sequence: Any, n: int, num_samples: int) -> torch.Tensor:
-        """Validate actions (K,N) or (K,S,N) and return a (K,S,N) float tensor."""
-        a = np.asarray(action_sequence)
-        if a.ndim == 2:
-            a = validate_action_nodes(a, n, lead=1)
-            a = np.broadcast_to(a[:, None], (a.shape[0], num_samples, n))
-        elif a.ndim == 3:
-            a = validate_action_nodes(a, n, lead=2)
-            if a.shape[1] != num_samples:
-                raise DataError(f"action_sequence has {a.shape[1]} samples, expected {num_samples}")
-        else:
-            raise DataError(f"action_sequence must be (K,N) or (K,S,N), got shape {a.shape}")
-        if a.shape[0] < 1:
-            raise DataError("action_sequence must contain at least one action")
-        # a copy: the caller's array may be a read-only view (torch warns on those)
-        return torch.tensor(a, dtype=torch.float32, device=self.device)
 
     def config_dict(self) -> dict[str, Any]:
         """The config as a plain dict."""

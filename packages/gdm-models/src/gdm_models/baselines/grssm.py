@@ -54,10 +54,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..data import OBS_KEYS, Batch, TensorObs
+from ..data import Batch, TensorObs
 from ..inputs import check_latent_widths
 from ..layers import (
-    gumbel_from_uniform,
     sample_onehot_st,
     unimix_probs,
 )
@@ -68,8 +67,6 @@ from ..member_layers import MemberModel, MemberNoise, pad_node_axis
 from ..member_ops import (
     member_addmm,
     member_apply,
-    member_count,
-    member_linear,
 )
 from ..scaling import FeatureScaler
 from ..schema import Schema
@@ -81,6 +78,7 @@ from .common import (
     sampled_state,
     state_from_observation,
 )
+from .grssm_filter import posterior_pass
 from .grssm_loss import GRSSM_TERM_KEYS, LOGGED, grssm_loss_tensors, window_targets
 from .grssm_parts import (
     ATTENTION_BUDGET_BYTES,
@@ -89,7 +87,6 @@ from .grssm_parts import (
     GRSSMConfig,
     GRSSMLatent,
     _mlp,
-    _onehot_st,
     attention_key_bias,
 )
 
@@ -219,29 +216,6 @@ class GRSSM(WorldModel, MemberModel):
         h_new = self.gru(x.reshape(-1, x.shape[-1]), h.reshape(-1, h.shape[-1])).reshape(*lead, -1)
         return h_new * m
 
-    def _posterior_step(
-        self,
-        h: torch.Tensor,
-        z: torch.Tensor,
-        a_term: torch.Tensor,
-        e_term: torch.Tensor,
-        gumbel: torch.Tensor,
-        w_hz: torch.Tensor,
-        w_ph: torch.Tensor,
-        key_bias: torch.Tensor,
-        m: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One step of the posterior pass, a function of tensors only (its noise given, no
-        Python state), so that it can be traced or compiled: h_t = cell(h, z, a_t), the
-        posterior q(z_t | h_t, e_t) and its straight-through sample. Returns (h_t, z_t, q_t)."""
-        B, N, H = h.shape
-        h = self._cell(h, z, w_hz, a_term, key_bias, m)
-        x = member_addmm(e_term.reshape(-1, H), h.reshape(-1, H), w_ph.transpose(-1, -2))
-        for layer in list(self.posterior_net)[1:]:
-            x = layer(x)
-        post = self._probs(x.reshape(B, N, -1))
-        return h, _onehot_st(post, gumbel).flatten(-2) * m, post
-
     def _probs(self, logits: torch.Tensor) -> torch.Tensor:
         c = self.config
         return unimix_probs(
@@ -283,69 +257,6 @@ class GRSSM(WorldModel, MemberModel):
             reward=self.reward_head(g).squeeze(-1),
             continuation_logit=self.continuation_head(g).squeeze(-1),
         )
-
-    def _filter(
-        self,
-        obs: Mapping[str, torch.Tensor],
-        actions: torch.Tensor,
-        node_mask: torch.Tensor,
-        generator: torch.Generator | None,
-        uniforms: torch.Tensor | None = None,
-    ) -> dict[str, torch.Tensor]:
-        """Posterior pass over T+1 observations (B,T+1,...) and T actions (B,T,N).
-
-        The first step starts from h = 0, z = 0 and a zero action. Returns stacked (B,T+1,N,.)
-        ``h``, ``z`` (straight-through samples), ``prior`` and ``posterior`` probabilities.
-        ``uniforms`` (T+1,B,N,groups,classes): the noise of all steps, drawn at once by the
-        training loss; without it one draw per step from ``generator``, so that a prefix of
-        the trajectory consumes exactly its own noise on every device (``observe_at``). On the
-        CPU both give the same numbers.
-        """
-        B, T1, N = obs["adjacency"].shape[:3]
-        c = self.config
-        G, C, H = c.latent_groups, c.latent_classes, c.hidden_dim
-        flat = {k: v.reshape(B * T1, *v.shape[2:]) for k, v in obs.items() if k in OBS_KEYS}
-        mask_bt = node_mask[:, None].expand(B, T1, N).reshape(B * T1, N)
-        enc = self.encode(flat, mask_bt).reshape(B, T1, N, -1)
-        dev, dt = enc.device, enc.dtype
-        # time-major inputs of the recurrence, computed for all steps in one product each
-        acts = torch.cat([actions.new_zeros(B, 1, N), actions], 1)
-        post_in = self.posterior_net[0]
-        w_in, b_in = post_in.weight, post_in.bias
-        assert isinstance(w_in, torch.Tensor) and isinstance(b_in, torch.Tensor)
-        w_ph = w_in[..., :H]  # q(z | h, e): [h, e] W^T + b = h W_h^T + (e W_e^T + b)
-        if member_count(self):  # member rows must lead in a member map: transpose after it
-            w_hz, a_term = self._input_parts(acts.to(dt))
-            a_term = a_term.transpose(0, 1)  # (T1,B,N,H)
-            e_term = member_linear(enc, w_in[..., H:], b_in).transpose(0, 1)
-        else:
-            w_hz, a_term = self._input_parts(acts.transpose(0, 1).to(dt))  # (T1,B,N,H)
-            e_term = F.linear(enc.transpose(0, 1), w_in[..., H:], b_in)
-        gumbel = None if uniforms is None else gumbel_from_uniform(uniforms)
-        key_bias = attention_key_bias(node_mask, dt)
-        m = node_mask.to(dt)[..., None]
-        h = torch.zeros(B, N, H, device=dev, dtype=dt)
-        z = torch.zeros(B, N, G * C, device=dev, dtype=dt)
-        hs, zs, posts = [], [], []
-        for t in range(T1):
-            if gumbel is None:
-                u = torch.rand((B, N, G, C), generator=generator, device=dev, dtype=dt)
-                g_t = gumbel_from_uniform(u)
-            else:
-                g_t = gumbel[t]
-            h, z, post = self._posterior_step(
-                h, z, a_term[t], e_term[t], g_t, w_hz, w_ph, key_bias, m
-            )
-            hs.append(h)
-            zs.append(z)
-            posts.append(post)
-        h_all = torch.stack(hs, 1)
-        return {
-            "h": h_all,
-            "z": torch.stack(zs, 1),
-            "prior": self.prior(h_all),  # p(z_t | h_t) does not feed the recurrence
-            "posterior": torch.stack(posts, 1),
-        }
 
     # ------------------------------------------------------------------ training
     def loss_scales(self) -> dict[str, float]:
@@ -429,7 +340,7 @@ class GRSSM(WorldModel, MemberModel):
         last = max(steps)
         mask = torch.ones(1, obs["adjacency"].shape[-1], dtype=torch.bool, device=self.device)
         prefix = {k: v[None, : last + 1] for k, v in obs.items()}
-        out = self._filter(prefix, actions[None, :last], mask, generator)
+        out = posterior_pass(self, prefix, actions[None, :last], mask, generator)
         return [GRSSMLatent(h=out["h"][0, t], posterior=out["posterior"][0, t]) for t in steps]
 
     def _latent_num_nodes(self, latent: Any) -> int:
@@ -447,7 +358,8 @@ class GRSSM(WorldModel, MemberModel):
         self.check_start_observations(obs)
         b, n = obs["adjacency"].shape[:2]
         mask = torch.ones(b, n, dtype=torch.bool, device=self.device)
-        out = self._filter(
+        out = posterior_pass(
+            self,
             {k: v[:, None] for k, v in obs.items()},
             torch.zeros(b, 0, n, device=self.device),
             mask,

@@ -12,6 +12,7 @@ from ..data import OBS_KEYS, Batch
 from ..layers import categorical_kl
 from ..losses import PREDICTION_LOSS_KEYS, NodeMasks, free_bits, masked_mean, prediction_loss
 from ..member_ops import member_reduce
+from .grssm_filter import posterior_pass
 
 __all__ = ["GRSSM_TERM_KEYS", "LOGGED", "grssm_loss_tensors", "window_targets"]
 
@@ -65,7 +66,7 @@ def grssm_loss_tensors(
     B, L, N = batch.batch_size, batch.seq_len, batch.num_nodes
     T1 = L + 1
     obs = {k: getattr(batch, k) for k in OBS_KEYS}
-    out = model._filter(obs, batch.action_nodes, batch.node_mask, None, uniforms)
+    out = posterior_pass(model, obs, batch.action_nodes, batch.node_mask, None, uniforms)
     mask_bt = batch.node_mask[:, None].expand(B, T1, N).reshape(B * T1, N)
     pred = model.decode(out["h"].reshape(B * T1, N, -1), out["z"].reshape(B * T1, N, -1), mask_bt)
     target, obs_valid, trans_valid = window_targets(batch, obs)

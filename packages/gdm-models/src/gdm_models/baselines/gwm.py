@@ -87,7 +87,7 @@ from .ea_losses import (
 )
 from .gwm_config import EA_DEFAULTS, GWMConfig
 
-__all__ = ["GWMConfig", "GWM", "EA_DEFAULTS", "GWM_TERM_KEYS"]
+__all__ = ["GWMConfig", "GWM", "EA_DEFAULTS", "GWM_TERM_KEYS", "spectral_term"]
 
 #: the one-step prediction terms of L_pred
 _ONE_STEP_KEYS: tuple[str, ...] = PREDICTION_LOSS_KEYS
@@ -362,7 +362,7 @@ class GWM(WorldModel, MemberModel):
                 members,
             )
         if cfg.spectral_weight > 0:
-            terms["spectral"] = _spectral_term(self)
+            terms["spectral"] = spectral_term(self)
         if cfg.critical_weight > 0:
             c = critical_node_weights(
                 state.adjacency, node_mask, cfg.critical_weighting, cfg.self_loops
@@ -452,11 +452,12 @@ def build_gwm(
     return GWM(schema, scaler, cfg)
 
 
-def _spectral_term(model: GWM) -> torch.Tensor:
-    """EA-GWM's spectral term; in training the power-iteration vectors advance."""
+def spectral_term(model: GWM, loss: Callable[..., Any] = spectral_loss) -> torch.Tensor:
+    """EA-GWM's spectral term by ``loss`` (:func:`~.ea_losses.spectral_loss`, or the per-layer
+    reference); in training the power-iteration vectors advance."""
     cfg = model.config
     us = [getattr(model, f"spectral_u_{i}") for i in range(cfg.mp_layers)]
-    term, new_us = spectral_loss(
+    term, new_us = loss(
         [cast(nn.Linear, w).weight for w in model.mp_weights],
         us,
         cfg.power_iterations,

@@ -40,7 +40,14 @@ from ..message_passing import GraphMessagePassing, normalise_weights
 from ..scaling import FeatureScaler
 from ..schema import Schema
 from .config import GDMConfig
-from .latent import NEIGHBOURS_MAX_DENSITY, SPARSE_MAX_DENSITY, GDMLatent, Noise
+from .latent import (
+    NEIGHBOURS_MAX_DENSITY,
+    SPARSE_MAX_DENSITY,
+    GDMLatent,
+    Noise,
+    PosteriorSequence,
+    PriorNoise,
+)
 from .parts import (
     AdjacencyPart,
     Decoder,
@@ -81,19 +88,10 @@ class PlainPosteriorStep:
             raise ValueError("the reference backend runs ordinary models, not member models")
         self.cell, self.node_mask = cell, node_mask
 
-    def inputs(
-        self,
-        a_emb: torch.Tensor,
-        a_pool: torch.Tensor,
-        e_v: torch.Tensor,
-        e_g: torch.Tensor,
-        alpha: torch.Tensor,
-        u_zg: torch.Tensor | None,
-        u_zn: torch.Tensor,
-        split_time: bool = False,
-    ) -> list[PlainInputs]:
-        """The arguments of :meth:`PosteriorStep.inputs` cut into steps (each step's work is
+    def inputs(self, seq: PosteriorSequence, split_time: bool = False) -> list[PlainInputs]:
+        """The inputs of :meth:`PosteriorStep.inputs` cut into steps (each step's work is
         done in the step; ``a_pool`` is recomputed there, ``split_time`` has no effect)."""
+        a_emb, _, e_v, e_g, alpha, u_zg, u_zn = seq.fields()
         T = e_v.shape[1]
         return [
             PlainInputs(
@@ -213,25 +211,17 @@ class GDMCell(nn.Module):
 
     # ================================================================== posterior
     def posterior(
-        self,
-        a_emb: torch.Tensor,
-        a_pool: torch.Tensor,
-        e_v: torch.Tensor,
-        e_g: torch.Tensor,
-        alpha: torch.Tensor,
-        node_mask: torch.Tensor,
-        u_zg: torch.Tensor | None,
-        u_zn: torch.Tensor,
-        split_time: bool = False,
+        self, seq: PosteriorSequence, node_mask: torch.Tensor, split_time: bool = False
     ) -> tuple[Any, list[tuple[torch.Tensor, ...]]]:
-        """The posterior pass over T steps from the zero latent (arguments: see
+        """The posterior pass over T steps from the zero latent (``split_time``: see
         :meth:`PosteriorStep.inputs`): the observation-only work of all steps at once, then a
         scan of the posterior step. Returns the last carry and each step's outputs
         (:data:`~gdm_models.gdm.step.STEP_OUTPUTS`, node rows flat)."""
         # the backend's posterior step (gdm_models.backends): plain parts or fused maps
-        step: Any = (PlainPosteriorStep if plain() else PosteriorStep)(self, node_mask, e_v.dtype)
-        xs = step.inputs(a_emb, a_pool, e_v, e_g, alpha, u_zg, u_zn, split_time)
-        return scan(step, step.initial(e_v), xs)
+        dtype = seq.e_v.dtype
+        step: Any = (PlainPosteriorStep if plain() else PosteriorStep)(self, node_mask, dtype)
+        xs = step.inputs(seq, split_time)  # before initial: the first step's action gates
+        return scan(step, step.initial(seq.e_v), xs)
 
     def posterior_latents(
         self, obs: Mapping[str, torch.Tensor], actions: torch.Tensor, noise: Noise
@@ -257,9 +247,8 @@ class GDMCell(nn.Module):
         else:
             pm = ~torch.eye(N, dtype=torch.bool, device=dev)
             alpha = normalise_weights(pm.to(a_emb.dtype)).expand(B, N, N)
-        _, ys = self.posterior(
-            a_emb, a_pool, e_v, e_g, alpha, nm, zg, torch.stack(u_zn, 1), split_time=True
-        )
+        seq = PosteriorSequence(a_emb, a_pool, e_v, e_g, alpha, zg, torch.stack(u_zn, 1))
+        _, ys = self.posterior(seq, nm, split_time=True)
         return [
             GDMLatent(y[2].view(B, N, H), y[7].view(B, N, -1), y[3], y[5], obs["adjacency"][:, t])
             for t, y in enumerate(ys)
@@ -362,15 +351,12 @@ class GDMCell(nn.Module):
         a_prev: torch.Tensor,
         node_mask: torch.Tensor,
         pair_mask: torch.Tensor,
-        u_zg: torch.Tensor | None,
-        u_adj: torch.Tensor | None,
-        u_zn: torch.Tensor,
-        edge_impl: str | None = None,
+        u: PriorNoise,
     ) -> dict[str, Any]:
         """The prior given h^- (steps 3-6: p_g, edge logits, sampled A_t, m^-, p_n), for any
-        batch of graphs; the uniforms drawn by the caller. ``edge_impl``: the edge MLP's
-        implementation (``None``: its default, :attr:`~gdm_models.adjacency.EdgeUpdateMLP.impl`)."""
+        batch of graphs; the uniforms ``u`` drawn by the caller (:meth:`prior_noise`)."""
         c = self.config
+        u_zg, u_adj, u_zn = u
         if c.graph_state:
             assert u_zg is not None  # with graph state the caller draws the uniforms
             p_g, z_g_m = self.graph_latent("prior_g", [h_g_m, pool(h_n_m, node_mask)], u_zg)
@@ -381,7 +367,7 @@ class GDMCell(nn.Module):
         if c.recurrent_adjacency:
             assert u_adj is not None  # drawn whenever the adjacency is recurrent
             adj = self.adjacency
-            logits = adj.edge_mlp(h_n_m, g, a_prev, c.edge_chunk_elems, impl=edge_impl)
+            logits = adj.edge_mlp(h_n_m, g, a_prev, c.edge_chunk_elems)
             a_m, b_bar = adj.sample(logits, a_prev, pair_mask, u_adj)
             pm = pair_mask.to(logits.dtype)
             if c.message_passing == "all_pairs":
@@ -401,24 +387,17 @@ class GDMCell(nn.Module):
         out.update(p_n=p_n, z_n_m=z_n_m)
         return out
 
-    def prior_noise(
-        self, noise: Noise, t: int | str, b: int, n: int
-    ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor]:
+    def prior_noise(self, noise: Noise, t: int | str, b: int, n: int) -> PriorNoise:
         """The uniforms of one prior step of B graphs (keys ``"<t>/zg_prior"``, ``"<t>/adj"``,
         ``"<t>/zn_prior"``, drawn in that order)."""
         u_zg = self.draw_zg(noise, f"{t}/zg_prior", b)
         u_adj = None
         if self.config.recurrent_adjacency:
             u_adj = noise.uniform(f"{t}/adj", (b, n, n), symmetric=True)
-        return u_zg, u_adj, noise.uniform(f"{t}/zn_prior", self.zn_shape(b, n))
+        return PriorNoise(u_zg, u_adj, noise.uniform(f"{t}/zn_prior", self.zn_shape(b, n)))
 
     def imagine_step(
-        self,
-        latent: GDMLatent,
-        action: torch.Tensor,
-        noise: Noise,
-        key: str,
-        edge_impl: str | None = None,
+        self, latent: GDMLatent, action: torch.Tensor, noise: Noise, key: str
     ) -> tuple[dict[str, Any], dict[str, Any], GDMLatent]:
         """One prior step of S graphs ((S, N) float actions): the node and graph heads'
         outputs and the next latent; ``key`` names the step's noise (``"<key>/<what>"``)."""
@@ -427,7 +406,7 @@ class GDMCell(nn.Module):
         pm = ~torch.eye(N, dtype=torch.bool, device=self.device)[None]
         h_n_m, h_g_m = self.transition(latent, self.embed.action_embed(action), nm)
         u_prior = self.prior_noise(noise, key, S, N)
-        o = self.prior(h_n_m, h_g_m, latent.adjacency, nm, pm, *u_prior, edge_impl=edge_impl)
+        o = self.prior(h_n_m, h_g_m, latent.adjacency, nm, pm, u_prior)
         node_out, graph_out, d_n = self.decoder(
             h_n_m, o["z_n_m"], o["p_n"], h_g_m, o["z_g_m"], o["p_g"], nm
         )

@@ -10,12 +10,15 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import torch
 
 from ..adjacency import symmetric_uniform
 
 __all__ = [
+    "PriorNoise",
+    "PosteriorSequence",
     "GDMLatent",
     "Noise",
     "SPARSE_MAX_DENSITY",
@@ -63,6 +66,37 @@ class GDMLatent:
     def tensors(self) -> tuple[torch.Tensor, ...]:
         """The fields in order, the tensors themselves (``dataclasses.astuple`` would
         deep-copy each: 0.17 s for 30 latents at N = 1000)."""
+        return tuple(getattr(self, f.name) for f in dataclasses.fields(self))
+
+
+class PriorNoise(NamedTuple):
+    """The uniforms of one prior step of M graphs: ``u_zg`` (M, Gg, Cg) (None without graph
+    state), ``u_adj`` (M, N, N) symmetric (None without the recurrent adjacency), ``u_zn``
+    (M, N, Gn, Cn)."""
+
+    u_zg: torch.Tensor | None
+    u_adj: torch.Tensor | None
+    u_zn: torch.Tensor
+
+
+@dataclass
+class PosteriorSequence:
+    """The posterior pass's observation-, action- and noise-only inputs over T steps (what a
+    posterior step's ``inputs`` takes, the same for every backend): ``a_emb`` (B,T,N,E) action
+    embeddings, ``a_pool`` (B,T,E) their pools, ``e_v`` (B,T,N,E), ``e_g`` (B,T,E), ``alpha``
+    (B,T,N,N) normalised weights of the observed A_t (or (B,N,N), the same at every step),
+    ``u_zg`` (B,T,Gg,Cg) (None without graph state) and ``u_zn`` (B,T,N,Gn,Cn) uniforms."""
+
+    a_emb: torch.Tensor
+    a_pool: torch.Tensor
+    e_v: torch.Tensor
+    e_g: torch.Tensor
+    alpha: torch.Tensor
+    u_zg: torch.Tensor | None
+    u_zn: torch.Tensor
+
+    def fields(self) -> tuple[Any, ...]:
+        """The inputs in the order above."""
         return tuple(getattr(self, f.name) for f in dataclasses.fields(self))
 
 

@@ -237,7 +237,6 @@ class GDM(WorldModel, MemberModel):
         action: torch.Tensor,
         noise: Noise,
         key: str,
-        edge_impl: str | None = None,
     ) -> tuple[dict[str, torch.Tensor], GDMLatent]:
         """One prior step of B graphs ((B, N) float actions, :meth:`GDMCell.imagine_step`):
         the sampled prediction tensors (environment units, the keys of
@@ -245,7 +244,7 @@ class GDM(WorldModel, MemberModel):
         this step's noise (``"<key>/<what>"``)."""
         sc, dev = self.scaler, self.device
         S, N = action.shape
-        node_out, graph_out, nxt = self.cell.imagine_step(latent, action, noise, key, edge_impl)
+        node_out, graph_out, nxt = self.cell.imagine_step(latent, action, noise, key)
         pred: dict[str, torch.Tensor] = {"adjacency": nxt.adjacency}
         pred["node_continuous"] = sc.unscale_node(node_out["node_continuous"])
         pred["node_categorical"] = sample_categoricals(
@@ -299,40 +298,6 @@ class GDM(WorldModel, MemberModel):
             GDMLatent(**state), actions, Noise(generator, self.device), "i0"
         )
         return pred, _state(latent)
-
-    def _step_batched(
-        self, state: StepState, actions: torch.Tensor, generator: torch.Generator
-    ) -> StepResult:
-        """On a GPU, the rows in blocks (:meth:`dense_step_blocks`) with the dense edge MLP:
-        the same function, one broadcast per block instead of a Python loop over graphs, but
-        the uniforms are drawn per block, so the samples differ from ``batched=False``."""
-        blocks = self.dense_step_blocks(*actions.shape)
-        if blocks is None:
-            return self._step(state, actions, generator)
-        outs, states = [], []
-        for rows in blocks:
-            sub = GDMLatent(**{k: v[rows] for k, v in state.items()})
-            pred, latent = self.imagine_step(
-                sub, actions[rows], Noise(generator, self.device), "i0", edge_impl="dense"
-            )
-            outs.append(pred)
-            states.append(_state(latent))
-        pred = {k: torch.cat([o[k] for o in outs]) for k in outs[0]}
-        return pred, {k: torch.cat([s[k] for s in states]) for k in STATE_KEYS}
-
-    #: largest B * N * N * width of the pairwise edge MLP computed in one dense block on a GPU
-    DENSE_EDGE_ELEMS = 1 << 28
-
-    def dense_step_blocks(self, b: int, n: int) -> list[slice] | None:
-        """Rows of a batched :meth:`step` of B graphs with N nodes in blocks whose pairwise
-        edge-MLP activations fit :attr:`DENSE_EDGE_ELEMS`, on a GPU with the edge MLP's
-        default implementation ("auto"); ``None`` (the default path) on a CPU, without the
-        recurrent adjacency, or when the edge MLP's implementation was chosen explicitly."""
-        mlp = getattr(self.cell.adjacency, "edge_mlp", None)
-        if mlp is None or self.device.type != "cuda" or mlp.impl != "auto":
-            return None
-        size = max(1, self.DENSE_EDGE_ELEMS // (n * n * mlp.hidden))
-        return [slice(i, min(b, i + size)) for i in range(0, b, size)]
 
 
 def _flat_key(key: str) -> str:

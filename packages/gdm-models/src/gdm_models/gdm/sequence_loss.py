@@ -43,7 +43,7 @@ from ..message_passing import normalise_weights
 from ..scaling import FeatureScaler
 from .cell import GDMCell
 from .config import GDMConfig
-from .latent import Noise
+from .latent import Noise, PosteriorSequence, PriorNoise
 from .step import STEP_OUTPUTS, stack_outputs
 from .terms import transition_terms
 
@@ -129,9 +129,7 @@ def sequence_tail(
     a_prev: torch.Tensor,
     node_mask: torch.Tensor,
     pair_mask: torch.Tensor,
-    u_zg: torch.Tensor | None,
-    u_adj: torch.Tensor | None,
-    u_zn: torch.Tensor,
+    u_prior: PriorNoise,
 ) -> dict[str, torch.Tensor]:
     """Prior branch, decoder and per-transition loss terms of M = B*L transitions at once.
 
@@ -144,7 +142,7 @@ def sequence_tail(
     )
     if not model.config.graph_state:
         o["q_g"] = None
-    o.update(cell.prior(h_n_m, h_g_m, a_prev, node_mask, pair_mask, u_zg, u_adj, u_zn))
+    o.update(cell.prior(h_n_m, h_g_m, a_prev, node_mask, pair_mask, u_prior))
     return transition_terms(
         cell,
         model.scaler,
@@ -212,7 +210,8 @@ def sequence_core(model: GDM, *tensors: torch.Tensor | None) -> dict[str, torch.
     else:
         alpha = normalise_weights(batch.pair_mask.to(a_emb.dtype))  # the same at every step
     # ---- the posterior: its observation-only work for all steps, then a scan of its step
-    _, ys = cell.posterior(a_emb, a_pool, e_v, e_g, alpha, nm, u["zg_post"], u_zn_post)
+    seq = PosteriorSequence(a_emb, a_pool, e_v, e_g, alpha, u["zg_post"], u_zn_post)
+    _, ys = cell.posterior(seq, nm)
     # step 0 only initialises the posterior; the losses are on the transitions 1..L
     outs = stack_outputs(ys[1:], B, N, cell.member_count())
     h_n_m, h_g_m, h_n_p, h_g_p, q_g, z_g_p, q_n, z_n_p = (_flat(x) for x in outs)
@@ -236,8 +235,10 @@ def sequence_core(model: GDM, *tensors: torch.Tensor | None) -> dict[str, torch.
         _flat(batch.adjacency[:, :-1]),
         nm_f,
         pm_f,
-        _flat(u["zg_prior"]) if u["zg_prior"] is not None else None,
-        _flat(u["adj"]) if u["adj"] is not None else None,
-        _flat(u_zn_prior),
+        PriorNoise(
+            _flat(u["zg_prior"]) if u["zg_prior"] is not None else None,
+            _flat(u["adj"]) if u["adj"] is not None else None,
+            _flat(u_zn_prior),
+        ),
     )
     return {k: v.reshape(B, L) for k, v in terms.items()}

@@ -47,6 +47,7 @@ from ..layers import (
 from ..losses import masked_mean
 from ..member_ops import expand_rows, member_addmm, member_linear
 from ..message_passing import FlatMessagePassing
+from .latent import PosteriorSequence
 
 __all__ = [
     "Carry",
@@ -200,24 +201,12 @@ class PosteriorStep:
         return (self.qg_w[1].transpose(-1, -2), None)
 
     # ------------------------------------------------------------------ before the scan
-    def inputs(
-        self,
-        a_emb: torch.Tensor,
-        a_pool: torch.Tensor,
-        e_v: torch.Tensor,
-        e_g: torch.Tensor,
-        alpha: torch.Tensor,
-        u_zg: torch.Tensor | None,
-        u_zn: torch.Tensor,
-        split_time: bool = False,
-    ) -> list[StepInputs]:
-        """The observation-, action- and noise-only work of T steps at once: ``a_emb``
-        (B,T,N,E) action embeddings, ``a_pool`` (B,T,E) their pools, ``e_v`` (B,T,N,E),
-        ``e_g`` (B,T,E), ``alpha`` (B,T,N,N) normalised weights of the observed A_t (or
-        (B,N,N), the same at every step), ``u_zg`` (B,T,Gg,Cg) (None without graph state) and
-        ``u_zn`` (B,T,N,Gn,Cn) uniforms. ``split_time``: each step's products on its own
-        (``observe``: a latent then does not depend on how many steps were observed after it,
-        as products of different row counts may round differently)."""
+    def inputs(self, seq: PosteriorSequence, split_time: bool = False) -> list[StepInputs]:
+        """The observation-, action- and noise-only work of T steps at once
+        (:class:`~gdm_models.gdm.latent.PosteriorSequence`). ``split_time``: each step's
+        products on its own (``observe``: a latent then does not depend on how many steps
+        were observed after it, as products of different row counts may round differently)."""
+        a_emb, a_pool, e_v, e_g, alpha, u_zg, u_zn = seq.fields()
         c, K, T = self.c, self.K, e_v.shape[1]
         member_linear = _linear_per_step if split_time else _linear
         gi_n = _steps(member_linear(a_emb, self.w_ih[1], self.gru_n.bias_ih), 1, K)
