@@ -127,10 +127,12 @@ def test_run_jobs_runs_every_job_after_a_failure(tmp_path):
 
 def test_stage_train_raises_after_the_other_jobs(tmp_path, monkeypatch):
     calls: list[str] = []
-    monkeypatch.setattr(gdm_models, "train", _diverging(calls, "vanilla-gwm"))
+    # the pool starts the longest job first: the GDM's, then Vanilla GWM's
+    monkeypatch.setattr(gdm_models, "train", _diverging(calls, "gdm"))
     preset = preset_dict("tiny", {"envs": ["SAR"], "models": ["vanilla-gwm", "gdm"],
                                   "ablations": [], "downstream": None})  # fmt: skip
     with pytest.raises(JobsFailed) as info:
         stage_train(preset, RunPaths(tmp_path), progress=False)
-    assert calls == ["vanilla-gwm", "gdm"]  # the job queued after the failure ran
-    assert [r is None for r in info.value.records] == [True, False]
+    assert calls == ["gdm", "vanilla-gwm"]  # the job queued after the failure ran
+    # records come back in the preset's job order (vanilla-gwm, gdm): the GDM's failed
+    assert [r is None for r in info.value.records] == [False, True]
