@@ -26,8 +26,9 @@ from typing import Annotated, Any
 
 from pydantic import StrictBool, create_model
 
-from graphwm.config import TRAINER_KEYS, Float, Int, Preset, PresetError, Section, Str
+from graphwm.config import TRAINER_KEYS, Preset, PresetError
 from graphwm.config import TrainerSettings as _Trainer
+from graphwm.config_values import Float, Int, Section, Str
 from graphwm.work_bounds import check_model_size, check_work_bounds
 
 #: largest N of a split whose observations are stored (train, validation): N^2 bytes a frame
