@@ -189,7 +189,7 @@ class Preset(Section):
     ablation_envs: Annotated[tuple[Name, ...], Items(allow_empty=True)] | None = None
     env_labels: dict[str, StrictStr] = {}
     ablation_sizes: Sizes | None = None
-    device: Annotated[str, Rule((DEVICE_PATTERN.fullmatch, f"must be {DEVICES}"))] = "cpu"
+    device: Annotated[str, Rule(DEVICE_PATTERN.fullmatch, f"must be {DEVICES}")] = "cpu"
     executor: Annotated[str, Str(EXECUTORS)] = "local"
     workers: Annotated[int, Int(ge=0)] = 0
     multi_step: MultiStepConfig | None = None

@@ -5,12 +5,21 @@ into a :class:`PresetError` naming the key, the value and what is allowed. The s
 
 from __future__ import annotations
 
-import math
 import operator
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Annotated, Any, Self
 
-from pydantic import BaseModel, ConfigDict, GetCoreSchemaHandler, ValidationError, model_validator
+from annotated_types import GroupedMetadata, Interval, MinLen
+from pydantic import (
+    AfterValidator,
+    AllowInfNan,
+    BaseModel,
+    ConfigDict,
+    GetCoreSchemaHandler,
+    Strict,
+    ValidationError,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError, core_schema
 
 MAX_INT = 2**31 - 1
@@ -24,74 +33,58 @@ class PresetError(ValueError):
 
 
 # ---------------------------------------------------------------------------------------------
-# Values: pydantic checks types and structure; a Rule says what is allowed in the project's words
+# Values: pydantic's own constraints (Strict, Interval, MinLen) and a check in the project's words
 # ---------------------------------------------------------------------------------------------
-class Rule:
-    """Metadata of a preset value (``Annotated[int, Int(ge=1)]``): its type strict (``true``
-    is no integer, ``"3"`` no number), then each ``(test, what)`` in order, refused with
-    ``what``; ``then`` converts the value first."""
+class Meta(GroupedMetadata):
+    """Pydantic metadata given as one item: ``Annotated[int, Int(ge=1)]``."""
 
-    def __init__(self, *tests: tuple[Callable[[Any], Any], str], strict: bool = True,
-                 then: Callable[[Any], Any] | None = None) -> None:  # fmt: skip
-        self.tests, self.strict, self.then = tests, strict, then
+    def __init__(self, *items: Any) -> None:
+        self.items = items
 
-    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> Any:
-        schema = handler(source)
-        if self.strict:
-            schema = {**schema, "strict": True}
-        return core_schema.no_info_after_validator_function(self._check, schema)
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.items)
 
-    def _check(self, value: Any) -> Any:
-        value = value if self.then is None else self.then(value)
-        for test, what in self.tests:
-            if not test(value):
-                raise ValueError(what)
+
+def _check(test: Callable[[Any], Any], what: str) -> AfterValidator:
+    def check(value: Any) -> Any:
+        if not test(value):
+            raise ValueError(what)
         return value
 
-
-def Int(ge: int | None = None, le: int | None = None) -> Rule:  # noqa: N802 (a type's rule)
-    """An integer in ``[ge, le]`` (``le`` unset: :data:`MAX_INT`, said only when broken)."""
-    top = MAX_INT if le is None else le
-    low = "must be an integer" + (f" >= {ge}" if ge is not None else "")
-    return Rule(
-        (lambda v: ge is None or v >= ge, low + (f" and <= {le}" if le is not None else "")),
-        (lambda v: v <= top, low + (" and" if ge is not None else "") + f" <= {top}"),
-    )
+    return AfterValidator(check)
 
 
-def Float(**bound: float) -> Rule:  # noqa: N802
+def Rule(test: Callable[[Any], Any], what: str, *more: Any) -> Meta:  # noqa: N802 (a type's rule)
+    """A strict value that ``test`` accepts (else refused with ``what``), after ``more``."""
+    return Meta(Strict(), *more, _check(test, what))
+
+
+def Int(ge: int | None = None, le: int = MAX_INT) -> Meta:  # noqa: N802
+    """A strict integer (``true`` is none) in ``[ge, le]``."""
+    return Meta(Strict(), Interval(ge=ge, le=le))
+
+
+def Float(**bound: float) -> Meta:  # noqa: N802
     """A finite number within ``bound`` (``gt``, ``ge``, ``le``, ``lt``; said as ``must lie in
     (0.0, 1.0]``), an integer read as a float (TOML's ``1`` for ``1.0``: keys hash alike)."""
-    gt, ge, le, lt = (bound.get(k) for k in ("gt", "ge", "le", "lt"))
-    low = f"({gt}" if gt is not None else (f"[{ge}" if ge is not None else "(-inf")
-    high = f"{lt})" if lt is not None else (f"{le}]" if le is not None else "inf)")
-    ops = [
-        (op, b)
-        for op, b in zip(
-            (operator.gt, operator.ge, operator.le, operator.lt), (gt, ge, le, lt), strict=True
-        )
-        if b is not None
-    ]
-    inside = (lambda v: all(op(v, b) for op, b in ops), f"must lie in {low}, {high}")
-    return Rule((math.isfinite, "must be a finite number"), inside, then=float)
+    ops = {"gt": operator.gt, "ge": operator.ge, "le": operator.le, "lt": operator.lt}
+    g = bound.get
+    low = f"({g('gt')}" if "gt" in bound else (f"[{g('ge')}" if "ge" in bound else "(-inf")
+    high = f"{g('lt')})" if "lt" in bound else (f"{g('le')}]" if "le" in bound else "inf)")
+    inside = lambda v: all(ops[k](v, b) for k, b in bound.items())  # noqa: E731
+    return Rule(inside, f"must lie in {low}, {high}", AllowInfNan(False))
 
 
-def Str(choices: Sequence[str] | None = None) -> Rule:  # noqa: N802
+def Str(choices: Sequence[str] | None = None) -> Meta:  # noqa: N802
     """A non-empty string (one of ``choices`` when given)."""
-    one_of = f"must be one of {list(choices or [])}"
-    return Rule(
-        (bool, "must be a non-empty string"), (lambda v: not choices or v in choices, one_of)
-    )
+    return Rule(lambda v: not choices or v in choices, f"must be one of {list(choices or [])}",
+                MinLen(1))  # fmt: skip
 
 
-def Items(*, allow_empty: bool = False) -> Rule:  # noqa: N802
+def Items(*, allow_empty: bool = False) -> Meta:  # noqa: N802
     """A list (kept as a tuple) of distinct values, non-empty unless allowed."""
-    filled = (lambda v: allow_empty or len(v) > 0, "must be a non-empty list")
-    return Rule(
-        filled,
-        (lambda v: len(set(map(repr, v))) == len(v), "must not repeat a value"),
-        strict=False,
-    )
+    distinct = lambda v: len(set(map(repr, v))) == len(v)  # noqa: E731
+    return Meta(MinLen(0 if allow_empty else 1), _check(distinct, "must not repeat a value"))
 
 
 class Given:
@@ -162,11 +155,14 @@ def _short(value: Any) -> str:
 
 
 #: what each pydantic error type means, in the words of the range table
-_TYPES = {"int_type": "must be an integer", "float_type": "must be a number",
+_WORDS = {"int_type": "must be an integer", "float_type": "must be a number",
           "bool_type": "must be true or false", "string_type": "must be a non-empty string",
+          "string_too_short": "must be a non-empty string", "too_short": "must be a non-empty list",
           "tuple_type": "must be a list", "list_type": "must be a list",
           "dict_type": "must be a table", "model_type": "must be a table",
-          "model_attributes_type": "must be a table"}  # fmt: skip
+          "model_attributes_type": "must be a table", "finite_number": "must be a finite number",
+          "greater_than_equal": "must be an integer >= {ge}",  # Int's bounds (Float says its own)
+          "less_than_equal": "must be an integer <= {le}"}  # fmt: skip
 
 
 def preset_error(err: ValidationError, key: str = "") -> PresetError:
@@ -189,5 +185,5 @@ def preset_error(err: ValidationError, key: str = "") -> PresetError:
     if kind == "preset":
         got = "" if ctx.get("value") is None else f", got {_short(ctx['value'])}"
         return PresetError(f"{where}: {ctx['what']}{got}")
-    what = str(ctx["error"]) if kind == "value_error" else _TYPES.get(kind, e["msg"])
+    what = str(ctx["error"]) if kind == "value_error" else _WORDS.get(kind, e["msg"]).format(**ctx)
     return PresetError(f"{where}: {what}, got {_short(e['input'])}")
