@@ -9,6 +9,7 @@ it, the keys of its inputs included (collected file -> fit -> training job -> ev
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from graphwm.checks import CheckedPreset
@@ -27,6 +28,7 @@ __all__ = [
     "executor_args",
     "fit_job",
     "threads",
+    "train_plan",
     "train_job_for",
     "training_jobs",
     "training_units",
@@ -235,3 +237,31 @@ def curve_jobs(preset: CheckedPreset) -> list[EvalJob]:
                 threads=threads(preset),
             )
     return jobs
+
+
+@dataclass(frozen=True)
+class TrainPlan:
+    """What training a preset takes, derived from it up front: the files to collect, the fits,
+    the units of training work, the executor settings of :func:`executor_args`, and what
+    ``run.json`` names. The stage runs it without the preset."""
+
+    data: tuple[DataRef, ...]
+    fits: tuple[FitJob, ...]
+    units: tuple[TrainJob | EnsembleJob, ...]
+    executor: Mapping[str, Any]
+    tensorboard: bool  # event files from every training job (``train.tensorboard``)
+    downstream: bool  # the preset has a [downstream] stage (its agents' event folder)
+    run_record: Mapping[str, Any]  # the preset's name and the report's env labels
+
+
+def train_plan(preset: CheckedPreset) -> TrainPlan:
+    """The :class:`TrainPlan` of a checked preset (pure: no I/O)."""
+    return TrainPlan(
+        data=tuple(r for env in preset.envs for s in data_refs(preset, env).values() for r in s),
+        fits=tuple(fit_job(preset, env) for env in preset.envs),
+        units=tuple(training_units(preset)),
+        executor=executor_args(preset, gpu=True),
+        tensorboard=preset.train.tensorboard,
+        downstream=preset.downstream is not None,
+        run_record={"preset": preset.name, "env_labels": dict(preset.env_labels)},
+    )
