@@ -38,7 +38,7 @@ from graphwm.stages.collect import DataRef, collect
 from graphwm.stages.curve import curve_job
 from graphwm.stages.ensemble import EnsembleJob, train_unit, training_units, unit_members
 from graphwm.stages.evaluate import EvalJob, multi_step_job, self_gdd_job, single_step_job
-from graphwm.stages.fit import FitJob, run_fit
+from graphwm.stages.fit import FitJob, run_fits
 from graphwm.stages.tensorboard import check_tensorboard, write_from_logs
 from graphwm.stages.train import TrainJob, verify_trained
 from graphwm.store.executors import run_jobs, shared_pool
@@ -321,21 +321,13 @@ def _stages(
 
 
 def _collect(p: CheckedPreset, paths: RunPaths, progress: bool) -> list[DataRef]:
-    refs = [ref for env in p.envs for split in jobs.data_refs(p, env).values() for ref in split]
-    return _gather(paths, refs, progress)
-
-
-def _gather(paths: RunPaths, refs: Sequence[DataRef], progress: bool) -> list[DataRef]:
     paths.check_logs()
-    return collect(paths, list(refs), progress=progress)
+    refs = [ref for env in p.envs for split in jobs.data_refs(p, env).values() for ref in split]
+    return collect(paths, refs, progress=progress)
 
 
 def _fit(p: CheckedPreset, paths: RunPaths) -> dict[str, Path]:
-    return _fit_all(paths, [jobs.fit_job(p, env) for env in p.envs])
-
-
-def _fit_all(paths: RunPaths, fits: Sequence[FitJob]) -> dict[str, Path]:
-    return {job.env: run_fit(paths, job) for job in fits}
+    return run_fits(paths, [jobs.fit_job(p, env) for env in p.envs])
 
 
 def _run_units(
@@ -385,8 +377,9 @@ def _run_plan(
     train = [job for unit in units for job in unit_members(unit)]
     if plan.tensorboard:  # before any work
         check_tensorboard(paths.root, units, plan.downstream)
-    _gather(paths, plan.data, progress)
-    _fit_all(paths, plan.fits)
+    paths.check_logs()
+    collect(paths, list(plan.data), progress=progress)
+    run_fits(paths, plan.fits)
     _update_run_record(paths, code=code_record())
     records = failed.run(lambda: _run_units(paths, units, "train", progress, plan.executor))
     if plan.tensorboard:  # jobs trained earlier without it: their curves from their log.csv
