@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Annotated, Any, Self
 
 from gdm_models.training.config import PRECISIONS, TrainConfig
-from pydantic import StrictBool, StrictStr, model_validator
+from pydantic import StrictBool, model_validator
 
 from graphwm.config_values import (  # noqa: F401 (re-exported)
     MAX_INT,
@@ -168,6 +168,15 @@ class SearchConfig(Section):
     val_sizes: Sizes | None = None
 
 
+#: an ablation names its variant: a base model here would silently train as a model
+Ablation = Annotated[str, Rule(lambda v: ":" in v, "must name an ablation ('<model>:<variant>', "
+                               "e.g. 'gdm:no-h-plus'): this is a base model, not an ablation; "
+                               "list it under 'models'")]  # fmt: skip
+#: an env's label in every table and figure
+Label = Annotated[str, Rule(lambda v: v and v == v.strip(), "a label must be non-empty text "
+                            "without leading or trailing spaces")]  # fmt: skip
+
+
 class Preset(Section):
     """A validated preset. Build with :meth:`parse` (checked: :func:`graphwm.checks.parse_checked`).
 
@@ -185,9 +194,9 @@ class Preset(Section):
     evaluate: EvalConfig
     name: Annotated[str, Str()] = "custom"
     fit: FitConfig = FitConfig()
-    ablations: Annotated[tuple[Name, ...], Items(allow_empty=True)] = ()
+    ablations: Annotated[tuple[Ablation, ...], Items(allow_empty=True)] = ()
     ablation_envs: Annotated[tuple[Name, ...], Items(allow_empty=True)] | None = None
-    env_labels: dict[str, StrictStr] = {}
+    env_labels: dict[str, Label] = {}
     ablation_sizes: Sizes | None = None
     device: Annotated[str, Rule(DEVICE_PATTERN.fullmatch, f"must be {DEVICES}")] = "cpu"
     executor: Annotated[str, Str(EXECUTORS)] = "local"
