@@ -50,9 +50,6 @@ PRESET_NAMES = ("smoke", "medium", "long", "survey", "paper", "tiny")
 PRESETS_DIR = Path(__file__).resolve().parent / "presets"
 #: the largest preset file read (the shipped ones are a few kilobytes)
 MAX_PRESET_BYTES = 2**20
-#: the paper's envs; a preset may name any other graph env by its Gymnasium id (checked, with
-#: the env registered, by graphwm.checks; docs/own-env.md)
-ENV_NAMES = ("RGC", "OD", "SAR", "CF")
 EXECUTORS = ("local", "ray")
 # whether this machine has the device: graphwm.checks
 DEVICE_PATTERN = re.compile(r"cpu|cuda(:\d+)?|mps")
@@ -180,10 +177,11 @@ Label = Annotated[str, Rule(lambda v: v and v == v.strip(), "a label must be non
 class Preset(Section):
     """A validated preset. Build with :meth:`parse` (checked: :func:`graphwm.checks.parse_checked`).
 
-    ``envs``: short names of :data:`ENV_NAMES` or Gymnasium ids (``"mypkg/MyEnv-v0"``,
-    ``"mypkg.envs:mypkg/MyEnv-v0"``). ``env_labels``: short labels of envs in tables and
-    figures. ``ablation_sizes``: the test sizes the ablations are evaluated at (None: all).
-    ``workers``: local worker processes (0: one per core).
+    ``envs``: the paper's short names (``graphwm.envs.ENV_IDS``) or Gymnasium ids of other
+    graph envs (``"mypkg/MyEnv-v0"``, ``"mypkg.envs:mypkg/MyEnv-v0"``; docs/own-env.md).
+    ``env_labels``: short labels of envs in tables and figures. ``ablation_sizes``: the test
+    sizes the ablations are evaluated at (None: all). ``workers``: local worker processes
+    (0: one per core).
     """
 
     envs: Names

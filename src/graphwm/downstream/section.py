@@ -120,11 +120,6 @@ class DownstreamConfig(Section):
                 raise _fail(name, what, getattr(self, name))
         return self
 
-    def graph_net(self) -> dict[str, int]:
-        """The graph policy's network settings that differ from the defaults (``{}`` when
-        none does, so a default section's job configs, and keys, stay as they were)."""
-        return {k: getattr(self, k) for k, v in GRAPH_NET_DEFAULTS.items() if getattr(self, k) != v}
-
     def check(self, envs: Sequence[str], models_of: Callable[[str], Sequence[str]]) -> None:
         """``ValueError`` when the section names an env the preset does not run or a model it
         does not train (``models_of(env)``: the preset's models and ablations of ``env``)."""
