@@ -246,8 +246,8 @@ def test_graph_policy_size_keys_parse_refuse_and_reach_the_job_configs():
 
     from graphwm_envs.agents import MaskableGraphPolicy
 
-    from graphwm.config import GRAPH_NET_DEFAULTS, DownstreamConfig
     from graphwm.downstream.jobs import downstream_jobs
+    from graphwm.downstream.section import GRAPH_NET_DEFAULTS, DownstreamConfig
 
     # the defaults are the policy's own, so a section without the keys builds today's agent
     own = inspect.signature(MaskableGraphPolicy.__init__).parameters

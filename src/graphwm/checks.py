@@ -26,8 +26,9 @@ from typing import Annotated, Any
 
 from pydantic import StrictBool, create_model
 
-from graphwm.config import TRAINER_KEYS, Float, Int, Preset, PresetError, Section, Str
+from graphwm.config import TRAINER_KEYS, Preset, PresetError
 from graphwm.config import TrainerSettings as _Trainer
+from graphwm.config_values import Float, Int, Section, Str
 from graphwm.work_bounds import check_model_size, check_work_bounds
 
 #: largest N of a split whose observations are stored (train, validation): N^2 bytes a frame
@@ -249,24 +250,13 @@ def _check_limits(p: Preset) -> None:
 
 
 def _check_selection(p: Preset) -> None:
-    """What would otherwise be accepted and silently do nothing: an ablation that is a base
-    model, a label of an env the preset does not run (or shared by two), an
-    ``ablation_envs`` env the preset does not run, an ``ablation_sizes`` size that is no test
-    size."""
+    """What would otherwise be accepted and silently do nothing: a label of an env the preset
+    does not run (or shared by two), an ``ablation_envs`` env the preset does not run, an
+    ``ablation_sizes`` size that is no test size."""
     envs = f"the preset's envs {list(p.envs)}"
-    for i, name in enumerate(p.ablations):
-        if ":" not in name:
-            what = "(ablations are '<model>:<variant>', e.g. 'gdm:no-h-plus'); list it under"
-            raise PresetError(
-                f"preset key 'ablations[{i}]' ({name!r}) is a base model, not an "
-                f"ablation {what} 'models'"
-            )
-    for env, label in p.env_labels.items():
+    for env in p.env_labels:
         if env not in p.envs:
             raise _refused(f"env_labels.{env}", f"{env!r} is not one of {envs}")
-        if label != label.strip():
-            what = "a label must be non-empty text without leading or trailing spaces"
-            raise _refused(f"env_labels.{env}", f"{what}, got {label!r}")
     shown = [p.env_labels.get(env, env) for env in p.envs]
     twice = sorted({name for name in shown if shown.count(name) > 1})
     if twice:

@@ -11,25 +11,36 @@ CLI puts the preset file in front). Checks that need the envs, the models or the
 from __future__ import annotations
 
 import copy
-import math
-import operator
 import re
 import tomllib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Self
 
 from gdm_models.training.config import PRECISIONS, TrainConfig
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    GetCoreSchemaHandler,
-    StrictBool,
-    StrictStr,
-    ValidationError,
-    model_validator,
+from pydantic import StrictBool, model_validator
+
+from graphwm.config_values import (  # noqa: F401 (re-exported)
+    MAX_INT,
+    MAX_SEED,
+    Float,
+    Given,
+    Int,
+    Items,
+    Name,
+    Names,
+    PresetError,
+    Rule,
+    Section,
+    Seed,
+    Sizes,
+    Str,
+    _fail,
+    _short,
+    defaults,
+    preset_error,
 )
-from pydantic_core import PydanticCustomError, core_schema
+from graphwm.downstream.section import DownstreamConfig
 
 #: the trainer's defaults (gdm_models.training.TrainConfig): the [train] section's are these
 _TRAINER = TrainConfig()
@@ -39,193 +50,10 @@ PRESET_NAMES = ("smoke", "medium", "long", "survey", "paper", "tiny")
 PRESETS_DIR = Path(__file__).resolve().parent / "presets"
 #: the largest preset file read (the shipped ones are a few kilobytes)
 MAX_PRESET_BYTES = 2**20
-#: the paper's envs; a preset may name any other graph env by its Gymnasium id (checked, with
-#: the env registered, by graphwm.checks; docs/own-env.md)
-ENV_NAMES = ("RGC", "OD", "SAR", "CF")
 EXECUTORS = ("local", "ray")
 # whether this machine has the device: graphwm.checks
 DEVICE_PATTERN = re.compile(r"cpu|cuda(:\d+)?|mps")
 DEVICES = "'cpu', 'cuda', 'cuda:<index>' or 'mps'"
-#: the largest integer a preset value may hold unless its field says less (a signed 32-bit
-#: integer: what every count, index and size of the run's arrays and libraries can hold)
-MAX_INT = 2**31 - 1
-#: the largest seed: every generator of a run accepts it (numpy's legacy RandomState and
-#: gymnasium's seeding stop at 2**32 - 1, torch.manual_seed at 2**64 - 1)
-MAX_SEED = 2**32 - 1
-
-
-class PresetError(ValueError):
-    """A preset value is missing, of the wrong type or out of range (the key is named)."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Values: pydantic checks types and structure; a Rule says what is allowed in the project's words
-# ---------------------------------------------------------------------------------------------
-class Rule:
-    """Metadata of a preset value (``Annotated[int, Int(ge=1)]``): its type strict (``true``
-    is no integer, ``"3"`` no number), then each ``(test, what)`` in order, refused with
-    ``what``; ``then`` converts the value first."""
-
-    def __init__(self, *tests: tuple[Callable[[Any], Any], str], strict: bool = True,
-                 then: Callable[[Any], Any] | None = None) -> None:  # fmt: skip
-        self.tests, self.strict, self.then = tests, strict, then
-
-    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> Any:
-        schema = handler(source)
-        if self.strict:
-            schema = {**schema, "strict": True}
-        return core_schema.no_info_after_validator_function(self._check, schema)
-
-    def _check(self, value: Any) -> Any:
-        value = value if self.then is None else self.then(value)
-        for test, what in self.tests:
-            if not test(value):
-                raise ValueError(what)
-        return value
-
-
-def Int(ge: int | None = None, le: int | None = None) -> Rule:  # noqa: N802 (a type's rule)
-    """An integer in ``[ge, le]`` (``le`` unset: :data:`MAX_INT`, said only when broken)."""
-    top = MAX_INT if le is None else le
-    low = "must be an integer" + (f" >= {ge}" if ge is not None else "")
-    return Rule(
-        (lambda v: ge is None or v >= ge, low + (f" and <= {le}" if le is not None else "")),
-        (lambda v: v <= top, low + (" and" if ge is not None else "") + f" <= {top}"),
-    )
-
-
-def Float(**bound: float) -> Rule:  # noqa: N802
-    """A finite number within ``bound`` (``gt``, ``ge``, ``le``, ``lt``; said as ``must lie in
-    (0.0, 1.0]``), an integer read as a float (TOML's ``1`` for ``1.0``: keys hash alike)."""
-    gt, ge, le, lt = (bound.get(k) for k in ("gt", "ge", "le", "lt"))
-    low = f"({gt}" if gt is not None else (f"[{ge}" if ge is not None else "(-inf")
-    high = f"{lt})" if lt is not None else (f"{le}]" if le is not None else "inf)")
-    ops = [
-        (op, b)
-        for op, b in zip(
-            (operator.gt, operator.ge, operator.le, operator.lt), (gt, ge, le, lt), strict=True
-        )
-        if b is not None
-    ]
-    inside = (lambda v: all(op(v, b) for op, b in ops), f"must lie in {low}, {high}")
-    return Rule((math.isfinite, "must be a finite number"), inside, then=float)
-
-
-def Str(choices: Sequence[str] | None = None) -> Rule:  # noqa: N802
-    """A non-empty string (one of ``choices`` when given)."""
-    one_of = f"must be one of {list(choices or [])}"
-    return Rule(
-        (bool, "must be a non-empty string"), (lambda v: not choices or v in choices, one_of)
-    )
-
-
-def Items(*, allow_empty: bool = False) -> Rule:  # noqa: N802
-    """A list (kept as a tuple) of distinct values, non-empty unless allowed."""
-    filled = (lambda v: allow_empty or len(v) > 0, "must be a non-empty list")
-    return Rule(
-        filled,
-        (lambda v: len(set(map(repr, v))) == len(v), "must not repeat a value"),
-        strict=False,
-    )
-
-
-class Given:
-    """Metadata of a ``dict`` field read through a section ``model`` (keys and values checked)
-    and kept as a plain dict of the keys given: what job keys hash (a default left unset
-    stays out of them)."""
-
-    def __init__(self, model: type[BaseModel]) -> None:
-        self.model = model
-
-    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> Any:
-        return core_schema.no_info_after_validator_function(
-            lambda m: m.model_dump(exclude_unset=True), handler.generate_schema(self.model),
-            serialization=core_schema.plain_serializer_function_ser_schema(dict),
-        )  # fmt: skip
-
-
-Sizes = Annotated[tuple[Annotated[int, Int(ge=2)], ...], Items()]  # each env's range: checks
-Name = Annotated[str, Str()]
-Names = Annotated[tuple[Name, ...], Items()]
-Seed = Annotated[int, Int(ge=0, le=MAX_SEED)]
-
-
-class Section(BaseModel):
-    """A preset table: frozen, every key known."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _known_keys(cls, raw: Any) -> Any:
-        if isinstance(raw, Mapping):
-            unknown = sorted(str(k) for k in set(raw) - set(cls.model_fields))
-            if unknown:
-                raise PydanticCustomError(
-                    "unknown_key",
-                    "unknown key",
-                    {"key": unknown[0], "known": sorted(cls.model_fields)},
-                )
-        return raw
-
-    @classmethod
-    def parse(cls, raw: Any, key: str = "") -> Self:
-        """The table ``raw`` (at preset key ``key``) read; :class:`PresetError` naming a key."""
-        try:
-            return cls.model_validate(raw)
-        except ValidationError as err:
-            raise preset_error(err, key) from None
-
-
-def defaults(model: type[BaseModel]) -> dict[str, Any]:
-    """``{field: default}`` of a section (fields with a default only)."""
-    return {k: f.get_default(call_default_factory=True) for k, f in model.model_fields.items()
-            if not f.is_required()}  # fmt: skip
-
-
-def _fail(key: str, what: str, value: Any = None) -> PydanticCustomError:
-    """A check between fields: ``key`` (below the table) refused with ``what``."""
-    return PydanticCustomError("preset", "refused", {"key": key, "what": what, "value": value})
-
-
-def _short(value: Any) -> str:
-    try:
-        text = repr(list(value) if isinstance(value, tuple) else value)
-    except RecursionError:
-        return "a value nested too deeply to show"
-    return text if len(text) <= 200 else text[:200] + "..."
-
-
-#: what each pydantic error type means, in the words of the range table
-_TYPES = {"int_type": "must be an integer", "float_type": "must be a number",
-          "bool_type": "must be true or false", "string_type": "must be a non-empty string",
-          "tuple_type": "must be a list", "list_type": "must be a list",
-          "dict_type": "must be a table", "model_type": "must be a table",
-          "model_attributes_type": "must be a table"}  # fmt: skip
-
-
-def preset_error(err: ValidationError, key: str = "") -> PresetError:
-    """The first error of ``err`` as ``preset key 'a.b[1]': what is allowed, got value``."""
-    e = err.errors()[0]
-    parts = [key] if key else []
-    for p in e["loc"]:
-        if isinstance(p, int):
-            parts[-1:] = [f"{parts[-1] if parts else ''}[{p}]"]
-        else:
-            parts.append(str(p))
-    ctx, kind = e.get("ctx") or {}, e["type"]
-    if ctx.get("key"):
-        parts.append(ctx["key"])
-    where = f"preset key {'.'.join(parts) or 'the preset'!r}"
-    if kind == "unknown_key":
-        return PresetError(f"{where} is unknown; known keys here: {ctx['known']}")
-    if kind == "missing":
-        return PresetError(f"{where} is missing")
-    if kind == "preset":
-        got = "" if ctx.get("value") is None else f", got {_short(ctx['value'])}"
-        return PresetError(f"{where}: {ctx['what']}{got}")
-    what = str(ctx["error"]) if kind == "value_error" else _TYPES.get(kind, e["msg"])
-    return PresetError(f"{where}: {what}, got {_short(e['input'])}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -337,135 +165,23 @@ class SearchConfig(Section):
     val_sizes: Sizes | None = None
 
 
-# ---------------------------------------------------------------------------------------------
-# [downstream]: RL agents trained in each model's dream env (docs/dream.md; graphwm.downstream)
-# ---------------------------------------------------------------------------------------------
-#: agent policies: graphwm_envs.agents' MaskableGraphPolicy (any N, message passing) or SB3's
-#: MultiInputPolicy (an MLP on the flattened observation, tied to one N)
-GRAPH, MLP = "graph", "mlp"
-POLICIES = (GRAPH, MLP)
-#: parallel envs per trained agent unless the preset says otherwise
-DEFAULT_ENVS = 8
-#: the graph policy's width and depth unless the preset says otherwise: the defaults of
-#: graphwm_envs.agents.MaskableGraphPolicy (``hidden_dim``, ``num_layers``)
-GRAPH_HIDDEN_DIM, GRAPH_NUM_LAYERS = 64, 3
-#: the graph policy's largest width and depth (a width of 65536 is 4 G weights a layer)
-MAX_POLICY_WIDTH, MAX_POLICY_DEPTH = 65536, 1024
-#: ``{[downstream] key: its default}`` of the graph policy's network settings
-GRAPH_NET_DEFAULTS = {"policy_hidden_dim": GRAPH_HIDDEN_DIM, "policy_num_layers": GRAPH_NUM_LAYERS}
-
-
-class PpoSettings(Section):
-    """``[downstream.ppo]``: MaskablePPO settings; a field left at ``None`` keeps
-    stable-baselines3's default, the others are the defaults of every downstream agent."""
-
-    n_steps: Annotated[int, Int(ge=1, le=2**20)] = 256  # rollout length per env
-    # SB3 normalizes advantages over a minibatch: one sample has no spread
-    batch_size: Annotated[int, Int(ge=2, le=2**20)] = 64
-    n_epochs: Annotated[int, Int(ge=1, le=10_000)] = 4
-    learning_rate: Annotated[float, Float(gt=0.0, le=1.0)] = 3e-4
-    gamma: Annotated[float, Float(gt=0.0, le=1.0)] | None = None
-    gae_lambda: Annotated[float, Float(ge=0.0, le=1.0)] | None = None
-    ent_coef: Annotated[float, Float(ge=0.0, le=10.0)] | None = None
-    clip_range: Annotated[float, Float(gt=0.0, le=10.0)] | None = None
-
-
-#: MaskablePPO settings of every downstream agent unless the preset overrides them
-DEFAULT_PPO = {k: v for k, v in defaults(PpoSettings).items() if v is not None}
-PPO_KEYS = tuple(PpoSettings.model_fields)
-
-
-class DownstreamConfig(Section):
-    """The ``[downstream]`` preset section (see docs/dream.md).
-
-    Attributes:
-        budget: env steps of MaskablePPO training per agent, summed over its parallel envs.
-        policy: ``"graph"`` (``graphwm_envs.agents.MaskableGraphPolicy``) or ``"mlp"``.
-        policy_hidden_dim, policy_num_layers: the graph policy's width and depth (0 layers:
-            no message passing); refused with ``policy = "mlp"`` unless left at their defaults.
-        dream_envs: parallel envs per agent (dream episodes per forward pass, or real envs).
-        episodes: real-env evaluation episodes per agent; num_nodes: their N.
-        envs, models: what to run (``None``: every env of the preset, every model and
-            ablation it trains there).
-        real_agent, yardsticks: also the real-env agent, the random and greedy policies.
-        eval_seed: first evaluation seed (episode e resets with ``eval_seed + e``).
-        ppo: MaskablePPO overrides (keys in ``PPO_KEYS``, see :class:`PpoSettings`).
-    """
-
-    budget: Annotated[int, Int(ge=1)]
-    policy: Annotated[str, Str(POLICIES)] = GRAPH
-    policy_hidden_dim: Annotated[int, Int(ge=1, le=MAX_POLICY_WIDTH)] = GRAPH_HIDDEN_DIM
-    policy_num_layers: Annotated[int, Int(ge=0, le=MAX_POLICY_DEPTH)] = GRAPH_NUM_LAYERS
-    dream_envs: Annotated[int, Int(ge=1, le=4096)] = DEFAULT_ENVS
-    episodes: Annotated[int, Int(ge=1, le=10**6)] = 100
-    num_nodes: Annotated[int, Int(ge=5)] = 20
-    envs: Names | None = None
-    models: Names | None = None
-    real_agent: StrictBool = True
-    yardsticks: StrictBool = True
-    eval_seed: Seed = 1_000_000
-    ppo: Annotated[dict[str, Any], Given(PpoSettings)] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """The TOML/dict form that :meth:`parse` reads back (unset keys left out)."""
-        return self.model_dump(mode="json", exclude_none=True)
-
-    @classmethod
-    def parse(cls, raw: Any, key: str = "downstream") -> Self:
-        """The section read (errors name ``downstream.<key>``)."""
-        return super().parse(raw, key)
-
-    @model_validator(mode="after")
-    def _sb3_limits(self) -> Self:
-        """Evaluation seeds stay seeds, a rollout holds more than one sample (SB3 normalizes
-        advantages over it), and the MLP policy has no graph network to set."""
-        if self.eval_seed + self.episodes - 1 > MAX_SEED:
-            why = "episode e resets with eval_seed + e, and seeds stop there"
-            what = f"plus episodes - 1 ({self.episodes - 1}) must be <= {MAX_SEED} ({why})"
-            raise _fail("eval_seed", what, self.eval_seed)
-        n_steps = {**DEFAULT_PPO, **(self.ppo or {})}["n_steps"]
-        if n_steps * self.dream_envs < 2:
-            why = "a rollout of one sample gives PPO no advantage spread"
-            raise _fail(
-                "ppo.n_steps", f"times dream_envs ({self.dream_envs}) must be >= 2 ({why})", n_steps
-            )
-        for name, default in GRAPH_NET_DEFAULTS.items():
-            if self.policy != GRAPH and getattr(self, name) != default:
-                what = (
-                    f"sets the graph policy's network, but policy is {self.policy!r} (leave "
-                    f"it at {default} or use policy = {GRAPH!r})"
-                )
-                raise _fail(name, what, getattr(self, name))
-        return self
-
-    def graph_net(self) -> dict[str, int]:
-        """The graph policy's network settings that differ from the defaults (``{}`` when
-        none does, so a default section's job configs, and keys, stay as they were)."""
-        return {k: getattr(self, k) for k, v in GRAPH_NET_DEFAULTS.items() if getattr(self, k) != v}
-
-    def check(self, envs: Sequence[str], models_of: Callable[[str], Sequence[str]]) -> None:
-        """``ValueError`` when the section names an env the preset does not run or a model it
-        does not train (``models_of(env)``: the preset's models and ablations of ``env``)."""
-        for i, env in enumerate(self.envs or ()):
-            if env not in envs:
-                at = f"preset key 'downstream.envs[{i}]' ({env!r})"
-                raise ValueError(f"{at} is not one of the preset's envs {list(envs)}")
-        trained = {m for env in (self.envs or envs) for m in models_of(env)}
-        for i, model in enumerate(self.models or ()):
-            if model not in trained:
-                raise ValueError(
-                    f"preset key 'downstream.models[{i}]' ({model!r}) is not trained by the "
-                    f"preset on its downstream envs (trained: {sorted(trained)})"
-                )
+#: an ablation names its variant: a base model here would silently train as a model
+Ablation = Annotated[str, Rule(lambda v: ":" in v, "must name an ablation ('<model>:<variant>', "
+                               "e.g. 'gdm:no-h-plus'): this is a base model, not an ablation; "
+                               "list it under 'models'")]  # fmt: skip
+#: an env's label in every table and figure
+Label = Annotated[str, Rule(lambda v: v and v == v.strip(), "a label must be non-empty text "
+                            "without leading or trailing spaces")]  # fmt: skip
 
 
 class Preset(Section):
     """A validated preset. Build with :meth:`parse` (checked: :func:`graphwm.checks.parse_checked`).
 
-    ``envs``: short names of :data:`ENV_NAMES` or Gymnasium ids (``"mypkg/MyEnv-v0"``,
-    ``"mypkg.envs:mypkg/MyEnv-v0"``). ``env_labels``: short labels of envs in tables and
-    figures. ``ablation_sizes``: the test sizes the ablations are evaluated at (None: all).
-    ``workers``: local worker processes (0: one per core).
+    ``envs``: the paper's short names (``graphwm.envs.ENV_IDS``) or Gymnasium ids of other
+    graph envs (``"mypkg/MyEnv-v0"``, ``"mypkg.envs:mypkg/MyEnv-v0"``; docs/own-env.md).
+    ``env_labels``: short labels of envs in tables and figures. ``ablation_sizes``: the test
+    sizes the ablations are evaluated at (None: all). ``workers``: local worker processes
+    (0: one per core).
     """
 
     envs: Names
@@ -476,11 +192,11 @@ class Preset(Section):
     evaluate: EvalConfig
     name: Annotated[str, Str()] = "custom"
     fit: FitConfig = FitConfig()
-    ablations: Annotated[tuple[Name, ...], Items(allow_empty=True)] = ()
+    ablations: Annotated[tuple[Ablation, ...], Items(allow_empty=True)] = ()
     ablation_envs: Annotated[tuple[Name, ...], Items(allow_empty=True)] | None = None
-    env_labels: dict[str, StrictStr] = {}
+    env_labels: dict[str, Label] = {}
     ablation_sizes: Sizes | None = None
-    device: Annotated[str, Rule((DEVICE_PATTERN.fullmatch, f"must be {DEVICES}"))] = "cpu"
+    device: Annotated[str, Rule(DEVICE_PATTERN.fullmatch, f"must be {DEVICES}")] = "cpu"
     executor: Annotated[str, Str(EXECUTORS)] = "local"
     workers: Annotated[int, Int(ge=0)] = 0
     multi_step: MultiStepConfig | None = None

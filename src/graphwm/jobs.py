@@ -8,13 +8,14 @@ it, the keys of its inputs included (collected file -> fit -> training job -> ev
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from graphwm.checks import CheckedPreset
 from graphwm.stages.collect import DataRef
 from graphwm.stages.curve import curve_jobs_of
-from graphwm.stages.ensemble import EnsembleJob, ensemble_groups, member_jobs, unit_members
+from graphwm.stages.ensemble import EnsembleJob, seed_units, unit_members
 from graphwm.stages.evaluate import EvalJob
 from graphwm.stages.fit import FitJob
 from graphwm.stages.train import TrainJob, make_train_job
@@ -27,6 +28,7 @@ __all__ = [
     "executor_args",
     "fit_job",
     "threads",
+    "train_plan",
     "train_job_for",
     "training_jobs",
     "training_units",
@@ -98,13 +100,13 @@ def train_job_for(
     train_overrides: Mapping[str, Any] | None = None,
 ) -> TrainJob:
     """The training job of (env, model, seed); extra overrides on top of the preset's."""
-    t = preset.train
+    t, fit, n_threads = preset.train, fit_job(preset, env), threads(preset)
     base = model.split(":", 1)[0]
     return make_train_job(
         env,
         model,
         seed,
-        fit_job(preset, env),
+        fit,
         steps=t.steps,
         epochs=t.epochs,
         model_overrides={**t.model_overrides.get(base, {}), **(model_overrides or {})},
@@ -116,7 +118,7 @@ def train_job_for(
         log_every=t.log_every,
         ensemble=t.ensemble,
         tensorboard=t.tensorboard,
-        threads=threads(preset),
+        threads=n_threads,
     )
 
 
@@ -126,15 +128,12 @@ def training_units(preset: CheckedPreset) -> list[TrainJob | EnsembleJob]:
     (:func:`~graphwm.stages.ensemble.ensemble_groups`); a group of one seed is its single
     :class:`TrainJob`, a larger one an :class:`EnsembleJob` of its members (each keyed as a
     member of that ensemble)."""
-    groups = ensemble_groups(preset.seeds, preset.train.ensemble)
     keep = preset.train.eval_every or None  # the GDD curve's checkpoints (keyed only when kept)
     units: list[TrainJob | EnsembleJob] = []
     for env in preset.envs:
         for model in preset.models_of(env):
-            for group in groups:
-                job = train_job_for(preset, env, model, group[0])
-                members = member_jobs(job.with_config(keep_every=keep), group)
-                units.append(members[0] if len(members) == 1 else EnsembleJob(tuple(members)))
+            job = train_job_for(preset, env, model, preset.seeds[0]).with_config(keep_every=keep)
+            units += seed_units(job, preset.seeds, preset.train.ensemble)  # each seed keyed
     return units
 
 
@@ -235,3 +234,50 @@ def curve_jobs(preset: CheckedPreset) -> list[EvalJob]:
                 threads=threads(preset),
             )
     return jobs
+
+
+@dataclass(frozen=True)
+class TrainPlan:
+    """What training a preset takes, derived from it up front: the files to collect, the fits,
+    the units of training work, the executor settings of :func:`executor_args`, and what
+    ``run.json`` names. The stage runs it without the preset."""
+
+    data: tuple[DataRef, ...]
+    fits: tuple[FitJob, ...]
+    units: tuple[TrainJob | EnsembleJob, ...]
+    executor: Mapping[str, Any]
+    tensorboard: bool  # event files from every training job (``train.tensorboard``)
+    downstream: bool  # the preset has a [downstream] stage (its agents' event folder)
+    run_record: Mapping[str, Any]  # the preset's name and the report's env labels
+
+
+def train_cost(p: CheckedPreset) -> Callable[[TrainJob | EnsembleJob], float]:
+    """A training unit's relative run time, for the executor's longest-first start: its
+    members x steps x the estimated bytes of one step (the memory check's estimate)."""
+    from graphwm.work_bounds import training_peak
+
+    def cost(unit: TrainJob | EnsembleJob) -> float:
+        members = unit_members(unit)
+        job = members[0]
+        peak = training_peak(p, job.env, job.model)[0] or 0
+        return float(peak) * (job.config.steps or 1) * len(members)
+
+    return cost
+
+
+def train_executor_args(preset: CheckedPreset) -> dict[str, Any]:
+    """:func:`executor_args` of the training stage, with its longest-first cost."""
+    return {**executor_args(preset, gpu=True), "cost": train_cost(preset)}
+
+
+def train_plan(preset: CheckedPreset) -> TrainPlan:
+    """The :class:`TrainPlan` of a checked preset (pure: no I/O)."""
+    return TrainPlan(
+        executor=train_executor_args(preset),
+        data=tuple(r for env in preset.envs for s in data_refs(preset, env).values() for r in s),
+        fits=tuple(fit_job(preset, env) for env in preset.envs),
+        units=tuple(training_units(preset)),
+        tensorboard=preset.train.tensorboard,
+        downstream=preset.downstream is not None,
+        run_record={"preset": preset.name, "env_labels": dict(preset.env_labels)},
+    )

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
@@ -38,7 +38,7 @@ from graphwm.stages.collect import DataRef, collect
 from graphwm.stages.curve import curve_job
 from graphwm.stages.ensemble import EnsembleJob, train_unit, training_units, unit_members
 from graphwm.stages.evaluate import EvalJob, multi_step_job, self_gdd_job, single_step_job
-from graphwm.stages.fit import FitJob, run_fit
+from graphwm.stages.fit import FitJob, run_fits
 from graphwm.stages.tensorboard import check_tensorboard, write_from_logs
 from graphwm.stages.train import TrainJob, verify_trained
 from graphwm.store.executors import run_jobs, shared_pool
@@ -321,27 +321,13 @@ def _stages(
 
 
 def _collect(p: CheckedPreset, paths: RunPaths, progress: bool) -> list[DataRef]:
-    refs = [ref for env in p.envs for split in jobs.data_refs(p, env).values() for ref in split]
     paths.check_logs()
+    refs = [ref for env in p.envs for split in jobs.data_refs(p, env).values() for ref in split]
     return collect(paths, refs, progress=progress)
 
 
 def _fit(p: CheckedPreset, paths: RunPaths) -> dict[str, Path]:
-    return {env: run_fit(paths, jobs.fit_job(p, env)) for env in p.envs}
-
-
-def _train_cost(p: CheckedPreset) -> Any:
-    """A training unit's relative run time, for the executor's longest-first start: its
-    members x steps x the estimated bytes of one step (the memory check's estimate)."""
-    from graphwm.work_bounds import training_peak
-
-    def cost(unit: TrainJob | EnsembleJob) -> float:
-        members = unit_members(unit)
-        job = members[0]
-        peak = training_peak(p, job.env, job.model)[0] or 0
-        return float(peak) * (job.config.steps or 1) * len(members)
-
-    return cost
+    return run_fits(paths, [jobs.fit_job(p, env) for env in p.envs])
 
 
 def _eval_cost(job: EvalJob) -> float:
@@ -350,11 +336,11 @@ def _eval_cost(job: EvalJob) -> float:
 
 
 def _run_units(
-    p: CheckedPreset,
     paths: RunPaths,
-    units: list[TrainJob | EnsembleJob],
+    units: Sequence[TrainJob | EnsembleJob],
     desc: str,
     progress: bool,
+    executor: Mapping[str, Any],
 ) -> list[TrainRecord]:
     """The records of ``units``' parts (an ensemble's members), in their order."""
     return run_jobs(
@@ -365,8 +351,7 @@ def _run_units(
         desc=desc,
         progress=progress,
         verify=lambda record, job: verify_trained(paths.root, record, job),
-        cost=_train_cost(p),
-        **jobs.executor_args(p, gpu=True),
+        **executor,
     )
 
 
@@ -375,30 +360,38 @@ def _run_training(
 ) -> list[TrainRecord]:
     # jobs made elsewhere (the search): regrouped into units, records back in their order
     units = training_units(train)
-    records = _run_units(p, paths, units, desc, progress)
+    records = _run_units(paths, units, desc, progress, jobs.train_executor_args(p))
     parts = [part for unit in units for part in parts_of(unit)]
     by_key = dict(zip([part.key for part in parts], records, strict=True))
     return [by_key[job.key] for job in train]
 
 
 def _train(p: CheckedPreset, paths: RunPaths, progress: bool, failed: _Failed) -> list[TrainRecord]:
-    """Collect, fit and train (each reuses what is stored); ``run.json`` lists the training
-    jobs that finished (a failed one is in its ``failed``)."""
+    """Collect, fit and train (each reuses what is stored): the preset's plan, derived once."""
+    return _run_plan(jobs.train_plan(p), paths, progress, failed)
+
+
+def _run_plan(
+    plan: jobs.TrainPlan, paths: RunPaths, progress: bool, failed: _Failed
+) -> list[TrainRecord]:
+    """Run a training plan; ``run.json`` lists the training jobs that finished (a failed one
+    is in its ``failed``) with the preset's name and the report's env labels."""
     from graphwm.store.versions import code_record
 
-    units = jobs.training_units(p)  # the preset's seeds in one pass
+    units = plan.units
     train = [job for unit in units for job in unit_members(unit)]
-    check_tensorboard(p, paths.root, units)  # before any work
-    _collect(p, paths, progress)
-    _fit(p, paths)
+    if plan.tensorboard:  # before any work
+        check_tensorboard(paths.root, units, plan.downstream)
+    paths.check_logs()
+    collect(paths, list(plan.data), progress=progress)
+    run_fits(paths, plan.fits)
     _update_run_record(paths, code=code_record())
-    records = failed.run(lambda: _run_units(p, paths, units, "train", progress))
-    # jobs trained earlier without --tensorboard: their curves from their stored log.csv
-    write_from_logs(p, paths.root, units, [j.key for j in train if j.key not in failed.keys])
+    records = failed.run(lambda: _run_units(paths, units, "train", progress, plan.executor))
+    if plan.tensorboard:  # jobs trained earlier without it: their curves from their log.csv
+        write_from_logs(paths.root, units, [j.key for j in train if j.key not in failed.keys])
     _update_run_record(
         paths,
-        preset=p.name,
-        env_labels=dict(p.env_labels),  # the report's labels (graphwm.report.build)
+        **plan.run_record,
         train=[
             {"env": j.env, "model": j.model, "seed": j.seed, "key": j.key, "dir": j.reldir}
             for j in train

@@ -7,5 +7,5 @@ here, one module a job: the record type and agent names (:mod:`.record`), agent 
 from runs with the agent spec (:mod:`.runs`), the pipeline's typed jobs and their executor
 entry point (:mod:`.jobs`), the GDD join with rank correlations (:mod:`.gdd`), and the stored
 records with the report's table and figure (:mod:`.report`). Its preset section is the
-preset's typed field ``downstream`` (:class:`graphwm.config.DownstreamConfig`).
+preset's typed field ``downstream`` (:class:`graphwm.downstream.section.DownstreamConfig`).
 """

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from graphwm.config import (
+from graphwm.downstream.section import (
     DEFAULT_PPO,
     GRAPH,
     GRAPH_HIDDEN_DIM,

@@ -1,6 +1,6 @@
 """The downstream stage's jobs: one typed :class:`DownstreamJob` per agent, made from the
-preset's ``[downstream]`` section (:class:`graphwm.config.DownstreamConfig`) and its training
-jobs, keyed by content and stored as ``RUN_DIR/downstream/<key>.json``.
+preset's ``[downstream]`` section (:class:`.section.DownstreamConfig`) and its training jobs,
+keyed by content and stored as ``RUN_DIR/downstream/<key>.json``.
 
 ``graphwm downstream`` (and ``reproduce`` when the preset has a ``[downstream]`` section) runs,
 for every env of the section, a MaskablePPO agent (the section's ``policy``, graph by default)
@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from graphwm.config import GRAPH_NET_DEFAULTS, DownstreamConfig
 from graphwm.downstream.record import DREAM, GREEDY, RANDOM, REAL, STORE_DIR, DownstreamRecord
 from graphwm.downstream.runs import (
     AgentSpec,
@@ -27,6 +26,7 @@ from graphwm.downstream.runs import (
     real_record,
     yardstick_record,
 )
+from graphwm.downstream.section import GRAPH_NET_DEFAULTS, DownstreamConfig
 from graphwm.store.files import content_key
 
 #: how trained agents are evaluated (``graphwm_envs.agents.evaluate_agent``'s default): keyed

@@ -11,9 +11,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from graphwm.config import DEFAULT_ENVS, GRAPH, GRAPH_HIDDEN_DIM, GRAPH_NUM_LAYERS
 from graphwm.downstream.agents import dream_vec_env, real_vec_env, train_agent
 from graphwm.downstream.record import GREEDY, RANDOM, REAL, YARDSTICKS, DownstreamRecord
+from graphwm.downstream.section import DEFAULT_ENVS, GRAPH, GRAPH_HIDDEN_DIM, GRAPH_NUM_LAYERS
 from graphwm.envs import env_id
 
 #: the first real-env evaluation seed unless said otherwise (disjoint from the data seeds)

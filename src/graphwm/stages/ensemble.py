@@ -67,6 +67,16 @@ def member_jobs(job: TrainJob, group: tuple[int, ...]) -> list[TrainJob]:
     return [dataclasses.replace(job.with_config(seed=s), ensemble=tuple(group)) for s in group]
 
 
+def seed_units(job: TrainJob, seeds: Sequence[int], k: int) -> list[TrainJob | EnsembleJob]:
+    """``job`` over ``seeds``: the seeds in groups of at most ``k`` (:func:`ensemble_groups`),
+    a group of one seed its single job, a larger one an :class:`EnsembleJob` of its members."""
+    units: list[TrainJob | EnsembleJob] = []
+    for group in ensemble_groups(seeds, k):
+        members = member_jobs(job, group)
+        units.append(members[0] if len(members) == 1 else EnsembleJob(tuple(members)))
+    return units
+
+
 @dataclass(frozen=True)
 class EnsembleJob:
     """The members of one ensemble trained as one unit (``parts``: one record each)."""

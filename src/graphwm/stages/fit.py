@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -132,23 +133,19 @@ def fit_env(run_dir: Path, job: FitJob) -> Path:
     from gdd_metric import fit_bandwidths
     from gdm_models import FeatureScaler
 
-    out = job.dir(run_dir)
-    schema = env_schema(job.env)
+    # the job's own values first, then the env's schema, then the metric, then the files
+    out, record = job.dir(run_dir), {"key": job.key, "job": job.describe()}
     episodes = training_episodes(run_dir, job.train_data)
     rng = np.random.default_rng(job.seed)
-    bandwidths = fit_bandwidths(
-        bandwidth_transitions(episodes, job.transitions_per_episode, rng), extend_schema(schema)
-    )
+    pairs = bandwidth_transitions(episodes, job.transitions_per_episode, rng)
+    schema = env_schema(job.env)
+    bandwidths = fit_bandwidths(pairs, extend_schema(schema))
     scaler = FeatureScaler.fit(episodes, schema)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "bandwidths.json", bandwidths.to_json() + "\n")
     atomic_write_json(out / "scaler.json", scaler.to_dict())
     atomic_write_json(out / "schema.json", schema)
-    record = {
-        "key": job.key,
-        "job": job.describe(),
-        "sha256": {name: sha256_file(out / name) for name in FIT_FILES},
-    }
+    record["sha256"] = {name: sha256_file(out / name) for name in FIT_FILES}
     atomic_write_json(out / "record.json", record)
     return out
 
@@ -165,6 +162,14 @@ def run_fit(paths, job: FitJob) -> Path:
         fit_env(paths.root, job)
         log_event(paths.root, "fit", job.key, job.env, None, started, "done")
     return job.dir(paths.root)
+
+
+def run_fits(paths, jobs: Iterable[FitJob]) -> dict[str, Path]:
+    """``{env: fit folder}``: :func:`run_fit` of each job (one per env), in their order."""
+    out = {}
+    for job in jobs:
+        out[job.env] = run_fit(paths, job)
+    return out
 
 
 def load_fitted(out_dir: Path):
@@ -196,6 +201,7 @@ __all__ = [
     "fit_env",
     "load_fitted",
     "run_fit",
+    "run_fits",
     "training_episodes",
     "verify_fit",
 ]

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Iterable
 from pathlib import Path
 
-from graphwm.config import Preset, PresetError
+from graphwm.config import PresetError
 from graphwm.stages.ensemble import EnsembleJob
 from graphwm.stages.train import TENSORBOARD_DIRNAME, TrainJob
 
@@ -55,12 +55,12 @@ def _file_on_the_way(folder: Path, root: Path) -> Path | None:
     return None
 
 
-def check_tensorboard(p: Preset, root: Path, units: Iterable[TrainJob | EnsembleJob]) -> None:
-    """With ``train.tensorboard`` on: the package is installed (else :class:`PresetError`)
-    and no event-file folder of ``units`` (nor the downstream agents' folder) lies under a
-    file (else :class:`NotADirectoryError` naming it), before any work."""
-    if not p.train.tensorboard:
-        return
+def check_tensorboard(
+    root: Path, units: Iterable[TrainJob | EnsembleJob], downstream: bool = False
+) -> None:
+    """For ``train.tensorboard`` on: the package is installed (else :class:`PresetError`)
+    and no event-file folder of ``units`` (nor, with ``downstream``, the downstream agents'
+    folder) lies under a file (else :class:`NotADirectoryError` naming it), before any work."""
     import importlib.util
 
     if importlib.util.find_spec("tensorboard") is None:
@@ -70,7 +70,7 @@ def check_tensorboard(p: Preset, root: Path, units: Iterable[TrainJob | Ensemble
         )
     root = Path(root)
     folders = [folder for _, folder in board_folders(units, root)]
-    if p.downstream is not None:
+    if downstream:
         from graphwm.downstream.record import STORE_DIR
 
         folders.append(root / STORE_DIR / "tensorboard")
@@ -91,14 +91,12 @@ def _has_events(folder: Path) -> bool:
 
 
 def write_from_logs(
-    p: Preset, root: Path, units: Iterable[TrainJob | EnsembleJob], done: Iterable[str]
+    root: Path, units: Iterable[TrainJob | EnsembleJob], done: Iterable[str]
 ) -> list[Path]:
     """For every job of ``units`` that finished (its key in ``done``) and whose event-file
     folder has no event file (it was trained without TensorBoard), write the events from its
     ``log.csv``; returns the folders written (and says how many on the ``graphwm`` logger).
-    Nothing with the setting off."""
-    if not p.train.tensorboard:
-        return []
+    Called with ``train.tensorboard`` on."""
     from gdm_models.training.tensorboard_log import TensorBoardLog
 
     root = Path(root)

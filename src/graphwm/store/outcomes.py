@@ -289,11 +289,11 @@ def _writer(data: bytes) -> Any:
 def store_outcome(store: ResultStore, run_dir: Path, job: Job, outcome: Outcome) -> None:
     """Write ``outcome`` into the run store (the driver's work): shipped files, each part's
     record or recorded failure, ``jobs/<key>.log`` and ``jobs.log`` lines."""
-    run_dir = Path(run_dir)
+    run_dir, parts = Path(run_dir), parts_of(job)
     if outcome.files or outcome.deleted:
         write_files(run_dir, outcome.files, outcome.deleted)
     atomic_write_text(job_log_path(run_dir, job), outcome.log)
-    for part, result in zip(parts_of(job), outcome.results, strict=True):
+    for part, result in zip(parts, outcome.results, strict=True):
         if isinstance(result, Failure):
             if result.deterministic:
                 atomic_write_json(
