@@ -10,6 +10,7 @@ from __future__ import annotations
 import textwrap
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import BrokenExecutor, Executor, Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -650,8 +651,28 @@ def ablation_training_curves_figure(
     return _save(fig, path, notes)
 
 
-def build_figures(records: list[dict], logs: list[TrainingLog], out: Path) -> dict[str, Path]:
-    """Draw every figure whose inputs are present into ``out``; name -> path of those drawn."""
+#: a figure to draw: its name, its function and the function's arguments (picklable, so that
+#: a pool worker can draw it); the function returns the PNG's path, or None if not drawn
+FigureJob = tuple[str, Callable[..., Path | None], tuple]
+
+#: the figures from the slowest to draw (most panels and tick labels) to the fastest, so that
+#: a pool worker takes the slow ones while the driver draws the fast ones (:func:`draw_figures`)
+_SLOWEST_FIRST = (
+    "factor_metrics",
+    "multi_step_components",
+    "training_curves",
+    "gdd_curve",
+    "multi_step",
+    "gdd_components",
+    "gdd_vs_size",
+    "ablation_gdd_vs_size",
+    "ablation_training_curves",
+)
+
+
+def figure_jobs(records: list[dict], logs: list[TrainingLog], out: Path) -> list[FigureJob]:
+    """The figures of :func:`build_figures` as jobs (name, function, arguments), in the
+    report's order; each writes ``out/<name>.png`` when its inputs are present."""
     single_models, single_ablations = split_models(by_kind(records, "single_step"))
     multi_models, _ = split_models(by_kind(records, "multi_step"))
     ablation_keys = {(r["env"], r["size"]) for r in single_ablations}
@@ -683,12 +704,58 @@ def build_figures(records: list[dict], logs: list[TrainingLog], out: Path) -> di
             ablation_logs + [log for log in model_logs if _is_full_gdm(log.model)],
         ),
     }
-    written = {}
-    for name, (draw, data) in jobs.items():
-        path = draw(data, out / f"{name}.png", styles)
-        if path is not None:
-            written[name] = path
-    return written
+    return [
+        (name, draw, (data, out / f"{name}.png", styles)) for name, (draw, data) in jobs.items()
+    ]
+
+
+def draw_figures(
+    jobs: Sequence[FigureJob],
+    pool: Executor | None = None,
+    first: Callable[[], Any] | None = None,
+) -> tuple[dict[str, Path], Any]:
+    """Draw ``jobs``; name -> path of those drawn, in the order of ``jobs``, and what
+    ``first`` returned (None without it).
+
+    With a ``pool`` (e.g. the run's worker pool), every job is queued on it slowest first
+    while this process runs ``first`` (work of its own), then draws, from the fastest up,
+    each job no pool worker has started yet (a job runs once: the driver takes a queued job
+    only by cancelling it), and waits for the others: the figures are drawn on the driver
+    and the workers at once. A figure's PNG does not depend on the process that drew it.
+    A pool that breaks (a worker died) leaves its jobs to this process.
+    """
+    order = sorted(
+        range(len(jobs)),
+        key=lambda i: _SLOWEST_FIRST.index(jobs[i][0]) if jobs[i][0] in _SLOWEST_FIRST else -1,
+    )
+    results: dict[int, Path | None] = {}
+    futures: dict[int, Future] = {}
+    try:
+        if pool is not None and len(jobs) > 1:
+            futures = {i: pool.submit(jobs[i][1], *jobs[i][2]) for i in order}
+        first_result = first() if first is not None else None
+        for i in reversed(order):  # the fastest first; the pool takes the slowest first
+            if i not in futures or futures[i].cancel():
+                results[i] = jobs[i][1](*jobs[i][2])
+        for i, future in futures.items():
+            if i not in results:
+                try:
+                    results[i] = future.result()
+                except BrokenExecutor:  # a dead worker: its figure is drawn here
+                    results[i] = jobs[i][1](*jobs[i][2])
+    finally:
+        for future in futures.values():  # an error here: the pool drops what it has not begun
+            future.cancel()
+    drawn = {jobs[i][0]: path for i in range(len(jobs)) if (path := results[i]) is not None}
+    return drawn, first_result
+
+
+def build_figures(
+    records: list[dict], logs: list[TrainingLog], out: Path, pool: Executor | None = None
+) -> dict[str, Path]:
+    """Draw every figure whose inputs are present into ``out``; name -> path of those drawn
+    (on ``pool``'s workers beside this process when given: :func:`draw_figures`)."""
+    return draw_figures(figure_jobs(records, logs, out), pool)[0]
 
 
 __all__ = [
@@ -700,6 +767,9 @@ __all__ = [
     "ablation_training_curves_figure",
     "build_figures",
     "coinciding",
+    "draw_figures",
+    "figure_jobs",
+    "FigureJob",
     "components_figure",
     "factor_metrics_figure",
     "gdd_vs_size_figure",
