@@ -8,9 +8,10 @@ Each ``*_figure`` function draws one figure from validated result records (see
 from __future__ import annotations
 
 import textwrap
-from collections import defaultdict
+import threading
+from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import BrokenExecutor, Executor, Future
+from concurrent.futures import BrokenExecutor, Executor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -717,35 +718,62 @@ def draw_figures(
     """Draw ``jobs``; name -> path of those drawn, in the order of ``jobs``, and what
     ``first`` returned (None without it).
 
-    With a ``pool`` (e.g. the run's worker pool), every job is queued on it slowest first
-    while this process runs ``first`` (work of its own), then draws, from the fastest up,
-    each job no pool worker has started yet (a job runs once: the driver takes a queued job
-    only by cancelling it), and waits for the others: the figures are drawn on the driver
-    and the workers at once. A figure's PNG does not depend on the process that drew it.
+    With a ``pool`` (e.g. the run's worker pool), each pool worker is given one job at a
+    time, the slowest left, while this process runs ``first`` (work of its own) and then
+    draws the fastest left, until none is left: the figures are drawn on the driver and the
+    workers at once, each once. A figure's PNG does not depend on the process that drew it.
     A pool that breaks (a worker died) leaves its jobs to this process.
     """
     order = sorted(
         range(len(jobs)),
         key=lambda i: _SLOWEST_FIRST.index(jobs[i][0]) if jobs[i][0] in _SLOWEST_FIRST else -1,
     )
+    left = deque(order)  # the slowest first
+    lock = threading.Lock()
     results: dict[int, Path | None] = {}
-    futures: dict[int, Future] = {}
+    errors: list[BaseException] = []
+
+    def take(slowest: bool) -> int | None:
+        with lock:
+            if not left:
+                return None
+            return left.popleft() if slowest else left.pop()
+
+    def feed() -> None:
+        """Give the pool the slowest job left, one at a time (a job queued on a process pool
+        can no longer be taken back, so none waits there while the driver is free)."""
+        assert pool is not None
+        while (i := take(slowest=True)) is not None:
+            try:
+                results[i] = pool.submit(jobs[i][1], *jobs[i][2]).result()
+            except BrokenExecutor:  # a dead worker: its figures are drawn by the driver
+                with lock:
+                    left.appendleft(i)
+                return
+            except BaseException as err:  # the figure's own error: raised by the driver
+                errors.append(err)
+                with lock:
+                    left.clear()
+                return
+
+    workers = getattr(pool, "_max_workers", 1) if pool is not None and len(jobs) > 1 else 0
+    feeders = [threading.Thread(target=feed, daemon=True) for _ in range(workers)]
+    for thread in feeders:
+        thread.start()
     try:
-        if pool is not None and len(jobs) > 1:
-            futures = {i: pool.submit(jobs[i][1], *jobs[i][2]) for i in order}
         first_result = first() if first is not None else None
-        for i in reversed(order):  # the fastest first; the pool takes the slowest first
-            if i not in futures or futures[i].cancel():
-                results[i] = jobs[i][1](*jobs[i][2])
-        for i, future in futures.items():
-            if i not in results:
-                try:
-                    results[i] = future.result()
-                except BrokenExecutor:  # a dead worker: its figure is drawn here
-                    results[i] = jobs[i][1](*jobs[i][2])
-    finally:
-        for future in futures.values():  # an error here: the pool drops what it has not begun
-            future.cancel()
+        while (i := take(slowest=False)) is not None:
+            results[i] = jobs[i][1](*jobs[i][2])
+    except BaseException:
+        with lock:  # the feeders take nothing more
+            left.clear()
+        raise
+    for thread in feeders:
+        thread.join()
+    if errors:
+        raise errors[0]
+    while (i := take(slowest=False)) is not None:  # left by a broken pool
+        results[i] = jobs[i][1](*jobs[i][2])
     drawn = {jobs[i][0]: path for i in range(len(jobs)) if (path := results[i]) is not None}
     return drawn, first_result
 
