@@ -9,6 +9,7 @@ rebuilding from the same results gives the same files (see docs/reporting.md, "R
 
 from __future__ import annotations
 
+from concurrent.futures import Executor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from graphwm.report.tables import (
     to_markdown,
 )
 from graphwm.report.training_logs import TrainingLog, load_training_logs
+from graphwm.store.executors import active_pool
 from graphwm.store.files import read_json, refuse_links
 from graphwm.store.paths import listed_files
 from graphwm.store.records import (
@@ -274,13 +276,19 @@ def _index(tables: list[Table], figures: dict[str, Path], noise_source: str = ""
     return "\n".join(parts)
 
 
-def build_report(run_dir: Path | str, average_last: int = 0) -> ReportPaths:
+def build_report(
+    run_dir: Path | str, average_last: int = 0, pool: Executor | None = None
+) -> ReportPaths:
     """Write every table (``.md`` + ``.tex``) and figure (``.png``) into ``RUN_DIR/report/``.
 
     Uses only the stored results and training logs; tables and figures whose inputs are absent
     are skipped (and a stale file of that name from an earlier build is removed).
     ``average_last`` = n > 0 adds the table of each model's curve GDD averaged over its last n
     evaluated checkpoints (off by default: the paper reports the final model).
+    The figures are drawn by this process and, at once, by ``pool``'s workers; by default the
+    pool of the enclosing :func:`graphwm.store.executors.shared_pool` block (``graphwm
+    reproduce``'s workers, idle once the jobs are done), none outside one. The files do not
+    depend on where each figure was drawn.
 
     Raises:
         FileNotFoundError: ``run_dir`` is missing, or holds neither results nor training logs.
@@ -321,20 +329,28 @@ def build_report(run_dir: Path | str, average_last: int = 0) -> ReportPaths:
         _write_if_changed(tables_md[table.name], to_markdown(table))
         _write_if_changed(tables_tex[table.name], to_latex(table))
 
-    figures = report_figures.build_figures(records, logs, out)
-    curve_png = out / f"{report_curve.CURVE_NAME}.png"
     styles = report_figures.model_styles(  # the colours of the other figures (same models)
         [r["model"] for r in records if "model" in r]
         + [log.model for log in logs]
         + [r["model"] for r in curve]
     )
     selfs = [r for r in records if r["kind"] == "self_gdd"]
-    if report_curve.curve_figure(curve, selfs, curve_png, styles) is not None:
-        figures[report_curve.CURVE_NAME] = curve_png
-    # downstream RL (docs/dream.md): its own table and figure, from RUN_DIR/downstream/
-    from graphwm.downstream.report import build_downstream_report
+    jobs = report_figures.figure_jobs(records, logs, out)
+    curve_png = out / f"{report_curve.CURVE_NAME}.png"
+    jobs.append(
+        (report_curve.CURVE_NAME, report_curve.curve_figure, (curve, selfs, curve_png, styles))
+    )
 
-    downstream = build_downstream_report(run_dir, out, records, labels)
+    # downstream RL (docs/dream.md): its own table and figure, from RUN_DIR/downstream/
+    def downstream_report() -> dict[str, Path] | None:
+        from graphwm.downstream.report import build_downstream_report
+
+        return build_downstream_report(run_dir, out, records, labels)
+
+    # the figures on the run's pool workers (if any) and this process at once
+    figures, downstream = report_figures.draw_figures(
+        jobs, active_pool() if pool is None else pool, downstream_report
+    )
 
     written = set(tables_md.values()) | set(tables_tex.values()) | set(figures.values())
     stale = [out / f"{n}.{ext}" for n in _TABLE_NAMES for ext in ("md", "tex")]

@@ -8,8 +8,10 @@ Each ``*_figure`` function draws one figure from validated result records (see
 from __future__ import annotations
 
 import textwrap
-from collections import defaultdict
+import threading
+from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import BrokenExecutor, Executor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -650,8 +652,28 @@ def ablation_training_curves_figure(
     return _save(fig, path, notes)
 
 
-def build_figures(records: list[dict], logs: list[TrainingLog], out: Path) -> dict[str, Path]:
-    """Draw every figure whose inputs are present into ``out``; name -> path of those drawn."""
+#: a figure to draw: its name, its function and the function's arguments (picklable, so that
+#: a pool worker can draw it); the function returns the PNG's path, or None if not drawn
+FigureJob = tuple[str, Callable[..., Path | None], tuple]
+
+#: the figures from the slowest to draw (most panels and tick labels) to the fastest, so that
+#: a pool worker takes the slow ones while the driver draws the fast ones (:func:`draw_figures`)
+_SLOWEST_FIRST = (
+    "factor_metrics",
+    "multi_step_components",
+    "training_curves",
+    "gdd_curve",
+    "multi_step",
+    "gdd_components",
+    "gdd_vs_size",
+    "ablation_gdd_vs_size",
+    "ablation_training_curves",
+)
+
+
+def figure_jobs(records: list[dict], logs: list[TrainingLog], out: Path) -> list[FigureJob]:
+    """The figures of :func:`build_figures` as jobs (name, function, arguments), in the
+    report's order; each writes ``out/<name>.png`` when its inputs are present."""
     single_models, single_ablations = split_models(by_kind(records, "single_step"))
     multi_models, _ = split_models(by_kind(records, "multi_step"))
     ablation_keys = {(r["env"], r["size"]) for r in single_ablations}
@@ -683,12 +705,85 @@ def build_figures(records: list[dict], logs: list[TrainingLog], out: Path) -> di
             ablation_logs + [log for log in model_logs if _is_full_gdm(log.model)],
         ),
     }
-    written = {}
-    for name, (draw, data) in jobs.items():
-        path = draw(data, out / f"{name}.png", styles)
-        if path is not None:
-            written[name] = path
-    return written
+    return [
+        (name, draw, (data, out / f"{name}.png", styles)) for name, (draw, data) in jobs.items()
+    ]
+
+
+def draw_figures(
+    jobs: Sequence[FigureJob],
+    pool: Executor | None = None,
+    first: Callable[[], Any] | None = None,
+) -> tuple[dict[str, Path], Any]:
+    """Draw ``jobs``; name -> path of those drawn, in the order of ``jobs``, and what
+    ``first`` returned (None without it).
+
+    With a ``pool`` (e.g. the run's worker pool), each pool worker is given one job at a
+    time, the slowest left, while this process runs ``first`` (work of its own) and then
+    draws the fastest left, until none is left: the figures are drawn on the driver and the
+    workers at once, each once. A figure's PNG does not depend on the process that drew it.
+    A pool that breaks (a worker died) leaves its jobs to this process.
+    """
+    order = sorted(
+        range(len(jobs)),
+        key=lambda i: _SLOWEST_FIRST.index(jobs[i][0]) if jobs[i][0] in _SLOWEST_FIRST else -1,
+    )
+    left = deque(order)  # the slowest first
+    lock = threading.Lock()
+    results: dict[int, Path | None] = {}
+    errors: list[BaseException] = []
+
+    def take(slowest: bool) -> int | None:
+        with lock:
+            if not left:
+                return None
+            return left.popleft() if slowest else left.pop()
+
+    def feed() -> None:
+        """Give the pool the slowest job left, one at a time (a job queued on a process pool
+        can no longer be taken back, so none waits there while the driver is free)."""
+        assert pool is not None
+        while (i := take(slowest=True)) is not None:
+            try:
+                results[i] = pool.submit(jobs[i][1], *jobs[i][2]).result()
+            except BrokenExecutor:  # a dead worker: its figures are drawn by the driver
+                with lock:
+                    left.appendleft(i)
+                return
+            except BaseException as err:  # the figure's own error: raised by the driver
+                errors.append(err)
+                with lock:
+                    left.clear()
+                return
+
+    workers = getattr(pool, "_max_workers", 1) if pool is not None and len(jobs) > 1 else 0
+    feeders = [threading.Thread(target=feed, daemon=True) for _ in range(workers)]
+    for thread in feeders:
+        thread.start()
+    try:
+        first_result = first() if first is not None else None
+        while (i := take(slowest=False)) is not None:
+            results[i] = jobs[i][1](*jobs[i][2])
+    except BaseException:
+        with lock:  # the feeders take nothing more
+            left.clear()
+        raise
+    for thread in feeders:
+        thread.join()
+    if errors:
+        raise errors[0]
+    while (i := take(slowest=False)) is not None:  # left by a broken pool
+        results[i] = jobs[i][1](*jobs[i][2])
+    drawn = {jobs[i][0]: path for i in range(len(jobs)) if (path := results[i]) is not None}
+    return drawn, first_result
+
+
+def build_figures(
+    records: list[dict], logs: list[TrainingLog], out: Path, pool: Executor | None = None
+) -> dict[str, Path]:
+    """Draw every figure whose inputs are present into ``out``; name -> path of those drawn
+    (on ``pool``'s workers beside this process when given: :func:`draw_figures`)."""
+    return draw_figures(figure_jobs(records, logs, out), pool)[0]
 
 
 __all__ = [
@@ -700,6 +795,9 @@ __all__ = [
     "ablation_training_curves_figure",
     "build_figures",
     "coinciding",
+    "draw_figures",
+    "figure_jobs",
+    "FigureJob",
     "components_figure",
     "factor_metrics_figure",
     "gdd_vs_size_figure",

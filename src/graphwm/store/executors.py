@@ -348,6 +348,17 @@ def _broken(pool: ProcessPoolExecutor) -> bool:
 _SHARED: ContextVar[_SharedPool | None] = ContextVar("graphwm_shared_pool", default=None)
 
 
+def active_pool() -> ProcessPoolExecutor | None:
+    """The started worker pool of the enclosing :func:`shared_pool` block, for work beside
+    the driver's that needs no job record (the report's figures: its workers are idle once
+    the stages are done); None outside a block, before its first parallel stage, or once a
+    worker died."""
+    scope = _SHARED.get()
+    if scope is None or scope.pool is None or _broken(scope.pool):
+        return None
+    return scope.pool
+
+
 @contextlib.contextmanager
 def shared_pool() -> Iterator[None]:
     """Run every local parallel stage inside the block on one worker pool.

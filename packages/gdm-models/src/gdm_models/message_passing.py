@@ -12,24 +12,20 @@ A node without neighbours (sum_k w_ik = 0) receives no message.
 Two equivalent backends: :meth:`GraphMessagePassing.forward_dense` (batched matrix products;
 used in training, where the gradient must reach every edge weight including the zero ones of
 non-edges, and for the all-pairs ablations) and :meth:`GraphMessagePassing.forward_sparse`
-(torch_geometric ``MessagePassing`` over the sampled edges; used for imagination on large
-sparse graphs).
+(a gather and ``scatter_add_`` over the sampled edges, the same operations in the same order
+as torch_geometric's ``MessagePassing(aggr="add")``, so the two agree bit for bit; used for
+imagination on large sparse graphs). torch_geometric itself is not imported: its import
+(torch._dynamo included) took seconds in the driver and in every worker.
 """
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import torch
 from torch import nn
 
 from .member_ops import loop_bias, loop_norm, member_mm
-
-with warnings.catch_warnings():
-    # torch_geometric's import calls the deprecated torch.jit.script; not actionable here
-    warnings.filterwarnings("ignore", message=".*torch.jit.script.*", category=FutureWarning)
-    from torch_geometric.nn import MessagePassing
 
 __all__ = [
     "normalise_weights",
@@ -57,11 +53,11 @@ def dense_to_edges(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return edge_index, w
 
 
-class SparseGATLayer(MessagePassing):
+class SparseGATLayer(nn.Module):
     """One layer: LayerNorm(W_root x_i + sum_j alpha_ij W x_j)."""
 
     def __init__(self, in_dim: int, out_dim: int) -> None:
-        super().__init__(aggr="add")
+        super().__init__()
         self.lin = nn.Linear(in_dim, out_dim, bias=False)
         self.root = nn.Linear(in_dim, out_dim, bias=True)
         self.norm = nn.LayerNorm(out_dim)
@@ -70,11 +66,21 @@ class SparseGATLayer(MessagePassing):
         self, x: torch.Tensor, edge_index: torch.Tensor, edge_weight: torch.Tensor
     ) -> torch.Tensor:
         """Sparse: x (M, in), edge_index (2, E) (source, target), edge_weight (E,) alpha."""
-        msg = self.propagate(edge_index, x=self.lin(x), edge_weight=edge_weight)
-        return self.norm(self.root(x) + msg)
+        if edge_index.dim() != 2 or edge_index.shape[0] != 2:
+            raise ValueError(f"edge_index must have shape (2, E), got {tuple(edge_index.shape)}")
+        return self.norm(self.root(x) + self.propagate(edge_index, self.lin(x), edge_weight))
 
-    def message(self, x_j: torch.Tensor, edge_weight: torch.Tensor) -> torch.Tensor:
-        return edge_weight[:, None] * x_j
+    @staticmethod
+    def propagate(
+        edge_index: torch.Tensor, x: torch.Tensor, edge_weight: torch.Tensor
+    ) -> torch.Tensor:
+        """sum_j alpha_ij x_j for every target i of ``edge_index`` (M, out): torch_geometric's
+        ``MessagePassing(aggr="add")`` path (gather the sources with ``index_select``, weight
+        them, ``scatter_add_`` into zeros along the node axis with the target index expanded
+        over the features), so the sums run in the same order."""
+        msg = edge_weight[:, None] * x.index_select(-2, edge_index[0])
+        index = edge_index[1].view(-1, 1).expand_as(msg)
+        return msg.new_zeros(x.shape).scatter_add_(-2, index, msg)
 
     def forward_dense(self, x: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
         """Dense: x (B, N, in), alpha (B, N, N) normalised weights (row i receives)."""
