@@ -57,6 +57,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from contextvars import ContextVar
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -90,23 +91,39 @@ def default_workers() -> int:
     return max(1, os.cpu_count() or 1)
 
 
+@dataclass(frozen=True)
+class _Unit:
+    """A job as :func:`run_jobs` handles it: its parts (:func:`~graphwm.store.results.parts_of`)
+    and their descriptions (:func:`describe_job`), worked out once."""
+
+    job: Job
+    parts: tuple[Job, ...]
+    names: tuple[str, ...]
+
+
+def _unit(job: Job) -> _Unit:
+    parts = parts_of(job)
+    return _Unit(job, parts, tuple(describe_job(part) for part in parts))
+
+
 def _finished(
-    job: Job, store: ResultStore, paths: RunPaths, verify: Callable[[Any, Any], None] | None
+    unit: _Unit, store: ResultStore, paths: RunPaths, verify: Callable[[Any, Any], None] | None
 ) -> bool:
-    """Whether ``job`` has an intact record (a corrupt one: see :meth:`RunPaths.recover`)."""
-    if hasattr(job, "parts"):  # every part checked (a list, not a generator: each corrupt
-        # record is recovered, not only the first)
-        return all([_finished(part, store, paths, verify) for part in parts_of(job)])
-    if not store.has(job):
-        return False
-    try:
-        record = store.load(job)
-        if verify is not None:
-            verify(record, job)
-        return True
-    except CorruptFileError as err:
-        paths.recover(err, store.path(job))
-        return False
+    """Whether every part of ``unit`` has an intact record (each corrupt one is recovered,
+    not only the first: :meth:`RunPaths.recover`)."""
+    finished = True
+    for part in unit.parts:
+        try:
+            if store.has(part) and verify is not None:
+                verify(store.load(part), part)
+            elif store.has(part):
+                store.load(part)
+            else:
+                finished = False
+        except CorruptFileError as err:
+            paths.recover(err, store.path(part))
+            finished = False
+    return finished
 
 
 def run_jobs(
@@ -147,30 +164,31 @@ def run_jobs(
     paths = paths if isinstance(paths, RunPaths) else RunPaths(Path(paths))
     run_dir = paths.root
     retry_failed = retry_failed or paths.retry_failed
-    unique = list({job.key: job for job in jobs}.values())
-    todo = [job for job in unique if not _finished(job, store, paths, verify)]
+    units = {job.key: _unit(job) for job in jobs}  # one per key, parts and names once
+    todo = [unit for unit in units.values() if not _finished(unit, store, paths, verify)]
     failed: dict[str, tuple[str, Job, Failure]] = {}
     runnable = []
-    for job in todo:
+    for unit in todo:
         earlier = [
-            (part, f)
-            for part in parts_of(job)
+            (part, name, f)
+            for part, name in zip(unit.parts, unit.names, strict=True)
             if not store.has(part) and (f := read_failure(store, part)) is not None
         ]
         if earlier and not retry_failed:
-            for part, f in earlier:  # failed deterministically before: not run again
+            for part, name, f in earlier:  # failed deterministically before: not run again
                 cause = f"{f.cause} (recorded by an earlier run; --retry-failed runs it again)"
-                failed[part.key] = (describe_job(part), part, Failure(cause, f.traceback))
+                failed[part.key] = (name, part, Failure(cause, f.traceback))
             continue
-        for part in parts_of(job):
+        for part in unit.parts:
             failure_path(store, part).unlink(missing_ok=True)
-        runnable.append(job)
+        runnable.append(unit.job)
 
     def done(job: Job, outcome: Outcome) -> None:
-        store_outcome(store, run_dir, job, outcome)
-        for part, result in zip(parts_of(job), outcome.results, strict=True):
+        unit = units[job.key]
+        store_outcome(store, run_dir, job, unit.parts, outcome)
+        for part, name, result in zip(unit.parts, unit.names, outcome.results, strict=True):
             if isinstance(result, Failure):
-                failed[part.key] = (describe_job(part), part, result)
+                failed[part.key] = (name, part, result)
 
     if runnable:
         if executor == "local":
@@ -185,7 +203,7 @@ def run_jobs(
     records = [
         cast(R, store.load(part)) if part.key not in failed else None
         for job in jobs
-        for part in parts_of(job)
+        for part in units[job.key].parts
     ]
     if failed:
         raise JobsFailed(list(failed.values()), records)

@@ -286,28 +286,29 @@ def _writer(data: bytes) -> Any:
     return lambda tmp: Path(tmp).write_bytes(data)
 
 
-def store_outcome(store: ResultStore, run_dir: Path, job: Job, outcome: Outcome) -> None:
+def store_outcome(
+    store: ResultStore, run_dir: Path, job: Job, parts: Sequence[Job], outcome: Outcome
+) -> None:
     """Write ``outcome`` into the run store (the driver's work): shipped files, each part's
-    record or recorded failure, ``jobs/<key>.log`` and ``jobs.log`` lines."""
-    run_dir, parts = Path(run_dir), parts_of(job)
+    record or recorded failure (``parts``: the job's
+    :func:`~graphwm.store.results.parts_of`), ``jobs/<key>.log`` and ``jobs.log`` lines."""
+    run_dir = Path(run_dir)
     if outcome.files or outcome.deleted:
         write_files(run_dir, outcome.files, outcome.deleted)
     atomic_write_text(job_log_path(run_dir, job), outcome.log)
     for part, result in zip(parts, outcome.results, strict=True):
-        if isinstance(result, Failure):
-            if result.deterministic:
-                atomic_write_json(
-                    failure_path(store, part),
-                    {"key": part.key, "cause": result.cause, "traceback": result.traceback},
-                )
-            if hasattr(job, "parts"):
-                log_line(run_dir, part, outcome, "failed", cause=result.cause)
-        else:
+        where = failure_path(store, part)
+        if not isinstance(result, Failure):
             store.save(part, result)
-            with contextlib.suppress(FileNotFoundError):
-                failure_path(store, part).unlink()
-            if hasattr(job, "parts"):
-                log_line(run_dir, part, outcome, "done")
+            where.unlink(missing_ok=True)
+        elif result.deterministic:
+            body = {"key": part.key, "cause": result.cause, "traceback": result.traceback}
+            atomic_write_json(where, body)
+    for part, result in zip(parts, outcome.results, strict=True):
+        if hasattr(job, "parts"):  # a unit: a line per part too
+            failure = result if isinstance(result, Failure) else None
+            cause = {"cause": failure.cause} if failure else {}
+            log_line(run_dir, part, outcome, "failed" if failure else "done", **cause)
     failures = outcome.failures
     status = "failed" if failures else "done"
     log_line(run_dir, job, outcome, status, **({"cause": failures[0].cause} if failures else {}))
