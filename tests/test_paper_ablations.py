@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from gdm_models.gdm.latent import PriorNoise
 
 from graphwm.checks import parse_checked
 from graphwm.pipeline import preset_dict
@@ -89,7 +90,7 @@ def _prior_nodes(model, u_adj: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
     u_zg = torch.rand(cell.zg_shape(B), generator=g)
     u_zn = torch.rand(cell.zn_shape(B, N), generator=g)
     with torch.no_grad():
-        out = cell.prior(h_n, h_g, a_prev, node_mask, pair_mask, u_zg, u_adj, u_zn)
+        out = cell.prior(h_n, h_g, a_prev, node_mask, pair_mask, PriorNoise(u_zg, u_adj, u_zn))
     assert out["a_m"] is not None  # the prior samples a graph (recurrent adjacency)
     return out["a_m"], out["p_n"]
 
