@@ -8,9 +8,11 @@ it, the keys of its inputs included (collected file -> fit -> training job -> ev
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from gdm_models.training import TrainConfig
 
 from graphwm.checks import CheckedPreset
 from graphwm.stages.collect import DataRef
@@ -18,7 +20,7 @@ from graphwm.stages.curve import curve_jobs_of
 from graphwm.stages.ensemble import EnsembleJob, seed_units, unit_members
 from graphwm.stages.evaluate import EvalJob
 from graphwm.stages.fit import FitJob
-from graphwm.stages.train import TrainJob, make_train_job
+from graphwm.stages.train import TRAINER_FIELDS, TrainJob
 from graphwm.store.executors import default_workers
 
 __all__ = [
@@ -99,26 +101,38 @@ def train_job_for(
     model_overrides: Mapping[str, Any] | None = None,
     train_overrides: Mapping[str, Any] | None = None,
 ) -> TrainJob:
-    """The training job of (env, model, seed); extra overrides on top of the preset's."""
-    t, fit, n_threads = preset.train, fit_job(preset, env), threads(preset)
+    """The training job of (env, model, seed): the model's hyperparameters (the paper's
+    preset, else the defaults of an untuned env) under the preset's overrides and the extra
+    ``model_overrides`` / ``train_overrides`` on top, and every other
+    :class:`~gdm_models.training.TrainConfig` field from the preset's ``[train]``."""
+    from graphwm.envs import resolved_configs
+
+    t = preset.train
     base = model.split(":", 1)[0]
-    return make_train_job(
-        env,
+    model_config, trainer = resolved_configs(
         model,
-        seed,
-        fit,
-        steps=t.steps,
-        epochs=t.epochs,
-        model_overrides={**t.model_overrides.get(base, {}), **(model_overrides or {})},
-        train_overrides={**t.train_overrides, **(train_overrides or {})},
-        device=preset.device,
-        precision=t.precision,
-        compile=t.compile,
-        checkpoint_every=t.checkpoint_every,
-        log_every=t.log_every,
-        ensemble=t.ensemble,
+        env,
+        {**t.model_overrides.get(base, {}), **(model_overrides or {})},
+        {**t.train_overrides, **(train_overrides or {})},
+    )
+    unknown = sorted(set(trainer) - {*TRAINER_FIELDS, "grad_clip"})
+    if unknown:
+        raise ValueError(
+            f"{model} on {env}: the preset's 'train' table has keys {unknown}; a training "
+            f"preset sets {[*TRAINER_FIELDS, 'grad_clip']} (gdm_models.training.TrainConfig)"
+        )
+    config = TrainConfig(
+        seed=seed, **trainer, steps=t.steps, epochs=t.epochs, device=preset.device,
+        precision=t.precision, compile=t.compile, checkpoint_every=t.checkpoint_every,
+        log_every=t.log_every, ensemble=t.ensemble, threads=threads(preset),
+    )  # fmt: skip
+    return TrainJob(
+        env=env,
+        model=model,
+        fit=fit_job(preset, env),
+        model_config=tuple(sorted(model_config.items())),
+        config=config,
         tensorboard=t.tensorboard,
-        threads=n_threads,
     )
 
 
@@ -251,23 +265,26 @@ class TrainPlan:
     run_record: Mapping[str, Any]  # the preset's name and the report's env labels
 
 
-def train_cost(p: CheckedPreset) -> Callable[[TrainJob | EnsembleJob], float]:
+def train_cost(unit: TrainJob | EnsembleJob) -> float:
     """A training unit's relative run time, for the executor's longest-first start: its
-    members x steps x the estimated bytes of one step (the memory check's estimate)."""
-    from graphwm.work_bounds import training_peak
+    members x steps x the estimated bytes of one step (the memory check's estimate, from the
+    job's own resolved hyperparameters and training files)."""
+    from graphwm.work_bounds import step_peak
 
-    def cost(unit: TrainJob | EnsembleJob) -> float:
-        members = unit_members(unit)
-        job = members[0]
-        peak = training_peak(p, job.env, job.model)[0] or 0
-        return float(peak) * (job.config.steps or 1) * len(members)
-
-    return cost
+    members = unit_members(unit)
+    job, c = members[0], members[0].config
+    files = job.fit.train_data
+    peak, _ = step_peak(
+        job.model, job.env, dict(job.model_config),
+        batch=min(c.batch_size, sum(f.episodes for f in files)), seq_len=c.seq_len,
+        nodes=max(f.num_nodes for f in files), members=len(members), device=c.device,
+    )  # fmt: skip
+    return float(peak or 0) * (c.steps or 1) * len(members)
 
 
 def train_executor_args(preset: CheckedPreset) -> dict[str, Any]:
     """:func:`executor_args` of the training stage, with its longest-first cost."""
-    return {**executor_args(preset, gpu=True), "cost": train_cost(preset)}
+    return {**executor_args(preset, gpu=True), "cost": train_cost}
 
 
 def train_plan(preset: CheckedPreset) -> TrainPlan:

@@ -44,6 +44,7 @@ __all__ = [
     "permutation_hours",
     "reference_transitions",
     "sample_bytes",
+    "step_peak",
     "training_peak",
 ]
 
@@ -192,13 +193,40 @@ def meta_model(model: str, env: str, config_json: str) -> Any:
         return make_model(model, env_schema(env), None, **json.loads(config_json))
 
 
-def training_peak(p: Preset, env: str, model: str) -> tuple[int | None, dict[str, int]]:
-    """The estimated peak bytes of one training step of ``model`` on ``env`` under the
-    preset (None: no estimate for this model), and the sizes it was computed from: ``batch``
-    (the preset's batch size, at most the training episodes), ``seq_len``, ``nodes`` (the
-    largest training size) and ``members`` (an ensemble's members trained as one model)."""
+def step_peak(
+    model: str,
+    env: str,
+    config: Mapping[str, Any],
+    *,
+    batch: int,
+    seq_len: int,
+    nodes: int,
+    members: int,
+    device: str,
+) -> tuple[int | None, int]:
+    """The estimated peak bytes of one training step of ``model`` (hyperparameters ``config``)
+    on ``env`` (None: no estimate), ``batch`` x ``seq_len`` windows of ``nodes`` nodes, and the
+    members trained at once: an ensemble's ``members`` where the model trains them as one
+    member model, else 1."""
     from gdm_models.member_layers import MemberModel
     from gdm_models.memory import training_step_bytes
+
+    try:
+        built = meta_model(model, env, json.dumps(dict(config), sort_keys=True))
+    except (RuntimeError, NotImplementedError):  # a model of one's own that meta cannot build
+        return None, 1
+    # the K members of an ensemble train as one member model (one batch of K x B)
+    k = members if isinstance(built, MemberModel) else 1
+    need = training_step_bytes(
+        built, batch_size=batch, seq_len=seq_len, num_nodes=nodes, members=k, device=device
+    )
+    return need, k
+
+
+def training_peak(p: Preset, env: str, model: str) -> tuple[int | None, dict[str, int]]:
+    """:func:`step_peak` of ``model`` on ``env`` under the preset, and the sizes it was
+    computed from: ``batch`` (the preset's batch size, at most the training episodes),
+    ``seq_len``, ``nodes`` (the largest training size) and ``members`` (trained at once)."""
     from gdm_models.training import TrainConfig
 
     from graphwm.envs import resolved_configs
@@ -208,27 +236,16 @@ def training_peak(p: Preset, env: str, model: str) -> tuple[int | None, dict[str
         model, env, p.train.model_overrides.get(base, {}), p.train.train_overrides
     )
     episodes = p.collect.train_episodes * len(p.collect.train_sizes)
-    try:
-        built = meta_model(model, env, json.dumps(config, sort_keys=True))
-    except (RuntimeError, NotImplementedError):  # a model of one's own that meta cannot build
-        return None, {}
-    # TrainConfig's defaults where a preset of one's own leaves them out
-    default = TrainConfig()
+    default = TrainConfig()  # its defaults where a preset of one's own leaves them out
     sizes = {
         # an epoch's batches are never larger than the training episodes
         "batch": min(int(trainer.get("batch_size", default.batch_size)), episodes),
         "seq_len": int(trainer.get("seq_len", default.seq_len)),
         "nodes": max(p.collect.train_sizes),
-        # the K members of an ensemble train as one member model (one batch of K x B)
-        "members": min(p.train.ensemble, len(p.seeds)) if isinstance(built, MemberModel) else 1,
     }
-    need = training_step_bytes(
-        built,
-        batch_size=sizes["batch"],
-        seq_len=sizes["seq_len"],
-        num_nodes=sizes["nodes"],
-        members=sizes["members"],
-        device=p.device,
+    members = min(p.train.ensemble, len(p.seeds))
+    need, sizes["members"] = step_peak(
+        model, env, config, **sizes, members=members, device=p.device
     )
     return need, sizes
 

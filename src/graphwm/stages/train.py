@@ -165,41 +165,6 @@ class TrainJob:
         return tuple(every if every and every[-1] == self.steps else [*every, self.steps])
 
 
-def make_train_job(
-    env: str,
-    model: str,
-    seed: int,
-    fit: FitJob,
-    *,
-    model_overrides: dict[str, Any] | None = None,
-    train_overrides: dict[str, Any] | None = None,
-    tensorboard: bool = _TRAIN["tensorboard"],
-    **options: Any,
-) -> TrainJob:
-    """A job with the hyperparameters of ``model`` on ``env`` resolved under the overrides;
-    ``options``: the other :class:`~gdm_models.training.TrainConfig` fields (``steps`` or
-    ``epochs``, ``device``, ``threads``, ``precision``, ``checkpoint_every``, ...)."""
-    from graphwm.envs import resolved_configs
-
-    # the paper's preset, else the defaults of an untuned env, under the overrides
-    model_config, trainer = resolved_configs(model, env, model_overrides, train_overrides)
-    unknown = sorted(set(trainer) - {*TRAINER_FIELDS, "grad_clip"})
-    if unknown:
-        raise ValueError(
-            f"{model} on {env}: the preset's 'train' table has keys {unknown}; a training "
-            f"preset sets {[*TRAINER_FIELDS, 'grad_clip']} (gdm_models.training.TrainConfig)"
-        )
-    config = TrainConfig(seed=seed, **trainer, **options)
-    return TrainJob(
-        env=env,
-        model=model,
-        fit=fit,
-        model_config=tuple(sorted(model_config.items())),
-        config=config,
-        tensorboard=tensorboard,
-    )
-
-
 def build_model(job: TrainJob, run_dir: Path):
     """The freshly initialised model of a job (seeded by the job's seed)."""
     import torch
