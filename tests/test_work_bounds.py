@@ -132,3 +132,31 @@ def test_models_narrowed_on_the_command_line_keep_the_file_s_overrides(tiny, tmp
     path.write_text(_toml(bad))
     with pytest.raises(PresetError, match=r"model_overrides.vanilla-gwm.hidden_dim"):
         _checked(read_preset(path), {"models": ["gdm"]})
+
+
+def test_a_training_unit_s_cost_is_members_x_steps_x_its_step_estimate(tiny):
+    """The executor's longest-first cost of a unit comes from the unit's own job (resolved
+    hyperparameters, training files): the preset-level memory estimate times steps and members;
+    doubling the steps doubles it, and the GDM's O(N^2) step outweighs Vanilla GWM's."""
+    from graphwm.jobs import train_cost, training_units
+    from graphwm.stages.ensemble import unit_members
+
+    raw = {**copy.deepcopy(tiny), "seeds": [0, 1], "models": ["gdm", "vanilla-gwm"]}
+    raw["train"]["ensemble"] = 2
+    p = parse_checked(keep_models(raw, raw["models"]))
+    units = {(u_job.env, u_job.model): u for u in training_units(p)
+             for u_job in unit_members(u)[:1]}  # fmt: skip
+    env = p.envs[0]
+    for model in ("gdm", "vanilla-gwm"):
+        unit = units[(env, model)]
+        members = unit_members(unit)
+        need, _ = training_peak(p, env, model)
+        assert need and len(members) == 2
+        assert train_cost(unit) == float(need) * p.train.steps * 2
+        longer = copy.deepcopy(raw)
+        longer["train"]["steps"] = 2 * p.train.steps
+        p2 = parse_checked(keep_models(longer, raw["models"]))
+        [twice] = [u for u in training_units(p2) if unit_members(u)[0].model == model
+                   and unit_members(u)[0].env == env]  # fmt: skip
+        assert train_cost(twice) == 2 * train_cost(unit)
+    assert train_cost(units[(env, "gdm")]) > train_cost(units[(env, "vanilla-gwm")])

@@ -277,7 +277,7 @@ def train_cost(unit: TrainJob | EnsembleJob) -> float:
     peak, _ = step_peak(
         job.model, job.env, dict(job.model_config),
         batch=min(c.batch_size, sum(f.episodes for f in files)), seq_len=c.seq_len,
-        nodes=max(f.num_nodes for f in files), members=len(members), device=c.device,
+        nodes=max(f.num_nodes for f in files), members=len(members), device=c.device or "cpu",
     )  # fmt: skip
     return float(peak or 0) * (c.steps or 1) * len(members)
 
