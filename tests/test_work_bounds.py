@@ -141,22 +141,19 @@ def test_a_training_unit_s_cost_is_members_x_steps_x_its_step_estimate(tiny):
     from graphwm.jobs import train_cost, training_units
     from graphwm.stages.ensemble import unit_members
 
+    def units_of(raw: dict) -> tuple:
+        p = parse_checked(keep_models(raw, raw["models"]))
+        jobs = [(unit_members(u)[0], u) for u in training_units(p)]
+        return p, {job.model: u for job, u in jobs if job.env == p.envs[0]}
+
     raw = {**copy.deepcopy(tiny), "seeds": [0, 1], "models": ["gdm", "vanilla-gwm"]}
     raw["train"]["ensemble"] = 2
-    p = parse_checked(keep_models(raw, raw["models"]))
-    units = {(u_job.env, u_job.model): u for u in training_units(p)
-             for u_job in unit_members(u)[:1]}  # fmt: skip
-    env = p.envs[0]
+    p, units = units_of(raw)
+    raw["train"]["steps"] = 2 * p.train.steps
+    _, longer = units_of(raw)
     for model in ("gdm", "vanilla-gwm"):
-        unit = units[(env, model)]
-        members = unit_members(unit)
-        need, _ = training_peak(p, env, model)
-        assert need and len(members) == 2
-        assert train_cost(unit) == float(need) * p.train.steps * 2
-        longer = copy.deepcopy(raw)
-        longer["train"]["steps"] = 2 * p.train.steps
-        p2 = parse_checked(keep_models(longer, raw["models"]))
-        [twice] = [u for u in training_units(p2) if unit_members(u)[0].model == model
-                   and unit_members(u)[0].env == env]  # fmt: skip
-        assert train_cost(twice) == 2 * train_cost(unit)
-    assert train_cost(units[(env, "gdm")]) > train_cost(units[(env, "vanilla-gwm")])
+        need, _ = training_peak(p, p.envs[0], model)
+        assert need and len(unit_members(units[model])) == 2
+        assert train_cost(units[model]) == float(need) * p.train.steps * 2
+        assert train_cost(longer[model]) == 2 * train_cost(units[model])
+    assert train_cost(units["gdm"]) > train_cost(units["vanilla-gwm"])
