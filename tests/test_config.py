@@ -139,7 +139,8 @@ def test_every_default_is_a_dataclass_field():
     trainer's from gdm_models.training.TrainConfig."""
     from gdm_models.training import TrainConfig
 
-    from graphwm.config import TrainSection, defaults
+    from graphwm.config import TrainSection
+    from graphwm.config_values import defaults
     from graphwm.downstream.section import DEFAULT_PPO, PpoSettings
 
     assert DEFAULT_PPO == {k: v for k, v in defaults(PpoSettings).items() if v is not None}

@@ -13,7 +13,7 @@ import pytest
 
 import graphwm.work_bounds
 from graphwm.checks import parse_checked
-from graphwm.cli import _checked, main
+from graphwm.cli import main
 from graphwm.config import PresetError, keep_models, read_preset
 from graphwm.pipeline import preset_dict
 from graphwm.work_bounds import device_memory_bytes, longest_episode, training_peak
@@ -123,7 +123,7 @@ def test_overrides_of_a_model_the_preset_does_not_run_are_refused(tiny):
 def test_models_narrowed_on_the_command_line_keep_the_file_s_overrides(tiny, tmp_path: Path):
     """--models gdm on tiny (which overrides gdm and vanilla-gwm): accepted, and the left-out
     model's table is still checked; preset_dict's 'models' override likewise."""
-    p = _checked(read_preset("tiny"), {"models": ["gdm"]})
+    p = parse_checked(read_preset("tiny"), {"models": ["gdm"]})
     assert p.models == ("gdm",) and "vanilla-gwm" in p.train.model_overrides
     assert set(preset_dict("tiny", {"models": ["gdm"]})["train"]["model_overrides"]) == {"gdm"}
     bad = copy.deepcopy(tiny)
@@ -131,7 +131,7 @@ def test_models_narrowed_on_the_command_line_keep_the_file_s_overrides(tiny, tmp
     path = tmp_path / "bad.toml"
     path.write_text(_toml(bad))
     with pytest.raises(PresetError, match=r"model_overrides.vanilla-gwm.hidden_dim"):
-        _checked(read_preset(path), {"models": ["gdm"]})
+        parse_checked(read_preset(path), {"models": ["gdm"]})
 
 
 def test_a_training_unit_s_cost_is_members_x_steps_x_its_step_estimate(tiny):

@@ -1,24 +1,22 @@
 """Checks of a parsed preset that need the envs, the models or the machine.
 
-:func:`parse_checked` (the one entry: the CLI and the pipeline's public functions call it once)
-reads a preset with :meth:`graphwm.config.Preset.parse` and runs :func:`check_preset`: every
-model name (ablations included) and every ``train.model_overrides`` and ``search.grid`` entry
-against the model's hyperparameters (a pydantic model of its config dataclass's fields, the
-class read from the registered factory: no model is built), every size and count against the
-limits below, the envs a preset names, and the work and memory bounds of
-:mod:`graphwm.work_bounds`. :func:`check_machine` checks this machine has the preset's device.
-Each error is a :class:`PresetError` naming the key.
+:func:`parse_checked`, the one entry (the CLI and the pipeline's public functions call it once),
+parses a preset (:meth:`graphwm.config.Preset.parse`) and runs :func:`check_preset`: model names
+and their hyperparameters (a pydantic model of each config dataclass, the class read from the
+registered factory: no model is built), sizes and counts against the limits below and the envs'
+own ranges, the envs, and :mod:`graphwm.work_bounds`' work and memory bounds. :func:`check_device`
+checks this machine has a device. Each error is a :class:`PresetError` naming the key.
 
-Limits (docs/reproducing.md, "Limits"): every graph size N lies in the env's own range
-(``graphwm_envs.core.base.MIN_NODES`` to the env class's ``max_nodes``); sizes whose
-observations are stored at most :data:`MAX_STORED_NODES` (a dense N x N adjacency per frame);
-episodes per file at most :data:`graphwm.episodes.SEEDS_PER_SIZE` (the seed scheme's).
+Limits (docs/reproducing.md, "Limits"): stored splits at most :data:`MAX_STORED_NODES` nodes (a
+dense N x N adjacency per frame); episodes per file at most the seed scheme's
+:data:`graphwm.episodes.SEEDS_PER_SIZE`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import re
 import typing
 from collections.abc import Iterable, Mapping
@@ -26,8 +24,15 @@ from typing import Annotated, Any
 
 from pydantic import StrictBool, create_model
 
-from graphwm.config import TRAINER_KEYS, Preset, PresetError
-from graphwm.config import TrainerSettings as _Trainer
+from graphwm.config import (
+    DEVICE_PATTERN,
+    DEVICES,
+    TRAINER_KEYS,
+    Preset,
+    PresetError,
+    TrainerSettings,
+    apply_overrides,
+)
 from graphwm.config_values import Float, Int, Section, Str
 from graphwm.work_bounds import check_model_size, check_work_bounds
 
@@ -38,37 +43,34 @@ MAX_STORED_NODES = 500
 # ---------------------------------------------------------------------------------------------
 # Models: names through the registry, hyperparameters through a pydantic model of their config
 # ---------------------------------------------------------------------------------------------
+#: the preset's type of a config field of each kind (integers up to MAX_INT, finite numbers, ...)
+_VALUE = {int: Annotated[int, Int()], float: Annotated[float, Float()], bool: StrictBool,
+          str: Annotated[str, Str()]}  # fmt: skip
+
+
 def _value_type(hint: Any) -> Any:
-    """The preset's type of a config field: integers up to MAX_INT, finite numbers, ..."""
-    args = [a for a in typing.get_args(hint) if a is not type(None)]
-    if len(args) < len(typing.get_args(hint)) and len(args) == 1:
-        return _value_type(args[0]) | None
-    simple = {int: Annotated[int, Int()], float: Annotated[float, Float()],
-              bool: StrictBool, str: Annotated[str, Str()]}  # fmt: skip
-    return simple.get(hint, Any)
+    args = typing.get_args(hint)  # ``X | None`` reads as ``X``: every field is optional here
+    if len(args) == 2 and type(None) in args:
+        hint = next(a for a in args if a is not type(None))
+    return _VALUE.get(hint, Any)
 
 
 @functools.cache
 def hyperparameters(config: type) -> type[Section]:
-    """The pydantic model of a model config dataclass's fields (every one optional: a preset
-    sets some on top of the model's hyperparameters)."""
+    """The pydantic model of a config dataclass's fields, every one optional (a preset sets
+    some on top of the model's hyperparameters)."""
     hints = typing.get_type_hints(config)
-    fields: Any = {
-        f.name: (_value_type(hints[f.name]) | None, None) for f in dataclasses.fields(config)
-    }
+    fields: Any = {f.name: (_value_type(hints[f.name]) | None, None)
+                   for f in dataclasses.fields(config)}  # fmt: skip
     return create_model(f"{config.__name__}Values", __base__=Section, **fields)
 
 
 @functools.cache
 def config_class(model: str, env: str) -> type:
-    """The config dataclass of ``model``: read from its registered factory's annotations
-    (factory -> model class -> its ``config``); a factory without them (one registered outside
-    the package) or an unknown variant: the model is built once, on torch's meta device.
-
-    Raises:
-        KeyError, ValueError, TypeError: a name with no hyperparameters on ``env``, an
-            unknown GDM ablation, a model that cannot be built.
-    """
+    """The config dataclass of ``model``, read from its registered factory's annotations
+    (factory -> model class -> its ``config``); where they do not say (a factory registered
+    outside the package, an unknown variant) the model is built once on torch's meta device.
+    KeyError, ValueError or TypeError: no hyperparameters on ``env``, an unknown GDM ablation."""
     from gdm_models.gdm import ABLATIONS
     from gdm_models.registry import MODELS
 
@@ -88,8 +90,6 @@ def config_class(model: str, env: str) -> type:
         return next(a for a in (hint, *typing.get_args(hint)) if isinstance(a, type)
                     and dataclasses.is_dataclass(a))  # fmt: skip
     except (KeyError, TypeError, NameError, StopIteration):
-        import json
-
         from graphwm.work_bounds import meta_model
 
         return type(meta_model(model, env, json.dumps(values, sort_keys=True)).config)
@@ -129,10 +129,10 @@ def _base(name: str) -> str:
     return str(name).split(":", 1)[0]
 
 
-def _check_models(p: Preset, listed: Iterable[str] | None = None) -> None:
-    """Model names, and ``train.model_overrides``: each names a model the preset lists
-    (``listed``: the bases of the preset file's own ``models`` and ``ablations``, which
-    ``--models`` may narrow; default: this preset's), and its values fit that model."""
+def _check_models(p: Preset, listed: Iterable[str]) -> None:
+    """Model names, and each ``train.model_overrides`` table: it names a model the preset runs
+    (or ``listed``, the preset file's own models where ``--models`` narrowed them) and its
+    values fit that model."""
     from gdm_models import available_models
 
     for key, names in (("models", p.models), ("ablations", p.ablations)):
@@ -140,7 +140,7 @@ def _check_models(p: Preset, listed: Iterable[str] | None = None) -> None:
             for env in p.envs:
                 check_model_name(name, env, f"{key}[{i}]")
     known = available_models()
-    runs = sorted({_base(m) for m in (*p.models, *p.ablations, *(listed or ()))})
+    runs = sorted({_base(m) for m in (*p.models, *p.ablations, *listed)})
     for base, values in p.train.model_overrides.items():
         key = f"train.model_overrides.{base}"
         if base not in known:  # a typo would leave the model at its hyperparameters
@@ -155,17 +155,16 @@ def _check_models(p: Preset, listed: Iterable[str] | None = None) -> None:
 
 
 def _check_grid(p: Preset) -> None:
+    """``search.grid``: a value (or a table of several) per point, of the trainer or the model."""
     for model, grid in (p.search.grid if p.search else {}).items():
         gkey = f"search.grid.{model}"
         for env in p.envs:
             check_model_name(model, env, gkey)
         for name, values in grid.items():
             for i, value in enumerate(values):
-                key = f"{gkey}.{name}[{i}]"
-                point = value if isinstance(value, Mapping) else {name: value}
-                trainer = {k: v for k, v in point.items() if k in TRAINER_KEYS}
-                where = key if isinstance(value, Mapping) else gkey
-                _Trainer.parse(trainer, where)
+                table = isinstance(value, Mapping)
+                point, where = (value, f"{gkey}.{name}[{i}]") if table else ({name: value}, gkey)
+                TrainerSettings.parse({k: v for k, v in point.items() if k in TRAINER_KEYS}, where)
                 rest = {k: v for k, v in point.items() if k not in TRAINER_KEYS}
                 for env in p.envs if rest else ():
                     check_model_values(model, env, rest, where)
@@ -174,21 +173,15 @@ def _check_grid(p: Preset) -> None:
 # ---------------------------------------------------------------------------------------------
 # Envs, sizes and what would silently do nothing
 # ---------------------------------------------------------------------------------------------
-@functools.lru_cache(maxsize=16)
-def env_limits(env: str) -> tuple[int, int]:
-    """``(min N, max N)`` the env accepts (no env is built)."""
-    from graphwm.envs import env_limits as limits
-
-    return limits(env)
-
-
 def _refused(key: str, what: str) -> PresetError:
     return PresetError(f"preset key {key!r}: {what}")
 
 
-def _check_sizes(
-    values: Iterable[int], key: str, envs: Iterable[str], stored: bool = False
-) -> None:
+def _check_sizes(values: Iterable[int], key: str, envs: Iterable[str], stored: bool = False):
+    """Each size in every env's range (``key`` formatted with its index); ``stored``: at most
+    :data:`MAX_STORED_NODES` too."""
+    from graphwm.envs import env_limits
+
     for i, n in enumerate(values):
         for env in envs:
             low, high = env_limits(env)
@@ -224,12 +217,11 @@ def _check_limits(p: Preset) -> None:
     from graphwm.episodes import SEEDS_PER_SIZE
 
     c = p.collect
-    _check_sizes(c.train_sizes, "collect.train_sizes[{}]", p.envs, True)
-    _check_sizes(c.val_sizes, "collect.val_sizes[{}]", p.envs, True)
+    _check_sizes(c.train_sizes, "collect.train_sizes[{}]", p.envs, stored=True)
+    _check_sizes(c.val_sizes, "collect.val_sizes[{}]", p.envs, stored=True)
     for i, n in enumerate(c.test_sizes):
         _check_sizes([n], f"collect.test_sizes[{i}]", [e for e in p.envs if n in p.test_sizes(e)])
-    rgc = [e for e in p.envs if e == "RGC"]
-    _check_sizes([c.rgc_max_test_size], "collect.rgc_max_test_size", rgc)
+    _check_sizes([c.rgc_max_test_size], "collect.rgc_max_test_size", ["RGC"] * ("RGC" in p.envs))
     for name in ("train_episodes", "val_episodes", "test_episodes"):
         if getattr(c, name) > SEEDS_PER_SIZE:
             why = "the seed scheme's episodes per split and size"
@@ -238,7 +230,7 @@ def _check_limits(p: Preset) -> None:
     if p.multi_step is not None:
         _check_sizes([p.multi_step.size], "multi_step.size", p.envs)
     if p.search is not None and p.search.val_sizes is not None:
-        _check_sizes(p.search.val_sizes, "search.val_sizes[{}]", p.envs, True)
+        _check_sizes(p.search.val_sizes, "search.val_sizes[{}]", p.envs, stored=True)
     if p.downstream is not None:
         envs = [e for e in (p.downstream.envs or p.envs) if e in p.envs]
         _check_sizes([p.downstream.num_nodes], "downstream.num_nodes", envs)
@@ -265,22 +257,17 @@ def _check_selection(p: Preset) -> None:
     for i, size in enumerate(p.ablation_sizes or ()):
         if size not in p.collect.test_sizes:
             sizes = f"'collect.test_sizes' {list(p.collect.test_sizes)}"
-            raise PresetError(
-                f"preset key 'ablation_sizes[{i}]' ({size}) is not one of {sizes}:"
-                " the ablations would never be evaluated there"
-            )
+            raise PresetError(f"preset key 'ablation_sizes[{i}]' ({size}) is not one of "
+                              f"{sizes}: the ablations would never be evaluated there")  # fmt: skip
     for i, env in enumerate(p.ablation_envs or ()):
         if p.ablations and env not in p.envs:
-            raise PresetError(
-                f"preset key 'ablation_envs[{i}]' ({env!r}) is not one of {envs}:"
-                " its ablations would never be trained"
-            )
+            raise PresetError(f"preset key 'ablation_envs[{i}]' ({env!r}) is not one of {envs}:"
+                              " its ablations would never be trained")  # fmt: skip
 
 
-def check_preset(p: Preset, listed: Iterable[str] | None = None) -> None:
-    """Every check of this module except the machine's (see the module docstring);
-    ``listed``: the models the preset file itself lists, where the command line narrowed
-    ``models`` (their ``train.model_overrides`` stay accepted)."""
+def check_preset(p: Preset, listed: Iterable[str] = ()) -> None:
+    """Every check of this module except the device's; ``listed``: the models the preset file
+    lists, where the command line narrowed ``models`` (their overrides stay accepted)."""
     _check_envs(p, own=False)
     _check_selection(p)
     _check_models(p, listed)
@@ -290,14 +277,9 @@ def check_preset(p: Preset, listed: Iterable[str] | None = None) -> None:
     check_work_bounds(p)  # memory, permutation work, the multi-step horizon, a training step
 
 
-# ---------------------------------------------------------------------------------------------
-# The machine
-# ---------------------------------------------------------------------------------------------
 def check_device(device: str, key: str = "device") -> None:
-    """The device must exist here: ``cuda`` needs ``torch.cuda.is_available()`` (and the
-    index below the device count), ``mps`` ``torch.backends.mps.is_available()``."""
-    from graphwm.config import DEVICE_PATTERN, DEVICES
-
+    """The device must exist on this machine (``cuda[:i]``: ``torch.cuda``, below its device
+    count; ``mps``: ``torch.backends.mps``)."""
     if not DEVICE_PATTERN.fullmatch(str(device)):
         raise _refused(key, f"must be {DEVICES}, got {device!r}")
     if device == "cpu":
@@ -315,26 +297,26 @@ def check_device(device: str, key: str = "device") -> None:
         raise _refused(key, "'mps' is not available on this machine")
 
 
-def check_machine(p: Preset) -> None:
-    """What the preset needs of this machine (its device), checked before any work."""
-    check_device(p.device)
-
-
 class CheckedPreset(Preset):
-    """A :class:`Preset` that passed :func:`check_preset`: what :func:`parse_checked` returns,
-    and what the pipeline passes from stage to stage as it is (built by it only)."""
+    """A :class:`Preset` that passed :func:`check_preset` (built by :func:`parse_checked`
+    only): the pipeline passes it from stage to stage as it is."""
 
 
 def parse_checked(
-    raw: Mapping[str, Any] | Preset, listed: Iterable[str] | None = None
+    raw: Mapping[str, Any] | Preset, overrides: Mapping[str, Any] | None = None
 ) -> CheckedPreset:
-    """:meth:`Preset.parse` and :func:`check_preset`: every preset value checked, including
-    what needs the envs and the models, before any work (this machine's device is
-    :func:`check_machine`'s). A :class:`CheckedPreset` is returned as it is. ``listed``: the
-    models (and ablations) the preset file lists where a command narrowed ``models``
-    (``--models``): overrides of those stay accepted."""
-    if isinstance(raw, CheckedPreset):
+    """The preset dict ``raw`` (as read from TOML) with ``overrides`` (:func:`apply_overrides`)
+    parsed and checked once, before any work; a :class:`CheckedPreset` is returned as it is.
+    A ``models`` override narrows the file's models as ``--models`` does: the
+    ``train.model_overrides`` of those it leaves out stay accepted and checked."""
+    if isinstance(raw, CheckedPreset) and not overrides:
         return raw
-    preset = Preset.parse(raw)
+    file = raw.to_dict() if isinstance(raw, Preset) and overrides else raw
+    listed: list[str] = []
+    if isinstance(file, Mapping):  # the file's own models, which a `models` override narrows
+        listed = [m for k in ("models", "ablations") if isinstance(file.get(k), list)
+                  for m in file[k] if isinstance(m, str)]  # fmt: skip
+        file = apply_overrides(file, overrides)
+    preset = Preset.parse(file)
     check_preset(preset, listed)
     return CheckedPreset.model_construct(preset.model_fields_set, **dict(preset))

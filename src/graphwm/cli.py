@@ -210,20 +210,6 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _checked(raw: dict, overrides: dict) -> CheckedPreset:
-    """The command's preset (``raw``: the file as read, once) with its overrides, parsed and
-    checked once: the pipeline passes it from stage to stage as it is."""
-    from graphwm.checks import parse_checked
-    from graphwm.config import apply_overrides
-
-    # the preset file's own models and ablations: `--models` may narrow them, and the
-    # train.model_overrides of a model it leaves out stay accepted (a value of another type
-    # is left for the preset check to word)
-    listed = [m for key in ("models", "ablations") if isinstance(raw.get(key), list)
-              for m in raw[key] if isinstance(m, str)]  # fmt: skip
-    return parse_checked(apply_overrides(raw, overrides), listed)
-
-
 def _in_file(name: str, read: Callable[[], CheckedPreset]) -> CheckedPreset:
     """``read()``, a bad value's error naming the preset file first."""
     from graphwm.config import PRESET_NAMES, PRESETS_DIR, PresetError
@@ -262,6 +248,7 @@ def _narrowed(raw: dict, envs: list[str] | None, models: list[str] | None) -> di
 
 def _preset(args: argparse.Namespace) -> CheckedPreset:
     """The command's preset: its file read once, parsed and checked once."""
+    from graphwm.checks import parse_checked
     from graphwm.config import read_preset
 
     raw = read_preset(args.preset)
@@ -275,7 +262,7 @@ def _preset(args: argparse.Namespace) -> CheckedPreset:
         "train.precision": args.precision,
         "train.tensorboard": args.tensorboard,
     }
-    return _in_file(args.preset, lambda: _checked(raw, overrides))
+    return _in_file(args.preset, lambda: parse_checked(raw, overrides))
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
@@ -435,15 +422,14 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.command == "estimate-cost":
         # measured on --device: the preset's own device need not exist here
+        from graphwm.checks import check_device, parse_checked
         from graphwm.config import read_preset
         from graphwm.cost import estimate, format_estimate
 
         raw = read_preset(args.preset)
         overrides = {"envs": args.envs, "models": args.models, "device": args.device}
         overrides.update(_narrowed(raw, args.envs, args.models))
-        preset = _in_file(args.preset, lambda: _checked(raw, overrides))
-        from graphwm.checks import check_device
-
+        preset = _in_file(args.preset, lambda: parse_checked(raw, overrides))
         check_device(args.device, "--device")
         print(format_estimate(estimate(preset, args.device, args.steps), args.device))
         return 0

@@ -1,11 +1,9 @@
-"""The preset: its TOML file read once into pydantic models, one per section.
+"""The preset: its TOML file read once into frozen pydantic models, one per section.
 
-:meth:`Preset.parse` reads a preset dict (as read from TOML) into frozen models whose fields
-hold every default of the pipeline; unknown keys are refused (a typo would otherwise be
-silently ignored). A bad value raises :class:`PresetError` naming the key, the value and what is
-allowed, e.g. ``preset key 'collect.train_episodes': must be an integer >= 1, got 0`` (the
-CLI puts the preset file in front). Checks that need the envs, the models or the machine are
-:mod:`graphwm.checks`'.
+Every default of the pipeline is a field default below; unknown keys are refused. A bad value
+raises :class:`PresetError` naming the key, the value and what is allowed (``preset key
+'collect.train_episodes': must be an integer >= 1, got 0``; the CLI puts the file in front).
+What needs the envs, the models or the machine is checked by :mod:`graphwm.checks`.
 """
 
 from __future__ import annotations
@@ -18,11 +16,9 @@ from pathlib import Path
 from typing import Annotated, Any, Self
 
 from gdm_models.training.config import PRECISIONS, TrainConfig
-from pydantic import StrictBool, model_validator
+from pydantic import StrictBool, field_validator, model_validator
 
-from graphwm.config_values import (  # noqa: F401 (re-exported)
-    MAX_INT,
-    MAX_SEED,
+from graphwm.config_values import (
     Float,
     Given,
     Int,
@@ -37,8 +33,6 @@ from graphwm.config_values import (  # noqa: F401 (re-exported)
     Str,
     _fail,
     _short,
-    defaults,
-    preset_error,
 )
 from graphwm.downstream.section import DownstreamConfig
 
@@ -80,8 +74,8 @@ class FitConfig(Section):
 
 
 class TrainerSettings(Section):
-    """``[train.train_overrides]`` (and the trainer keys of a search grid): set for every
-    model, else the model's hyperparameters (gdm_models.get_preset) hold."""
+    """``[train.train_overrides]`` and a search grid's trainer keys: set for every model (else
+    each model's own hyperparameters hold)."""
 
     lr: Annotated[float, Float(gt=0.0, le=10.0)] | None = None  # Adam learning rate
     batch_size: Annotated[int, Int(ge=1)] | None = None  # episodes per batch
@@ -92,15 +86,10 @@ TRAINER_KEYS = tuple(TrainerSettings.model_fields)
 
 
 class TrainSection(Section):
-    """Stage 3: training length, overrides and trainer options (``[train]``).
-
-    Exactly one of ``steps`` and ``epochs``. ``model_overrides`` maps a base model name
-    (``gdm``, ``vanilla-gwm``, ...) to model hyperparameters (checked against the model's
-    config by :mod:`graphwm.checks`); ``train_overrides`` sets ``lr``/``batch_size``/
-    ``seq_len`` for every model. ``ensemble``: the most seeds of one configuration trained
-    together (graphwm.stages.ensemble). ``eval_every``: steps between the checkpoints kept
-    and evaluated for the GDD curve (0: off; graphwm.stages.curve).
-    """
+    """Stage 3 (``[train]``): exactly one of ``steps`` and ``epochs``; ``model_overrides``: a
+    base model name -> its hyperparameters (checked by :mod:`graphwm.checks`); ``ensemble``:
+    the most seeds of one configuration trained together; ``eval_every``: steps between the
+    checkpoints evaluated for the GDD curve (0: off)."""
 
     steps: Annotated[int, Int(ge=1)] | None = None
     epochs: Annotated[int, Int(ge=1)] | None = None
@@ -127,13 +116,9 @@ class TrainSection(Section):
 
 
 class EvalConfig(Section):
-    """Stages 4-6: the single-step evaluation protocol (``[evaluate]``).
-
-    ``num_samples`` is kappa (>= 2: the unbiased self-GDD and the permutation test need two
-    samples per set). ``permutations`` > 0 adds the permutation-test column (at most 10^6: a
-    p-value resolution far beyond any test level). ``curve_episodes``: test episodes (the first
-    ones) of the GDD curve's subset; unset: 2, or every evaluated test episode where fewer.
-    """
+    """Stages 4-6 (``[evaluate]``): ``num_samples`` is kappa (>= 2: the unbiased self-GDD and
+    the permutation test need two a set); ``permutations`` > 0 adds the permutation test (at
+    most 10^6); ``curve_episodes``: the first test episodes, the GDD curve's subset."""
 
     num_samples: Annotated[int, Int(ge=2)]
     reference_transitions: Annotated[int, Int(ge=1)]
@@ -175,13 +160,11 @@ Label = Annotated[str, Rule(lambda v: v and v == v.strip(), "a label must be non
 
 
 class Preset(Section):
-    """A validated preset. Build with :meth:`parse` (checked: :func:`graphwm.checks.parse_checked`).
+    """A preset, parsed (:meth:`parse`; checked: :func:`graphwm.checks.parse_checked`).
 
-    ``envs``: the paper's short names (``graphwm.envs.ENV_IDS``) or Gymnasium ids of other
-    graph envs (``"mypkg/MyEnv-v0"``, ``"mypkg.envs:mypkg/MyEnv-v0"``; docs/own-env.md).
-    ``env_labels``: short labels of envs in tables and figures. ``ablation_sizes``: the test
-    sizes the ablations are evaluated at (None: all). ``workers``: local worker processes
-    (0: one per core).
+    ``envs``: the paper's short names or Gymnasium ids of other graph envs (docs/own-env.md);
+    ``env_labels``: their labels in tables and figures; ``ablation_sizes``: the test sizes
+    the ablations are evaluated at (None: all); ``workers``: 0 is one per core.
     """
 
     envs: Names
@@ -203,12 +186,10 @@ class Preset(Section):
     search: SearchConfig | None = None
     downstream: DownstreamConfig | None = None
 
-    @model_validator(mode="before")
+    @field_validator("multi_step", mode="before")
     @classmethod
     def _empty_multi_step(cls, raw: Any) -> Any:
-        if isinstance(raw, Mapping) and raw.get("multi_step", True) in ({}, None):
-            raw = {k: v for k, v in raw.items() if k != "multi_step"}  # no multi-step stage
-        return raw
+        return None if raw == {} else raw  # an empty [multi_step]: no multi-step stage
 
     @model_validator(mode="after")
     def _curve(self) -> Self:
@@ -223,13 +204,6 @@ class Preset(Section):
                         "episodes the final evaluation uses (collect.test_episodes, "
                         "evaluate.max_episodes)", e.curve_episodes)  # fmt: skip
         return self
-
-    @classmethod
-    def parse(cls, raw: Any, key: str = "") -> Self:
-        """Validate a preset dict (as read from TOML); :class:`PresetError` naming a key. What
-        needs the envs and the models is checked on top by
-        :func:`graphwm.checks.parse_checked`."""
-        return raw if isinstance(raw, cls) else super().parse(raw, key)
 
     # -- derived views -----------------------------------------------------------------------
     def test_sizes(self, env: str) -> tuple[int, ...]:
@@ -260,12 +234,8 @@ class Preset(Section):
 
 
 def read_preset(name_or_path: str | Path) -> dict[str, Any]:
-    """The raw dict of a named preset (``smoke``, ``paper``, ``tiny``) or a TOML file.
-
-    Raises:
-        PresetError: the name is neither a shipped preset nor a path; the file is missing, is
-            not a regular file, is not UTF-8 text or not TOML (each said as such).
-    """
+    """The raw dict of a named preset (``smoke``, ``paper``, ``tiny``) or a TOML file;
+    :class:`PresetError` for an unknown name, a missing or odd file, or one that is not TOML."""
     text = str(name_or_path)
     if not text.strip():
         raise PresetError(f"the preset is empty: give one of {PRESET_NAMES} or a .toml file")
@@ -274,10 +244,9 @@ def read_preset(name_or_path: str | Path) -> dict[str, Any]:
     path = Path(name_or_path)
     if path.suffix != ".toml" and len(path.parts) <= 1 and not path.exists():
         raise PresetError(f"unknown preset {text!r}: give one of {PRESET_NAMES} or a .toml file")
-    if not path.exists():
-        raise PresetError(f"preset file {path} does not exist")
     if not path.is_file():
-        raise PresetError(f"preset file {path} is not a regular file")
+        what = "is not a regular file" if path.exists() else "does not exist"
+        raise PresetError(f"preset file {path} {what}")
     if path.stat().st_size > MAX_PRESET_BYTES:
         raise PresetError(f"preset file {path} is {path.stat().st_size} bytes; a preset is at "
                           f"most {MAX_PRESET_BYTES}")  # fmt: skip
@@ -293,12 +262,8 @@ def read_preset(name_or_path: str | Path) -> dict[str, Any]:
 
 
 def apply_overrides(raw: Mapping[str, Any], overrides: Mapping[str, Any] | None) -> dict:
-    """A deep copy of ``raw`` with overrides; ``"a.b"`` keys set nested tables, None skips.
-
-    Raises:
-        PresetError: a table an override sets a key of is something else in ``raw``
-            (``train = 5`` with ``train.precision``).
-    """
+    """A deep copy of ``raw`` with overrides: ``"a.b"`` keys set nested tables (a
+    :class:`PresetError` where ``a`` is no table), ``None`` values are skipped."""
     try:
         out = copy.deepcopy(dict(raw))
     except RecursionError:
@@ -321,11 +286,9 @@ def apply_overrides(raw: Mapping[str, Any], overrides: Mapping[str, Any] | None)
 def preset_dict(
     name_or_path: str | Path | Mapping[str, Any], overrides: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
-    """The preset by name, TOML file (or dict) as a plain dict to edit, unchecked (parse it
-    with :func:`graphwm.pipeline.load_preset` or pass it to a pipeline function).
-    ``overrides`` replace keys (``"train.precision"`` style keys set nested ones; ``None``
-    values are skipped); a ``"models"`` override also drops the ``train.model_overrides`` of
-    the models it leaves out (:func:`keep_models`)."""
+    """The preset by name, TOML file (or dict) as a plain dict to edit, unchecked, with
+    :func:`apply_overrides`; a ``"models"`` override also drops the ``train.model_overrides``
+    of the models it leaves out (:func:`keep_models`)."""
     raw = name_or_path if isinstance(name_or_path, Mapping) else read_preset(name_or_path)
     out = apply_overrides(raw, overrides)
     models = (overrides or {}).get("models")
@@ -333,10 +296,9 @@ def preset_dict(
 
 
 def keep_models(raw: Mapping[str, Any], models: Sequence[str]) -> dict:
-    """A copy of the preset dict ``raw`` that runs only ``models`` (what ``--models`` selects,
-    for a preset handled as a dict): ``models`` set, and the ``train.model_overrides`` tables
-    of the base models it no longer runs (neither in ``models`` nor in its ``ablations``)
-    removed (``graphwm.checks`` refuses tables of models a preset does not run)."""
+    """A copy of the preset dict ``raw`` that runs only ``models``, without the
+    ``train.model_overrides`` of base models it no longer runs (neither in ``models`` nor in
+    its ``ablations``: :mod:`graphwm.checks` refuses tables of models a preset does not run)."""
     out = copy.deepcopy(dict(raw))
     out["models"] = list(models)
     ablations = out.get("ablations")

@@ -128,7 +128,10 @@ class Section(BaseModel):
 
     @classmethod
     def parse(cls, raw: Any, key: str = "") -> Self:
-        """The table ``raw`` (at preset key ``key``) read; :class:`PresetError` naming a key."""
+        """The table ``raw`` (at preset key ``key``) read, one already read as it is;
+        :class:`PresetError` naming a key."""
+        if isinstance(raw, cls):
+            return raw
         try:
             return cls.model_validate(raw)
         except ValidationError as err:

@@ -24,13 +24,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from graphwm import jobs
-from graphwm.checks import CheckedPreset, check_machine, parse_checked
+from graphwm.checks import CheckedPreset, check_device, parse_checked
 from graphwm.config import (
     PRESET_NAMES,
     DownstreamConfig,
     Preset,
     PresetError,
-    apply_overrides,
     preset_dict,
     read_preset,
 )
@@ -88,10 +87,7 @@ def load_preset(
     ``"models"`` override narrows the file's models as ``--models`` does (the
     ``train.model_overrides`` of those it leaves out stay checked). Raises
     :class:`PresetError` naming a bad key."""
-    file = read_preset(name_or_path)
-    listed = [m for k in ("models", "ablations") if isinstance(file.get(k), list)
-              for m in file[k] if isinstance(m, str)]  # fmt: skip
-    return parse_checked(apply_overrides(file, overrides), listed)
+    return parse_checked(read_preset(name_or_path), overrides)
 
 
 def _preset(preset: PresetLike) -> CheckedPreset:
@@ -100,7 +96,7 @@ def _preset(preset: PresetLike) -> CheckedPreset:
     if isinstance(preset, str | Path):
         preset = read_preset(preset)
     p = parse_checked(preset)
-    check_machine(p)
+    check_device(p.device)
     return p
 
 

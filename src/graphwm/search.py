@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from graphwm.checks import CheckedPreset, check_machine, parse_checked
+from graphwm.checks import CheckedPreset, check_device, parse_checked
 from graphwm.config import TRAINER_KEYS
 from graphwm.jobs import executor_args, threads, train_job_for
 from graphwm.pipeline import RunPaths, run_training_jobs, stage_collect, stage_fit
@@ -45,7 +45,7 @@ def grid_points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
 def run_search(preset, paths: RunPaths, progress: bool = True) -> dict[str, Any]:
     """Train and validate every grid point; return ``{"<env>/<model>": best point}``."""
     p = parse_checked(preset)
-    check_machine(p)
+    check_device(p.device)
     grids = p.search.grid if p.search is not None else {}
     if not grids:
         raise ValueError("the preset has no [search.grid.<model>] tables")

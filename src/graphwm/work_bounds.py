@@ -13,7 +13,7 @@ before any stage runs (:func:`graphwm.checks.check_preset` calls :func:`check_wo
   peaks) must fit the device: half this machine's memory on the CPU (as every other memory
   bound of :mod:`graphwm.checks`), the GPU's memory on CUDA where this machine has it (a
   preset for a GPU checked on a machine without one is not bounded here: its run is refused
-  there by :func:`graphwm.checks.check_machine` anyway);
+  there by :func:`graphwm.checks.check_device` anyway);
 * **multi-step horizon**: ``multi_step.horizon`` at most the longest episode the env allows at
   ``multi_step.size`` (the largest reset ``"horizon"`` of the evaluated test episodes): a
   longer horizon only adds columns of ``nan``.
@@ -31,7 +31,8 @@ from typing import Any
 
 from gdm_models.config_checks import memory_bytes
 
-from graphwm.config import MAX_SEED, Preset, PresetError
+from graphwm.config import Preset, PresetError
+from graphwm.config_values import MAX_SEED
 
 __all__ = [
     "MAX_PERMUTATION_HOURS",

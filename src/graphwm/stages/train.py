@@ -21,7 +21,8 @@ from typing import Any
 
 from gdm_models.training import TrainConfig
 
-from graphwm.config import TrainSection, defaults
+from graphwm.config import TrainSection
+from graphwm.config_values import defaults
 from graphwm.envs import env_schema
 from graphwm.stages.fit import FitJob, load_fitted, training_episodes
 from graphwm.store.checkpoints import recover_latest

@@ -28,20 +28,17 @@ def memory_bytes() -> int:
         return 16 * 2**30
 
 
+#: what an annotated kind accepts: bool is no int here, an int is a float, numpy numbers count
+#: as their Python kinds; other annotations (tuples, mappings) are the config's own business
+_ACCEPTS = {type(None): type(None), bool: bool, int: numbers.Integral, float: numbers.Real,
+            str: str}  # fmt: skip
+
+
 def _accepts(kind: Any, value: Any) -> bool:
-    """Whether ``value`` is of the annotated ``kind`` (bool is not an int here; an int is a
-    float; numpy numbers count as their Python kinds)."""
-    if kind is type(None):
-        return value is None
-    if kind is bool:
-        return isinstance(value, bool)
-    if kind is int:
-        return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-    if kind is float:
-        return isinstance(value, numbers.Real) and not isinstance(value, bool)
-    if kind is str:
-        return isinstance(value, str)
-    return True  # other annotations (tuples, mappings) are the config's own business
+    want = _ACCEPTS.get(kind)
+    return want is None or (
+        isinstance(value, want) and (kind is bool or not isinstance(value, bool))
+    )
 
 
 def check_config_types(config: Any) -> None:
@@ -51,11 +48,8 @@ def check_config_types(config: Any) -> None:
     for field in dataclasses.fields(config):
         kind = hints.get(field.name, Any)
         value = getattr(config, field.name)
-        options = (
-            typing.get_args(kind)
-            if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union
-            else (kind,)
-        )
+        union = isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union
+        options = typing.get_args(kind) if union else (kind,)
         if not any(_accepts(option, value) for option in options):
             names = " or ".join(getattr(o, "__name__", str(o)) for o in options)
             raise TypeError(
