@@ -13,11 +13,14 @@ from graphwm.config import PresetError
 from graphwm.pipeline import preset_dict, reproduce
 
 NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+NO_MPS = pytest.mark.skipif(torch.backends.mps.is_available(), reason="this machine has MPS")
 
 BAD = [
     ("device", "foo", r"'device': must be 'cpu', 'cuda', 'cuda:<index>' or 'mps'"),
     ("device", "tpu", r"'device': must be 'cpu'"),
     pytest.param("device", "cuda", r"'device': 'cuda' is not available", marks=NO_CUDA),
+    ("device", "cuda:99", r"'device': 'cuda:99' is not available on this machine \(it has \d+"),
+    pytest.param("device", "mps", r"'device': 'mps' is not available", marks=NO_MPS),
     ("train.model_overrides.gdm.embed_dim", -8, r"'train\.model_overrides\.gdm\.embed_dim'"),
     ("train.model_overrides.gdm.bogus", 1, r"'train\.model_overrides\.gdm\.bogus' is unknown"),
     (

@@ -7,7 +7,6 @@ import json
 import numpy as np
 
 from graphwm.cli import main
-from graphwm.config import keep_models
 from graphwm.demo import run_episode
 from graphwm.pipeline import RunPaths, preset_dict
 from graphwm.search import run_search
@@ -38,7 +37,7 @@ def test_demo_episode_statistics_are_consistent():
 def test_search_selects_the_lowest_mean_validation_gdd(tmp_path):
     preset = preset_dict("tiny")
     preset.update(envs=["SAR"], models=["gdm"], ablations=[])
-    preset = keep_models(preset, preset["models"])  # their overrides only
+    preset = preset_dict(preset, {"models": preset["models"]})  # their overrides only
     best = run_search(preset, RunPaths(tmp_path), progress=False)
     summary = json.loads((tmp_path / "search" / "all.json").read_text())
     assert len(summary) == 2  # lr in {1e-3, 1e-4}
@@ -53,7 +52,7 @@ def test_cost_estimate_scales_measured_unit_costs_by_job_counts():
 
     preset = preset_dict("tiny")
     preset.update(envs=["RGC"], models=["vanilla-gwm"], ablations=[], seeds=[0, 1, 2])
-    preset = keep_models(preset, preset["models"])  # their overrides only
+    preset = preset_dict(preset, {"models": preset["models"]})  # their overrides only
     (line,) = estimate(preset, "cpu", steps=1, probe_sizes=(8, 12))
     assert (line.env, line.model, line.train_jobs, line.steps_per_job) == (
         "RGC",
@@ -81,7 +80,7 @@ def test_cost_estimate_counts_the_gdd_curve_points():
 
     preset = preset_dict("tiny")
     preset.update(envs=["RGC"], models=["vanilla-gwm"], ablations=[], seeds=[0, 1, 2])
-    preset = keep_models(preset, preset["models"])  # their overrides only
+    preset = preset_dict(preset, {"models": preset["models"]})  # their overrides only
     preset["train"].update(steps=4, eval_every=2)
     preset["evaluate"]["curve_episodes"] = 1
     (line,) = estimate(preset, "cpu", steps=1, probe_sizes=(8, 12))

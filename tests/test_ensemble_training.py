@@ -20,7 +20,6 @@ import pytest
 from conftest import preset_sizing
 
 from graphwm.checks import parse_checked
-from graphwm.config import keep_models
 from graphwm.jobs import train_job_for
 from graphwm.pipeline import (
     RunPaths,
@@ -37,7 +36,7 @@ from graphwm.store.results import ResultStore
 def _preset(seeds=(0, 1), k: int = 2, steps: int = 4, every: int = 2, models=("gdm",)) -> dict:
     preset = preset_dict("tiny")
     preset.update(envs=["SAR"], ablations=[], seeds=list(seeds))
-    preset = keep_models(preset, list(models))  # and their overrides only
+    preset = preset_dict(preset, {"models": list(models)})  # and their overrides only
     preset.pop("multi_step")
     preset.pop("downstream", None)
     preset["train"] = {**preset["train"], "steps": steps, "checkpoint_every": every}
@@ -372,7 +371,7 @@ def test_cost_estimate_counts_ensembles_at_their_measured_step_ratio():
 
     preset = preset_dict("tiny")
     preset.update(envs=["RGC"], models=["vanilla-gwm"], ablations=[], seeds=[0, 1, 2])
-    preset = keep_models(preset, preset["models"])  # their overrides only
+    preset = preset_dict(preset, {"models": preset["models"]})  # their overrides only
     preset["train"]["ensemble"] = 2
     (line,) = estimate(preset, "cpu", steps=1, probe_sizes=(8, 12))
     assert line.groups == (2, 1) and line.train_jobs == 3 and line.train_units == 2

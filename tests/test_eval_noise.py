@@ -13,7 +13,7 @@ import pytest
 from conftest import preset_sizing, tiny_sar_preset
 
 from graphwm.cli import main
-from graphwm.config import PresetError, keep_models
+from graphwm.config import PresetError
 from graphwm.metric.protocol import STREAM_ENV, STREAM_MODEL, sample_seeds
 from graphwm.noise import noise_jobs, repeat_jobs, run_noise
 from graphwm.pipeline import curve_jobs, evaluation_jobs, preset_dict, stage_curve
@@ -38,7 +38,7 @@ def noise_preset() -> dict:
     preset = tiny_sar_preset(
         ["gdm"], [0], train={"eval_every": 2}, evaluate=evaluate | {"curve_episodes": 2}
     )
-    return keep_models(preset, preset["models"])  # their overrides only
+    return preset_dict(preset, {"models": preset["models"]})  # their overrides only
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,7 +15,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from graphwm.config import keep_models
 from graphwm.pipeline import (
     RunPaths,
     preset_dict,
@@ -132,7 +131,7 @@ for r in stage_train(preset, RunPaths(sys.argv[2]), progress=False):
 def _resume_preset(tmp_path: Path) -> tuple[dict, Path]:
     preset = preset_dict("tiny")
     preset.update(envs=["SAR"], models=["gdm"], ablations=[])
-    preset = keep_models(preset, preset["models"])  # their overrides only
+    preset = preset_dict(preset, {"models": preset["models"]})  # their overrides only
     preset["train"] = {**preset["train"], "steps": 40, "checkpoint_every": 5}
     path = tmp_path / "preset.json"
     path.write_text(json.dumps(preset))

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from graphwm.config import keep_models
 from graphwm.pipeline import preset_dict, reproduce, stage_train
 from graphwm.report.build import load_results
 from graphwm.store.files import CorruptFileError
@@ -25,7 +24,7 @@ def small_preset() -> dict:
     """The tiny preset cut to one env and one fast model (seconds per run)."""
     preset = preset_dict("tiny")
     preset.update(envs=["SAR"], models=["vanilla-gwm"], ablations=[])
-    preset = keep_models(preset, preset["models"])  # their overrides only
+    preset = preset_dict(preset, {"models": preset["models"]})  # their overrides only
     preset.pop("multi_step")
     preset.pop("downstream", None)  # the downstream stage has its own tests
     preset["evaluate"] = {"num_samples": 4, "reference_transitions": 2, "max_episodes": 1}

@@ -12,7 +12,6 @@ pytest.importorskip("tensorboard")  # the optional extra; the workspace's dev gr
 
 from gdm_models.training.tensorboard_log import read_scalars  # noqa: E402
 
-from graphwm.config import keep_models  # noqa: E402
 from graphwm.pipeline import preset_dict, stage_train, training_jobs  # noqa: E402
 from graphwm.stages.ensemble import EnsembleJob, training_units  # noqa: E402
 from graphwm.stages.train import TENSORBOARD_DIRNAME  # noqa: E402
@@ -81,7 +80,7 @@ def test_a_tensorboard_folder_that_is_a_file_is_refused_before_any_work(tmp_path
 def test_ensemble_members_write_one_run_each(tmp_path, one_torch_thread):
     preset = _preset(ensemble=2)
     preset.update(models=["vanilla-gwm"], seeds=[0, 1])
-    preset = keep_models(preset, preset["models"])  # their overrides only
+    preset = preset_dict(preset, {"models": preset["models"]})  # their overrides only
     (unit,) = training_units(training_jobs(preset))
     assert isinstance(unit, EnsembleJob)
     stage_train(preset, RunPaths(tmp_path), progress=False)
@@ -107,7 +106,7 @@ def test_downstream_agents_write_their_training_scalars(tmp_path, one_torch_thre
 
     preset = preset_dict("tiny")
     preset.update(envs=["SAR"], models=["vanilla-gwm"], ablations=[])
-    preset = keep_models(preset, preset["models"])  # their overrides only
+    preset = preset_dict(preset, {"models": preset["models"]})  # their overrides only
     preset.pop("multi_step", None)
     preset["train"] = {**preset["train"], "steps": 2, "tensorboard": True}
     # three rollouts of 4 envs x 8 steps: SB3 logs the losses of one at the start of the next

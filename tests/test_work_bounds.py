@@ -14,7 +14,7 @@ import pytest
 import graphwm.work_bounds
 from graphwm.checks import parse_checked
 from graphwm.cli import main
-from graphwm.config import PresetError, keep_models, read_preset
+from graphwm.config import PresetError, read_preset
 from graphwm.pipeline import preset_dict
 from graphwm.work_bounds import device_memory_bytes, longest_episode, training_peak
 
@@ -115,9 +115,9 @@ def test_overrides_of_a_model_the_preset_does_not_run_are_refused(tiny):
     narrowed = {**copy.deepcopy(tiny), "models": ["gdm"], "ablations": []}
     with pytest.raises(PresetError, match=r"model_overrides.vanilla-gwm'"):
         parse_checked(narrowed)
-    # ... keep_models narrows it with its tables
-    assert set(keep_models(narrowed, ["gdm"])["train"]["model_overrides"]) == {"gdm"}
-    parse_checked(keep_models(narrowed, ["gdm"]))
+    # ... preset_dict narrows it with its tables
+    assert set(preset_dict(narrowed, {"models": ["gdm"]})["train"]["model_overrides"]) == {"gdm"}
+    parse_checked(preset_dict(narrowed, {"models": ["gdm"]}))
 
 
 def test_models_narrowed_on_the_command_line_keep_the_file_s_overrides(tiny, tmp_path: Path):
@@ -142,7 +142,7 @@ def test_a_training_unit_s_cost_is_members_x_steps_x_its_step_estimate(tiny):
     from graphwm.stages.ensemble import unit_members
 
     def units_of(raw: dict) -> tuple:
-        p = parse_checked(keep_models(raw, raw["models"]))
+        p = parse_checked(preset_dict(raw, {"models": raw["models"]}))
         jobs = [(unit_members(u)[0], u) for u in training_units(p)]
         return p, {job.model: u for job, u in jobs if job.env == p.envs[0]}
 

@@ -44,65 +44,55 @@ MAX_STORED_NODES = 500
 # Models: names through the registry, hyperparameters through a pydantic model of their config
 # ---------------------------------------------------------------------------------------------
 #: the preset's type of a config field of each kind (integers up to MAX_INT, finite numbers, ...)
-_VALUE = {int: Annotated[int, Int()], float: Annotated[float, Float()], bool: StrictBool,
-          str: Annotated[str, Str()]}  # fmt: skip
-
-
-def _value_type(hint: Any) -> Any:
-    args = typing.get_args(hint)  # ``X | None`` reads as ``X``: every field is optional here
-    if len(args) == 2 and type(None) in args:
-        hint = next(a for a in args if a is not type(None))
-    return _VALUE.get(hint, Any)
+_VALUE: dict[Any, Any] = {int: Annotated[int, Int()], float: Annotated[float, Float()],
+                          bool: StrictBool, str: Annotated[str, Str()]}  # fmt: skip
 
 
 @functools.cache
 def hyperparameters(config: type) -> type[Section]:
     """The pydantic model of a config dataclass's fields, every one optional (a preset sets
-    some on top of the model's hyperparameters)."""
-    hints = typing.get_type_hints(config)
-    fields: Any = {f.name: (_value_type(hints[f.name]) | None, None)
-                   for f in dataclasses.fields(config)}  # fmt: skip
+    some on top of the model's hyperparameters; ``X | None`` reads as ``X``)."""
+    hints, fields = typing.get_type_hints(config), dict[str, Any]()
+    for field in dataclasses.fields(config):
+        hint, args = hints[field.name], typing.get_args(hints[field.name])
+        if len(args) == 2 and type(None) in args:
+            hint = next(a for a in args if a is not type(None))
+        fields[field.name] = (_VALUE.get(hint, Any) | None, None)
     return create_model(f"{config.__name__}Values", __base__=Section, **fields)
 
 
 @functools.cache
-def config_class(model: str, env: str) -> type:
-    """The config dataclass of ``model``, read from its registered factory's annotations
-    (factory -> model class -> its ``config``); where they do not say (a factory registered
-    outside the package, an unknown variant) the model is built once on torch's meta device.
-    KeyError, ValueError or TypeError: no hyperparameters on ``env``, an unknown GDM ablation."""
+def config_class(model: str, env: str, key: str) -> type:
+    """The config dataclass of ``model`` (at preset key ``key``), read from its registered
+    factory's annotations (factory -> model class -> its ``config``); where they do not say (a
+    factory registered outside the package, a variant) the model is built on torch's meta
+    device. A name with no hyperparameters on ``env`` or an unknown GDM ablation is refused."""
     from gdm_models.gdm import ABLATIONS
     from gdm_models.registry import MODELS
 
     from graphwm.envs import model_preset
 
-    values = model_preset(model, env)["model"]  # KeyError: no hyperparameters for the name
     base, _, variant = model.partition(":")
-    for name in variant.split("+") if base == "gdm" and variant else ():
-        if name not in ABLATIONS:
-            raise KeyError(f"unknown GDM ablation {name!r}; known: {sorted(ABLATIONS)}")
     try:
-        if variant and base != "gdm":
-            raise TypeError("a variant only its factory knows")
-        factory = MODELS[base]
-        built = typing.get_type_hints(getattr(factory, "func", factory))["return"]
-        hint = typing.get_type_hints(built.__init__)["config"]
-        return next(a for a in (hint, *typing.get_args(hint)) if isinstance(a, type)
-                    and dataclasses.is_dataclass(a))  # fmt: skip
-    except (KeyError, TypeError, NameError, StopIteration):
-        from graphwm.work_bounds import meta_model
+        values = model_preset(model, env)["model"]  # KeyError: no hyperparameters for the name
+        for name in variant.split("+") if base == "gdm" and variant else ():
+            if name not in ABLATIONS:
+                raise KeyError(f"unknown GDM ablation {name!r}; known: {sorted(ABLATIONS)}")
+        try:
+            if variant and base != "gdm":
+                raise TypeError("a variant only its factory knows")
+            factory = MODELS[base]
+            built = typing.get_type_hints(getattr(factory, "func", factory))["return"]
+            hint = typing.get_type_hints(built.__init__)["config"]
+            return next(a for a in (hint, *typing.get_args(hint)) if isinstance(a, type)
+                        and dataclasses.is_dataclass(a))  # fmt: skip
+        except (KeyError, TypeError, NameError, StopIteration):
+            from graphwm.work_bounds import meta_model
 
-        return type(meta_model(model, env, json.dumps(values, sort_keys=True)).config)
-
-
-def check_model_name(name: str, env: str, key: str) -> type:
-    """The config class of ``name`` on ``env``; a name gdm_models does not know is refused."""
-    try:
-        return config_class(name, env)
+            return type(meta_model(model, env, json.dumps(values, sort_keys=True)).config)
     except (KeyError, ValueError, TypeError) as err:
-        raise PresetError(
-            f"preset key {key!r} ({name!r}): {err.args[0] if err.args else err}"
-        ) from None
+        said = err.args[0] if err.args else err
+        raise PresetError(f"preset key {key!r} ({model!r}): {said}") from None
 
 
 def check_model_values(model: str, env: str, values: Mapping[str, Any], key: str) -> None:
@@ -111,7 +101,7 @@ def check_model_values(model: str, env: str, values: Mapping[str, Any], key: str
     hyperparameters on ``env``; the model then fits this machine's memory."""
     from graphwm.envs import model_preset
 
-    config = check_model_name(model, env, key)
+    config = config_class(model, env, key)
     hyperparameters(config).parse(values, key)
     try:
         config(**{**model_preset(model, env)["model"], **values})
@@ -138,7 +128,7 @@ def _check_models(p: Preset, listed: Iterable[str]) -> None:
     for key, names in (("models", p.models), ("ablations", p.ablations)):
         for i, name in enumerate(names):
             for env in p.envs:
-                check_model_name(name, env, f"{key}[{i}]")
+                config_class(name, env, f"{key}[{i}]")
     known = available_models()
     runs = sorted({_base(m) for m in (*p.models, *p.ablations, *listed)})
     for base, values in p.train.model_overrides.items():
@@ -159,7 +149,7 @@ def _check_grid(p: Preset) -> None:
     for model, grid in (p.search.grid if p.search else {}).items():
         gkey = f"search.grid.{model}"
         for env in p.envs:
-            check_model_name(model, env, gkey)
+            config_class(model, env, gkey)
         for name, values in grid.items():
             for i, value in enumerate(values):
                 table = isinstance(value, Mapping)
@@ -278,23 +268,20 @@ def check_preset(p: Preset, listed: Iterable[str] = ()) -> None:
 
 
 def check_device(device: str, key: str = "device") -> None:
-    """The device must exist on this machine (``cuda[:i]``: ``torch.cuda``, below its device
-    count; ``mps``: ``torch.backends.mps``)."""
+    """The device must exist on this machine (``cuda:<i>``: ``i`` below torch's CUDA device
+    count; ``mps``: ``torch.backends.mps.is_available()``)."""
     if not DEVICE_PATTERN.fullmatch(str(device)):
         raise _refused(key, f"must be {DEVICES}, got {device!r}")
-    if device == "cpu":
-        return
-    import torch
+    if device != "cpu":
+        import torch
 
-    index = int(device.split(":")[1]) if ":" in device else 0
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        why = "torch.cuda.is_available() is False"
-        raise _refused(key, f"{device!r} is not available on this machine ({why}); use 'cpu'")
-    if device.startswith("cuda") and index >= torch.cuda.device_count():
-        has = torch.cuda.device_count()
-        raise _refused(key, f"{device!r}: this machine has {has} CUDA device(s)")
-    if device == "mps" and not torch.backends.mps.is_available():
-        raise _refused(key, "'mps' is not available on this machine")
+        kind, _, index = device.partition(":")
+        has = (
+            torch.cuda.device_count() if kind == "cuda" else int(torch.backends.mps.is_available())
+        )
+        if int(index or 0) >= has:
+            why = f"it has {has} {kind} device(s)"
+            raise _refused(key, f"{device!r} is not available on this machine ({why}); use 'cpu'")
 
 
 class CheckedPreset(Preset):

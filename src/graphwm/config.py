@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import re
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Self
 
@@ -287,25 +287,16 @@ def preset_dict(
     name_or_path: str | Path | Mapping[str, Any], overrides: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     """The preset by name, TOML file (or dict) as a plain dict to edit, unchecked, with
-    :func:`apply_overrides`; a ``"models"`` override also drops the ``train.model_overrides``
-    of the models it leaves out (:func:`keep_models`)."""
+    :func:`apply_overrides`. A ``"models"`` override runs only those: the
+    ``train.model_overrides`` of base models the preset no longer runs (in neither ``models``
+    nor ``ablations``) go with them (:mod:`graphwm.checks` refuses a table of a model not run)."""
     raw = name_or_path if isinstance(name_or_path, Mapping) else read_preset(name_or_path)
     out = apply_overrides(raw, overrides)
-    models = (overrides or {}).get("models")
-    return keep_models(out, models) if isinstance(models, list) else out
-
-
-def keep_models(raw: Mapping[str, Any], models: Sequence[str]) -> dict:
-    """A copy of the preset dict ``raw`` that runs only ``models``, without the
-    ``train.model_overrides`` of base models it no longer runs (neither in ``models`` nor in
-    its ``ablations``: :mod:`graphwm.checks` refuses tables of models a preset does not run)."""
-    out = copy.deepcopy(dict(raw))
-    out["models"] = list(models)
-    ablations = out.get("ablations")
-    kept = [*models, *(ablations if isinstance(ablations, list) else [])]
-    runs = {str(m).split(":", 1)[0] for m in kept}
-    train = out.get("train")
-    if isinstance(train, dict) and isinstance(train.get("model_overrides"), dict):
-        overrides = train["model_overrides"]
-        train["model_overrides"] = {k: v for k, v in overrides.items() if k in runs}
+    train, ablations = out.get("train"), out.get("ablations")
+    if isinstance((overrides or {}).get("models"), list) and isinstance(train, dict):
+        kept = [*out["models"], *(ablations if isinstance(ablations, list) else [])]
+        runs = {str(m).split(":", 1)[0] for m in kept}
+        tables = train.get("model_overrides")
+        if isinstance(tables, dict):
+            train["model_overrides"] = {k: v for k, v in tables.items() if k in runs}
     return out

@@ -1,7 +1,6 @@
-"""The values of a preset table: pydantic checks types and structure, a :class:`Rule` says
-what is allowed in the project's words, and :func:`preset_error` turns pydantic's first error
-into a :class:`PresetError` naming the key, the value and what is allowed. The sections are
-:mod:`graphwm.config`'s (and ``[downstream]``'s, :mod:`graphwm.downstream.section`)."""
+"""The values of a preset table (the sections: :mod:`graphwm.config`): pydantic checks types
+and structure, a :class:`Rule` says what is allowed in the project's words, :func:`preset_error`
+turns pydantic's first error into a :class:`PresetError` naming key, value and what is allowed."""
 
 from __future__ import annotations
 
@@ -88,9 +87,8 @@ def Items(*, allow_empty: bool = False) -> Meta:  # noqa: N802
 
 
 class Given:
-    """Metadata of a ``dict`` field read through a section ``model`` (keys and values checked)
-    and kept as a plain dict of the keys given: what job keys hash (a default left unset
-    stays out of them)."""
+    """A ``dict`` field read through a section ``model`` and kept as a plain dict of the keys
+    given (what job keys hash: a default left unset stays out of them)."""
 
     def __init__(self, model: type[BaseModel]) -> None:
         self.model = model
@@ -119,11 +117,8 @@ class Section(BaseModel):
         if isinstance(raw, Mapping):
             unknown = sorted(str(k) for k in set(raw) - set(cls.model_fields))
             if unknown:
-                raise PydanticCustomError(
-                    "unknown_key",
-                    "unknown key",
-                    {"key": unknown[0], "known": sorted(cls.model_fields)},
-                )
+                known = {"key": unknown[0], "known": sorted(cls.model_fields)}
+                raise PydanticCustomError("unknown_key", "unknown key", known)
         return raw
 
     @classmethod
