@@ -81,7 +81,8 @@ def test_downstream_seeds_and_ppo_settings_sb3_would_fail_on(tiny):
 # ---------------------------------------------------------------------------------------------
 def test_what_would_silently_do_nothing_is_refused(tiny):
     _refused(_with(tiny, downstream__envs=["SAR", "SAR"]), "must not repeat")
-    _refused(_with(tiny, ablation_envs=["OD"]), r"'ablation_envs\[0\]' \('OD'\).*never")
+    what = r"'ablation_envs\[0\]': must be one of .*never.*got 'OD'"
+    _refused(_with(tiny, ablation_envs=["OD"]), what)
     _refused(_with(tiny, ablations=["vanilla-gwm"]), "is a base model, not an ablation")
     _refused(_with(tiny, collect__rgc_max_test_size=6), "no size is left for RGC")
 

@@ -1,15 +1,9 @@
 """Checks of a parsed preset that need the envs, the models or the machine.
 
-:func:`parse_checked`, the one entry (the CLI and the pipeline's public functions call it once),
-parses a preset (:meth:`graphwm.config.Preset.parse`) and runs :func:`check_preset`: model names
-and their hyperparameters (a pydantic model of each config dataclass, the class read from the
-registered factory: no model is built), sizes and counts against the limits below and the envs'
-own ranges, the envs, and :mod:`graphwm.work_bounds`' work and memory bounds. :func:`check_device`
-checks this machine has a device. Each error is a :class:`PresetError` naming the key.
-
-Limits (docs/reproducing.md, "Limits"): stored splits at most :data:`MAX_STORED_NODES` nodes (a
-dense N x N adjacency per frame); episodes per file at most the seed scheme's
-:data:`graphwm.episodes.SEEDS_PER_SIZE`.
+:func:`parse_checked` (the CLI and the pipeline's public functions call it once) parses a preset
+and runs :func:`check_preset`: model names and hyperparameters, sizes and counts against the
+envs' ranges and the limits (docs/reproducing.md, "Limits"), the envs, and the work and memory
+bounds of :mod:`graphwm.work_bounds`. Each error is a :class:`PresetError` naming the key.
 """
 
 from __future__ import annotations
@@ -37,7 +31,7 @@ from graphwm.config_values import Float, Int, Section, Str
 from graphwm.work_bounds import check_model_size, check_work_bounds
 
 #: largest N of a split whose observations are stored (train, validation): N^2 bytes a frame
-MAX_STORED_NODES = 500
+MAX_STORED_NODES = 500  # (episodes per file: at most graphwm.episodes.SEEDS_PER_SIZE)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -63,10 +57,9 @@ def hyperparameters(config: type) -> type[Section]:
 
 @functools.cache
 def config_class(model: str, env: str, key: str) -> type:
-    """The config dataclass of ``model`` (at preset key ``key``), read from its registered
-    factory's annotations (factory -> model class -> its ``config``); where they do not say (a
-    factory registered outside the package, a variant) the model is built on torch's meta
-    device. A name with no hyperparameters on ``env`` or an unknown GDM ablation is refused."""
+    """The config dataclass of ``model`` (at preset key ``key``): from its registered factory's
+    annotations (factory -> model class -> ``config``), else its build on torch's meta device;
+    a name with no hyperparameters on ``env`` or an unknown GDM ablation is refused."""
     from gdm_models.gdm import ABLATIONS
     from gdm_models.registry import MODELS
 
@@ -96,9 +89,8 @@ def config_class(model: str, env: str, key: str) -> type:
 
 
 def check_model_values(model: str, env: str, values: Mapping[str, Any], key: str) -> None:
-    """``values`` (hyperparameters of ``model`` at preset key ``key``) are fields of its
-    config, of their types, and pass the config's own checks on top of the model's
-    hyperparameters on ``env``; the model then fits this machine's memory."""
+    """``values`` (at preset key ``key``) are fields of ``model``'s config, of their types, pass
+    the config's own checks on top of its hyperparameters on ``env``, and fit in memory."""
     from graphwm.envs import model_preset
 
     config = config_class(model, env, key)
@@ -231,35 +223,10 @@ def _check_limits(p: Preset) -> None:
             raise _refused("collect.test_sizes", what + " would be empty")
 
 
-def _check_selection(p: Preset) -> None:
-    """What would otherwise be accepted and silently do nothing: a label of an env the preset
-    does not run (or shared by two), an ``ablation_envs`` env the preset does not run, an
-    ``ablation_sizes`` size that is no test size."""
-    envs = f"the preset's envs {list(p.envs)}"
-    for env in p.env_labels:
-        if env not in p.envs:
-            raise _refused(f"env_labels.{env}", f"{env!r} is not one of {envs}")
-    shown = [p.env_labels.get(env, env) for env in p.envs]
-    twice = sorted({name for name in shown if shown.count(name) > 1})
-    if twice:
-        what = f"two envs would share the label {twice[0]!r} in every table and figure"
-        raise _refused("env_labels", what)
-    for i, size in enumerate(p.ablation_sizes or ()):
-        if size not in p.collect.test_sizes:
-            sizes = f"'collect.test_sizes' {list(p.collect.test_sizes)}"
-            raise PresetError(f"preset key 'ablation_sizes[{i}]' ({size}) is not one of "
-                              f"{sizes}: the ablations would never be evaluated there")  # fmt: skip
-    for i, env in enumerate(p.ablation_envs or ()):
-        if p.ablations and env not in p.envs:
-            raise PresetError(f"preset key 'ablation_envs[{i}]' ({env!r}) is not one of {envs}:"
-                              " its ablations would never be trained")  # fmt: skip
-
-
 def check_preset(p: Preset, listed: Iterable[str] = ()) -> None:
     """Every check of this module except the device's; ``listed``: the models the preset file
     lists, where the command line narrowed ``models`` (their overrides stay accepted)."""
     _check_envs(p, own=False)
-    _check_selection(p)
     _check_models(p, listed)
     _check_grid(p)
     _check_limits(p)

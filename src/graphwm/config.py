@@ -192,9 +192,28 @@ class Preset(Section):
         return None if raw == {} else raw  # an empty [multi_step]: no multi-step stage
 
     @model_validator(mode="after")
-    def _curve(self) -> Self:
-        """The GDD curve's subset lies inside the final evaluation's episodes; unset, it is
-        lowered to them (a key the user never set must not be the one a preset fails on)."""
+    def _consistent(self) -> Self:
+        """What would silently do nothing is refused: a label of an env the preset does not
+        run (or two envs' same label), an ablation env it does not run, an ablation size that
+        is no test size. The GDD curve's subset lies inside the final evaluation's episodes;
+        unset, it is lowered to them (a key the user never set must not fail a preset)."""
+        envs = f"one of the preset's envs {list(self.envs)}"
+        for env in self.env_labels:
+            if env not in self.envs:
+                raise _fail(f"env_labels.{env}", f"{env!r} is not {envs}")
+        shown = [self.env_labels.get(env, env) for env in self.envs]
+        if twice := sorted({name for name in shown if shown.count(name) > 1}):
+            what = f"two envs would share the label {twice[0]!r} in every table and figure"
+            raise _fail("env_labels", what)
+        sizes = list(self.collect.test_sizes)
+        for i, size in enumerate(self.ablation_sizes or ()):
+            if size not in sizes:
+                what = f"must be one of 'collect.test_sizes' {sizes} (the ablations' sizes)"
+                raise _fail(f"ablation_sizes[{i}]", what, size)
+        for i, env in enumerate(self.ablation_envs or () if self.ablations else ()):
+            if env not in self.envs:
+                what = f"must be {envs} (its ablations would never be trained)"
+                raise _fail(f"ablation_envs[{i}]", what, env)
         e = self.evaluate
         evaluated = e.evaluated(self.collect.test_episodes)
         if "curve_episodes" not in e.model_fields_set and e.curve_episodes > evaluated:

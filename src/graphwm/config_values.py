@@ -166,16 +166,11 @@ _WORDS = {"int_type": "must be an integer", "float_type": "must be a number",
 def preset_error(err: ValidationError, key: str = "") -> PresetError:
     """The first error of ``err`` as ``preset key 'a.b[1]': what is allowed, got value``."""
     e = err.errors()[0]
-    parts = [key] if key else []
-    for p in e["loc"]:
-        if isinstance(p, int):
-            parts[-1:] = [f"{parts[-1] if parts else ''}[{p}]"]
-        else:
-            parts.append(str(p))
     ctx, kind = e.get("ctx") or {}, e["type"]
-    if ctx.get("key"):
-        parts.append(ctx["key"])
-    where = f"preset key {'.'.join(parts) or 'the preset'!r}"
+    at = key
+    for p in [*e["loc"], *([ctx["key"]] if ctx.get("key") else [])]:
+        at += f"[{p}]" if isinstance(p, int) else f".{p}" if at else str(p)
+    where = f"preset key {at or 'the preset'!r}"
     if kind == "unknown_key":
         return PresetError(f"{where} is unknown; known keys here: {ctx['known']}")
     if kind == "missing":

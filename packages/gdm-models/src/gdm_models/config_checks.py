@@ -1,10 +1,5 @@
-"""Type checks of a model's hyperparameters, before any layer is built (issue 38).
-
-A model's config is a dataclass whose fields are annotated ``int``, ``float``, ``bool`` or
-``str`` (or ``X | None``). Python would let ``embed_dim=8.5`` or ``hidden_dim=True`` through
-to torch, which then fails deep inside a layer's constructor; this check names the field,
-what it must be and the value instead.
-"""
+"""Type checks of a model's hyperparameters before any layer is built: ``embed_dim=8.5`` or
+``hidden_dim=True`` would otherwise fail deep inside a layer's constructor (issue 38)."""
 
 from __future__ import annotations
 
