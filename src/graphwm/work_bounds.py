@@ -29,7 +29,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from gdm_models.config_checks import memory_bytes
+from gdm_models.machine import memory_bytes
 
 from graphwm.config import Preset, PresetError
 from graphwm.config_values import MAX_SEED

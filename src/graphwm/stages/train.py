@@ -261,7 +261,7 @@ def checkpoint_size_problem(path: Path) -> str | None:
     import json
     import struct
 
-    from gdm_models.config_checks import memory_bytes
+    from gdm_models.machine import memory_bytes
     from gdm_models.training.checkpoint import WEIGHTS_FILE, CheckpointError, read_manifest
 
     try:

@@ -9,18 +9,7 @@ import types
 import typing
 from typing import Any
 
-__all__ = ["check_config_types", "memory_bytes"]
-
-
-def memory_bytes() -> int:
-    """This machine's physical memory in bytes (16 GiB where the OS does not say): the bound
-    that model sizes and imagination outputs are refused against (issue 38, issue 47)."""
-    import os
-
-    try:
-        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
-    except (AttributeError, ValueError, OSError):
-        return 16 * 2**30
+__all__ = ["check_config_types"]
 
 
 #: what an annotated kind accepts: bool is no int here, an int is a float, numpy numbers count

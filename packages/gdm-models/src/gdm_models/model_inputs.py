@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from .config_checks import memory_bytes
 from .data import (
     OBS_KEYS,
     DataError,
@@ -24,6 +23,7 @@ from .data import (
     validate_start_observations,
 )
 from .inputs import check_seed, check_steps
+from .machine import memory_bytes
 from .schema import Schema
 
 __all__ = ["ModelInputs", "check_num_samples"]

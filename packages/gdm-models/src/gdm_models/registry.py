@@ -21,8 +21,8 @@ import torch
 
 from .baselines.grssm import build_grssm
 from .baselines.gwm import build_gwm
-from .config_checks import memory_bytes
 from .gdm import build_gdm
+from .machine import memory_bytes
 from .scaling import FeatureScaler
 from .schema import Schema
 from .world_model import WorldModel
