@@ -34,9 +34,7 @@ from graphwm.work_bounds import check_model_size, check_work_bounds
 MAX_STORED_NODES = 500  # (episodes per file: at most graphwm.episodes.SEEDS_PER_SIZE)
 
 
-# ---------------------------------------------------------------------------------------------
-# Models: names through the registry, hyperparameters through a pydantic model of their config
-# ---------------------------------------------------------------------------------------------
+# -- models: names through the registry, hyperparameters through a pydantic model of their config
 #: the preset's type of a config field of each kind (integers up to MAX_INT, finite numbers, ...)
 _VALUE: dict[Any, Any] = {int: Annotated[int, Int()], float: Annotated[float, Float()],
                           bool: StrictBool, str: Annotated[str, Str()]}  # fmt: skip
@@ -107,10 +105,6 @@ def check_model_values(model: str, env: str, values: Mapping[str, Any], key: str
     check_model_size(model, env, values, key)
 
 
-def _base(name: str) -> str:
-    return str(name).split(":", 1)[0]
-
-
 def _check_models(p: Preset, listed: Iterable[str]) -> None:
     """Model names, and each ``train.model_overrides`` table: it names a model the preset runs
     (or ``listed``, the preset file's own models where ``--models`` narrowed them) and its
@@ -122,7 +116,7 @@ def _check_models(p: Preset, listed: Iterable[str]) -> None:
             for env in p.envs:
                 config_class(name, env, f"{key}[{i}]")
     known = available_models()
-    runs = sorted({_base(m) for m in (*p.models, *p.ablations, *listed)})
+    runs = sorted({m.partition(":")[0] for m in (*p.models, *p.ablations, *listed)})
     for base, values in p.train.model_overrides.items():
         key = f"train.model_overrides.{base}"
         if base not in known:  # a typo would leave the model at its hyperparameters
@@ -131,7 +125,7 @@ def _check_models(p: Preset, listed: Iterable[str]) -> None:
         if base not in runs:  # overrides of a model that never trains would do nothing
             said = f"its models and ablations: {runs}); add it to 'models' or remove the table"
             raise PresetError(f"preset key {key!r}: the preset does not run {base!r} ({said}")
-        used = [(env, m) for env in p.envs for m in p.models_of(env) if _base(m) == base]
+        used = [(env, m) for env in p.envs for m in p.models_of(env) if m.partition(":")[0] == base]
         for env, model in used or [(p.envs[0], base)]:  # kept for a model --models left out
             check_model_values(model, env, values, key)
 
@@ -152,9 +146,7 @@ def _check_grid(p: Preset) -> None:
                     check_model_values(model, env, rest, where)
 
 
-# ---------------------------------------------------------------------------------------------
-# Envs, sizes and what would silently do nothing
-# ---------------------------------------------------------------------------------------------
+# -- envs and sizes ----------------------------------------------------------------------------
 def _refused(key: str, what: str) -> PresetError:
     return PresetError(f"preset key {key!r}: {what}")
 
@@ -243,9 +235,8 @@ def check_device(device: str, key: str = "device") -> None:
         import torch
 
         kind, _, index = device.partition(":")
-        has = (
-            torch.cuda.device_count() if kind == "cuda" else int(torch.backends.mps.is_available())
-        )
+        mps = torch.backends.mps.is_available()
+        has = torch.cuda.device_count() if kind == "cuda" else int(mps)
         if int(index or 0) >= has:
             why = f"it has {has} {kind} device(s)"
             raise _refused(key, f"{device!r} is not available on this machine ({why}); use 'cpu'")

@@ -50,9 +50,7 @@ DEVICE_PATTERN = re.compile(r"cpu|cuda(:\d+)?|mps")
 DEVICES = "'cpu', 'cuda', 'cuda:<index>' or 'mps'"
 
 
-# ---------------------------------------------------------------------------------------------
-# The sections: every default of the pipeline is a field default below
-# ---------------------------------------------------------------------------------------------
+# -- the sections: every default of the pipeline is a field default below --------------------
 class CollectConfig(Section):
     """Stage 1: sizes and episode counts per split (``[collect]``)."""
 
@@ -108,9 +106,9 @@ class TrainSection(Section):
         if (self.steps is None) == (self.epochs is None):
             raise _fail("", "give exactly one of 'steps' and 'epochs'")
         if self.eval_every and self.steps is None:
-            raise _fail("eval_every", "needs the training length in 'steps' (not 'epochs')",
-                        self.eval_every)  # fmt: skip
-        if self.eval_every and self.steps is not None and self.eval_every > self.steps:
+            what = "needs the training length in 'steps' (not 'epochs')"
+            raise _fail("eval_every", what, self.eval_every)
+        if self.eval_every > (self.steps or 0):
             raise _fail("eval_every", f"must be at most 'steps' = {self.steps}", self.eval_every)
         return self
 

@@ -5,7 +5,7 @@ turns pydantic's first error into a :class:`PresetError` naming key, value and w
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any, Self
 
 from annotated_types import GroupedMetadata, Interval, MinLen
@@ -31,17 +31,8 @@ class PresetError(ValueError):
     """A preset value is missing, of the wrong type or out of range (the key is named)."""
 
 
-# ---------------------------------------------------------------------------------------------
-# Values: pydantic's own constraints (Strict, Interval, MinLen) and a check in the project's words
-# ---------------------------------------------------------------------------------------------
-class Meta(GroupedMetadata):
+class Meta(tuple, GroupedMetadata):
     """Pydantic metadata given as one item: ``Annotated[int, Int(ge=1)]``."""
-
-    def __init__(self, *items: Any) -> None:
-        self.items = items
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self.items)
 
 
 def _check(test: Callable[[Any], Any], what: str) -> AfterValidator:
@@ -55,12 +46,12 @@ def _check(test: Callable[[Any], Any], what: str) -> AfterValidator:
 
 def Rule(test: Callable[[Any], Any], what: str, *more: Any) -> Meta:  # noqa: N802 (a type's rule)
     """A strict value that ``test`` accepts (else refused with ``what``), after ``more``."""
-    return Meta(Strict(), *more, _check(test, what))
+    return Meta((Strict(), *more, _check(test, what)))
 
 
 def Int(ge: int | None = None, le: int = MAX_INT) -> Meta:  # noqa: N802
     """A strict integer (``true`` is none) in ``[ge, le]``."""
-    return Meta(Strict(), Interval(ge=ge, le=le))
+    return Meta((Strict(), Interval(ge=ge, le=le)))
 
 
 def Float(**bound: float) -> Meta:  # noqa: N802
@@ -83,7 +74,7 @@ def Str(choices: Sequence[str] | None = None) -> Meta:  # noqa: N802
 def Items(*, allow_empty: bool = False) -> Meta:  # noqa: N802
     """A list (kept as a tuple) of distinct values, non-empty unless allowed."""
     distinct = lambda v: len(set(map(repr, v))) == len(v)  # noqa: E731
-    return Meta(MinLen(0 if allow_empty else 1), _check(distinct, "must not repeat a value"))
+    return Meta((MinLen(0 if allow_empty else 1), _check(distinct, "must not repeat a value")))
 
 
 class Given:
@@ -125,10 +116,8 @@ class Section(BaseModel):
     def parse(cls, raw: Any, key: str = "") -> Self:
         """The table ``raw`` (at preset key ``key``) read, one already read as it is;
         :class:`PresetError` naming a key."""
-        if isinstance(raw, cls):
-            return raw
         try:
-            return cls.model_validate(raw)
+            return raw if isinstance(raw, cls) else cls.model_validate(raw)
         except ValidationError as err:
             raise preset_error(err, key) from None
 
