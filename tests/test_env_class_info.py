@@ -6,10 +6,10 @@ from __future__ import annotations
 import gymnasium as gym
 import pytest
 from graphwm_envs import GraphEnv
+from graphwm_envs.registration import graph_env_info
 
-from graphwm import checks
 from graphwm.downstream.runs import has_greedy
-from graphwm.envs import ENV_IDS, env_schema
+from graphwm.envs import ENV_IDS, env_limits, env_schema
 
 
 def test_schema_limits_and_greedy_need_no_env(monkeypatch):
@@ -20,18 +20,18 @@ def test_schema_limits_and_greedy_need_no_env(monkeypatch):
         raise AssertionError("an env was built")
 
     monkeypatch.setattr(GraphEnv, "__init__", refuse)
-    checks.env_limits.cache_clear()
+    graph_env_info.cache_clear()
     try:
         for name in ENV_IDS:
             assert env_schema(name) == expected[name]
-            assert checks.env_limits(name) == (5, maxima[name])
+            assert env_limits(name) == (5, maxima[name])
             assert has_greedy(name)
     finally:
-        checks.env_limits.cache_clear()
+        graph_env_info.cache_clear()
 
 
 def test_an_unknown_env_name_keeps_its_message():
     with pytest.raises(ValueError, match=r"unknown env 'XYZ'; choose from \['CF', 'OD'"):
         env_schema("XYZ")
     with pytest.raises(ValueError, match="unknown env 'XYZ'"):
-        checks.env_limits("XYZ")
+        env_limits("XYZ")

@@ -15,7 +15,7 @@ from graphwm.config import read_preset
     ("device", "gpus"), [("cpu", 0.0), ("cuda", 1.0), ("cuda:0", 1.0), ("cuda:1", 1.0)]
 )
 def test_every_cuda_device_string_gets_a_gpu(device, gpus, monkeypatch):
-    monkeypatch.setattr(pipeline, "check_machine", lambda preset: None)  # no GPU here
+    monkeypatch.setattr(pipeline, "check_device", lambda device: None)  # no GPU here
     preset = parse_checked({**read_preset("smoke"), "device": device, "executor": "ray"})
     assert pipeline.executor_args(preset, gpu=True)["num_gpus_per_job"] == gpus
     from graphwm.jobs import EVAL_GPU_FRACTION
