@@ -9,7 +9,7 @@ prints env-steps per second (B x steps / seconds) and their ratio, measured in t
     uv run python benchmarks/bench_dream.py --quick    # B = 64, N = 20, a few steps
     uv run python benchmarks/bench_dream.py --device cuda
 
-The model is untrained at the paper's preset size for the env (``get_preset(model, env)``),
+The model is untrained at the paper's preset size for the env (``get_hyperparameters(model, env)``),
 which has the cost of a trained one; its continuation head is set to the real env's
 episode-end rate measured in the same run (``--no-calibrate`` keeps the untrained head, which
 ends half of all episodes every step). The target on a 2-core CPU is >= 1,000 dream steps/s
@@ -157,10 +157,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    from gdm_models import get_preset, make_model
+    from gdm_models import get_hyperparameters, make_model
 
     torch.manual_seed(0)
-    preset = get_preset(args.model, args.env)
+    preset = get_hyperparameters(args.model, args.env)
     model = make_model(args.model, env_schema(args.env), None, **preset["model"]).to(args.device)
     model.eval()
     if args.verify:

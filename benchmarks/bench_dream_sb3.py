@@ -55,10 +55,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads (both sides)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    from gdm_models import get_preset, make_model
+    from gdm_models import get_hyperparameters, make_model
 
     torch.manual_seed(0)
-    preset = get_preset(args.model, args.env)
+    preset = get_hyperparameters(args.model, args.env)
     model = make_model(args.model, env_schema(args.env), None, **preset["model"]).eval()
     b, n = args.envs, args.nodes
     same_step = DreamVectorEnv(model, make_env(args.env, n), b, autoreset_mode="SameStep")

@@ -246,7 +246,7 @@ def main() -> None:
     import torch
     from gdm_models import FeatureScaler, make_model
 
-    from graphwm.envs import model_preset
+    from graphwm.envs import model_hyperparameters
     from graphwm.metric.graph import OBS_KEYS
     from graphwm.metric.protocol import STREAM_POSTERIOR, sample_seeds
 
@@ -265,7 +265,9 @@ def main() -> None:
             for name in args.models:
                 torch.manual_seed(0)
                 scaler = FeatureScaler.fit(small, schema)
-                model = make_model(name, schema, scaler, **model_preset(name, env)["model"])
+                model = make_model(
+                    name, schema, scaler, **model_hyperparameters(name, env)["model"]
+                )
                 model.eval()
                 seed = sample_seeds(7, 0, STREAM_POSTERIOR, 1)[0]
                 steps = sorted(replay.snapshots)

@@ -30,7 +30,7 @@ DEFAULT_MODELS = ("gdm", "gdm:no-graph-state", "vanilla-gwm", "g-rssm")
 def main(argv: list[str]) -> None:
     from gdm_models import FeatureScaler, make_model
 
-    from graphwm.envs import model_preset
+    from graphwm.envs import model_hyperparameters
     from graphwm.metric.graph import OBS_KEYS
     from graphwm.metric.protocol import STREAM_POSTERIOR, sample_seeds
 
@@ -44,7 +44,9 @@ def main(argv: list[str]) -> None:
     for name in names:
         torch.manual_seed(0)
         scaler = FeatureScaler.fit(small, schema)
-        model = make_model(name, schema, scaler, **model_preset(name, "OD")["model"]).eval()
+        model = make_model(
+            name, schema, scaler, **model_hyperparameters(name, "OD")["model"]
+        ).eval()
         seed = sample_seeds(7, 0, STREAM_POSTERIOR, 1)[0]
         with torch.no_grad():
             lat = model.observe_at(obs, replay.action_nodes, steps, seed)

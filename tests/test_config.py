@@ -37,7 +37,7 @@ BAD_VALUES = [
     ("multi_step.horizon", 0, r"'multi_step\.horizon': must be an integer >= 1"),
     ("collect.test_sizes", [], r"'collect\.test_sizes': must be a non-empty list"),
     ("envs", ["SAR", "XYZ"], r"'envs\[1\]' \('XYZ'\): unknown env 'XYZ'; choose from"),
-    ("models", ["gdm", "nope"], r"'models\[1\]' \('nope'\): no presets for model 'nope'"),
+    ("models", ["gdm", "nope"], r"'models\[1\]' \('nope'\): no hyperparameters for model 'nope'"),
     ("executor", "slurm", r"'executor': must be one of \['local', 'ray'\]"),
     ("train.precision", "fp8", r"'train\.precision': must be one of \['fp32', 'bf16'\]"),
     ("train.compile", "yes", r"'train\.compile': must be true or false"),

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from example_envs.edgeflip import EdgeFlipEnv
 from example_envs.spread import SpreadEnv
-from gdm_models import default_preset, get_preset, register_preset
+from gdm_models import default_hyperparameters, get_hyperparameters, register_hyperparameters
 from graphwm_envs import (
     GraphEnvContractError,
     check_graph_env,
@@ -28,7 +28,7 @@ from graphwm_envs import (
 
 from graphwm import checks
 from graphwm.config import PresetError
-from graphwm.envs import env_id, env_limits, env_schema, make_env, model_preset
+from graphwm.envs import env_id, env_limits, env_schema, make_env, model_hyperparameters
 from graphwm.metric.graph import extend_schema
 from graphwm.pipeline import preset_dict, reproduce
 
@@ -244,27 +244,29 @@ def test_make_env_refuses_an_env_without_the_protocol():
 
 
 # ---------------------------------------------------------------------- model presets
-def test_model_presets_of_an_env_the_paper_did_not_tune():
+def test_model_hyperparameters_of_an_env_the_paper_did_not_tune():
     schema = env_schema(SPREAD)
     with pytest.raises(KeyError, match="pass the env's schema"):
-        get_preset("gdm", "example/Spread-v0")
-    gdm = get_preset("gdm", "example/Spread-v0", schema=schema)
-    assert gdm == default_preset("gdm", schema) == model_preset("gdm", SPREAD)
+        get_hyperparameters("gdm", "example/Spread-v0")
+    gdm = get_hyperparameters("gdm", "example/Spread-v0", schema=schema)
+    assert gdm == default_hyperparameters("gdm", schema) == model_hyperparameters("gdm", SPREAD)
     # the modal value of the paper's four tuned GDM presets: three of four use these
     assert gdm["model"]["hidden_dim"] == 128 and gdm["train"]["lr"] == 5e-4
     assert gdm["model"]["node_latent_groups"] == 16 and gdm["model"]["free_bits"] == 0.01
-    ea = default_preset("ea-gwm", schema)  # ties (2 vs 4 layers, 64 vs 128) -> the smaller
+    ea = default_hyperparameters("ea-gwm", schema)  # ties (2 vs 4 layers, 64 vs 128) -> the smaller
     assert ea["model"]["mp_layers"] == 2 and ea["model"]["hidden_dim"] == 64
-    assert model_preset("gdm", "SAR") == get_preset("gdm", "SAR")  # the paper's unchanged
+    assert model_hyperparameters("gdm", "SAR") == get_hyperparameters(
+        "gdm", "SAR"
+    )  # the paper's unchanged
     with pytest.raises(ValueError, match="schema must be a schema dict"):
-        default_preset("gdm", {"nodes": 3})
-    register_preset("gdm", "example/Spread-v0", {"model": {"hidden_dim": 16}, "train": {}})
+        default_hyperparameters("gdm", {"nodes": 3})
+    register_hyperparameters("gdm", "example/Spread-v0", {"model": {"hidden_dim": 16}, "train": {}})
     try:
-        assert model_preset("gdm", SPREAD)["model"] == {"hidden_dim": 16}
+        assert model_hyperparameters("gdm", SPREAD)["model"] == {"hidden_dim": 16}
     finally:
-        from gdm_models.hyperparameters import PRESETS
+        from gdm_models.hyperparameters import HYPERPARAMETERS
 
-        del PRESETS["gdm"]["example/Spread-v0"]
+        del HYPERPARAMETERS["gdm"]["example/Spread-v0"]
 
 
 def test_the_metric_graph_refuses_a_feature_it_would_add():

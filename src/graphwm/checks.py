@@ -61,11 +61,11 @@ def config_class(model: str, env: str, key: str) -> type:
     from gdm_models.gdm import ABLATIONS
     from gdm_models.registry import MODELS
 
-    from graphwm.envs import model_preset
+    from graphwm.envs import model_hyperparameters
 
     base, _, variant = model.partition(":")
     try:
-        values = model_preset(model, env)["model"]  # KeyError: no hyperparameters for the name
+        values = model_hyperparameters(model, env)["model"]  # KeyError: no such model
         for name in variant.split("+") if base == "gdm" and variant else ():
             if name not in ABLATIONS:
                 raise KeyError(f"unknown GDM ablation {name!r}; known: {sorted(ABLATIONS)}")
@@ -89,12 +89,12 @@ def config_class(model: str, env: str, key: str) -> type:
 def check_model_values(model: str, env: str, values: Mapping[str, Any], key: str) -> None:
     """``values`` (at preset key ``key``) are fields of ``model``'s config, of their types, pass
     the config's own checks on top of its hyperparameters on ``env``, and fit in memory."""
-    from graphwm.envs import model_preset
+    from graphwm.envs import model_hyperparameters
 
     config = config_class(model, env, key)
     hyperparameters(config).parse(values, key)
     try:
-        config(**{**model_preset(model, env)["model"], **values})
+        config(**{**model_hyperparameters(model, env)["model"], **values})
     except (ValueError, TypeError, KeyError) as err:
         said = str(err.args[0] if err.args else err)
         # the config names the field it refuses (``GDMConfig.embed_dim must be >= 1``)

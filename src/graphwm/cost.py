@@ -91,28 +91,28 @@ def _model(env: str, model: str, device: str):
     import torch
     from gdm_models import FeatureScaler, make_model
 
-    from graphwm.envs import model_preset
+    from graphwm.envs import model_hyperparameters
 
     eps = _episodes(env, (15, 20, 25), 2)
     schema = env_schema(env)
-    preset = model_preset(model, env)
+    values = model_hyperparameters(model, env)
     torch.manual_seed(0)
-    built = make_model(model, schema, FeatureScaler.fit(eps, schema), **preset["model"])
-    return built.to(device), eps, preset
+    built = make_model(model, schema, FeatureScaler.fit(eps, schema), **values["model"])
+    return built.to(device), eps, values
 
 
-def _engine_step(models, episodes, schema, preset, device: str, strategy: str, seed0: int = 0):
+def _engine_step(models, episodes, schema, hyper, device: str, strategy: str, seed0: int = 0):
     """One training step of ``models`` (1 model, or K members) exactly as ``gdm_models.train``
     (``strategy="loop"``) or ``train_ensemble`` runs it on ``device``: the trainers' engine
-    (``gdm_models.training.engines.make_engine``, the preset's training arguments; the static
+    (``gdm_models.training.engines.make_engine``, the model's training hyperparameters; the static
     step captured as one CUDA graph on CUDA), each member drawing from its own sampler and
     generator."""
     import torch
     from gdm_models import EpisodeDataset, EpochSampler, TrainConfig
     from gdm_models.training.engines import make_engine
 
-    # the preset's training arguments; TrainConfig's defaults where it leaves one out
-    config = TrainConfig(**preset["train"])
+    # the model's training hyperparameters; TrainConfig's defaults where it leaves one out
+    config = TrainConfig(**hyper["train"])
     bs, seq_len = config.batch_size, config.seq_len
     ds = EpisodeDataset(episodes, schema, seq_len=seq_len)
     for m in models:
@@ -149,14 +149,14 @@ def _timed(steps_fns, steps: int, device: str, warmup: int = 4) -> list[float]:
     return [e / steps for e in elapsed]
 
 
-def _time_training(model, episodes, schema, preset, steps: int, device: str) -> float:
+def _time_training(model, episodes, schema, hyper, steps: int, device: str) -> float:
     """Seconds per training step as ``gdm_models.train`` runs it on ``device`` (its engine)."""
-    step = _engine_step([model], episodes, schema, preset, device, "loop")
+    step = _engine_step([model], episodes, schema, hyper, device, "loop")
     return _timed([step], steps, device)[0]
 
 
 def _time_ensemble_ratio(
-    env: str, name: str, k: int, episodes, preset, steps: int, device: str
+    env: str, name: str, k: int, episodes, hyper, steps: int, device: str
 ) -> float:
     """One k-member ensemble step / one single step, timed alternately on ``device``, both as
     ``train_ensemble`` runs them: the member engine (on CUDA its static step captured as one
@@ -171,10 +171,10 @@ def _time_ensemble_ratio(
         members = []
         for s in range(n):
             torch.manual_seed(s)
-            members.append(make_model(name, schema, scaler, **preset["model"]))
+            members.append(make_model(name, schema, scaler, **hyper["model"]))
         # train_ensemble's "auto": the member engine for a MemberModel, else the loop
         strategy = "members" if isinstance(members[0], MemberModel) else "loop"
-        return _engine_step(members, episodes, schema, preset, device, strategy)
+        return _engine_step(members, episodes, schema, hyper, device, strategy)
 
     single, ensemble = _timed([engine(1), engine(k)], steps, device)
     return ensemble / single

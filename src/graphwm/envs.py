@@ -5,7 +5,7 @@ env: ``"mypkg/MyEnv-v0"``, or Gymnasium's ``"mypkg.envs:mypkg/MyEnv-v0"`` form, 
 ``mypkg.envs`` (the module that registers the id) first. Every function here resolves the name
 in the process that calls it, so a worker process or a Ray task imports the registering module
 itself (jobs carry the name as written). What is read without building an env (schema, size
-range, model presets) comes from :func:`graphwm_envs.graph_env_info`, the one registration
+range, model hyperparameters) comes from :func:`graphwm_envs.graph_env_info`, the one registration
 point (docs/own-env.md). An env is driven only through the graph env protocol
 (:func:`graphwm_envs.check_graph_env`), so any env that satisfies it works, not only
 ``GraphEnv`` subclasses.
@@ -163,15 +163,15 @@ def env_limits(name: str) -> tuple[int, int]:
     return info.min_nodes, info.max_nodes
 
 
-def model_preset(model: str, name: str) -> dict[str, Any]:
-    """The hyperparameter preset of ``model`` on an env: the paper's, else the defaults for
-    an env the paper did not tune (``gdm_models.default_preset``), unless one was registered
-    with ``gdm_models.register_preset`` under the env's Gymnasium id in this process."""
-    from gdm_models import get_preset
+def model_hyperparameters(model: str, name: str) -> dict[str, Any]:
+    """The hyperparameters of ``model`` on an env: the paper's, else the defaults for an env
+    the paper did not tune (``gdm_models.default_hyperparameters``), unless some were registered
+    with ``gdm_models.register_hyperparameters`` under the env's Gymnasium id in this process."""
+    from gdm_models import get_hyperparameters
 
     if name in ENV_IDS:
-        return get_preset(model, name)
-    return get_preset(model, preset_key(name), schema=env_schema(name))
+        return get_hyperparameters(model, name)
+    return get_hyperparameters(model, preset_key(name), schema=env_schema(name))
 
 
 def resolved_configs(
@@ -180,13 +180,13 @@ def resolved_configs(
     model_overrides: Mapping[str, Any] | None = None,
     train_overrides: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(model_config, trainer)`` of ``model`` on ``env``: :func:`model_preset`'s
+    """``(model_config, trainer)`` of ``model`` on ``env``: :func:`model_hyperparameters`'s
     ``"model"`` and ``"train"`` tables under the overrides (the one place a training job's
     hyperparameters are resolved: the jobs and the preset checks read them alike)."""
-    preset = model_preset(model, env)
+    values = model_hyperparameters(model, env)
     return (
-        {**preset["model"], **(model_overrides or {})},
-        {**preset["train"], **(train_overrides or {})},
+        {**values["model"], **(model_overrides or {})},
+        {**values["train"], **(train_overrides or {})},
     )
 
 

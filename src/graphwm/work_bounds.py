@@ -269,7 +269,7 @@ def _check_training_memory(p: Preset, machine: int) -> None:
             keys = [
                 f"train.train_overrides.{k}"
                 if k in p.train.train_overrides
-                else f"{k} of {base}'s paper preset (train.train_overrides.{k})"
+                else f"{k} of {base}'s paper hyperparameters (train.train_overrides.{k})"
                 for k in ("batch_size", "seq_len")
             ]
             raise PresetError(

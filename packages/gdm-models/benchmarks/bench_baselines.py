@@ -31,7 +31,7 @@ from contextlib import nullcontext
 
 import numpy as np
 import torch
-from gdm_models import EpisodeDataset, FeatureScaler, TrainConfig, get_preset, make_model
+from gdm_models import EpisodeDataset, FeatureScaler, TrainConfig, get_hyperparameters, make_model
 from gdm_models.data import OBS_KEYS
 from gdm_models.reference import grssm_loss_reference, gwm_loss_reference
 from gdm_models.synthetic import ENV_SCHEMAS, schema_episode
@@ -53,7 +53,7 @@ def setup(name: str, env: str, device: torch.device, B: int = 8, L: int = 20):
     eps = [schema_episode(schema, int(n), L + 5, rng, edge_p=4.0 / n) for n in rng.choice(SIZES, B)]
     scaler = FeatureScaler.fit(eps, schema)
     torch.manual_seed(0)
-    model = make_model(name, schema, scaler, **get_preset(name, env)["model"]).to(device)
+    model = make_model(name, schema, scaler, **get_hyperparameters(name, env)["model"]).to(device)
     batch = EpisodeDataset(eps, schema).make_batch([(i, 0) for i in range(B)], seq_len=L)
     return model, batch.to(device)
 

@@ -67,7 +67,7 @@ from gdm_models import (
     FeatureScaler,
     MemberModel,
     TrainConfig,
-    get_preset,
+    get_hyperparameters,
     make_model,
 )
 from gdm_models.compiling import CompileFallbackWarning
@@ -101,7 +101,7 @@ def _data(seed: int = 0, episodes: int = 32) -> tuple[EpisodeDataset, FeatureSca
 
 
 def _models(name: str, k: int, scaler: FeatureScaler, dev: torch.device) -> list:
-    cfg = get_preset(name, "OD")["model"]
+    cfg = get_hyperparameters(name, "OD")["model"]
     out = []
     for s in range(k):
         torch.manual_seed(s)
@@ -230,7 +230,7 @@ def make_captured(name: str, dev: torch.device, b: int) -> Callable[[], object]:
     ds, scaler = _data(episodes=max(32, b))
     [model] = _models(name, 1, scaler, dev)
     params = [p for p in model.parameters() if p.requires_grad]
-    lr = get_preset(name, "OD")["train"]["lr"]
+    lr = get_hyperparameters(name, "OD")["train"]["lr"]
     gen = torch.Generator(device=dev).manual_seed(0)
     step = StaticTrainStep(
         model, make_adam(params, lr, dev), params, gen, CLIP, StaticShape.for_dataset(ds, b, L)
@@ -287,7 +287,7 @@ def captured_single(
     ratio, the time the capture took (warm-up steps included) and, with ``count_ops``, the
     aten ops and kernels of one eager static step against one replay."""
     ds, scaler = _data()
-    lr = get_preset(name, "OD")["train"]["lr"]
+    lr = get_hyperparameters(name, "OD")["train"]["lr"]
     [model] = _models(name, 1, scaler, dev)
     params = [p for p in model.parameters() if p.requires_grad]
     gen = torch.Generator(device=dev).manual_seed(0)
@@ -335,7 +335,7 @@ def bench(
     capture: bool = False,
 ) -> None:
     ds, scaler = _data()
-    lr = get_preset(name, "OD")["train"]["lr"]
+    lr = get_hyperparameters(name, "OD")["train"]["lr"]
     autocast = torch.autocast(dev.type, enabled=False)
     [model] = _models(name, 1, scaler, dev)
     opt = torch.optim.Adam(model.parameters(), lr=lr)

@@ -31,7 +31,7 @@ from contextlib import nullcontext
 
 import numpy as np
 import torch
-from gdm_models import EpisodeDataset, FeatureScaler, TrainConfig, get_preset, make_model
+from gdm_models import EpisodeDataset, FeatureScaler, TrainConfig, get_hyperparameters, make_model
 from gdm_models.data import OBS_KEYS
 from gdm_models.gdm import Noise
 from gdm_models.reference import gdm_loss_tensors_reference
@@ -55,7 +55,7 @@ def _sync(dev: torch.device) -> None:
 
 
 def _build(dev: torch.device, name: str = "gdm"):
-    preset = get_preset("gdm", "OD")
+    preset = get_hyperparameters("gdm", "OD")
     rng = np.random.default_rng(0)
     eps = [random_episode(int(rng.choice([15, 18, 20, 23, 25])), 30, rng) for _ in range(16)]
     scaler = FeatureScaler.fit(eps, SYNTHETIC_SCHEMA)

@@ -31,7 +31,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
-from gdm_models import TrainConfig, get_preset, make_model, train
+from gdm_models import TrainConfig, get_hyperparameters, make_model, train
 from gdm_models.synthetic import TINY_GDM_CONFIG
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -71,12 +71,16 @@ def compare(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> tuple[boo
 
 def check(name: str, dev: torch.device, steps: int, quick: bool, capture: bool | None) -> bool:
     ds, scaler = _data()
-    cfg = dict(get_preset(name, "OD")["model"])
+    cfg = dict(get_hyperparameters(name, "OD")["model"])
     if quick:  # tiny models on the CPU
         cfg = dict(TINY_GDM_CONFIG) if name == "gdm" else {"hidden_dim": 16}
     # the paper's lr, batch and window of OD
     kw = TrainConfig(
-        **get_preset(name, "OD")["train"], seed=3, device=dev, log_every=10, capture=capture
+        **get_hyperparameters(name, "OD")["train"],
+        seed=3,
+        device=dev,
+        log_every=10,
+        capture=capture,
     )
 
     def fresh() -> torch.nn.Module:

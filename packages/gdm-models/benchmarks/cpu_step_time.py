@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from gdm_models import EpisodeDataset, FeatureScaler, TrainConfig, get_preset, make_model
+from gdm_models import EpisodeDataset, FeatureScaler, TrainConfig, get_hyperparameters, make_model
 from gdm_models.synthetic import SYNTHETIC_SCHEMA, random_episode
 
 #: the trainers' gradient-norm clipping (gdm_models.TrainConfig's default)
@@ -56,7 +56,7 @@ def step_ms(model_name: str, steps: int, warmup: int, seed: int = 0) -> float:
     if steps < 1 or warmup < 0:
         raise ValueError(f"need steps >= 1 and warmup >= 0, got steps={steps}, warmup={warmup}")
     torch.set_num_threads(1)
-    preset = get_preset(model_name, "OD")
+    preset = get_hyperparameters(model_name, "OD")
     rng = np.random.default_rng(seed)
     episodes = [random_episode(int(rng.choice([15, 18, 20, 23, 25])), 30, rng) for _ in range(16)]
     scaler = FeatureScaler.fit(episodes, SYNTHETIC_SCHEMA)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from gdm_models import get_preset
+from gdm_models import get_hyperparameters
 from gdm_models.adjacency import bernoulli_gate, hard_concrete_gate
 from gdm_models.gdm import ABLATIONS, Noise
 from gdm_models.reference import gdm_loss_tensors_reference
@@ -65,8 +65,8 @@ def test_every_variant_sees_the_observed_topology(make_tiny, dataset, name):
 
 def test_no_recurrent_adj_follows_the_grssm_presets():
     for env, layers in (("RGC", 1), ("OD", 1), ("SAR", 2), ("CF", 1)):
-        assert get_preset("gdm", env)["model"]["encoder_gnn_layers"] == layers
-        assert get_preset("g-rssm", env)["model"]["encoder_layers"] == layers
+        assert get_hyperparameters("gdm", env)["model"]["encoder_gnn_layers"] == layers
+        assert get_hyperparameters("g-rssm", env)["model"]["encoder_layers"] == layers
 
 
 def test_no_recurrent_adj_has_an_unbiased_pair_dot_head(make_tiny):

@@ -17,7 +17,7 @@ from gdm_models import (
     FeatureScaler,
     TrainConfig,
     available_models,
-    get_preset,
+    get_hyperparameters,
     load_checkpoint,
     make_model,
     train,
@@ -131,29 +131,29 @@ def check_prediction(pred: dict, schema: dict, S: int, n: int) -> None:
 # ------------------------------------------------------------------------------ registry
 def test_registry_and_presets_follow_the_final_table():
     assert set(BASELINES) <= set(available_models())
-    p = get_preset("ea-gwm", "OD")
+    p = get_hyperparameters("ea-gwm", "OD")
     assert p["model"] == {"mp_layers": 4, "hidden_dim": 64, "beta_adj": 1.0}
     assert p["train"] == {"lr": 1e-4, "batch_size": 8, "seq_len": 20}
-    assert get_preset("ea-gwm", "RGC")["train"]["lr"] == 1e-3
-    assert get_preset("vanilla-gwm", "CF")["model"] == {
+    assert get_hyperparameters("ea-gwm", "RGC")["train"]["lr"] == 1e-3
+    assert get_hyperparameters("vanilla-gwm", "CF")["model"] == {
         "mp_layers": 1,
         "hidden_dim": 128,
         "beta_adj": 0.1,
     }
-    assert get_preset("vanilla-gwm", "RGC")["train"]["lr"] == 5e-4
-    g = get_preset("g-rssm", "RGC")["model"]
+    assert get_hyperparameters("vanilla-gwm", "RGC")["train"]["lr"] == 5e-4
+    g = get_hyperparameters("g-rssm", "RGC")["model"]
     assert (g["mp_layers"], g["encoder_layers"], g["beta_adj"], g["free_bits"]) == (3, 1, 10.0, 0.0)
-    g = get_preset("g-rssm", "SAR")["model"]
+    g = get_hyperparameters("g-rssm", "SAR")["model"]
     assert (g["mp_layers"], g["encoder_layers"], g["beta_adj"], g["free_bits"]) == (
         1,
         2,
         10.0,
         0.01,
     )
-    assert get_preset("g-rssm", "CF")["model"]["beta_adj"] == 0.1
+    assert get_hyperparameters("g-rssm", "CF")["model"]["beta_adj"] == 0.1
     for name in BASELINES:
         for env in ("RGC", "OD", "SAR", "CF"):
-            m = make_model(name, FULL, None, **get_preset(name, env)["model"])
+            m = make_model(name, FULL, None, **get_hyperparameters(name, env)["model"])
             assert m.model_name == name
     assert isinstance(make_model("ea-gwm", EMPTY), GWM)
     assert isinstance(make_model("g-rssm", EMPTY), GRSSM)

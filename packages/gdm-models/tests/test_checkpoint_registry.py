@@ -11,7 +11,7 @@ from gdm_models import (
     OBS_KEYS,
     CheckpointError,
     WorldModel,
-    get_preset,
+    get_hyperparameters,
     load_checkpoint,
     make_model,
     register_model,
@@ -88,22 +88,22 @@ def test_registry_names_and_hook(scaler):
 
 
 def test_presets_follow_the_paper_table():
-    od = get_preset("gdm", "OD")
+    od = get_hyperparameters("gdm", "OD")
     assert od["train"]["lr"] == 5e-4 and od["model"]["hidden_dim"] == 128
     assert (od["model"]["node_latent_groups"], od["model"]["node_latent_classes"]) == (16, 16)
     assert od["model"]["beta_rep"] == 0.05 and od["model"]["free_bits"] == 0.01
-    rgc = get_preset("gdm", "RGC")
+    rgc = get_hyperparameters("gdm", "RGC")
     assert rgc["train"]["lr"] == 1e-4 and rgc["model"]["embed_dim"] == 64
     assert rgc["model"]["node_latent_groups"] == 32 and rgc["model"]["free_bits"] == 0.0
     for env in ("SAR", "CF"):
-        p = get_preset("gdm:no-h-plus", env)
+        p = get_hyperparameters("gdm:no-h-plus", env)
         assert p["model"]["beta_rep"] == 0.1 and p["model"]["mp_layers"] == 1
         assert p["model"]["hc_beta"] == pytest.approx(2 / 3)
     rgc["model"]["hidden_dim"] = 1  # a copy
-    assert get_preset("gdm", "RGC")["model"]["hidden_dim"] == 64
+    assert get_hyperparameters("gdm", "RGC")["model"]["hidden_dim"] == 64
     with pytest.raises(KeyError):
-        get_preset("gdm", "XYZ")
-    m = make_model("gdm:no-beta-h", SYNTHETIC_SCHEMA, **get_preset("gdm", "CF")["model"])
+        get_hyperparameters("gdm", "XYZ")
+    m = make_model("gdm:no-beta-h", SYNTHETIC_SCHEMA, **get_hyperparameters("gdm", "CF")["model"])
     assert m.config.beta_h == 0.0 and m.config.hidden_dim == 128
     assert sum(p.numel() for p in m.parameters()) > 0
     assert torch.is_tensor(next(m.parameters()))
@@ -165,7 +165,7 @@ _PAIRS = {
 @pytest.mark.parametrize("model", sorted(PAPER_TABLE))
 def test_every_preset_number_matches_the_paper_table(model):
     for e, env in enumerate(ENVS):
-        p = get_preset(model, env)
+        p = get_hyperparameters(model, env)
         train_cfg = p["train"]
         assert (train_cfg["batch_size"], train_cfg["seq_len"]) == (8, 20)  # "Training Details"
         cfg = make_model(model, SYNTHETIC_SCHEMA, **p["model"]).config  # the built model's config

@@ -1,7 +1,7 @@
 """Stage 3: train one model on one env's training data (a content-keyed job).
 
-A :class:`TrainJob` holds every resolved setting that determines its weights (model and trainer
-hyperparameters after the paper presets and the preset's overrides, length, seed, device,
+A :class:`TrainJob` holds every resolved setting that determines its weights (the model and
+trainer hyperparameters, the paper's under the preset's overrides; length, seed, device,
 precision, and the key of the fit, which holds the keys of the training data). Its folder
 ``RUN_DIR/train/<ENV>/<model>/seed<k>-<key>/`` keeps the log and the checkpoints, so a changed
 setting trains a new model from scratch and an unchanged one is reused.
@@ -50,7 +50,7 @@ def job_reldir(env: str, model: str, stem: str, key: str) -> str:
     return f"train/{safe_name(env)}/{model_dir_name(model)}/{stem}-{digest}"
 
 
-#: the hyperparameters a job's ``trainer`` table holds (the paper's per-model preset under the
+#: the hyperparameters a job's ``trainer`` table holds (the paper's per model under the
 #: preset's ``train_overrides``): fields of :class:`~gdm_models.training.TrainConfig`
 TRAINER_FIELDS = ("batch_size", "lr", "seq_len")
 
@@ -68,7 +68,7 @@ class TrainJob:
     env: str
     model: str
     fit: FitJob
-    #: the model's hyperparameters after presets and overrides, as sorted (name, value) pairs
+    #: the model's hyperparameters (the paper's, overridden) as sorted (name, value) pairs
     model_config: tuple[tuple[str, Any], ...]
     config: TrainConfig
     #: the seeds trained together with this one (``()``: a single run; see EnsembleJob)

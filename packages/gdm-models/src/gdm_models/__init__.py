@@ -4,7 +4,7 @@ imagination.
 Public API::
 
     from gdm_models import (Schema, FeatureScaler, EpisodeDataset, WorldModel, MemberModel,
-                            make_model, register_model, get_preset, TrainConfig, train,
+                            make_model, register_model, get_hyperparameters, TrainConfig, train,
                             train_ensemble, load_checkpoint)
 
 Modules in layers, each importing only those below it (checked by import-linter, see the root
@@ -25,7 +25,15 @@ pyproject.toml):
 
 from .data import OBS_KEYS, Batch, DataError, EpisodeDataset, EpochSampler
 from .gdm import GDM, GDMConfig
-from .hyperparameters import ENV_IDS, default_preset, get_preset, register_preset
+from .hyperparameters import (
+    ENV_IDS,
+    default_hyperparameters,
+    default_preset,
+    get_hyperparameters,
+    get_preset,
+    register_hyperparameters,
+    register_preset,
+)
 from .member_layers import MemberModel
 from .registry import available_models, make_model, register_model
 from .scaling import FeatureScaler
@@ -77,16 +85,20 @@ __all__ = [
     "TrainResult",
     "WorldModel",
     "available_models",
-    "default_preset",
-    "get_preset",
+    "default_hyperparameters",
+    "get_hyperparameters",
     "load_checkpoint",
     "make_model",
     "parse_schema",
     "predictions_to_numpy",
     "register_model",
-    "register_preset",
+    "register_hyperparameters",
     "save_checkpoint",
     "TrainConfig",
     "train",
+    # deprecated names of get_hyperparameters, register_hyperparameters, default_hyperparameters
+    "get_preset",
+    "register_preset",
+    "default_preset",
     "train_ensemble",
 ]

@@ -76,7 +76,7 @@ class GraphHeads(_FeatureHeads):
 class PairDotAdjacencyHead(nn.Module):
     """Ablation "no-recurrent-adj": adjacency logits from the node decoder states only,
     l_uv = (W_adj d_u)^T (W_adj d_v), G-RSSM's size-independent decoder as in the paper (the
-    ablation follows the G-RSSM presets, which have no learned bias; ``bias=True`` adds a
+    ablation follows the G-RSSM hyperparameters, which have no learned bias; ``bias=True`` adds a
     learned scalar c to every logit)."""
 
     def __init__(self, dim: int, proj: int, bias: bool = False) -> None:

@@ -2,34 +2,44 @@
 Hyperparameters"), as plain data: this module imports nothing from the package, so any layer
 may read it.
 
-A preset is ``{"model": {config overrides}, "train": {trainer kwargs}}``. The paper's
+A model's hyperparameters on an env are ``{"model": {config overrides}, "train": {trainer
+kwargs}}`` (not to be confused with graphwm's experiment presets, the TOML files). The paper's
 environment ids: ``"RGC"``, ``"OD"``, ``"SAR"``, ``"CF"``. Unsearched parameters marked * in the
 paper's table are included as well. Models or envs added outside the package may add theirs
-with :func:`register_preset` (any env id).
+with :func:`register_hyperparameters` (any env id).
 
-An env the paper never tuned (one of your own) gets :func:`default_preset`: per hyperparameter,
-the value most of the paper's four tuned presets of that model share (ties: the smaller value,
-the cheaper model); pass the env's schema to :func:`get_preset` to fall back on it. The
+An env the paper never tuned (one of your own) gets :func:`default_hyperparameters`: per
+hyperparameter, the value most of the paper's four tuned sets of that model share (ties: the
+smaller value, the cheaper model); pass the env's schema to :func:`get_hyperparameters` to fall
+back on it. The
 defaults do not depend on the schema's contents (the paper gives no rule that would); the
 schema is checked to be one, so a caller cannot fall back by accident. Override any value as
 usual (``make_model(..., **overrides)``; graphwm: ``train.model_overrides``).
 
 Usage::
 
-    p = get_preset("gdm", "OD")
+    p = get_hyperparameters("gdm", "OD")
     model = make_model("gdm", schema, scaler, **p["model"])
     train(model, dataset, lr=p["train"]["lr"], ...)
-    get_preset("gdm", "mypkg/MyEnv-v0", schema=schema)  # no paper preset: the defaults
+    get_hyperparameters("gdm", "mypkg/MyEnv-v0", schema=schema)  # not tuned: the defaults
 """
 
 from __future__ import annotations
 
 import copy
+import functools
+import warnings
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["ENV_IDS", "PRESETS", "default_preset", "get_preset", "register_preset"]
+__all__ = [
+    "ENV_IDS",
+    "HYPERPARAMETERS",
+    "default_hyperparameters",
+    "get_hyperparameters",
+    "register_hyperparameters",
+]
 
 ENV_IDS: tuple[str, ...] = ("RGC", "OD", "SAR", "CF")
 
@@ -105,8 +115,8 @@ def _grssm(layers: int, enc_layers: int, beta_adj: float, free_bits: float) -> d
     }
 
 
-#: model base name -> environment id -> preset; * = unsearched in the paper's table
-PRESETS: dict[str, dict[str, dict[str, Any]]] = {
+#: model base name -> environment id -> hyperparameters; * = unsearched in the paper's table
+HYPERPARAMETERS: dict[str, dict[str, dict[str, Any]]] = {
     "gdm": {
         "RGC": _gdm(1e-4, 64, 32, 32, 0.1, 0.0, 1),
         "OD": _gdm(5e-4, 128, 16, 16, 0.05, 0.01, 1),
@@ -134,21 +144,21 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
 }
 
 
-def register_preset(model: str, env_id: str, preset: dict[str, Any]) -> None:
-    """Add or replace the preset of ``model`` (base name, e.g. ``"g-rssm"``) for ``env_id``
-    (one of the paper's ids or any other env's, e.g. ``"mypkg/MyEnv-v0"``)."""
+def register_hyperparameters(model: str, env_id: str, values: dict[str, Any]) -> None:
+    """Add or replace the hyperparameters of ``model`` (base name, e.g. ``"g-rssm"``) for
+    ``env_id`` (one of the paper's ids or any other env's, e.g. ``"mypkg/MyEnv-v0"``)."""
     if not isinstance(env_id, str) or not env_id:
         raise ValueError(f"env_id must be a non-empty string, got {env_id!r}")
-    if not isinstance(preset, Mapping) or set(preset) - {"model", "train"}:
-        raise ValueError("a preset has only the keys 'model' and 'train'")
-    PRESETS.setdefault(model, {})[env_id] = {
-        "model": dict(preset.get("model", {})),
-        "train": dict(preset.get("train", {})),
+    if not isinstance(values, Mapping) or set(values) - {"model", "train"}:
+        raise ValueError("hyperparameters have only the keys 'model' and 'train'")
+    HYPERPARAMETERS.setdefault(model, {})[env_id] = {
+        "model": dict(values.get("model", {})),
+        "train": dict(values.get("train", {})),
     }
 
 
 def _modal(values: list[Any]) -> Any:
-    """The value most presets share; ties: the smallest (the cheaper model, the smaller step)."""
+    """The value most tuned sets share; ties: the smallest (the cheaper model, the smaller step)."""
     counts = Counter(values)
     top = max(counts.values())
     tied = [v for v in counts if counts[v] == top]
@@ -167,17 +177,17 @@ _SCHEMA_KEYS = {
 }
 
 
-def default_preset(model: str, schema: Mapping[str, Any]) -> dict[str, Any]:
-    """The preset of ``model`` for an env the paper did not tune, with feature ``schema``.
+def default_hyperparameters(model: str, schema: Mapping[str, Any]) -> dict[str, Any]:
+    """The hyperparameters of ``model`` for an env the paper did not tune, with ``schema``.
 
-    Per hyperparameter the modal value of the paper's tuned presets of ``model`` (ties: the
-    smaller value); a key only some presets have is left out. For the paper's models this is:
+    Per hyperparameter the modal value of the paper's tuned sets of ``model`` (ties: the
+    smaller value); a key only some sets have is left out. For the paper's models this is:
     GDM the OD/CF/SAR sizes (lr 5e-4, dim 128, z_n 16 x 16, beta_rep 0.1, free bits 0.01),
     Vanilla-GWM lr 1e-4, 2 layers, dim 128; EA-GWM lr 1e-4, 2 layers, dim 64; G-RSSM 1 layer,
     1 encoder layer, beta_adj 10, free bits 0.01 (docs/own-env.md lists them).
 
     Raises:
-        KeyError: ``model`` has no presets at all.
+        KeyError: ``model`` has no hyperparameters at all.
         ValueError: ``schema`` is not a schema dict.
     """
     if not isinstance(schema, Mapping) or set(schema) - _SCHEMA_KEYS:
@@ -185,10 +195,10 @@ def default_preset(model: str, schema: Mapping[str, Any]) -> dict[str, Any]:
             f"schema must be a schema dict (keys among {sorted(_SCHEMA_KEYS)}), got {schema!r}"
         )
     base = model.split(":", 1)[0]
-    if base not in PRESETS:
-        raise KeyError(f"no presets for model {model!r}; known: {sorted(PRESETS)}")
-    tuned = [PRESETS[base][e] for e in ENV_IDS if e in PRESETS[base]]
-    tuned = tuned or list(PRESETS[base].values())
+    if base not in HYPERPARAMETERS:
+        raise KeyError(f"no hyperparameters for model {model!r}; known: {sorted(HYPERPARAMETERS)}")
+    tuned = [HYPERPARAMETERS[base][e] for e in ENV_IDS if e in HYPERPARAMETERS[base]]
+    tuned = tuned or list(HYPERPARAMETERS[base].values())
     out: dict[str, Any] = {"model": {}, "train": {}}
     for part in ("model", "train"):
         keys = [k for k in tuned[0][part] if all(k in p[part] for p in tuned)]
@@ -196,20 +206,41 @@ def default_preset(model: str, schema: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def get_preset(model: str, env_id: str, schema: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Return a deep copy of the preset for ``model`` (``"gdm:<ablation>"`` uses the GDM's).
-
-    An env with no preset of ``model`` gets :func:`default_preset` when its ``schema`` is
-    given, else ``KeyError``.
+def get_hyperparameters(
+    model: str, env_id: str, schema: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """A deep copy of the hyperparameters of ``model`` on ``env_id`` (``"gdm:<ablation>"``
+    uses the GDM's). An env without them gets :func:`default_hyperparameters` when its
+    ``schema`` is given, else ``KeyError``.
     """
     base = model.split(":", 1)[0]
-    if base not in PRESETS:
-        raise KeyError(f"no presets for model {model!r}; known: {sorted(PRESETS)}")
-    if env_id not in PRESETS[base]:
+    if base not in HYPERPARAMETERS:
+        raise KeyError(f"no hyperparameters for model {model!r}; known: {sorted(HYPERPARAMETERS)}")
+    if env_id not in HYPERPARAMETERS[base]:
         if schema is not None:
-            return default_preset(model, schema)
+            return default_hyperparameters(model, schema)
+        known = sorted(HYPERPARAMETERS[base])
         raise KeyError(
-            f"no {base!r} preset for environment {env_id!r}; known: {sorted(PRESETS[base])} "
+            f"no {base!r} hyperparameters for environment {env_id!r}; known: {known} "
             "(pass the env's schema for the defaults of an env the paper did not tune)"
         )
-    return copy.deepcopy(PRESETS[base][env_id])
+    return copy.deepcopy(HYPERPARAMETERS[base][env_id])
+
+
+def _renamed(function: Any, old: str) -> Any:
+    """``function`` under its old name, warning once per call site (0.x: removed later)."""
+
+    @functools.wraps(function)
+    def old_name(*args: Any, **kwargs: Any) -> Any:
+        said = f"gdm_models.{old} is renamed gdm_models.{function.__name__}"
+        warnings.warn(said, DeprecationWarning, stacklevel=2)
+        return function(*args, **kwargs)
+
+    return old_name
+
+
+#: the names before the per-model "presets" became hyperparameters (graphwm's presets are the
+#: experiment TOML files): deprecated
+get_preset = _renamed(get_hyperparameters, "get_preset")
+register_preset = _renamed(register_hyperparameters, "register_preset")
+default_preset = _renamed(default_hyperparameters, "default_preset")

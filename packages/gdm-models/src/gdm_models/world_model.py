@@ -8,8 +8,8 @@ Subclass :class:`WorldModel` and
 * call ``super().__init__(schema, scaler, config)`` where ``config`` is a ``@dataclass``
   instance holding *every* constructor hyperparameter (JSON-able scalars/strings/bools);
   the model must be reconstructible as ``factory(schema, scaler, **dataclasses.asdict(config))``;
-* add one line for its factory to :data:`gdm_models.registry.MODELS` (and its presets, if
-  any, to :data:`gdm_models.hyperparameters.PRESETS`);
+* add one line for its factory to :data:`gdm_models.registry.MODELS` (and its hyperparameters, if
+  any, to :data:`gdm_models.hyperparameters.HYPERPARAMETERS`);
 * implement the abstract methods:
 
   - ``_observe_at(obs, actions, steps, generator) -> list[latent]``: condition on one

@@ -147,7 +147,7 @@ def register_graph_env(
     **gym_kwargs: Any,
 ) -> None:
     """Register a graph env of your own: the one place every consumer (gym.make, graphwm's
-    presets, workers, model presets, the metric, dream envs) reads it from.
+    presets, workers, model hyperparameters, the metric, dream envs) reads it from.
 
     Args:
         env_id: a Gymnasium id, e.g. ``"mypkg/MyEnv-v0"`` (a namespace is recommended: name it

@@ -1,6 +1,6 @@
 """The paper's baseline world models behind the common
 :class:`~gdm_models.world_model.WorldModel` API (registered by name in
-:mod:`gdm_models.registry`; presets in :mod:`gdm_models.hyperparameters`):
+:mod:`gdm_models.registry`; hyperparameters in :mod:`gdm_models.hyperparameters`):
 
 * ``"vanilla-gwm"`` - :class:`~gdm_models.baselines.gwm.GWM` trained on the one-step losses;
 * ``"ea-gwm"`` - the same architecture plus the rollout-consistency, spectral and critical-node

@@ -61,8 +61,8 @@ class GDMConfig:
     message_passing: str = "sparse_gat"
     recurrent_adjacency: bool = True
     # GNN layers on the observed adjacency in the observation encoder; used only without the
-    # recurrent adjacency (ablation "no-recurrent-adj", as G-RSSM's encoder; the presets set
-    # the G-RSSM preset's depth of the environment)
+    # recurrent adjacency (ablation "no-recurrent-adj", as G-RSSM's encoder; the hyperparameters
+    # set G-RSSM's depth of the environment)
     encoder_gnn_layers: int = 1
     # block size (floats) of the no-grad pairwise edge MLP; 0 = by the device's memory budget
     # (adjacency.EDGE_CHUNK_BYTES: cache sized on the CPU, hundreds of MB on a GPU)

@@ -332,7 +332,7 @@ def build_gdm(
 ) -> GDM:
     """Registry factory for ``"gdm"`` and ``"gdm:<ablation>[+<ablation>...]"``.
 
-    Ablation settings take precedence over ``overrides`` (so a preset with ``beta_h=1`` does
+    Ablation settings take precedence over ``overrides`` (so hyperparameters with ``beta_h=1`` do
     not undo ``gdm:no-beta-h``).
     """
     flags: dict[str, Any] = {}

@@ -208,7 +208,7 @@ def train_ensemble(
             bit for bit with the loop, up to float rounding with the member engine.
             ``config.keep_every`` keeps every live member's model checkpoint of each multiple
             beside its final checkpoint (needs ``out_dir`` or ``member_finals``).
-        scaler, model_config: for a model name (e.g. ``get_preset(name, env)["model"]``).
+        scaler, model_config: for a model name (e.g. ``get_hyperparameters(name, env)["model"]``).
         out_dir: ensemble state (``latest/``) and, unless given below, ``seed<s>/log.csv``
             and ``seed<s>/final/``; ``None`` writes nothing.
         member_logs, member_finals: per-seed CSV log paths / final checkpoint directories.
