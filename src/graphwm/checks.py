@@ -41,7 +41,7 @@ _VALUE: dict[Any, Any] = {int: Annotated[int, Int()], float: Annotated[float, Fl
 
 
 @functools.cache
-def hyperparameters(config: type) -> type[Section]:
+def values_model(config: type) -> type[Section]:
     """The pydantic model of a config dataclass's fields, every one optional (a preset sets
     some on top of the model's hyperparameters; ``X | None`` reads as ``X``)."""
     hints, fields = typing.get_type_hints(config), dict[str, Any]()
@@ -92,7 +92,7 @@ def check_model_values(model: str, env: str, values: Mapping[str, Any], key: str
     from graphwm.envs import model_hyperparameters
 
     config = config_class(model, env, key)
-    hyperparameters(config).parse(values, key)
+    values_model(config).parse(values, key)
     try:
         config(**{**model_hyperparameters(model, env)["model"], **values})
     except (ValueError, TypeError, KeyError) as err:
