@@ -44,6 +44,11 @@ __all__ = [
 ENV_IDS: tuple[str, ...] = ("RGC", "OD", "SAR", "CF")
 
 
+def _train(lr: float) -> dict[str, Any]:
+    # Adam, batch 8, sequence length 20 (paper, appendix "Training Details")
+    return {"lr": lr, "batch_size": 8, "seq_len": 20}
+
+
 def _gdm(
     lr: float,
     dim: int,
@@ -75,16 +80,11 @@ def _gdm(
             "hc_gamma": -0.1,
             "hc_zeta": 1.1,
             # ablation "no-recurrent-adj" only: observed-adjacency GNN depth of the encoder,
-            # the G-RSSM preset's "Encoder L" of the environment
+            # G-RSSM's "Encoder L" of the environment
             "encoder_gnn_layers": grssm_encoder_layers,
         },
-        "train": {"lr": lr, "batch_size": 8, "seq_len": 20},
+        "train": _train(lr),
     }
-
-
-def _train(lr: float) -> dict[str, Any]:
-    # Adam, batch 8, sequence length 20 (paper, appendix "Training Details")
-    return {"lr": lr, "batch_size": 8, "seq_len": 20}
 
 
 def _gwm(lr: float, layers: int, dim: int, beta_adj: float) -> dict[str, Any]:
