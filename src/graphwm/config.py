@@ -115,7 +115,7 @@ class TrainSection(Section):
 
 class EvalConfig(Section):
     """Stages 4-6 (``[evaluate]``): ``num_samples`` is kappa (>= 2: the unbiased self-GDD and
-    the permutation test need two a set); ``permutations`` > 0 adds the permutation test (at
+    the permutation test need two per set); ``permutations`` > 0 adds the permutation test (at
     most 10^6); ``curve_episodes``: the first test episodes, the GDD curve's subset."""
 
     num_samples: Annotated[int, Int(ge=2)]

@@ -228,7 +228,7 @@ def get_hyperparameters(
 
 
 def _renamed(function: Any, old: str) -> Any:
-    """``function`` under its old name, warning once per call site (0.x: removed later)."""
+    """``function`` under its old name, with a DeprecationWarning at each call (0.x)."""
 
     @functools.wraps(function)
     def old_name(*args: Any, **kwargs: Any) -> Any:
