@@ -72,6 +72,18 @@ def _rows(log: Path) -> int:
         return 0
 
 
+def _training_logs(run_dir: Path) -> list[Path]:
+    """The ``log.csv`` files under ``run_dir/train``, read while the run writes them.
+
+    ``os.walk`` skips a folder that vanishes mid-walk (a checkpoint's ``.latest_tmp`` is renamed
+    away); ``Path.glob("**")`` raises ``FileNotFoundError`` on it."""
+    return [
+        Path(folder) / "log.csv"
+        for folder, _, files in os.walk(run_dir / "train")
+        if "log.csv" in files
+    ]
+
+
 def _kill_tree(proc: subprocess.Popen) -> str:
     """Kill ``proc`` and everything it started; return the end of its stderr."""
     with contextlib.suppress(psutil.NoSuchProcess):
@@ -104,7 +116,7 @@ def _wait_until_training(proc: subprocess.Popen, run_dir: Path, logs: int, timeo
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             pytest.fail(f"graphwm ended before training: {_kill_tree(proc)}")
-        busy = [p for p in run_dir.glob("train/**/log.csv") if _rows(p) >= CHECKPOINT_EVERY]
+        busy = [p for p in _training_logs(run_dir) if _rows(p) >= CHECKPOINT_EVERY]
         if len(busy) >= logs:
             return psutil.Process(proc.pid).children(recursive=True)
         time.sleep(0.1)
