@@ -124,11 +124,7 @@ class MemberEngine:
         every = list(model.parameters())  # the single run's Adam spans every parameter
         self.params = [p for p in every if p.requires_grad]  # clipped and updated
         static = self.static_shape is not None
-        self.opt = (
-            make_adam(every, self.lr, self.device)
-            if static
-            else torch.optim.Adam(every, lr=self.lr)
-        )
+        self.opt = make_adam(every, self.lr, self.device, static)
         if opt_states is not None:
             self.opt.load_state_dict(stack_opt_states([opt_states[k] for k in self.members]))
             # the saved states may come from the other step implementation
@@ -271,10 +267,7 @@ class LoopEngine:
         self.device = self.models[0].device
         # Adam over every parameter, as the single run's: its state dict indexes them all
         every = [list(m.parameters()) for m in self.models]
-        self.opts = [
-            make_adam(e, lr, self.device) if static_shape else torch.optim.Adam(e, lr=lr)
-            for e in every
-        ]
+        self.opts = [make_adam(e, lr, self.device, static_shape is not None) for e in every]
         self.params = [[p for p in m.parameters() if p.requires_grad] for m in self.models]
         self.members: list[int] = []
         self._static: dict[int, StaticTrainStep] = {}

@@ -155,11 +155,16 @@ def train_step(
 
 
 def make_adam(
-    params: Sequence[torch.nn.Parameter], lr: float, device: torch.device
+    params: Sequence[torch.nn.Parameter], lr: float, device: torch.device, static: bool = True
 ) -> torch.optim.Adam:
-    """Adam for the static step: the fused kernel, capturable on CUDA (step counters on the
-    device: no ``item()`` per parameter)."""
-    return torch.optim.Adam(params, lr=lr, fused=True, capturable=device.type == "cuda")
+    """Adam for the static step (``static``): the fused kernel, capturable on CUDA (step
+    counters on the device: no ``item()`` per parameter). For the eager step: the multi-tensor
+    (``foreach``) implementation on every device, torch's default on CUDA only: the same
+    arithmetic as the per-parameter loop (bit for bit, tested), a few calls in all instead of
+    about ten per parameter (on the CPU, 1,000 of a small GDM step's 8,400 operations)."""
+    if static:
+        return torch.optim.Adam(params, lr=lr, fused=True, capturable=device.type == "cuda")
+    return torch.optim.Adam(params, lr=lr, foreach=True)
 
 
 def configure_adam(opt: torch.optim.Optimizer, *, fused: bool, capturable: bool) -> None:
@@ -171,8 +176,7 @@ def configure_adam(opt: torch.optim.Optimizer, *, fused: bool, capturable: bool)
     for group in opt.param_groups:
         group["fused"] = fused or None
         group["capturable"] = capturable
-        if fused:
-            group["foreach"] = None
+        group["foreach"] = None if fused else True  # make_adam's eager implementation
         for p in group["params"]:
             st = opt.state.get(p)
             if not st or "step" not in st:
