@@ -17,6 +17,7 @@ root of the unbiased U-statistic MMD^2, averaged over transitions and episodes a
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -176,6 +177,14 @@ class ReferencePoint:
     terminal: list[bool]  # whether the reference step t + h - 1 terminated, h = 1..K
 
 
+#: the bytes of reference points one evaluation may leave for the next jobs of its process
+#: (:func:`reference_points`), and of all it keeps: a worker then replays and samples each
+#: test file once for every model it evaluates there, instead of once per model
+REFERENCE_CACHE_BYTES = 64 << 20
+REFERENCE_CACHE_TOTAL = 256 << 20
+_reference_cache: OrderedDict[tuple, tuple[list[ReferencePoint], int]] = OrderedDict()
+
+
 def reference_points(
     job: EvalJob,
     run_dir: Path,
@@ -188,7 +197,55 @@ def reference_points(
 
     Only actions that exist in the reference episode are followed, so the last reference
     points get fewer than ``horizon`` steps.
-    """
+
+    The points depend on the test file and the sampling settings, not on the model: the last
+    ones this process made (at most :data:`REFERENCE_CACHE_BYTES` per job) are kept, keyed by
+    those settings and the file's size and modification time, and yielded again to the next
+    job that asks for them. Their arrays are read-only, so no job can change another's."""
+    path = job.data.path(run_dir)
+    stat = path.stat()
+    key = (
+        str(path.resolve()), stat.st_size, stat.st_mtime_ns, job.env, job.size, job.max_episodes,
+        job.num_samples, job.reference_transitions, job.repeat if job.repeat_env else 0,
+        horizon, keep_observations, stream,
+    )  # fmt: skip
+    if key in _reference_cache:
+        _reference_cache.move_to_end(key)
+        yield from _reference_cache[key][0]
+        return
+    kept: list[ReferencePoint] | None = []
+    size = 0
+    for point in _make_reference_points(job, run_dir, ctx, horizon, keep_observations, stream):
+        if kept is not None:
+            size += _freeze(point)
+            if size <= REFERENCE_CACHE_BYTES:
+                kept.append(point)
+            else:  # too large to keep: this job's points are made and dropped one by one
+                kept = None
+        yield point
+    if kept is not None:
+        _reference_cache[key] = (kept, size)
+        while sum(n for _, n in _reference_cache.values()) > REFERENCE_CACHE_TOTAL:
+            _reference_cache.popitem(last=False)
+
+
+def _freeze(point: ReferencePoint) -> int:
+    """Make ``point``'s sample and observation arrays read-only; their bytes."""
+    arrays = [a for s in point.env_sets for a in s.values()] + [point.env_invalid]
+    arrays += [a for o in point.replay.observations or [] for a in o.values()]
+    for a in arrays:
+        a.flags.writeable = False
+    return sum(a.nbytes for a in arrays)
+
+
+def _make_reference_points(
+    job: EvalJob,
+    run_dir: Path,
+    ctx: EvalContext,
+    horizon: int,
+    keep_observations: bool,
+    stream: int,
+) -> Iterator[ReferencePoint]:
     kappa = job.num_samples
     for index, (episode, seed) in enumerate(zip(*_test_episodes(job, run_dir), strict=True)):
         seed = int(seed)
