@@ -4,11 +4,17 @@ A cluster scheduler stops a job with SIGTERM (then SIGKILL after a grace period)
 sends SIGINT. :func:`raise_on_signals` turns both into :class:`Interrupted`, a
 ``KeyboardInterrupt``, so the executors stop their workers the same way for either and the
 CLI exits with the conventional ``128 + signal`` (130 for SIGINT, 143 for SIGTERM).
+
+A signal that comes while a module is being imported is delivered again
+:data:`IMPORT_RETRY_S` later, until no import is running: an exception raised inside an
+import can reach C++ code that cannot pass it on (torch's start-up then aborts the process,
+exit -6) or be wrapped in another error (``RuntimeError: Error calling __set_name__``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 from collections.abc import Iterator, Sequence
@@ -21,6 +27,8 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 # handler's Interrupted and raises a plain KeyboardInterrupt instead (Ray's ray.wait does)
 # must not turn a SIGTERM into a SIGINT
 _received: list[int] = []
+#: seconds after which a signal that came during an import is delivered again
+IMPORT_RETRY_S = 0.05
 
 
 class Interrupted(KeyboardInterrupt):
@@ -73,6 +81,11 @@ def raise_on_signals() -> Iterator[None]:
     def handler(signum: int, frame: FrameType | None) -> None:
         if _received:
             return
+        if _importing(frame):  # the module docstring: raised here it may abort the process
+            later = threading.Timer(IMPORT_RETRY_S, os.kill, (os.getpid(), signum))
+            later.daemon = True
+            later.start()
+            return
         _received.append(signum)
         raise Interrupted(signum)
 
@@ -83,3 +96,12 @@ def raise_on_signals() -> Iterator[None]:
         for sig, old in previous.items():
             signal.signal(sig, old)
         _received.clear()
+
+
+def _importing(frame: FrameType | None) -> bool:
+    """Whether ``frame`` runs inside an import (importlib's frames are below it)."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
