@@ -40,7 +40,7 @@ from graphwm.stages.evaluate import EvalJob, multi_step_job, self_gdd_job, singl
 from graphwm.stages.fit import FitJob, run_fits
 from graphwm.stages.tensorboard import check_tensorboard, write_from_logs
 from graphwm.stages.train import TrainJob, verify_trained
-from graphwm.store.executors import run_jobs, shared_pool
+from graphwm.store.executors import run_jobs, shared_pool, warm_pool
 from graphwm.store.files import atomic_write_json, read_json, run_lock
 from graphwm.store.outcomes import JobsFailed
 from graphwm.store.paths import RunPaths
@@ -308,12 +308,26 @@ def _stages(
     ``train``), then ``then``; its records (else the training's), the failed jobs raised at
     the end."""
     with run_lock(paths), shared_pool():
+        _warm(p)
         failed = _Failed()
         records: list = _train(p, paths, progress, failed) if train else []
         if then is not None:
             records = then(p, paths, progress, failed)
         failed.finish(paths)
         return records
+
+
+#: what a local pool worker imports as it starts (the jobs' modules and their lazy imports:
+#: torch.optim's first step imports torch._dynamo), beside the driver's checks and collect
+WARM_MODULES = ("graphwm.pipeline", "torch._dynamo", "gdd_metric", "graphwm.metric.factor_metrics")
+#: and, with a [downstream] section, the agents' libraries
+WARM_DOWNSTREAM = ("graphwm.downstream.runs", "stable_baselines3", "sb3_contrib")
+
+
+def _warm(p: CheckedPreset) -> None:
+    """Start the local worker pool now, its workers importing :data:`WARM_MODULES`."""
+    if p.executor == "local":
+        warm_pool(jobs.workers(p), WARM_MODULES + (WARM_DOWNSTREAM if p.downstream else ()))
 
 
 def _collect(p: CheckedPreset, paths: RunPaths, progress: bool) -> list[DataRef]:
@@ -517,6 +531,7 @@ def reproduce_report(
         raise PresetError("the run directory (--out) must be a non-empty path")
     paths = RunPaths(Path(out), redo_corrupt=redo_corrupt, retry_failed=retry_failed)
     with run_lock(paths), shared_pool():  # one worker pool for every stage
+        _warm(preset)
         failed = _Failed()
         _train(preset, paths, progress, failed)
         _evaluate(preset, paths, progress, failed)

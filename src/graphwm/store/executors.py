@@ -48,6 +48,7 @@ jobs' records, a failed part as a failed job. The unit is finished when every pa
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import re
 import signal
@@ -397,6 +398,32 @@ def shared_pool() -> Iterator[None]:
     finally:
         _SHARED.reset(token)
         scope.close()
+
+
+def warm_pool(workers: int, modules: Sequence[str]) -> None:
+    """Start the enclosing :func:`shared_pool` block's pool for ``workers`` jobs at a time now
+    (``workers - 1`` processes: the driver is the other worker), each process importing
+    ``modules`` at once. The workers then import torch and the job modules while the driver
+    checks, collects and fits on one core, instead of in their first jobs. Nothing outside a
+    block or for fewer than 2 workers. A module that fails to import is left to the job that
+    needs it (which raises its error)."""
+    scope = _SHARED.get()
+    if scope is None or workers < 2:
+        return
+    pool = scope.get(workers - 1)
+    with contextlib.suppress(BrokenProcessPool):
+        for _ in range(workers - 1):
+            pool.submit(_import_modules, tuple(modules))
+
+
+def _import_modules(modules: Sequence[str]) -> list[str]:
+    """Import ``modules`` in a pool worker (:func:`warm_pool`); the names imported."""
+    done = []
+    for name in modules:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
+            done.append(name)
+    return done
 
 
 def _run_local(fn, todo, run_dir, workers, desc, progress, done, cost=None) -> None:
