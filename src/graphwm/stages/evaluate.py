@@ -215,9 +215,10 @@ def reference_points(
         return
     kept: list[ReferencePoint] | None = []
     size = 0
+    frozen: set[int] = set()  # the replays whose observations are counted (once per episode)
     for point in _make_reference_points(job, run_dir, ctx, horizon, keep_observations, stream):
         if kept is not None:
-            size += _freeze(point)
+            size += _freeze(point, frozen)
             if size <= REFERENCE_CACHE_BYTES:
                 kept.append(point)
             else:  # too large to keep: this job's points are made and dropped one by one
@@ -229,10 +230,13 @@ def reference_points(
             _reference_cache.popitem(last=False)
 
 
-def _freeze(point: ReferencePoint) -> int:
-    """Make ``point``'s sample and observation arrays read-only; their bytes."""
+def _freeze(point: ReferencePoint, frozen: set[int]) -> int:
+    """Make ``point``'s sample arrays, and its episode's observations unless ``frozen`` holds
+    that replay, read-only; their bytes."""
     arrays = [a for s in point.env_sets for a in s.values()] + [point.env_invalid]
-    arrays += [a for o in point.replay.observations or [] for a in o.values()]
+    if id(point.replay) not in frozen:  # the points of an episode share one replay
+        frozen.add(id(point.replay))
+        arrays += [a for o in point.replay.observations or [] for a in o.values()]
     for a in arrays:
         a.flags.writeable = False
     return sum(a.nbytes for a in arrays)
